@@ -1,0 +1,126 @@
+"""L1, the tool-result budget (SPEC L1): 0 API calls.
+
+A tool result over 50,000 characters, or the results of one user message over 200,000
+together (largest first), move to `tool-results/<tool_use_id>.txt` and leave a
+`<persisted-output>` block with a preview. Decisions are frozen per tool_use_id: a result
+kept once is never persisted later, and a persisted one is replaced by the very same bytes
+every time, so the prompt-cache prefix never changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ctx_magic.events import Persisted
+from ctx_magic.messages import Block, Message, result_chars, result_text
+
+# toolLimits.ts: one result past this is worth a file of its own.
+MAX_RESULT_CHARS = 50_000
+# toolResultStorage.ts: all results of one message together, persisted largest first.
+MAX_MESSAGE_RESULTS_CHARS = 200_000
+PREVIEW_CHARS = 2_000
+# read_file reads persisted outputs back; persisting its result again would be circular.
+NEVER_PERSISTED_TOOLS = frozenset({"read_file"})
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    max_result_chars: int = MAX_RESULT_CHARS
+    max_message_chars: int = MAX_MESSAGE_RESULTS_CHARS
+    preview_chars: int = PREVIEW_CHARS
+
+
+def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """The first `limit` characters, cut back to a line end when one is in the second half."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    cut = head.rfind("\n")
+    return head[:cut] if cut >= limit // 2 else head
+
+
+def persisted_block(path: str, original_chars: int, preview_text: str) -> str:
+    return (
+        "<persisted-output>\n"
+        f"This tool result was too large to keep in the conversation ({original_chars:,} characters).\n"
+        f"The full output is saved at: {path}\n"
+        "Read any part of it with the read_file tool (path above, offset and limit in lines).\n"
+        f"Preview (first {len(preview_text):,} characters):\n"
+        f"{preview_text}\n"
+        "</persisted-output>"
+    )
+
+
+def replace_result(block: Block, replacement: str) -> Block:
+    """The tool_result block with its text replaced; images in it are kept."""
+    content = block.get("content", "")
+    new_content: str | list[Block] = replacement
+    if isinstance(content, list):
+        images = [b for b in content if b.get("type") != "text"]
+        if images:
+            new_content = [{"type": "text", "text": replacement}, *images]
+    return {**block, "content": new_content}
+
+
+def _choose(results: list[tuple[Block, str]], settings: BudgetSettings) -> set[int]:
+    """Which of one message's undecided results to persist (the L1 rule), by block id()."""
+    persistable = [b for b, tool in results if tool not in NEVER_PERSISTED_TOOLS]
+    chosen = {id(b) for b in persistable if result_chars(b) > settings.max_result_chars}
+    remaining = sum(
+        settings.preview_chars if id(b) in chosen else result_chars(b) for b, _ in results
+    )
+    for block in sorted(persistable, key=result_chars, reverse=True):
+        if remaining <= settings.max_message_chars:
+            break
+        if id(block) not in chosen:
+            chosen.add(id(block))
+            remaining -= result_chars(block) - settings.preview_chars
+    return chosen
+
+
+def apply_tool_result_budget(
+    messages: Sequence[Message],
+    start: int,
+    decided: frozenset[str],
+    tool_names: dict[str, str],
+    path_for: Callable[[str], str],
+    settings: BudgetSettings = BudgetSettings(),
+) -> tuple[list[Message], frozenset[str], list[Persisted]]:
+    """Persist the oversized results among messages[start:] that have no decision yet.
+
+    Returns the new messages, the grown set of decided ids and one event per persisted
+    result (carrying the full text for the code that writes the file).
+    """
+    out = list(messages)
+    events: list[Persisted] = []
+    newly_decided: set[str] = set()
+    for index in range(start, len(out)):
+        message = out[index]
+        if message.role != "user":
+            continue
+        results = [
+            (b, tool_names.get(b["tool_use_id"], ""))
+            for b in message.blocks("tool_result")
+            if b["tool_use_id"] not in decided
+        ]
+        if not results:
+            continue
+        newly_decided.update(b["tool_use_id"] for b, _ in results)
+        chosen_ids = _choose(results, settings)
+        if not chosen_ids:
+            continue
+        blocks = []
+        for block in message.content:
+            if id(block) in chosen_ids:
+                tool_use_id = block["tool_use_id"]
+                text = result_text(block)
+                path = path_for(tool_use_id)
+                replacement = persisted_block(path, len(text), preview(text, settings.preview_chars))
+                freed = math.ceil(len(text) / 4) - math.ceil(len(replacement) / 4)
+                events.append(Persisted(tool_use_id, path, len(text), freed, replacement, text))
+                block = replace_result(block, replacement)
+            blocks.append(block)
+        out[index] = message.with_content(blocks)
+    return out, decided | newly_decided, events

@@ -1,0 +1,75 @@
+"""Rebuild the live context from a transcript (SPEC M4).
+
+The transcript is a log: every message as first written, and the durable events that changed
+the live context. Folding it gives back exactly the live list the session had: compactions
+replace it, snips cut it, and every persisted or cleared result gets the very bytes it had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ctx_magic.context.engine import ContextState, apply_decisions
+from ctx_magic.events import Cleared, Compacted, Persisted, Snipped, event_from_json
+from ctx_magic.messages import Message
+
+
+def fold_transcript(records: Iterable[Mapping[str, Any]]) -> tuple[list[Message], ContextState, list[str]]:
+    """Replay transcript records into (live messages, engine state, problems found).
+
+    Records that refer to unknown messages are reported, never fatal: the live list is
+    rebuilt from what can be trusted.
+    """
+    by_uuid: dict[str, Message] = {}
+    live: list[Message] = []
+    persisted: dict[str, str] = {}
+    persisted_paths: dict[str, str] = {}
+    cleared: dict[str, str] = {}
+    problems: list[str] = []
+    for record in records:
+        kind = record.get("type")
+        if kind == "message":
+            message = Message.from_json(record)
+            by_uuid[message.uuid] = message
+            live.append(message)
+        elif kind == "event" and record.get("event") in ("persisted", "snipped", "cleared", "compacted"):
+            try:
+                event = event_from_json(record)
+            except (KeyError, TypeError, ValueError) as error:
+                problems.append(f"unreadable {record.get('event')} event skipped ({error})")
+                continue
+            if isinstance(event, Persisted):
+                persisted[event.tool_use_id] = event.replacement
+                persisted_paths[event.tool_use_id] = event.path
+            elif isinstance(event, Cleared):
+                cleared.update(event.replacements)
+            elif isinstance(event, Snipped):
+                live = _apply_snip(live, event, by_uuid, problems)
+            elif isinstance(event, Compacted):
+                missing = [u for u in event.live_uuids if u not in by_uuid]
+                if missing:
+                    problems.append(f"compaction refers to {len(missing)} unknown messages")
+                live = [by_uuid[u] for u in event.live_uuids if u in by_uuid]
+    state = ContextState(
+        decided=frozenset(persisted),
+        persisted=persisted,
+        persisted_paths=persisted_paths,
+        cleared=cleared,
+    )
+    return [apply_decisions(m, state) for m in live], state, problems
+
+
+def _apply_snip(
+    live: list[Message], event: Snipped, by_uuid: Mapping[str, Message], problems: list[str]
+) -> list[Message]:
+    removed = set(event.removed_uuids)
+    marker = by_uuid.get(event.marker_uuid)
+    positions = [i for i, m in enumerate(live) if m.uuid in removed]
+    if marker is None or not positions:
+        problems.append("a snip refers to messages that are not live; ignored")
+        return live
+    first = positions[0]
+    kept = [m for m in live if m.uuid not in removed and m.uuid != marker.uuid]
+    head = [m for m in live[:first] if m.uuid != marker.uuid]
+    return [*head, marker, *kept[len(head):]]

@@ -1,0 +1,70 @@
+"""L2, snip (SPEC L2): 0 API calls.
+
+Past `snip_max_messages` live messages, keep the first three (the original request and its
+setting) and the most recent ones, and put one marker in place of the middle naming how many
+messages went and where the transcript keeps them. A cut never separates a tool_use from its
+tool_result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ctx_magic.context.tokens import message_tokens
+from ctx_magic.events import Snipped
+from ctx_magic.messages import Message, user_text
+
+KEEP_HEAD = 3  # the opening request and the first exchange carry the task's setting
+DEFAULT_SNIP_MAX_MESSAGES = 200
+MIN_SNIP_MAX_MESSAGES = 10  # below this the tail could lose the response anchoring the count
+
+
+def safe_cuts(messages: Sequence[Message]) -> list[bool]:
+    """safe[p] is True when cutting between messages[p-1] and messages[p] splits no pair."""
+    pending: set[str] = set()
+    safe = [True]
+    for message in messages:
+        if message.sent:
+            pending.update(message.tool_use_ids)
+            pending.difference_update(message.tool_result_ids)
+        safe.append(not pending)
+    return safe
+
+
+def snipped_count(message: Message) -> int:
+    """How many original messages one live message stands for (a marker stands for many)."""
+    return int(message.meta.get("snipped_count", 1))
+
+
+def marker_text(count: int, transcript_path: str) -> str:
+    return (
+        f"[{count:,} earlier messages were snipped from the middle of this conversation to keep "
+        "it within the context window. The session transcript keeps every one of them in full: "
+        f"{transcript_path}]"
+    )
+
+
+def snip_middle(
+    messages: Sequence[Message],
+    max_messages: int,
+    *,
+    transcript_path: str,
+    now: float,
+    trigger: str = "auto",
+) -> tuple[list[Message], list[Snipped]]:
+    """Snip when more than `max_messages` are live; the result holds at most that many."""
+    max_messages = max(max_messages, MIN_SNIP_MAX_MESSAGES)
+    if len(messages) <= max_messages:
+        return list(messages), []
+    safe = safe_cuts(messages)
+    head_end = next((p for p in range(KEEP_HEAD, len(messages)) if safe[p]), None)
+    latest_tail = len(messages) - (max_messages - KEEP_HEAD - 1)
+    tail_start = next((p for p in range(latest_tail, -1, -1) if safe[p]), None)
+    if head_end is None or tail_start is None or tail_start - head_end < 2:
+        return list(messages), []
+    removed = messages[head_end:tail_start]
+    count = sum(snipped_count(m) for m in removed)
+    marker = user_text(marker_text(count, transcript_path), timestamp=now, snipped_count=count)
+    freed = sum(message_tokens(m) for m in removed if m.sent) - message_tokens(marker)
+    event = Snipped(count, tuple(m.uuid for m in removed), marker.uuid, freed, trigger)
+    return [*messages[:head_end], marker, *messages[tail_start:]], [event]

@@ -1,0 +1,93 @@
+"""ctx_magic's own error types: every failure a user can meet maps to one of these, each with
+one clear line of text (SPEC N5). They sit at the bottom so the engine, the loop and the
+notebook can all raise and catch them."""
+
+from __future__ import annotations
+
+import re
+
+
+class CtxMagicError(Exception):
+    """Base of every error ctx_magic reports to a user; str() is the one line shown."""
+
+
+class InvariantError(CtxMagicError, ValueError):
+    """A conversation breaks the Messages-API invariants (SPEC M5)."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        self.index = index
+        self.reason = reason
+        super().__init__(f"message {index} breaks the API invariants: {reason}")
+
+
+class ModelError(CtxMagicError):
+    """A call to the model failed."""
+
+    retryable = False
+
+
+_PTL_NUMBERS = re.compile(r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)\s*maximum", re.IGNORECASE)
+
+
+class PromptTooLong(ModelError):
+    """The API refused the prompt as longer than the window (HTTP 400/413, "prompt is too long")."""
+
+    def __init__(self, message: str, actual: int | None = None, limit: int | None = None) -> None:
+        self.actual = actual
+        self.limit = limit
+        super().__init__(message)
+
+    @property
+    def gap(self) -> int | None:
+        """How many tokens over the limit the prompt was, when the message says so."""
+        if self.actual is None or self.limit is None:
+            return None
+        return max(0, self.actual - self.limit)
+
+    @classmethod
+    def from_api_message(cls, message: str) -> PromptTooLong:
+        match = _PTL_NUMBERS.search(message)
+        if not match:
+            return cls(f"The prompt is too long for the model's window ({message}).")
+        actual, limit = (int(g.replace(",", "")) for g in match.groups())
+        return cls(f"The prompt is too long: {actual:,} tokens > {limit:,} maximum.", actual, limit)
+
+
+def is_prompt_too_long(status: int, message: str) -> bool:
+    return status in (400, 413) and "prompt is too long" in message.lower()
+
+
+class RequestTooLarge(ModelError):
+    """The request body was over the API's byte limit (413 request_too_large)."""
+
+
+class Overloaded(ModelError):
+    retryable = True
+
+
+class RateLimited(ModelError):
+    retryable = True
+
+
+class ServerError(ModelError):
+    retryable = True
+
+
+class AuthenticationFailed(ModelError):
+    pass
+
+
+class NetworkError(ModelError):
+    retryable = True
+
+
+class UnknownModel(ModelError):
+    pass
+
+
+class CompactionFailed(CtxMagicError):
+    """A compaction could not produce a summary; the conversation is left as it was."""
+
+
+class StorageError(CtxMagicError):
+    """The session folder could not be written (disk full, permissions)."""

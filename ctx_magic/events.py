@@ -1,0 +1,205 @@
+"""Events: every change to the context, and every step of a turn, is one of these values.
+
+The engine returns them, the transcript records them, the display and the panel render them.
+Nothing upstream computes context state on its own: it folds these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ctx_magic.messages import Usage
+
+
+@dataclass(frozen=True)
+class Event:
+    name: ClassVar[str] = "event"
+    # Events the transcript must keep to rebuild the live context (SPEC M4).
+    durable: ClassVar[bool] = False
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"event": self.name}
+        for f in dataclasses.fields(self):
+            if f.metadata.get("transient"):
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, Usage):
+                value = value.to_json()
+            elif isinstance(value, (tuple, frozenset)):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            data[f.name] = value
+        return data
+
+
+def transient(**kwargs: Any) -> Any:
+    """A field kept in memory for the acting code but not written to the transcript."""
+    return field(metadata={"transient": True}, repr=False, compare=False, **kwargs)
+
+
+# -- context changes (durable: replayed on resume) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Persisted(Event):
+    """L1 wrote a tool result to disk and left a preview in its place."""
+
+    name: ClassVar[str] = "persisted"
+    durable: ClassVar[bool] = True
+    tool_use_id: str
+    path: str
+    original_chars: int
+    tokens_freed: int
+    replacement: str
+    content: str = transient(default="")
+
+
+@dataclass(frozen=True)
+class Snipped(Event):
+    """L2 removed a middle run of messages and put one marker in their place."""
+
+    name: ClassVar[str] = "snipped"
+    durable: ClassVar[bool] = True
+    count: int
+    removed_uuids: tuple[str, ...]
+    marker_uuid: str
+    tokens_freed: int
+    trigger: str = "auto"
+
+
+@dataclass(frozen=True)
+class Cleared(Event):
+    """L3 (or the model's snip tool, or the user) replaced old tool results by a stub."""
+
+    name: ClassVar[str] = "cleared"
+    durable: ClassVar[bool] = True
+    trigger: str  # idle | pressure | model | user
+    replacements: Mapping[str, str]
+    tokens_freed: int
+
+    @property
+    def tool_use_ids(self) -> list[str]:
+        return list(self.replacements)
+
+
+@dataclass(frozen=True)
+class Compacted(Event):
+    """A compaction replaced the live context: boundary, summary, kept messages, attachments."""
+
+    name: ClassVar[str] = "compacted"
+    durable: ClassVar[bool] = True
+    trigger: str  # auto | manual | reactive | session-memory
+    tokens_before: int
+    tokens_after: int
+    messages_summarized: int
+    boundary_uuid: str
+    live_uuids: tuple[str, ...]
+    summary: str
+    rebound: bool = False  # the new context is already over the threshold
+
+
+# -- observations (not needed to rebuild, recorded for the panel and benchmarks) ----------
+
+
+@dataclass(frozen=True)
+class ContextMeasured(Event):
+    """The engine's view of the context before a call: size, thresholds and zone."""
+
+    name: ClassVar[str] = "measured"
+    tokens: int
+    threshold: int
+    warning: int
+    blocking: int
+    window: int
+    zone: str
+    percent_left: float
+    messages: int
+    live_results: int
+    cleared_results: int
+    persisted_results: int
+
+
+@dataclass(frozen=True)
+class UsageUpdated(Event):
+    name: ClassVar[str] = "usage"
+    usage: Usage
+    estimated_prompt_tokens: int
+    correction: float
+
+
+@dataclass(frozen=True)
+class CompactionFailedEvent(Event):
+    name: ClassVar[str] = "compaction_failed"
+    trigger: str
+    reason: str
+    consecutive_failures: int
+    breaker_open: bool
+
+
+@dataclass(frozen=True)
+class BreakerReset(Event):
+    name: ClassVar[str] = "breaker_reset"
+    reason: str
+
+
+# -- the turn as it streams (for the display; not written to the transcript) --------------
+
+
+@dataclass(frozen=True)
+class Status(Event):
+    """What the agent is doing now: thinking, running, compacting, waiting, idle."""
+
+    name: ClassVar[str] = "status"
+    state: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TextDelta(Event):
+    name: ClassVar[str] = "text"
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolStarted(Event):
+    name: ClassVar[str] = "tool_started"
+    tool_use_id: str
+    tool: str
+    input: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolFinished(Event):
+    name: ClassVar[str] = "tool_finished"
+    tool_use_id: str
+    tool: str
+    output: str
+    is_error: bool
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """A line for the user: backend chosen, a retry, an error that ended the turn."""
+
+    name: ClassVar[str] = "notice"
+    level: str  # info | warning | error
+    text: str
+
+
+DURABLE_EVENTS: dict[str, type[Event]] = {
+    cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted)
+}
+
+
+def event_from_json(data: Mapping[str, Any]) -> Event:
+    """Rebuild a durable event from its transcript record."""
+    cls = DURABLE_EVENTS[data["event"]]
+    kwargs = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+    for f in dataclasses.fields(cls):
+        if f.name in kwargs and "tuple" in str(f.type):
+            kwargs[f.name] = tuple(kwargs[f.name])
+    return cls(**kwargs)

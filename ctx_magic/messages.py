@@ -1,0 +1,218 @@
+"""The message model every layer shares (SPEC M1).
+
+A message is the Messages-API shape (`role` plus a tuple of content blocks, each a plain
+dict exactly as the API takes it) wrapped with the metadata ctx_magic needs: a uuid, a
+timestamp, the API message id and usage of the response that produced it, and a kind.
+Messages are values: layers never mutate one, they build a new one with `with_content`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import uuid as uuidlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+Kind = Literal["normal", "summary", "attachment", "boundary", "meta"]
+Block = dict[str, Any]
+
+KINDS: tuple[Kind, ...] = ("normal", "summary", "attachment", "boundary", "meta")
+# Boundaries and meta messages are bookkeeping for ctx_magic and never reach the API (M1).
+UNSENT_KINDS: frozenset[str] = frozenset({"boundary", "meta"})
+
+
+def new_uuid() -> str:
+    return str(uuidlib.uuid4())
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token usage the API reported for one response."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Size of the request that produced the response (all input, cached or not)."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    @property
+    def context_tokens(self) -> int:
+        """What the conversation occupies once the response is appended (SPEC T1)."""
+        return self.prompt_tokens + self.output_tokens
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Usage:
+        return cls(**{f.name: int(data.get(f.name) or 0) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of the canonical conversation with its metadata (SPEC M1)."""
+
+    role: Role
+    content: tuple[Block, ...]
+    kind: Kind = "normal"
+    uuid: str = field(default_factory=new_uuid)
+    timestamp: float = 0.0
+    api_id: str | None = None
+    usage: Usage | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def sent(self) -> bool:
+        """Whether the message goes to the API (boundaries and meta messages never do)."""
+        return self.kind not in UNSENT_KINDS
+
+    def with_content(self, content: Iterable[Block]) -> Message:
+        return dataclasses.replace(self, content=tuple(content))
+
+    def blocks(self, block_type: str) -> Iterator[Block]:
+        return (b for b in self.content if b.get("type") == block_type)
+
+    @cached_property
+    def memo(self) -> dict[str, Any]:
+        """Per-instance cache for values derived from this (immutable) message, e.g. its tokens."""
+        return {}
+
+    @cached_property
+    def text(self) -> str:
+        """The plain text of the message's text blocks, joined by newlines."""
+        return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
+    @property
+    def tool_use_ids(self) -> list[str]:
+        return [b["id"] for b in self.blocks("tool_use")]
+
+    @property
+    def tool_result_ids(self) -> list[str]:
+        return [b["tool_use_id"] for b in self.blocks("tool_result")]
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "uuid": self.uuid,
+            "role": self.role,
+            "kind": self.kind,
+            "timestamp": self.timestamp,
+            "content": list(self.content),
+        }
+        if self.api_id is not None:
+            data["api_id"] = self.api_id
+        if self.usage is not None:
+            data["usage"] = self.usage.to_json()
+        if self.meta:
+            data["meta"] = dict(self.meta)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Message:
+        role = data["role"]
+        kind = data.get("kind", "normal")
+        if role not in ("user", "assistant") or kind not in KINDS:
+            raise ValueError(f"bad role or kind: {role!r}, {kind!r}")
+        content = data["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        timestamp = float(data.get("timestamp", 0.0))
+        if not math.isfinite(timestamp):
+            raise ValueError("timestamp is not a finite number")
+        return cls(
+            role=role,
+            content=tuple(dict(b) for b in content),
+            kind=kind,
+            uuid=str(data["uuid"]),
+            timestamp=timestamp,
+            api_id=data.get("api_id"),
+            usage=Usage.from_json(data["usage"]) if data.get("usage") else None,
+            meta=dict(data.get("meta") or {}),
+        )
+
+
+# -- constructors used across the package -------------------------------------------------
+
+
+def text_block(text: str) -> Block:
+    return {"type": "text", "text": text}
+
+
+def user_text(text: str, *, kind: Kind = "normal", timestamp: float = 0.0, **meta: Any) -> Message:
+    return Message("user", (text_block(text),), kind=kind, timestamp=timestamp, meta=meta)
+
+
+def tool_result_block(tool_use_id: str, content: str | list[Block], *, is_error: bool = False) -> Block:
+    block: Block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
+    if is_error:
+        block["is_error"] = True
+    return block
+
+
+def tool_use_block(tool_use_id: str, name: str, tool_input: Mapping[str, Any]) -> Block:
+    return {"type": "tool_use", "id": tool_use_id, "name": name, "input": dict(tool_input)}
+
+
+# -- text helpers -------------------------------------------------------------------------
+
+
+def result_text(block: Block) -> str:
+    """The text of a tool_result block, whether its content is a string or a list of blocks."""
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def result_chars(block: Block) -> int:
+    """Characters of text in a tool_result (images are not counted: L1 budgets text)."""
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(b.get("text", "")) for b in content if b.get("type") == "text")
+
+
+def clean_text(text: str) -> str:
+    """Replace lone surrogates (from undecodable bytes) so the text can always be written as UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def decode_output(data: bytes | str) -> str:
+    """Tool output as text: UTF-8 when it decodes, else a readable rendering of the bytes.
+
+    Binary output (mostly non-text bytes) becomes a short description and a hex preview so
+    nothing undecodable reaches the transcript or the model.
+    """
+    if isinstance(data, str):
+        return clean_text(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    printable = sum(32 <= b < 127 or b in (9, 10, 13) for b in data[:4096])
+    if printable >= 0.85 * min(len(data), 4096):
+        return data.decode("utf-8", "replace")
+    head = data[:256]
+    hexdump = "\n".join(head[i : i + 16].hex(" ") for i in range(0, len(head), 16))
+    return f"[binary output: {len(data):,} bytes; first {len(head)} as hex]\n{hexdump}"
+
+
+def dumps(data: Any) -> str:
+    """Compact, deterministic JSON used for transcripts and the API's tool inputs."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+
+
+def sendable(messages: Sequence[Message]) -> list[Message]:
+    return [m for m in messages if m.sent]

@@ -1,0 +1,98 @@
+"""A session's folder (SPEC M3): sessions/<id>/{transcript.jsonl, state.json,
+session-memory.md, tool-results/} under the storage folder."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctx_magic.store.files import atomic_write_json, atomic_write_text, read_json
+from ctx_magic.store.transcript import LoadedTranscript, Transcript
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def new_session_id(now: float | None = None) -> str:
+    """Sortable by creation time, unique enough for one person's storage folder."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def safe_name(name: str) -> str:
+    return _UNSAFE.sub("_", name)[:120] or "_"
+
+
+@dataclass
+class SessionDir:
+    """Paths and writers of one session's folder."""
+
+    storage: Path
+    session_id: str
+
+    @property
+    def root(self) -> Path:
+        return self.storage / "sessions" / self.session_id
+
+    @property
+    def transcript_path(self) -> Path:
+        return self.root / "transcript.jsonl"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def session_memory_path(self) -> Path:
+        return self.root / "session-memory.md"
+
+    @property
+    def tool_results_dir(self) -> Path:
+        return self.root / "tool-results"
+
+    def tool_result_path(self, tool_use_id: str) -> Path:
+        return self.tool_results_dir / f"{safe_name(tool_use_id)}.txt"
+
+    def create(self) -> SessionDir:
+        self.tool_results_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def transcript(self) -> Transcript:
+        return Transcript(self.transcript_path)
+
+    def load_transcript(self) -> LoadedTranscript:
+        return Transcript.load(self.transcript_path)
+
+    def write_tool_result(self, tool_use_id: str, content: str) -> Path:
+        path = self.tool_result_path(tool_use_id)
+        atomic_write_text(path, content)
+        return path
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        atomic_write_json(self.state_path, state)
+
+    def load_state(self) -> dict[str, Any]:
+        data = read_json(self.state_path, {})
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def exists(self) -> bool:
+        return self.transcript_path.exists() or self.state_path.exists()
+
+
+def list_sessions(storage: Path) -> list[SessionDir]:
+    """Sessions under `storage`, oldest first by id (ids sort by creation time)."""
+    folder = storage / "sessions"
+    if not folder.is_dir():
+        return []
+    return [SessionDir(storage, p.name) for p in sorted(folder.iterdir()) if p.is_dir()]
+
+
+def latest_session(storage: Path) -> SessionDir | None:
+    sessions = [s for s in list_sessions(storage) if s.transcript_path.exists()]
+    if not sessions:
+        return None
+    return max(sessions, key=lambda s: (s.transcript_path.stat().st_mtime, s.session_id))
