@@ -1,0 +1,56 @@
+"""`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--max-seconds S]`.
+
+Runs the offline stand-in for the Anthropic Messages API on 127.0.0.1 and prints one line
+with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Sequence
+
+from ctx_magic.offline.app import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineAPI
+from ctx_magic.offline.server import start_server
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m ctx_magic.offline",
+        description="A local, deterministic stand-in for the Anthropic Messages API (no model behind it).",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 picks a free one)")
+    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="context window in tokens")
+    parser.add_argument("--max-output", type=int, default=DEFAULT_MAX_OUTPUT, help="largest max_tokens accepted")
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="stop by itself after this many seconds (tests use it)"
+    )
+    args = parser.parse_args(argv)
+    if args.window < 1 or args.max_output < 1:
+        parser.error("--window and --max-output must be positive")
+    if args.max_seconds is not None and args.max_seconds <= 0:
+        parser.error("--max-seconds must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    api = OfflineAPI(window=args.window, max_output=args.max_output)
+    server, stop = start_server(api, args.port)
+    print(
+        f"{server.url} offline stand-in for the Anthropic Messages API (deterministic policy, not a model; "
+        f"window {args.window} tokens)",
+        flush=True,
+    )
+    try:
+        threading.Event().wait(args.max_seconds)  # None waits until interrupted
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""The offline stand-in for the Anthropic Messages API, independent of any transport.
+
+`OfflineAPI.handle(method, path, headers, body)` answers one HTTP request with an `HttpReply`
+whose body is an iterator of byte chunks, so a stream goes out event by event. The in-process
+transport (transport.py) and the real HTTP server (server.py) both run it. Endpoints:
+
+- POST /v1/messages, plain JSON or `"stream": true` server-sent events; the answer comes from
+  the deterministic policy (policy.py), usage from counting.py and the prompt cache (cache.py);
+- POST /v1/messages/count_tokens -> {"input_tokens": N}, the same count the usage reports;
+- GET /v1/models and /v1/models/{id} (any id starting with "claude-" is known);
+- GET /_offline/requests (every request recorded, counts by kind), DELETE it to reset,
+  POST /_offline/faults {"faults": [...]} to queue faults (faults.py).
+
+Nothing in an answer depends on randomness or the wall clock: ids come from counters, and
+the cache's clock is injected.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ctx_magic.offline.cache import Clock, PromptCache
+from ctx_magic.offline.counting import fit_output, output_tokens, request_segments
+from ctx_magic.offline.faults import (
+    STATUS_FAULTS,
+    ApiError,
+    ConnectionDropped,
+    check_faults,
+    prompt_too_long,
+)
+from ctx_magic.offline.policy import Policy
+from ctx_magic.offline.validate import InvalidRequest, check_request
+from ctx_magic.offline.wire import error_json, message_json, stream_events
+
+DEFAULT_WINDOW = 200_000  # the API's standard context window (SPEC T4)
+DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
+MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
+KNOWN_MODEL_PREFIX = "claude-"
+LISTED_MODELS = ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5")
+MODEL_CREATED_AT = "1970-01-01T00:00:00Z"  # the SDK's epoch value for "release date unknown"
+DROP_AFTER_MIN_CHUNKS = 4  # a dropped stream still sends message_start, ping, a block start, a delta
+JSON_HEADERS = (("content-type", "application/json"),)
+SSE_HEADERS = (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    """One HTTP answer; `dropped` means: close the connection without answering at all."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: Iterable[bytes]
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request as the server saw it, for tests to read."""
+
+    method: str
+    path: str
+    body: Any  # the parsed JSON body, None when there was none or it did not parse
+    kind: str  # "normal" / "compaction" / "memory" for /v1/messages, "other" for the rest
+    input_tokens: int | None
+    status: int
+    fault: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class OfflineConfig:
+    """What the stand-in model looks like from outside."""
+
+    window: int = DEFAULT_WINDOW
+    """Context window in tokens: longer prompts get the API's prompt-too-long 400."""
+    max_output: int = DEFAULT_MAX_OUTPUT
+    """Largest max_tokens accepted; reported as the model's max_tokens."""
+    listed_models: tuple[str, ...] = LISTED_MODELS
+    """Ids returned by GET /v1/models (any claude- id is known)."""
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    reply: HttpReply
+    kind: str = "other"
+    input_tokens: int | None = None
+    fault: str | None = None
+    body: Any = None
+
+
+def _json_reply(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()) -> HttpReply:
+    return HttpReply(status, JSON_HEADERS + headers, [json.dumps(data, ensure_ascii=False).encode()])
+
+
+def _error_reply(error: ApiError) -> HttpReply:
+    return _json_reply(error.status, error_json(error.error_type, error.message), error.headers)
+
+
+def _kinds(records: Iterable[RecordedRequest]) -> Counter[str]:
+    return Counter(r.kind for r in records)
+
+
+def _dropping(chunks: list[bytes]) -> Iterator[bytes]:
+    """Send about half of a stream (never its end), then drop the connection."""
+    cut = min(max(DROP_AFTER_MIN_CHUNKS, len(chunks) // 2), len(chunks) - 2)
+    yield from chunks[:cut]
+    raise ConnectionDropped("offline fault injection: connection dropped mid-stream")
+
+
+@dataclass
+class _Counters:
+    """The sequence numbers ids are made of (deterministic, never random)."""
+
+    request: int = 0
+    message: int = 0
+    tool_use: int = 0
+
+
+class OfflineAPI:
+    """The Messages-API stand-in: routing, auth, faults, recording. Thread-safe."""
+
+    def __init__(
+        self,
+        config: OfflineConfig | None = None,
+        *,
+        window: int | None = None,
+        max_output: int | None = None,
+        clock: Clock = time.monotonic,
+        policy: Policy | None = None,
+    ) -> None:
+        config = config or OfflineConfig()
+        self.config = OfflineConfig(
+            window=window if window is not None else config.window,
+            max_output=max_output if max_output is not None else config.max_output,
+            listed_models=config.listed_models,
+        )
+        self.policy = policy or Policy()
+        self.cache = PromptCache(clock)
+        self._lock = threading.Lock()
+        self._faults: deque[str] = deque()
+        self._records: list[RecordedRequest] = []
+        self._counters = _Counters()
+
+    # --- what tests read and steer ---
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request so far, oldest first (a copy)."""
+        with self._lock:
+            return list(self._records)
+
+    def counts(self) -> Counter[str]:
+        """Requests by kind: normal / compaction / memory (model calls) and other."""
+        with self._lock:
+            return _kinds(self._records)
+
+    def model_calls(self, kind: str | None = None) -> int:
+        """Calls to /v1/messages, all of them or those of one kind."""
+        with self._lock:
+            return sum(1 for r in self._records if r.path == "/v1/messages" and kind in (None, r.kind))
+
+    def reset(self) -> None:
+        """Forget the recorded requests (the cache and queued faults stay)."""
+        with self._lock:
+            self._records.clear()
+
+    def inject(self, *faults: str) -> None:
+        """Queue faults for the next calls to /v1/messages, one fault per call."""
+        check_faults(faults)
+        with self._lock:
+            self._faults.extend(faults)
+
+    @property
+    def pending_faults(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._faults)
+
+    # --- the HTTP surface ---
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> HttpReply:
+        """Answer one request; records it when it is an API call (/v1/...)."""
+        method = method.upper()
+        route = urllib.parse.urlsplit(path).path
+        lowered = {k.lower(): v for k, v in headers.items()}
+        with self._lock:
+            if route.startswith("/_offline/"):
+                return self._control(method, route, body)
+            outcome = self._api(method, route, lowered, body)
+            reply = outcome.reply
+            record = RecordedRequest(
+                method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault
+            )
+            self._records.append(record)
+            self._counters.request += 1
+            request_id = ("request-id", f"req_offline_{self._counters.request:06d}")
+            return HttpReply(reply.status, (*reply.headers, request_id), reply.body, reply.dropped)
+
+    def _control(self, method: str, route: str, body: bytes) -> HttpReply:
+        if route == "/_offline/requests" and method == "GET":
+            records = [r.to_json() for r in self._records]
+            return _json_reply(200, {"requests": records, "counts": dict(_kinds(self._records))})
+        if route == "/_offline/requests" and method == "DELETE":
+            self._records.clear()
+            return _json_reply(200, {"cleared": True})
+        if route == "/_offline/faults" and method == "POST":
+            try:
+                faults = tuple(json.loads(body or b"{}").get("faults", []))
+                check_faults(faults)
+            except (ValueError, AttributeError, TypeError) as error:
+                return _error_reply(ApiError(400, "invalid_request_error", str(error)))
+            self._faults.extend(faults)
+            return _json_reply(200, {"queued": list(self._faults)})
+        return _error_reply(ApiError(404, "not_found_error", f"no offline control endpoint {method} {route}"))
+
+    def _api(self, method: str, route: str, headers: Mapping[str, str], body: bytes) -> _Outcome:
+        auth_error = self._check_auth(headers)
+        if auth_error is not None:
+            return _Outcome(_error_reply(auth_error))
+        if method == "POST" and route == "/v1/messages":
+            return self._messages(body)
+        if method == "POST" and route == "/v1/messages/count_tokens":
+            return self._count_tokens(body)
+        if method == "GET" and route == "/v1/models":
+            return _Outcome(self._list_models())
+        if method == "GET" and route.startswith("/v1/models/"):
+            return _Outcome(self._model(urllib.parse.unquote(route.removeprefix("/v1/models/"))))
+        return _Outcome(_error_reply(ApiError(404, "not_found_error", f"Not found: {method} {route}")))
+
+    @staticmethod
+    def _check_auth(headers: Mapping[str, str]) -> ApiError | None:
+        """No x-api-key (nor bearer token) is refused, and so is the key `invalid`."""
+        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not key:
+            return ApiError(401, "authentication_error", "x-api-key header is required")
+        if key == "invalid":
+            return ApiError(401, "authentication_error", "invalid x-api-key")
+        return None
+
+    # --- endpoints ---
+
+    def _parse(self, body: bytes, *, max_output: int | None) -> tuple[Any, ApiError | None]:
+        if len(body) > MAX_REQUEST_BYTES:
+            return None, STATUS_FAULTS["413"]
+        try:
+            request = json.loads(body or b"null")
+            check_request(request, max_output=max_output)
+        except (ValueError, InvalidRequest) as error:
+            return None, ApiError(400, "invalid_request_error", str(error))
+        if not request["model"].startswith(KNOWN_MODEL_PREFIX):
+            return request, ApiError(404, "not_found_error", f"model: {request['model']}")
+        return request, None
+
+    def _count_tokens(self, body: bytes) -> _Outcome:
+        request, error = self._parse(body, max_output=None)
+        if error is not None:
+            return _Outcome(_error_reply(error), body=request)
+        tokens = sum(s.tokens for s in request_segments(request))
+        return _Outcome(_json_reply(200, {"input_tokens": tokens}), input_tokens=tokens, body=request)
+
+    def _messages(self, body: bytes) -> _Outcome:
+        request, error = self._parse(body, max_output=self.config.max_output)
+        if error is not None:
+            return _Outcome(_error_reply(error), body=request)
+        kind = self.policy.kind(request)
+        segments = request_segments(request)
+        tokens = sum(s.tokens for s in segments)
+        fault = self._faults.popleft() if self._faults else None
+        failed = STATUS_FAULTS.get(fault or "")
+        if failed is None and (fault == "ptl" or tokens > self.config.window):
+            failed = prompt_too_long(max(tokens, self.config.window + 1), self.config.window)
+        if failed is not None:
+            return _Outcome(_error_reply(failed), kind, tokens, fault, request)
+        message = self._message(request, self.cache.account(segments).to_json())
+        if request.get("stream"):
+            chunks = stream_events(message)
+            stream = _dropping(chunks) if fault == "drop" else iter(chunks)
+            return _Outcome(HttpReply(200, SSE_HEADERS, stream), kind, tokens, fault, request)
+        reply = HttpReply(200, (), [], dropped=True) if fault == "drop" else _json_reply(200, message)
+        return _Outcome(reply, kind, tokens, fault, request)
+
+    def _message(self, request: Mapping[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """The policy's answer, cut to max_tokens, with ids and usage: a whole Message."""
+        answer = self.policy.answer(request)
+        content, cut = fit_output([dict(b) for b in answer.content], int(request["max_tokens"]))
+        for block in content:
+            if block["type"] == "tool_use":
+                self._counters.tool_use += 1
+                block["id"] = f"toolu_offline_{self._counters.tool_use:06d}"
+        has_calls = any(b["type"] == "tool_use" for b in content)
+        stop = "max_tokens" if cut else ("tool_use" if has_calls else answer.stop_reason)
+        self._counters.message += 1
+        usage = {**usage, "output_tokens": output_tokens(content)}
+        return message_json(f"msg_offline_{self._counters.message:06d}", request["model"], content, stop, usage)
+
+    # --- models ---
+
+    def _model_info(self, model_id: str) -> dict[str, Any]:
+        return {
+            "id": model_id,
+            "type": "model",
+            "display_name": f"{model_id} (offline stand-in)",
+            "created_at": MODEL_CREATED_AT,
+            "lifecycle": "active",
+            "max_input_tokens": self.config.window,
+            "max_tokens": self.config.max_output,
+        }
+
+    def _model(self, model_id: str) -> HttpReply:
+        if not model_id.startswith(KNOWN_MODEL_PREFIX):
+            message = f"model: {model_id} is not known to the offline stand-in (ids start with '{KNOWN_MODEL_PREFIX}')"
+            return _error_reply(ApiError(404, "not_found_error", message))
+        return _json_reply(200, self._model_info(model_id))
+
+    def _list_models(self) -> HttpReply:
+        data = [self._model_info(m) for m in self.config.listed_models]
+        page = {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None}
+        page["last_id"] = data[-1]["id"] if data else None
+        return _json_reply(200, page)

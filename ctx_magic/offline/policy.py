@@ -1,0 +1,210 @@
+"""The offline stand-in's answering policy: fixed rules, not a model.
+
+The local server has no model behind it. It answers with this deterministic policy, a pure
+function of the request JSON, so that tests and benchmarks can drive the whole agent loop
+(tool calls, results, compaction, memory extraction) without a network. The rules, first
+match wins:
+
+1. compaction: the last user message asks for <analysis> and <summary> with numbered
+   sections -> an extractive summary (ctx_magic.offline.compaction);
+2. memory: a memory-extraction request -> the responders registered in MEMORY_RULES, then a
+   generic fallback (this is the extension point for session and long-term memory);
+3. python code: the last user text holds ```python fences, a `python` tool is offered and
+   tool_choice allows it -> one `python` tool call per fence;
+4. tool results: the last user message is only tool results -> a short note of what came back;
+5. anything else -> a short reply saying what the stand-in saw.
+
+`tool_choice: {"type": "none"}` always wins: no answer then carries a tool call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ctx_magic.messages import result_text
+from ctx_magic.offline.compaction import compaction_answer, is_compaction_request
+from ctx_magic.offline.conversation import (
+    Block,
+    Request,
+    content_blocks,
+    first_line,
+    is_error_result,
+    is_tool_results_only,
+    last_line,
+    latest_user,
+    latest_user_text,
+    message_text,
+    messages,
+    requested_headings,
+)
+
+RequestKind = Literal["normal", "compaction", "memory"]
+QUOTE_CHARS = 200  # how much of the latest user text the fallback reply quotes
+PYTHON_TOOL = "python"
+STAND_IN = "Offline stand-in (a deterministic policy, not a model)"
+
+_PYTHON_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+_MEMORY_WORDS = re.compile(r"\b(session[ -]memory|long[- ]term memor|memories|memory file|notes file)", re.I)
+_MEMORY_VERBS = re.compile(r"\b(extract|update|consolidat|record|remember|save)", re.I)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the stand-in says: content blocks (tool_use without ids yet) and why it stopped."""
+
+    content: tuple[Block, ...]
+    stop_reason: str = "end_turn"
+
+    @classmethod
+    def text(cls, text: str) -> Answer:
+        return cls(({"type": "text", "text": text},))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of the policy: when it applies, how it answers, and how requests are counted."""
+
+    name: str
+    kind: RequestKind
+    applies: Callable[[Request], bool]
+    answer: Callable[[Request], Answer]
+
+
+def tools_allowed(request: Request, name: str) -> bool:
+    """Whether the request offers tool `name` and its tool_choice lets the answer call it."""
+    offered = any(t.get("name") == name for t in request.get("tools") or [])
+    choice = request.get("tool_choice") or {"type": "auto"}
+    if choice.get("type") == "none":
+        return False
+    if choice.get("type") == "tool":
+        return offered and choice.get("name") == name
+    return offered
+
+
+def _single_tool_call(request: Request) -> bool:
+    return bool((request.get("tool_choice") or {}).get("disable_parallel_tool_use"))
+
+
+def python_fences(request: Request) -> list[str]:
+    return [code.strip("\n") for code in _PYTHON_FENCE.findall(latest_user_text(request))]
+
+
+def _wants_python(request: Request) -> bool:
+    return bool(python_fences(request)) and tools_allowed(request, PYTHON_TOOL)
+
+
+def _answer_python(request: Request) -> Answer:
+    fences = python_fences(request)[: 1 if _single_tool_call(request) else None]
+    lead = f"{STAND_IN}: running the {len(fences)} python block(s) from your message."
+    calls = [{"type": "tool_use", "name": PYTHON_TOOL, "input": {"code": code}} for code in fences]
+    return Answer(({"type": "text", "text": lead}, *calls), "tool_use")
+
+
+def _wants_result_note(request: Request) -> bool:
+    message = latest_user(request)
+    return message is not None and is_tool_results_only(message)
+
+
+def _answer_results(request: Request) -> Answer:
+    names = {
+        str(b.get("id")): str(b.get("name"))
+        for m in messages(request)
+        for b in content_blocks(m)
+        if b.get("type") == "tool_use"
+    }
+    lines = []
+    for block in content_blocks(latest_user(request) or {}):
+        name = names.get(str(block.get("tool_use_id")), "tool")
+        text = result_text(block)
+        if is_error_result(block):
+            lines.append(f"- {name} reported an error: {last_line(text) or 'no details'}")
+        else:
+            lines.append(f"- {name} returned: {first_line(text) or '(no output)'}")
+    return Answer.text(f"{STAND_IN}: the tool results came back.\n" + "\n".join(lines))
+
+
+def _answer_compaction(request: Request) -> Answer:
+    return Answer.text(compaction_answer(request))
+
+
+def looks_like_memory_request(request: Request) -> bool:
+    """Generic detector: the last user text asks to extract, update or save memories or notes."""
+    text = latest_user_text(request)
+    return bool(_MEMORY_WORDS.search(text) and _MEMORY_VERBS.search(text))
+
+
+def answer_memory_generic(request: Request) -> Answer:
+    """Generic fallback: repeat the headings the request lists, each with the latest request.
+
+    Session-memory and long-term-memory responders that know their own prompts go in
+    MEMORY_RULES, ahead of this one.
+    """
+    latest = first_line(_latest_non_prompt_text(request), QUOTE_CHARS) or "nothing recorded yet"
+    headings = requested_headings(latest_user_text(request))
+    if not headings:
+        return Answer.text(f"{STAND_IN}: no new memories. Latest request: {latest}")
+    return Answer.text("\n\n".join(f"{heading}\n{latest}" for heading in headings))
+
+
+def _latest_non_prompt_text(request: Request) -> str:
+    """The latest user text before the request's own last message (the conversation's last ask)."""
+    for message in reversed(messages(request)[:-1]):
+        if message.get("role") == "user" and message_text(message).strip():
+            return message_text(message)
+    return ""
+
+
+def _answer_default(request: Request) -> Answer:
+    count = len(messages(request))
+    text = latest_user_text(request).strip()
+    seen = f'Your latest message begins: "{text[:QUOTE_CHARS]}"' if text else "Your latest message has no text."
+    return Answer.text(f"{STAND_IN}. I saw {count} message(s). {seen}")
+
+
+MEMORY_RULES: tuple[Rule, ...] = (Rule("memory-generic", "memory", looks_like_memory_request, answer_memory_generic),)
+"""Memory-extraction responders, most specific first; later issues add theirs here."""
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("compaction", "compaction", is_compaction_request, _answer_compaction),
+    *MEMORY_RULES,
+    Rule("python-code", "normal", _wants_python, _answer_python),
+    Rule("tool-results", "normal", _wants_result_note, _answer_results),
+    Rule("fallback", "normal", lambda _request: True, _answer_default),
+)
+
+
+def _without_tool_calls(answer: Answer) -> Answer:
+    content = tuple(b for b in answer.content if b.get("type") != "tool_use")
+    content = content or ({"type": "text", "text": f"{STAND_IN}: no tool calls allowed here."},)
+    stop = "end_turn" if answer.stop_reason == "tool_use" else answer.stop_reason
+    return Answer(content, stop)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """An ordered set of rules; the first that applies answers."""
+
+    rules: tuple[Rule, ...] = DEFAULT_RULES
+
+    def rule_for(self, request: Request) -> Rule:
+        for rule in self.rules:
+            if rule.applies(request):
+                return rule
+        return DEFAULT_RULES[-1]
+
+    def kind(self, request: Request) -> RequestKind:
+        return self.rule_for(request).kind
+
+    def answer(self, request: Request) -> Answer:
+        answer = self.rule_for(request).answer(request)
+        choice: Mapping[str, Any] = request.get("tool_choice") or {}
+        return _without_tool_calls(answer) if choice.get("type") == "none" else answer
+
+    def with_rule(self, rule: Rule, *, first: bool = True) -> Policy:
+        """A policy with one more rule, ahead of the others (or just before the fallback)."""
+        rules = (rule, *self.rules) if first else (*self.rules[:-1], rule, self.rules[-1])
+        return dataclasses.replace(self, rules=rules)
