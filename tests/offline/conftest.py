@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 import anthropic
 import pytest
-from offline.offline_support import MAX_OUTPUT, WINDOW, FakeClock
 
 from ctx_magic.offline import OfflineAPI, offline_client, serve_in_thread
+
+from .offline_support import MAX_OUTPUT, WINDOW, FakeClock
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from offline.offline_support import FakeClock
 
 from ctx_magic.offline.cache import PromptCache
 from ctx_magic.offline.counting import input_tokens, request_segments
+
+from .offline_support import FakeClock
 
 WORDS = ["alpha", "beta", "gamma", "delta"]
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import anthropic
 import pytest
-from offline.offline_support import MODEL, PYTHON_TOOL, text_of, user
 
 from ctx_magic.context.prompts import (
     SUMMARY_SECTIONS,
@@ -18,6 +17,8 @@ from ctx_magic.context.prompts import (
 )
 from ctx_magic.offline import OfflineAPI
 from ctx_magic.offline.compaction import QUOTE_LIMIT, compaction_answer, is_compaction_request, mentioned_paths
+
+from .offline_support import MODEL, PYTHON_TOOL, text_of, user
 
 USER_MESSAGES = [
     "Load data/sales.csv and show me the first rows.",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import anthropic
 import httpx2
 import pytest
-from offline.offline_support import MODEL, WINDOW, text_of, user
 
 from ctx_magic.errors import PromptTooLong, is_prompt_too_long
 from ctx_magic.offline import OfflineAPI, offline_client
+
+from .offline_support import MODEL, WINDOW, text_of, user
 
 LONG_TEXT = "The quick brown fox jumps over the lazy dog. " * 2_500  # about 25,000 tokens
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import anthropic
-from offline.offline_support import MODEL, PYTHON_TOOL, text_of, user
 
 from ctx_magic.offline import OfflineAPI
+
+from .offline_support import MODEL, PYTHON_TOOL, text_of, user
 
 CODE_REQUEST = (
     "Load the data and plot it.\n"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-from offline.offline_support import MODEL, PYTHON_TOOL, text_of, user
 
 from ctx_magic.offline import Answer, OfflineAPI, Policy, Rule, offline_client
+
+from .offline_support import MODEL, PYTHON_TOOL, text_of, user
 
 TWO_BLOCKS = "Run these:\n```python\nx = 1\n```\nand\n```python\nprint(x)\n```"
 

@@ -8,9 +8,10 @@ import sys
 import anthropic
 import httpx2
 import pytest
-from offline.offline_support import MAX_OUTPUT, MODEL, WINDOW, user
 
 from ctx_magic.offline import OfflineAPI, serve_in_thread
+
+from .offline_support import MAX_OUTPUT, MODEL, WINDOW, user
 
 CLI_MAX_SECONDS = 20  # the command line server stops by itself well before the test's timeout
 

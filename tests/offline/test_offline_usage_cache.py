@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-from offline.offline_support import MODEL, PYTHON_TOOL, FakeClock, user
 
 from ctx_magic.offline import OfflineAPI
 from ctx_magic.offline.counting import input_tokens
+
+from .offline_support import MODEL, PYTHON_TOOL, FakeClock, user
 
 LONG_SYSTEM = "You are a careful data analyst working in a notebook. " * 40
 CACHED_SYSTEM = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
