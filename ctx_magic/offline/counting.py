@@ -10,6 +10,7 @@ sum over its segments, so `count_tokens` and the usage of a reply always agree.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -25,6 +26,13 @@ from ctx_magic.offline.conversation import Block, Request, content_blocks, messa
 FLAT_BLOCK_TYPES = frozenset({"image", "document"})
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # the API's two prompt-cache lifetimes
 DEFAULT_TTL = "5m"
+COUNT_MEMO_SIZE = 16_384  # blocks remembered: a growing conversation re-sends the same ones each turn
+
+
+@functools.lru_cache(maxsize=COUNT_MEMO_SIZE)
+def _count(text: str) -> int:
+    """count_text, remembered: every request re-counts the whole conversation before it."""
+    return count_text(text)
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ def render_tool(tool: Mapping[str, Any]) -> str:
 def block_count(block: Block) -> int:
     if block.get("type") in FLAT_BLOCK_TYPES:
         return IMAGE_TOKENS
-    tokens = count_text(render_block(block))
+    tokens = _count(render_block(block))
     content = block.get("content")
     if block.get("type") == "tool_result" and isinstance(content, list):
         tokens += IMAGE_TOKENS * sum(1 for b in content if b.get("type") in FLAT_BLOCK_TYPES)
@@ -88,13 +96,13 @@ def request_segments(request: Request) -> list[Segment]:
     """
     units: list[tuple[str, int, Mapping[str, Any]]] = []
     for tool in request.get("tools") or []:
-        units.append((f"tool:{canonical(tool)}", count_text(render_tool(tool)), tool))
+        units.append((f"tool:{canonical(tool)}", _count(render_tool(tool)), tool))
     for block in system_blocks(request):
-        units.append((f"system:{canonical(block)}", count_text(str(block.get("text", ""))), block))
+        units.append((f"system:{canonical(block)}", _count(str(block.get("text", ""))), block))
     for message in messages(request):
         role = str(message.get("role", ""))
         for i, block in enumerate(content_blocks(message)):
-            marker = count_text(f"{role}:") if i == 0 else 0
+            marker = _count(f"{role}:") if i == 0 else 0
             units.append((f"{role}:{i}:{canonical(block)}", marker + block_count(block), block))
     segments: list[Segment] = []
     running = hashlib.sha256()
