@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Persisted
 from ctx_magic.messages import Block, Message, result_chars, result_text
 
@@ -74,10 +75,24 @@ def _choose(results: list[tuple[Block, str]], settings: BudgetSettings) -> set[i
     for block in sorted(persistable, key=result_chars, reverse=True):
         if remaining <= settings.max_message_chars:
             break
-        if id(block) not in chosen:
+        if id(block) not in chosen and _worth_persisting(block, settings):
             chosen.add(id(block))
             remaining -= result_chars(block) - settings.preview_chars
     return chosen
+
+
+def _worth_persisting(block: Block, settings: BudgetSettings) -> bool:
+    """A result under the single-result limit is persisted only if that makes it smaller.
+
+    (Over 50,000 characters a 2,000-character preview always is; below, a result of mostly
+    whitespace can tokenize smaller than the preview plus the note, and the live count must
+    never grow.)
+    """
+    text = result_text(block)
+    if len(text) <= settings.preview_chars:
+        return False
+    stand_in = persisted_block("tool-results/x.txt", len(text), preview(text, settings.preview_chars))
+    return count_text(stand_in) < count_text(text)
 
 
 def apply_tool_result_budget(

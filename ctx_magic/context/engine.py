@@ -21,6 +21,7 @@ from ctx_magic.context.microcompact import (
     MicrocompactSettings,
     clear_results,
     clearable,
+    cleared_text,
     microcompact_trigger,
 )
 from ctx_magic.context.snip import DEFAULT_SNIP_MAX_MESSAGES, KEEP_HEAD, snip_middle
@@ -291,30 +292,26 @@ def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], tri
     return messages, _with_freed(state, messages, freed), [event]
 
 
-def _candidate_tokens(messages: Sequence[Message], state: ContextState, candidates: Sequence[str],
-                      stub_tokens: int) -> int:
-    total = 0
-    for tool_use_id in candidates:
-        message = messages[state.positions[tool_use_id]]
-        memo = message.memo.setdefault("result_tokens", {})
-        if tool_use_id not in memo:
-            block = next(b for b in message.blocks("tool_result") if b["tool_use_id"] == tool_use_id)
-            memo[tool_use_id] = block_tokens(block)
-        total += memo[tool_use_id] - stub_tokens
-    return total
+def _result_tokens(messages: Sequence[Message], state: ContextState, tool_use_id: str) -> int:
+    message = messages[state.positions[tool_use_id]]
+    memo = message.memo.setdefault("result_tokens", {})
+    if tool_use_id not in memo:
+        block = next(b for b in message.blocks("tool_result") if b["tool_use_id"] == tool_use_id)
+        memo[tool_use_id] = block_tokens(block)
+    return memo[tool_use_id]
 
 
 def _microcompact(messages: list[Message], state: ContextState, settings: ContextSettings, now: float,
                   overhead_tokens: int):
     mc = settings.microcompact
-    candidates = clearable(state.compactable, mc.keep_recent)
-    if not candidates:
+    older = clearable(state.compactable, mc.keep_recent)
+    if not older:
         return messages, state, []
+    # A result smaller than its stub stays: clearing it would grow the context.
+    sizes = {i: _result_tokens(messages, state, i) - _stub_tokens(state, i) for i in older}
+    candidates = [i for i in older if sizes[i] > 0]
     tokens = measure(messages, state, settings, overhead_tokens).tokens
-    stub = count_text("[Old tool result content cleared]")
-    candidate_tokens = 0
-    if tokens >= settings.thresholds.warning:
-        candidate_tokens = _candidate_tokens(messages, state, candidates, stub)
+    candidate_tokens = sum(sizes[i] for i in candidates)
     trigger = microcompact_trigger(
         messages, candidates, candidate_tokens, now=now, tokens=tokens,
         warning=settings.thresholds.warning, settings=mc,
@@ -322,6 +319,10 @@ def _microcompact(messages: list[Message], state: ContextState, settings: Contex
     if trigger is None:
         return messages, state, []
     return _clear(messages, state, candidates, trigger)
+
+
+def _stub_tokens(state: ContextState, tool_use_id: str) -> int:
+    return count_text(cleared_text(state.persisted_paths.get(tool_use_id)))
 
 
 def result_counts(state: ContextState) -> tuple[int, int, int]:

@@ -13,13 +13,15 @@ import re
 SUMMARY_SECTIONS: tuple[tuple[str, str], ...] = (
     ("Primary Request and Intent", "every explicit request and intent of the user, in detail"),
     ("Key Technical Concepts", "libraries, data, methods and decisions that matter"),
-    ("Files and Code Sections", "each file or notebook cell examined, changed or created, with the code that matters and why"),
+    ("Files and Code Sections",
+     "each file or notebook cell examined, changed or created, with the code that matters and why"),
     ("Errors and Fixes", "each error met and how it was fixed, including what the user said about it"),
     ("Problem Solving", "problems solved and any investigation still under way"),
     ("All User Messages", "every message the user wrote (not tool results), verbatim, in order"),
     ("Pending Tasks", "what the user asked for that is not done yet"),
     ("Current Work", "exactly what was being worked on just before this summary, with names and code"),
-    ("Optional Next Step", "the next step in line with the latest request, quoting the conversation verbatim to show where the work stopped"),
+    ("Optional Next Step",
+     "the next step in line with the latest request, quoting the conversation verbatim to show where the work stopped"),
 )
 
 # C8 "up to": newer messages follow the summary, so it sets context rather than resuming.

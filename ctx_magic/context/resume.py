@@ -7,6 +7,7 @@ replace it, snips cut it, and every persisted or cleared result gets the very by
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,11 +16,14 @@ from ctx_magic.events import Cleared, Compacted, Persisted, Snipped, event_from_
 from ctx_magic.messages import Message
 
 
-def fold_transcript(records: Iterable[Mapping[str, Any]]) -> tuple[list[Message], ContextState, list[str]]:
+def fold_transcript(
+    records: Iterable[Mapping[str, Any]], saved: ContextState | None = None
+) -> tuple[list[Message], ContextState, list[str]]:
     """Replay transcript records into (live messages, engine state, problems found).
 
-    Records that refer to unknown messages are reported, never fatal: the live list is
-    rebuilt from what can be trusted.
+    `saved` is the state.json snapshot: it brings back what the log does not carry (the
+    learned correction, tokens freed since the last response). Records that refer to unknown
+    messages are reported, never fatal: the live list is rebuilt from what can be trusted.
     """
     by_uuid: dict[str, Message] = {}
     live: list[Message] = []
@@ -51,7 +55,8 @@ def fold_transcript(records: Iterable[Mapping[str, Any]]) -> tuple[list[Message]
                 if missing:
                     problems.append(f"compaction refers to {len(missing)} unknown messages")
                 live = [by_uuid[u] for u in event.live_uuids if u in by_uuid]
-    state = ContextState(
+    state = dataclasses.replace(
+        saved or ContextState(),
         decided=frozenset(persisted),
         persisted=persisted,
         persisted_paths=persisted_paths,

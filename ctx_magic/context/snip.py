@@ -66,5 +66,7 @@ def snip_middle(
     count = sum(snipped_count(m) for m in removed)
     marker = user_text(marker_text(count, transcript_path), timestamp=now, snipped_count=count)
     freed = sum(message_tokens(m) for m in removed if m.sent) - message_tokens(marker)
+    if freed <= 0:
+        return list(messages), []  # a marker bigger than what it replaces would grow the context
     event = Snipped(count, tuple(m.uuid for m in removed), marker.uuid, freed, trigger)
     return [*messages[:head_end], marker, *messages[tail_start:]], [event]

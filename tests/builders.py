@@ -1,0 +1,48 @@
+"""Shared builders for tests: small conversations written the way the loop writes them."""
+
+from __future__ import annotations
+
+import itertools
+
+from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
+
+_ids = itertools.count(1)
+
+
+def assistant(*blocks, api_id: str | None = None, usage: Usage | None = None, t: float = 0.0) -> Message:
+    """An assistant message; gets an API id and usage unless told otherwise."""
+    n = next(_ids)
+    return Message(
+        "assistant",
+        tuple(blocks),
+        api_id=api_id or f"msg_{n}",
+        usage=usage if usage is not None else Usage(100, 10),
+        timestamp=t,
+    )
+
+
+def text(s: str) -> dict:
+    return {"type": "text", "text": s}
+
+
+def call(tool: str = "python", tool_input: dict | None = None, tool_use_id: str | None = None) -> dict:
+    return tool_use_block(tool_use_id or f"toolu_{next(_ids)}", tool, tool_input or {"code": "1"})
+
+
+def results(*pairs, t: float = 0.0) -> Message:
+    """A user message of tool results: pairs of (tool_use_id, content)."""
+    return Message("user", tuple(tool_result_block(i, c) for i, c in pairs), timestamp=t)
+
+
+def exchange(tool: str, output: str, t: float = 0.0, usage: Usage | None = None) -> list[Message]:
+    """One tool call and its result."""
+    use = call(tool)
+    return [assistant(use, t=t, usage=usage), results((use["id"], output), t=t + 1)]
+
+
+def conversation(*outputs: str, tool: str = "python", start: float = 0.0) -> list[Message]:
+    """A user request followed by one tool exchange per output, ten seconds apart."""
+    msgs = [user_text("please analyse the data", timestamp=start)]
+    for n, out in enumerate(outputs):
+        msgs += exchange(tool, out, t=start + 10 * n)
+    return msgs

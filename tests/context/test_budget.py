@@ -1,0 +1,105 @@
+"""SPEC L1: tool-result budget, persisted outputs, frozen decisions."""
+
+from __future__ import annotations
+
+from builders import assistant, call, results, text
+
+from ctx_magic.context.budget import (
+    MAX_MESSAGE_RESULTS_CHARS,
+    MAX_RESULT_CHARS,
+    PREVIEW_CHARS,
+    apply_tool_result_budget,
+    preview,
+)
+from ctx_magic.messages import result_text, user_text
+
+
+def path_for(tool_use_id: str) -> str:
+    return f"tool-results/{tool_use_id}.txt"
+
+
+def run(msgs, decided=frozenset(), start=0):
+    names = {b["id"]: b["name"] for m in msgs for b in m.blocks("tool_use")}
+    return apply_tool_result_budget(msgs, start, decided, names, path_for)
+
+
+def one_result(output: str, tool: str = "python"):
+    use = call(tool)
+    return [user_text("go"), assistant(use), results((use["id"], output))], use["id"]
+
+
+def test_l1_constants_are_the_seeds():
+    assert (MAX_RESULT_CHARS, MAX_MESSAGE_RESULTS_CHARS, PREVIEW_CHARS) == (50_000, 200_000, 2_000)
+
+
+def test_l1_result_over_50000_chars_is_persisted_with_preview():
+    output = "line of output\n" * 4_000  # 60,000 chars
+    msgs, tid = one_result(output)
+    out, decided, events = run(msgs)
+    block = out[2].content[0]
+    assert [e.tool_use_id for e in events] == [tid]
+    assert events[0].content == output
+    assert events[0].original_chars == len(output)
+    assert "<persisted-output>" in block["content"]
+    assert path_for(tid) in block["content"]
+    assert "60,000 characters" in block["content"]
+    assert "read_file" in block["content"]
+    assert tid in decided
+
+
+def test_l1_result_of_exactly_50000_chars_stays():
+    msgs, _ = one_result("x" * 50_000)
+    out, _, events = run(msgs)
+    assert events == [] and out == msgs
+
+
+def test_l1_preview_is_2000_chars_cut_at_a_line_end():
+    text_ = "".join(f"row {i:05d} " + "v" * 30 + "\n" for i in range(2_000))
+    cut = preview(text_)
+    assert len(cut) <= 2_000 and text_.startswith(cut) and text_[len(cut)] == "\n"
+
+
+def test_l1_preview_without_newlines_is_hard_cut():
+    assert preview("y" * 10_000) == "y" * 2_000
+
+
+def test_l1_message_total_over_200000_persists_largest_first():
+    uses = [call() for _ in range(5)]
+    sizes = [45_000, 49_000, 48_000, 47_000, 46_000]  # each under 50,000; 235,000 together
+    msgs = [
+        user_text("go"),
+        assistant(*uses),
+        results(*[(u["id"], "z" * n) for u, n in zip(uses, sizes)]),
+    ]
+    out, _, events = run(msgs)
+    assert [e.tool_use_id for e in events] == [uses[1]["id"]]
+    remaining = sum(len(result_text(b)) for b in out[2].content)
+    assert remaining <= MAX_MESSAGE_RESULTS_CHARS
+
+
+def test_l1_read_file_results_are_never_persisted():
+    msgs, _ = one_result("r" * 300_000, tool="read_file")
+    out, _, events = run(msgs)
+    assert events == [] and out == msgs
+
+
+def test_l1_decision_is_frozen_once_made():
+    """A result kept once is never persisted later, even if the rule would now fire."""
+    msgs, tid = one_result("k" * 60_000)
+    out, _, events = run(msgs, decided=frozenset({tid}))
+    assert events == [] and out == msgs
+
+
+def test_l1_only_looks_at_messages_from_start():
+    msgs, _ = one_result("k" * 60_000)
+    out, _, events = run(msgs, start=3)
+    assert events == [] and out == msgs
+
+
+def test_l1_images_in_a_persisted_result_are_kept():
+    use = call()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    msgs = [user_text("go"), assistant(use), results((use["id"], [text("p" * 60_000), image]))]
+    out, _, events = run(msgs)
+    content = out[2].content[0]["content"]
+    assert len(events) == 1 and content[1] == image and "<persisted-output>" in content[0]["text"]

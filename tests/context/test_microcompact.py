@@ -1,0 +1,132 @@
+"""SPEC L3: microcompact's keep-recent rule, idle and pressure triggers, protected tools."""
+
+from __future__ import annotations
+
+from builders import exchange
+
+from ctx_magic.context.engine import ContextSettings, ContextState, prepare
+from ctx_magic.context.microcompact import (
+    CLEAR_AT_LEAST,
+    CLEARED_TEXT,
+    COMPACTABLE_TOOLS,
+    KEEP_RECENT,
+    idle_gap,
+)
+from ctx_magic.context.thresholds import compute_thresholds
+from ctx_magic.events import Cleared
+from ctx_magic.messages import Usage, result_text, user_text
+
+MINUTE = 60.0
+
+
+def session(outputs, tool="python", usage=None):
+    msgs = [user_text("task", timestamp=0.0)]
+    for n, out in enumerate(outputs):
+        msgs += exchange(tool, out, t=float(n), usage=usage)
+    return msgs
+
+
+def results_of(msgs):
+    return [result_text(b) for m in msgs for b in m.blocks("tool_result")]
+
+
+def settings(**kw):
+    return ContextSettings(thresholds=compute_thresholds(200_000, 32_000, env={}), **kw)
+
+
+def test_l3_defaults_are_the_seeds():
+    assert KEEP_RECENT == 5 and CLEAR_AT_LEAST == 20_000
+    assert CLEARED_TEXT == "[Old tool result content cleared]"
+    assert ContextSettings.create(200_000, 32_000, cache_ttl="5m").idle_minutes == 5
+    assert ContextSettings.create(200_000, 32_000, cache_ttl="1h").idle_minutes == 60
+
+
+def outputs(count: int) -> list[str]:
+    return [f"output {n}: " + "some values " * 20 for n in range(count)]
+
+
+def test_l3_idle_gap_over_ttl_clears_all_but_five_most_recent():
+    msgs = session(outputs(8))
+    last = msgs[-2].timestamp
+    out = prepare(msgs, ContextState(), last + 5 * MINUTE + 1, settings())
+    texts = results_of(out.messages)
+    assert texts[:3] == [CLEARED_TEXT] * 3
+    assert texts[3:] == outputs(8)[3:]
+    (event,) = [e for e in out.events if isinstance(e, Cleared)]
+    assert event.trigger == "idle" and len(event.replacements) == 3
+
+
+def test_l3_no_clearing_within_the_ttl():
+    msgs = session(outputs(8))
+    out = prepare(msgs, ContextState(), msgs[-2].timestamp + 5 * MINUTE, settings())
+    assert results_of(out.messages) == outputs(8)
+
+
+def test_l3_results_smaller_than_the_stub_stay():
+    """Clearing "42" would put a longer stub in its place: the live count must never grow."""
+    msgs = session(["42"] * 8)
+    out = prepare(msgs, ContextState(), 3_600, settings())
+    assert results_of(out.messages) == ["42"] * 8
+
+
+def test_l3_one_hour_cache_waits_an_hour():
+    msgs = session(outputs(8))
+    hour = ContextSettings.create(200_000, 32_000, cache_ttl="1h", env={})
+    assert not [e for e in prepare(msgs, ContextState(), 30 * MINUTE, hour).events if isinstance(e, Cleared)]
+    assert [e for e in prepare(msgs, ContextState(), 61 * MINUTE + 10, hour).events if isinstance(e, Cleared)]
+
+
+def test_l3_keep_recent_is_configurable():
+    msgs = session(outputs(8))
+    out = prepare(msgs, ContextState(), 3_600, settings(keep_recent=2))
+    assert results_of(out.messages).count(CLEARED_TEXT) == 6
+
+
+def test_l3_protected_tools_are_never_cleared():
+    assert "memory" not in COMPACTABLE_TOOLS and "ask_user" not in COMPACTABLE_TOOLS
+    msgs = session([f"remembered {n}" for n in range(8)], tool="memory")
+    out = prepare(msgs, ContextState(), 3_600, settings())
+    assert CLEARED_TEXT not in results_of(out.messages)
+
+
+def test_l3_pressure_clears_when_above_warning_and_enough_is_freed():
+    big = "word " * 6_000  # about 6,000 tokens each
+    msgs = session([big] * 10, usage=Usage(150_000, 100))  # anchor says 150,100 > warning
+    out = prepare(msgs, ContextState(), 1.0, settings())
+    (event,) = [e for e in out.events if isinstance(e, Cleared)]
+    assert event.trigger == "pressure" and len(event.replacements) == 5
+    assert event.tokens_freed >= 20_000
+
+
+def test_l3_pressure_does_not_fire_for_too_little():
+    msgs = session(["small output"] * 10, usage=Usage(150_000, 100))
+    out = prepare(msgs, ContextState(), 1.0, settings())
+    assert not [e for e in out.events if isinstance(e, Cleared)]
+
+
+def test_l3_pressure_needs_the_warning_level():
+    big = "word " * 6_000
+    msgs = session([big] * 10, usage=Usage(1_000, 100))
+    out = prepare(msgs, ContextState(), 1.0, settings())
+    assert not [e for e in out.events if isinstance(e, Cleared)]
+
+
+def test_l3_cleared_result_names_its_persisted_file():
+    msgs = session(["p" * 60_000] + outputs(6))
+    out = prepare(msgs, ContextState(), 3_600, settings())
+    first = results_of(out.messages)[0]
+    assert first.startswith(CLEARED_TEXT) and "tool-results/" in first
+
+
+def test_l3_idle_gap_measures_from_last_assistant_answer():
+    msgs = session(["a", "b"])
+    assert idle_gap(msgs, 100.0) == 100.0 - msgs[-2].timestamp
+    assert idle_gap([user_text("x")], 10.0) is None
+
+
+def test_l3_freed_tokens_before_anchor_lower_the_count():
+    big = "word " * 6_000
+    msgs = session([big] * 10, usage=Usage(150_000, 100))
+    before = prepare(msgs, ContextState(), 1.0, settings(clear_at_least=10**9))
+    after = prepare(msgs, ContextState(), 1.0, settings())
+    assert after.tokens < before.tokens - 20_000
