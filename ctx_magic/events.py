@@ -100,6 +100,7 @@ class Compacted(Event):
     live_uuids: tuple[str, ...]
     summary: str
     rebound: bool = False  # the new context is already over the threshold
+    summarized_uuids: tuple[str, ...] = ()  # the live messages the summary replaced
 
 
 # -- observations (not needed to rebuild, recorded for the panel and benchmarks) ----------
@@ -190,8 +191,17 @@ class Notice(Event):
     text: str
 
 
+@dataclass(frozen=True)
+class ImagesStripped(Event):
+    """A request-too-large (413) answer: images and documents in these messages were removed."""
+
+    name: ClassVar[str] = "images_stripped"
+    durable: ClassVar[bool] = True
+    message_uuids: tuple[str, ...]
+
+
 DURABLE_EVENTS: dict[str, type[Event]] = {
-    cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted)
+    cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted, ImagesStripped)
 }
 
 

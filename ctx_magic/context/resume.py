@@ -12,7 +12,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ctx_magic.context.engine import ContextState, apply_decisions
-from ctx_magic.events import Cleared, Compacted, Persisted, Snipped, event_from_json
+from ctx_magic.context.reactive import strip_images
+from ctx_magic.events import (
+    DURABLE_EVENTS,
+    Cleared,
+    Compacted,
+    ImagesStripped,
+    Persisted,
+    Snipped,
+    event_from_json,
+)
 from ctx_magic.messages import Message
 
 
@@ -37,7 +46,7 @@ def fold_transcript(
             message = Message.from_json(record)
             by_uuid[message.uuid] = message
             live.append(message)
-        elif kind == "event" and record.get("event") in ("persisted", "snipped", "cleared", "compacted"):
+        elif kind == "event" and record.get("event") in DURABLE_EVENTS:
             try:
                 event = event_from_json(record)
             except (KeyError, TypeError, ValueError) as error:
@@ -50,6 +59,12 @@ def fold_transcript(
                 cleared.update(event.replacements)
             elif isinstance(event, Snipped):
                 live = _apply_snip(live, event, by_uuid, problems)
+            elif isinstance(event, ImagesStripped):
+                touched = set(event.message_uuids)
+                stripped, _ = strip_images([m for m in live if m.uuid in touched])
+                replaced = {m.uuid: m for m in stripped}
+                live = [replaced.get(m.uuid, m) for m in live]
+                by_uuid.update(replaced)
             elif isinstance(event, Compacted):
                 missing = [u for u in event.live_uuids if u not in by_uuid]
                 if missing:

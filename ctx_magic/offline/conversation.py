@@ -61,6 +61,32 @@ def latest_user_text(request: Request) -> str:
     return message_text(message) if message is not None else ""
 
 
+# Context a client puts around the user's ask (a compaction summary, re-read files, notes on the
+# tools, a snip marker) is background, not a request: a model would not re-run code quoted there.
+BACKGROUND_PREFIXES = (
+    "This session is being continued",
+    "The earlier part of this conversation was summarized",
+    "<recent-file",
+    "Tools available:",
+    "Session notes are kept",
+    "[earlier conversation truncated",
+)
+
+
+def is_background(text: str) -> bool:
+    stripped = text.lstrip()
+    return stripped.startswith(BACKGROUND_PREFIXES) or "earlier messages were snipped" in stripped[:200]
+
+
+def asked_text(request: Request) -> str:
+    """The latest user text without the background blocks around it."""
+    message = latest_user(request)
+    if message is None:
+        return ""
+    blocks = [b.get("text", "") for b in content_blocks(message) if b.get("type") == "text"]
+    return "\n\n".join(t for t in blocks if not is_background(t))
+
+
 def is_tool_results_only(message: Mapping[str, Any]) -> bool:
     """Whether a user message carries tool results and nothing but them."""
     blocks = content_blocks(message)

@@ -30,6 +30,7 @@ from ctx_magic.offline.compaction import compaction_answer, is_compaction_reques
 from ctx_magic.offline.conversation import (
     Block,
     Request,
+    asked_text,
     content_blocks,
     first_line,
     is_error_result,
@@ -90,7 +91,7 @@ def _single_tool_call(request: Request) -> bool:
 
 
 def python_fences(request: Request) -> list[str]:
-    return [code.strip("\n") for code in _PYTHON_FENCE.findall(latest_user_text(request))]
+    return [code.strip("\n") for code in _PYTHON_FENCE.findall(asked_text(request))]
 
 
 def _wants_python(request: Request) -> bool:

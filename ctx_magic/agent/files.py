@@ -1,0 +1,175 @@
+"""The file tools: read_file, list_files, grep, confined to the session's root folder.
+
+Paths outside the root, and symlinks that lead out of it, are refused with a clear tool
+error. read_file remembers what it read: re-reading an unchanged file returns a short stub
+while the earlier result is still in context, and the most recent reads are re-read fresh
+after a compaction (C7).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctx_magic.messages import decode_output
+
+READ_DEFAULT_LINES = 2_000
+READ_MAX_LINE_CHARS = 2_000
+LIST_MAX_ENTRIES = 500
+GREP_MAX_MATCHES = 200
+GREP_MAX_FILE_BYTES = 5_000_000
+SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".ipynb_checkpoints", ".venv", "venv"})
+
+UNCHANGED_STUB = (
+    "File unchanged since it was last read with the same offset and limit; its content is in "
+    "the earlier read_file result ({tool_use_id}), still in context."
+)
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should read (becomes an is_error tool result)."""
+
+
+@dataclass(frozen=True)
+class FileRead:
+    path: str  # as resolved, absolute
+    mtime_ns: int
+    size: int
+    offset: int
+    limit: int
+    tool_use_id: str
+
+
+@dataclass
+class FileTools:
+    """read_file / list_files / grep over `root` (plus read-only `extra_roots`)."""
+
+    root: Path
+    extra_roots: Sequence[Path] = ()
+    reads: dict[str, FileRead] = field(default_factory=dict)
+    """Most recent read of each file, insertion-ordered oldest first."""
+
+    def resolve(self, raw: str | None, *, must_exist: bool = True) -> Path:
+        """The absolute path for `raw`, refused when it (or a symlink in it) leaves the roots."""
+        text = (raw or ".").strip() or "."
+        candidate = Path(text).expanduser()
+        if not candidate.is_absolute():
+            candidate = self.root / candidate
+        resolved = candidate.resolve()
+        allowed = [self.root.resolve(), *(r.resolve() for r in self.extra_roots)]
+        if not any(resolved == r or r in resolved.parents for r in allowed):
+            raise ToolError(
+                f"{text} is outside the session folder ({self.root}); only files under it can be read."
+            )
+        if must_exist and not resolved.exists():
+            raise ToolError(f"{text} does not exist.")
+        return resolved
+
+    def read_file(self, path: str, offset: int | None = None, limit: int | None = None, *,
+                  tool_use_id: str = "", is_live: Callable[[str], bool] = lambda _id: False) -> str:
+        target = self.resolve(path)
+        if target.is_dir():
+            raise ToolError(f"{path} is a folder; use list_files to see what it holds.")
+        start = max(1, int(offset or 1))
+        count = max(1, int(limit or READ_DEFAULT_LINES))
+        stat = target.stat()
+        key = str(target)
+        previous = self.reads.get(key)
+        if (previous and previous.mtime_ns == stat.st_mtime_ns and previous.size == stat.st_size
+                and (previous.offset, previous.limit) == (start, count) and is_live(previous.tool_use_id)):
+            return UNCHANGED_STUB.format(tool_use_id=previous.tool_use_id)
+        text = self._numbered(target, start, count)
+        self.reads.pop(key, None)
+        self.reads[key] = FileRead(key, stat.st_mtime_ns, stat.st_size, start, count, tool_use_id)
+        return text
+
+    @staticmethod
+    def _numbered(target: Path, start: int, count: int) -> str:
+        try:
+            data = target.read_bytes()
+        except OSError as error:
+            raise ToolError(f"could not read {target}: {error.strerror or error}") from error
+        lines = decode_output(data).splitlines()
+        if not lines:
+            return "(empty file)"
+        if start > len(lines):
+            raise ToolError(f"offset {start} is past the end of the file ({len(lines)} lines).")
+        chosen = lines[start - 1 : start - 1 + count]
+        width = len(str(start + len(chosen)))
+        out = [f"{n:>{width}}\t{line[:READ_MAX_LINE_CHARS]}" for n, line in enumerate(chosen, start)]
+        end = start + len(chosen) - 1
+        if end < len(lines):
+            out.append(f"[lines {start}-{end} of {len(lines)}; read on with offset={end + 1}]")
+        return "\n".join(out)
+
+    def _walk(self, base: Path) -> Iterator[Path]:
+        root_allowed = [self.root.resolve(), *(r.resolve() for r in self.extra_roots)]
+        for folder, dirs, files in os.walk(base, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+            for name in sorted(files):
+                path = Path(folder) / name
+                real = path.resolve()
+                if any(real == r or r in real.parents for r in root_allowed):
+                    yield path
+
+    def list_files(self, path: str | None = None, pattern: str | None = None) -> str:
+        base = self.resolve(path)
+        if base.is_file():
+            return str(base.relative_to(self.root.resolve())) if self._under_root(base) else str(base)
+        entries = []
+        for file in self._walk(base):
+            rel = file.relative_to(base).as_posix()
+            if pattern and not (fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(file.name, pattern)):
+                continue
+            entries.append(rel)
+            if len(entries) > LIST_MAX_ENTRIES:
+                break
+        if not entries:
+            return "(no files match)"
+        more = len(entries) > LIST_MAX_ENTRIES
+        listing = "\n".join(entries[:LIST_MAX_ENTRIES])
+        return listing + (f"\n[more than {LIST_MAX_ENTRIES} files; narrow the pattern]" if more else "")
+
+    def grep(self, pattern: str, path: str | None = None) -> str:
+        try:
+            regex = re.compile(pattern)
+        except re.error as error:
+            raise ToolError(f"bad regular expression {pattern!r}: {error}") from error
+        base = self.resolve(path)
+        files = [base] if base.is_file() else list(self._walk(base))
+        matches = []
+        for file in files:
+            try:
+                if file.stat().st_size > GREP_MAX_FILE_BYTES:
+                    continue
+                data = file.read_bytes()
+            except OSError:
+                continue
+            if b"\0" in data[:4096]:
+                continue  # binary
+            shown = file.relative_to(base).as_posix() if file != base else file.name
+            for number, line in enumerate(decode_output(data).splitlines(), 1):
+                if regex.search(line):
+                    matches.append(f"{shown}:{number}: {line[:300]}")
+                    if len(matches) >= GREP_MAX_MATCHES:
+                        return "\n".join(matches) + f"\n[stopped at {GREP_MAX_MATCHES} matches]"
+        return "\n".join(matches) if matches else "(no matches)"
+
+    def _under_root(self, path: Path) -> bool:
+        root = self.root.resolve()
+        return path == root or root in path.parents
+
+    def recent_reads(self, count: int) -> list[FileRead]:
+        return list(self.reads.values())[-count:][::-1]
+
+    def invalidate_stubs(self) -> None:
+        """Post-compact cleanup (C10): no stub may point at a result the summary replaced.
+
+        The reads themselves stay, most recent last, so the next compaction can still
+        rehydrate the files the work is about.
+        """
+        self.reads = {k: FileRead(r.path, r.mtime_ns, r.size, r.offset, r.limit, "") for k, r in self.reads.items()}

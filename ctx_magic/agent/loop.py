@@ -1,0 +1,192 @@
+"""The turn loop: prepare (L1-L3) -> auto-compact if due (L4) -> call -> stream -> run tools ->
+append results -> repeat until the model ends its turn.
+
+A prompt-too-long from the API gets one reactive compaction per turn (L5); a 413 for bytes
+gets its images stripped once. Every error a user can meet ends the turn with one clear
+message and a valid conversation (SPEC M5, N5); an interrupt closes any open tool call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ctx_magic.agent import compaction
+from ctx_magic.agent.files import ToolError
+from ctx_magic.agent.model import ModelReply
+from ctx_magic.agent.session import MAX_MODEL_CALLS_PER_TURN, Session
+from ctx_magic.agent.tools import ToolCall, ToolOutput
+from ctx_magic.context.engine import clear_now
+from ctx_magic.context.invariants import INTERRUPTED_RESULT
+from ctx_magic.context.reactive import strip_images
+from ctx_magic.context.tokens import ContextCount
+from ctx_magic.errors import CompactionFailed, CtxMagicError, PromptTooLong, RequestTooLarge
+from ctx_magic.events import ImagesStripped, Status, TextDelta, ToolFinished, ToolStarted, UsageUpdated
+from ctx_magic.messages import Block, Message, result_text, tool_result_block
+
+
+class ContextFull(CtxMagicError):
+    """The context is past the blocking limit and could not be compacted."""
+
+
+@dataclass
+class TurnResult:
+    text: str = ""
+    error: str | None = None
+    interrupted: bool = False
+    model_calls: int = 0
+    compactions: list[str] = field(default_factory=list)
+
+
+def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
+    """One turn of the conversation: the user's message and everything it leads to."""
+    result = TurnResult()
+    session.turns += 1
+    blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
+    session.append(Message("user", tuple(blocks), timestamp=session.clock()))
+    try:
+        _loop(session, result)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        session.notice("Interrupted: the conversation is intact; run %%agent again to go on.", "warning")
+    except CtxMagicError as error:
+        result.error = str(error)
+        session.notice(str(error), "error")
+    finally:
+        session.emit(Status("idle"))
+        session.end_turn()
+    return result
+
+
+def _loop(session: Session, result: TurnResult) -> None:
+    reactive_used = stripped = False
+    for _ in range(MAX_MODEL_CALLS_PER_TURN):
+        prepared = session.prepare()
+        if prepared.compact_due and compaction.auto_compact(session):
+            result.compactions.append("auto")
+            prepared = session.prepare()
+        if prepared.zone == "blocked":
+            raise ContextFull(
+                f"The context is full ({prepared.tokens:,} of {session.engine_settings().thresholds.window:,} "
+                "tokens) and could not be compacted. Run %compact, or start over with %%agent --new."
+            )
+        try:
+            reply = _call(session, prepared.count)
+        except PromptTooLong as error:
+            if reactive_used:
+                raise CtxMagicError(
+                    f"{error} It happened again after compacting; the conversation is kept as it was. "
+                    "Run %compact with instructions, or %%agent --new."
+                ) from error
+            reactive_used = True
+            session.notice(f"{error} Compacting and retrying once.", "warning")
+            try:
+                compaction.reactive_compact(session)
+            except CompactionFailed as failure:
+                raise CtxMagicError(f"{error} Compaction to recover failed too: {failure}") from failure
+            result.compactions.append("reactive")
+            continue
+        except RequestTooLarge:
+            if stripped:
+                raise
+            stripped = True
+            _strip_images(session)
+            continue
+        result.model_calls += 1
+        session.append(Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
+                               usage=reply.usage))
+        result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+        if not reply.tool_uses:
+            return
+        compact_request = _run_tools(session, reply)
+        if compact_request is not None:
+            compaction.manual_compact(session, compact_request or None, trigger="model")
+            result.compactions.append("model")
+    session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
+
+
+def _call(session: Session, count: ContextCount) -> ModelReply:
+    session.emit(Status("thinking"))
+    reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)))
+    session.usage.add(reply.usage)
+    freed = session.state.freed_tokens if count.anchor_index >= 0 else 0
+    actual_new = reply.usage.prompt_tokens - (count.anchor_tokens - freed)
+    estimated_prompt = count.tokens
+    correction = session.state.correction.observe(count.estimated_tokens, actual_new)
+    session.state = dataclasses.replace(session.state, correction=correction)
+    session.emit(UsageUpdated(reply.usage, estimated_prompt, session.state.correction.ratio))
+    return reply
+
+
+def _strip_images(session: Session) -> None:
+    session.notice("The request was larger than the API accepts; removing images and retrying.", "warning")
+    messages, changed = strip_images(session.messages)
+    session.messages = messages
+    session.record_event(ImagesStripped(tuple(changed)))
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+def _run_tools(session: Session, reply: ModelReply) -> str | None:
+    """Run each tool call, append one results message; returns compact instructions if asked."""
+    outputs: list[Block] = []
+    compact_request: str | None = None
+    calls = [ToolCall(b["id"], b["name"], b.get("input") or {}) for b in reply.tool_uses]
+    try:
+        for call in calls:
+            session.emit(ToolStarted(call.id, call.name, dict(call.input)))
+            session.emit(Status("running", call.name))
+            if call.name == "compact":
+                compact_request = str(call.input.get("instructions") or "")
+                output = ToolOutput("Compaction will run right after this step.")
+            else:
+                output = dispatch(session, call)
+            outputs.append(tool_result_block(call.id, output.content or "(no output)", is_error=output.is_error))
+            session.emit(ToolFinished(call.id, call.name, result_text(outputs[-1]), output.is_error))
+    except KeyboardInterrupt:
+        done = {b["tool_use_id"] for b in outputs}
+        outputs += [tool_result_block(c.id, INTERRUPTED_RESULT, is_error=True) for c in calls if c.id not in done]
+        session.append(Message("user", tuple(outputs), timestamp=session.clock()))
+        raise
+    session.append(Message("user", tuple(outputs), timestamp=session.clock()))
+    return compact_request
+
+
+def dispatch(session: Session, call: ToolCall) -> ToolOutput:
+    """Run one tool; any failure becomes an error result the model can read."""
+    args = call.input
+    try:
+        if call.name == "read_file":
+            return ToolOutput(session.files.read_file(
+                str(args.get("path", "")), args.get("offset"), args.get("limit"),
+                tool_use_id=call.id, is_live=session.is_live_result))
+        if call.name == "list_files":
+            return ToolOutput(session.files.list_files(args.get("path"), args.get("pattern")))
+        if call.name == "grep":
+            return ToolOutput(session.files.grep(str(args.get("pattern", "")), args.get("path")))
+        if call.name == "snip":
+            return _snip(session, args.get("tool_use_ids") or [])
+        return session.executor.run(call)
+    except ToolError as error:
+        return ToolOutput(str(error), is_error=True)
+    except (TypeError, ValueError) as error:
+        return ToolOutput(f"Bad input for {call.name}: {error}. Input was {json.dumps(dict(args))[:300]}",
+                          is_error=True)
+
+
+def _snip(session: Session, ids: list[str]) -> ToolOutput:
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return ToolOutput("snip needs tool_use_ids: a list of tool_use id strings.", is_error=True)
+    messages, state, events, unknown = clear_now(session.messages, session.state, ids, "model")
+    session.messages, session.state = messages, state
+    for event in events:
+        session.record_event(event)
+    cleared = [i for e in events for i in e.replacements]
+    text = f"Cleared {len(cleared)} tool result(s) from the context; the transcript keeps them."
+    if unknown:
+        text += f" Not found, already cleared or protected: {', '.join(unknown)}."
+    return ToolOutput(text, is_error=not cleared and bool(unknown))
+

@@ -1,0 +1,237 @@
+"""LLM compaction (SPEC L4, C1-C8): one model call turns the conversation into a summary.
+
+The engine does not know the API: it asks a `Summarizer` (the loop hands one in) to answer
+the compaction prompt with tools forbidden, and builds the new live context from the reply:
+boundary, summary, kept messages, attachments, hook output (C6).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ctx_magic.context.prompts import PTL_RETRY_MARKER, compact_prompt, extract_summary, summary_message_text
+from ctx_magic.context.snip import safe_cuts, snipped_count
+from ctx_magic.context.tokens import message_tokens
+from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong
+from ctx_magic.events import Compacted
+from ctx_magic.messages import Block, Message, text_block, user_text
+
+MAX_PTL_RETRIES = 3  # compact.ts: give up on the summary after three truncations
+PTL_FALLBACK_DROP_SHARE = 0.2  # when the error gives no token gap, drop a fifth of the groups
+AUTO_TRIGGERS = frozenset({"auto", "reactive", "session-memory"})
+
+
+class Summarizer(Protocol):
+    """One model call answering the compaction prompt as plain text.
+
+    Implementations raise PromptTooLong when the request is over the window, CompactionFailed
+    when the reply calls a tool, and ModelError for anything else.
+    """
+
+    def summarize(self, messages: Sequence[Message], prompt: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    messages: list[Message]
+    """The new live context."""
+    new_messages: list[Message]
+    """Messages this compaction created (boundary, summary, attachments, extra): for the transcript."""
+    event: Compacted
+    summary: str
+
+
+# -- C1: what the summarizer sees -------------------------------------------------------------
+
+
+def _text_only(block: Block) -> Block:
+    kind = block.get("type")
+    if kind in ("image", "document"):
+        return text_block(f"[{kind}]")
+    if kind == "tool_result" and isinstance(block.get("content"), list):
+        return {**block, "content": [_text_only(b) for b in block["content"]]}
+    return block
+
+
+def summary_input(messages: Sequence[Message]) -> list[Message]:
+    """Sent messages only, images and documents as [image]/[document], attachments dropped (C1)."""
+    out = []
+    for message in messages:
+        if not message.sent or message.kind == "attachment":
+            continue
+        out.append(message.with_content(_text_only(b) for b in message.content))
+    return out
+
+
+# -- C4: head truncation when the compaction request itself is too long ----------------------
+
+
+def api_round_groups(messages: Sequence[Message]) -> list[list[Message]]:
+    """One group per model response with the tool results that answer it; leading user
+    messages form the first group."""
+    groups: list[list[Message]] = []
+    current_id: object = object()
+    for message in messages:
+        starts_round = message.role == "assistant" and (message.api_id or message.uuid) != current_id
+        if starts_round or not groups:
+            groups.append([])
+            if message.role == "assistant":
+                current_id = message.api_id or message.uuid
+        groups[-1].append(message)
+    return groups
+
+
+def truncate_head_for_ptl(messages: Sequence[Message], gap: int | None) -> list[Message] | None:
+    """Drop the oldest API-round groups covering `gap` tokens (a fifth of them without a gap).
+
+    The marker a previous retry prepended is stripped first: left in, it would be a group of
+    its own at the head and the 20% fallback would drop only the marker, then re-add it, and
+    never make progress (the seeds' self-referential bug). Returns None when nothing is left.
+    """
+    body = list(messages)
+    if body and body[0].meta.get("ptl_retry_marker"):
+        body = body[1:]
+    groups = api_round_groups(body)
+    if len(groups) < 2:
+        return None
+    if gap:
+        dropped, freed = 0, 0
+        while dropped < len(groups) and freed < gap:
+            freed += sum(message_tokens(m) for m in groups[dropped])
+            dropped += 1
+    else:
+        dropped = max(1, math.floor(len(groups) * PTL_FALLBACK_DROP_SHARE))
+    if dropped >= len(groups):
+        return None
+    kept = [m for group in groups[dropped:] for m in group]
+    if kept[0].role == "assistant":
+        marker = Message("user", (text_block(PTL_RETRY_MARKER),), meta={"ptl_retry_marker": True})
+        kept.insert(0, marker)
+    return kept
+
+
+def summarize_with_retries(summarizer: Summarizer, messages: Sequence[Message], prompt: str) -> str:
+    """The summary text, retrying up to three times with a shorter head on prompt-too-long."""
+    attempt = list(messages)
+    for retry in range(MAX_PTL_RETRIES + 1):
+        try:
+            reply = summarizer.summarize(attempt, prompt)
+        except PromptTooLong as error:
+            shorter = truncate_head_for_ptl(attempt, error.gap) if retry < MAX_PTL_RETRIES else None
+            if shorter is None:
+                raise CompactionFailed(
+                    "The conversation is too long to summarize even after dropping its oldest parts. "
+                    "Use %compact --snip, or %agent --new to start over."
+                ) from error
+            attempt = shorter
+            continue
+        except ModelError as error:
+            raise CompactionFailed(f"The summary call failed: {error}") from error
+        summary = extract_summary(reply)
+        if summary is None:
+            raise CompactionFailed("The summary reply had no <summary> block.")
+        return summary
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- C6/C8: the new context -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which live messages are summarized and which are kept, before or after the summary."""
+
+    kept_before: list[Message]
+    to_summarize: list[Message]
+    kept_after: list[Message]
+    direction: str
+
+
+def plan_split(messages: Sequence[Message], direction: str = "full", index: int | None = None) -> Split:
+    """Cut at a place that separates no tool_use from its result (moving the cut earlier).
+
+    full / up_to: summarize messages[:index] (all by default), keep the rest after the summary.
+    from: keep messages[:index] as they are, summarize the rest.
+    """
+    n = len(messages)
+    cut = n if index is None else max(0, min(index, n))
+    safe = safe_cuts(messages)
+    while cut > 0 and not safe[cut]:
+        cut -= 1
+    if direction == "from":
+        return Split(list(messages[:cut]), list(messages[cut:]), [], "from")
+    return Split([], list(messages[:cut]), list(messages[cut:]), direction)
+
+
+def compact_conversation(
+    messages: Sequence[Message],
+    summarizer: Summarizer,
+    *,
+    trigger: str,
+    now: float,
+    transcript_path: str,
+    tokens_before: int,
+    measure: Callable[[Sequence[Message]], int],
+    threshold: int,
+    direction: str = "full",
+    split_at: int | None = None,
+    instructions: str | None = None,
+    previous_boundary: str | None = None,
+    turns_since: int = 0,
+    attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
+    summary_text: str | None = None,
+) -> CompactionResult:
+    """Summarize and rebuild the live context. Raises CompactionFailed, leaving nothing changed.
+
+    `summary_text` skips the model call (session-memory compaction brings its own notes).
+    """
+    split = plan_split(messages, direction, split_at)
+    to_summarize = summary_input(split.to_summarize)
+    if not any(m.role == "user" for m in to_summarize):
+        raise CompactionFailed("There is nothing to summarize yet.")
+    if summary_text is None:
+        prompt_kind = "from" if direction == "from" else ("up_to" if direction == "up_to" else "full")
+        summary_text = summarize_with_retries(summarizer, to_summarize, compact_prompt(prompt_kind, instructions))
+    auto = trigger in AUTO_TRIGGERS
+    summary = user_text(
+        summary_message_text(summary_text, transcript_path, auto=auto, partial=direction),
+        kind="summary", timestamp=now,
+    )
+    kept = [*split.kept_before, *split.kept_after]
+    extra = list(attachments(kept))
+    summarized = [m for m in split.to_summarize if m.sent]
+    count = sum(snipped_count(m) for m in summarized)
+    boundary_meta = {
+        "trigger": trigger,
+        "direction": direction,
+        "tokens_before": tokens_before,
+        "messages_summarized": count,
+        "previous_boundary": previous_boundary,
+        "turns_since_previous": turns_since,
+    }
+    boundary = user_text(f"[compaction boundary: {trigger}]", kind="boundary", timestamp=now, **boundary_meta)
+    if direction == "from":
+        live = [*split.kept_before, boundary, summary, *extra]
+    else:
+        live = [boundary, summary, *split.kept_after, *extra]
+    tokens_after = measure(live)
+    boundary = Message(
+        boundary.role, boundary.content, kind="boundary", uuid=boundary.uuid, timestamp=now,
+        meta={**boundary_meta, "tokens_after": tokens_after},
+    )
+    live = [boundary if m.uuid == boundary.uuid else m for m in live]
+    event = Compacted(
+        trigger=trigger,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        messages_summarized=count,
+        boundary_uuid=boundary.uuid,
+        live_uuids=tuple(m.uuid for m in live),
+        summary=summary_text,
+        rebound=tokens_after >= threshold,
+        summarized_uuids=tuple(m.uuid for m in summarized),
+    )
+    return CompactionResult(live, [boundary, summary, *extra], event, summary_text)
