@@ -25,7 +25,7 @@ from ctx_magic.errors import (
 )
 from ctx_magic.messages import Block, Usage
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_OUTPUT = 16_384
 
 # Used when the Models API cannot be asked (older servers, errors): (window, max output).

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.files import FileRead, FileTools
-from ctx_magic.agent.model import Model, ModelLimits, ModelRequest
+from ctx_magic.agent.model import DEFAULT_MODEL, Model, ModelLimits, ModelRequest
 from ctx_magic.agent.request import system_blocks, to_api_messages
 from ctx_magic.agent.tools import CONTEXT_TOOLS, FILE_TOOLS, Executor
 from ctx_magic.context.engine import ContextSettings, ContextState, Prepared, measure, prepare, result_counts
@@ -44,7 +44,7 @@ MAX_MODEL_CALLS_PER_TURN = 50  # bounds one turn however the model behaves
 class AgentConfig:
     """Settings of a session; the notebook's `CtxMagic` traits map one to one onto these."""
 
-    model: str = "claude-sonnet-4-5"
+    model: str = DEFAULT_MODEL
     """Model id sent to the Messages API."""
     context_window: int = 0
     """Window in tokens; 0 asks the Models API (falling back to a built-in table)."""

@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctx_magic.context.tokens import count_text
 from ctx_magic.offline.conversation import (
     Event,
     Request,
     brief,
     content_blocks,
     events,
+    is_background,
     last_line,
     latest_user_text,
     message_text,
@@ -132,15 +134,21 @@ def _carried_lines(summary: str) -> Iterator[tuple[str, str]]:
 
 
 def _user_items(history: Sequence[Mapping[str, Any]]) -> Iterator[str]:
-    for text in _user_texts(history):
-        carried = _USER_ITEM.findall(text)
-        if carried:
-            yield from carried  # already quoted by an earlier summary: kept exactly as it was
-        else:
-            yield quote(text)
+    """Each user text block quoted; a turn can merge a summary, a kept prompt and attachments,
+    so blocks are read one by one."""
+    for message in history:
+        if message.get("role") != "user":
+            continue
+        for block in content_blocks(message):
+            text = block.get("text", "") if block.get("type") == "text" else ""
+            carried = _USER_ITEM.findall(text)
+            if carried:
+                yield from carried  # already quoted by an earlier summary: kept exactly as it was
+            elif text.strip() and not is_background(text):
+                yield quote(text)
 
 
-def _analysis(conversation: Conversation) -> str:
+def _analysis(conversation: Conversation, keep: int = MAX_ANALYSIS_HEAD + MAX_ANALYSIS_TAIL) -> str:
     labels = {"user": "User said", "tool_call": "Called {name}", "error": "{name} failed"}
     lines = []
     for step in conversation.steps:
@@ -148,9 +156,11 @@ def _analysis(conversation: Conversation) -> str:
             separator = CODE_JOIN if step.kind == "tool_call" else " "
             line = last_line(step.text) if step.kind == "error" else brief(step.text, separator=separator)
             lines.append(f"{labels[step.kind].format(name=step.name)}: {line}")
-    if len(lines) > MAX_ANALYSIS_HEAD + MAX_ANALYSIS_TAIL:
-        omitted = len(lines) - MAX_ANALYSIS_HEAD - MAX_ANALYSIS_TAIL
-        lines = [*lines[:MAX_ANALYSIS_HEAD], f"… {omitted} steps omitted …", *lines[-MAX_ANALYSIS_TAIL:]]
+    if len(lines) > keep:
+        head = min(MAX_ANALYSIS_HEAD, keep // 2)
+        tail = keep - head
+        omitted = len(lines) - head - tail
+        lines = [*lines[:head], f"… {omitted} steps omitted …", *(lines[-tail:] if tail else [])]
     walk = "\n".join(f"{n}. {line}" for n, line in enumerate(lines, 1))
     return walk or "The conversation holds no user messages or tool calls yet."
 
@@ -293,9 +303,37 @@ def section_body(title: str, conversation: Conversation) -> str:
     return "The offline stand-in has nothing to extract for this section."
 
 
+# How to shrink an answer that would not fit max_tokens, gentlest first: (analysis lines kept,
+# lines kept per section other than the user's messages, which are never cut).
+FIT_STEPS: tuple[tuple[int, int | None], ...] = (
+    (MAX_ANALYSIS_HEAD + MAX_ANALYSIS_TAIL, None), (40, None), (12, 30), (4, 12), (0, 4), (0, 1),
+)
+
+
+def _trim(body: str, lines: int | None) -> str:
+    kept = body.splitlines()
+    if lines is None or len(kept) <= lines:
+        return body
+    return "\n".join([*kept[:lines], f"… {len(kept) - lines} more lines left out to fit the reply"])
+
+
+def _render(conversation: Conversation, sections: list[tuple[int, str]], analysis: int, lines: int | None) -> str:
+    parts = []
+    for n, title in sections:
+        body = section_body(title, conversation)
+        parts.append(f"## {n}. {title}\n{body if 'user message' in title.lower() else _trim(body, lines)}")
+    body = "\n\n".join(parts)
+    return f"<analysis>\n{_analysis(conversation, analysis)}\n</analysis>\n\n<summary>\n{body}\n</summary>"
+
+
 def compaction_answer(request: Request) -> str:
-    """`<analysis>` walk, then `<summary>` with every requested section in order."""
+    """`<analysis>` walk, then `<summary>` with every requested section in order, shrunk (the
+    walk first, then the sections but the user's messages) until it fits the reply's max_tokens."""
     conversation = Conversation.of(request)
     sections = requested_sections(latest_user_text(request))
-    body = "\n\n".join(f"## {n}. {title}\n{section_body(title, conversation)}" for n, title in sections)
-    return f"<analysis>\n{_analysis(conversation)}\n</analysis>\n\n<summary>\n{body}\n</summary>"
+    budget = int(request.get("max_tokens") or 0)
+    for analysis, lines in FIT_STEPS:
+        text = _render(conversation, sections, analysis, lines)
+        if not budget or count_text(text) <= budget:
+            break
+    return text

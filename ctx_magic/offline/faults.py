@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Fault = Literal["429", "500", "529", "401", "413", "ptl", "drop"]
-FAULTS: frozenset[str] = frozenset({"429", "500", "529", "401", "413", "ptl", "drop"})
+# "ok" answers normally: it lets a test aim a fault at the second or third call from now.
+Fault = Literal["ok", "429", "500", "529", "401", "413", "ptl", "drop"]
+FAULTS: frozenset[str] = frozenset({"ok", "429", "500", "529", "401", "413", "ptl", "drop"})
 
 # The SDK waits `retry-after` seconds before a retry, but treats 0 as "no advice" and backs
 # off ~0.5 s instead; `retry-after-ms`, read first, makes the wait one millisecond.

@@ -1,0 +1,161 @@
+"""The agent loop end to end: the real anthropic SDK over real HTTP against the offline server.
+
+SPEC L4-L6 and the agent-loop issue's Must-show list: long sessions that compact several
+times and keep working, the reactive path, the circuit breaker, faults.
+"""
+
+from __future__ import annotations
+
+from agent_rig import CompactionMisbehaves, assert_m5, request_text, rig
+
+from ctx_magic.agent.compaction import manual_compact
+from ctx_magic.agent.loop import run_turn
+from ctx_magic.agent.session import AgentConfig
+from ctx_magic.context.invariants import check_invariants
+from ctx_magic.events import CompactionFailedEvent, Status
+from ctx_magic.offline.policy import Policy
+
+
+def prompt(n: int) -> str:
+    """A user turn asking for code whose output is a few thousand tokens."""
+    return (
+        f"Turn {n}: summarise batch {n} of the sensor data.\n"
+        "```python\n"
+        f"rows = [f'sensor-{n}-{{i}}: {{(i * 37 + {n}) % 1000 / 10:.1f}} C' for i in range(300)]\n"
+        "print('\\n'.join(rows))\n"
+        "```"
+    )
+
+
+def test_thirty_turns_in_a_small_window_compact_repeatedly_and_keep_working(tmp_path):
+    with rig(tmp_path, window=20_000) as r:
+        results = [run_turn(r.session, prompt(n)) for n in range(32)]
+        records = [q for q in r.api.requests if q.path == "/v1/messages"]
+        compactions = [i for i, q in enumerate(records) if q.kind == "compaction"]
+        window = r.api.config.window
+
+    assert [res.error for res in results] == [None] * 32
+    assert all(res.model_calls >= 2 for res in results)  # each turn ran its code and answered
+    assert len(compactions) >= 3, f"expected several compactions, saw {len(compactions)}"
+    assert {b["trigger"] for b in r.session.boundaries} == {"auto"}
+    assert all(q.status == 200 for q in records), [q.status for q in records]
+    assert all(q.input_tokens <= window for q in records)
+    for record in records:
+        assert_m5(record)
+    sent_prompts = 0
+    for index, record in enumerate(records):
+        if record.kind != "normal":
+            continue
+        text = request_text(record)
+        asked = [n for n in range(32) if f"Turn {n}: summarise batch {n}" in text]
+        if index - 1 in compactions:  # the first request after a compaction
+            assert asked == list(range(max(asked) + 1)), "a user message is missing after compaction"
+        sent_prompts = max(sent_prompts, max(asked) + 1)
+    assert sent_prompts == 32
+
+
+def test_prompt_too_long_the_estimate_missed_recovers_with_one_compaction(tmp_path):
+    with rig(tmp_path) as r:
+        for n in range(3):
+            assert run_turn(r.session, prompt(n)).error is None
+        before = r.api.model_calls("compaction")
+        r.api.inject("ptl")  # the server says too long although the estimate judged it fits
+        result = run_turn(r.session, prompt(3))
+        assert result.error is None
+        assert result.compactions == ["reactive"]
+        assert r.api.model_calls("compaction") == before + 1
+        assert r.session.boundaries[-1]["trigger"] == "reactive"
+        check_invariants(r.session.messages)
+        assert run_turn(r.session, prompt(4)).error is None
+
+
+def test_second_prompt_too_long_in_a_turn_ends_in_a_clear_error_and_a_valid_session(tmp_path):
+    with rig(tmp_path) as r:
+        for n in range(3):
+            run_turn(r.session, prompt(n))
+        r.api.inject("ptl", "ok", "ptl")  # main call, compaction call, retried main call
+        result = run_turn(r.session, prompt(3))
+        assert result.error is not None
+        assert "prompt is too long" in result.error.lower() and "again after compacting" in result.error
+        assert "\n" not in result.error
+        check_invariants(r.session.messages)
+        assert run_turn(r.session, prompt(4)).error is None
+
+
+def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(tmp_path):
+    # Trigger at 20% of the effective window: far from blocking, so turns go on while failing.
+    config = AgentConfig(autocompact_pct=20)
+    with rig(tmp_path, window=40_000, config=config) as r:
+        failures: list[CompactionFailedEvent] = []
+
+        def next_failure_mode(event):
+            """Each failure arms the next kind: a tool call, no <summary>, then a server error."""
+            if isinstance(event, CompactionFailedEvent):
+                failures.append(event)
+                if len(failures) == 1:
+                    r.api.policy = CompactionMisbehaves("no_summary")
+                elif len(failures) == 2:
+                    r.api.policy = Policy()
+            if isinstance(event, Status) and event.state == "compacting" and len(failures) == 2:
+                r.api.inject("500")  # aimed at the compaction call about to be made
+
+        r.session.listeners.append(next_failure_mode)
+        r.api.policy = CompactionMisbehaves("tool_call")
+        turns = 0
+        while not r.session.breaker_open and turns < 12:
+            assert run_turn(r.session, prompt(turns)).error is None
+            turns += 1
+
+        assert [f.consecutive_failures for f in failures] == [1, 2, 3]
+        assert "tool" in failures[0].reason
+        assert "<summary>" in failures[1].reason
+        assert "500" in failures[2].reason
+        assert failures[2].breaker_open and r.session.status()["breaker_open"]
+        assert r.session.tokens() > r.session.engine_settings().thresholds.autocompact
+
+        calls = r.api.model_calls("compaction")
+        assert run_turn(r.session, prompt(20)).error is None
+        assert r.api.model_calls("compaction") == calls  # open breaker: no more attempts
+
+        manual_compact(r.session, "keep the sensor names")
+        assert not r.session.breaker_open and r.session.failures == 0
+        assert r.session.boundaries[-1]["trigger"] == "manual"
+        assert not r.session.status()["breaker_open"]
+
+
+def test_compaction_request_reuses_system_and_tools_with_tools_forbidden(tmp_path):
+    with rig(tmp_path) as r:
+        run_turn(r.session, prompt(0))
+        manual_compact(r.session)
+        main = [q for q in r.api.requests if q.kind == "normal"][-1].body
+        compact = [q for q in r.api.requests if q.kind == "compaction"][-1].body
+    assert compact["system"] == main["system"]
+    assert compact["tools"] == main["tools"]
+    assert compact["tool_choice"] == {"type": "none"}
+    assert compact["max_tokens"] <= 20_000
+    last = compact["messages"][-1]["content"][-1]["text"]
+    assert last.startswith("IMPORTANT: answer with plain text only")
+    assert "REMINDER: plain text only" in last
+
+
+def test_faults_end_in_one_clear_line_and_the_next_turn_works(tmp_path):
+    with rig(tmp_path, max_retries=2) as r:
+        run_turn(r.session, prompt(0))
+        transcript_lines = r.session.store.transcript_path.read_text().count("\n")
+        for fault, times, words in [("429", 3, "rate limited"), ("500", 3, "failed (500)"),
+                                    ("529", 3, "overloaded"), ("drop", 1, "connection")]:
+            r.api.inject(*[fault] * times)  # the SDK retries twice, then gives up (not mid-stream)
+            result = run_turn(r.session, "hello again")
+            assert result.error is not None and words in result.error.lower(), (fault, result.error)
+            assert "\n" not in result.error and "Traceback" not in result.error
+            check_invariants(r.session.messages)
+            assert run_turn(r.session, prompt(1)).error is None
+        loaded = r.session.store.load_transcript()
+        assert loaded.problems == []
+        assert r.session.store.transcript_path.read_text().count("\n") > transcript_lines
+
+
+def test_one_overload_is_retried_by_the_sdk_transparently(tmp_path):
+    with rig(tmp_path, max_retries=2) as r:
+        r.api.inject("529")
+        assert run_turn(r.session, prompt(0)).error is None

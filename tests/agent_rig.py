@@ -1,0 +1,94 @@
+"""A session wired to the offline Messages-API server over real HTTP, for the loop's tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+
+from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.session import AgentConfig, Session, open_session
+from ctx_magic.agent.tools import LocalExecutor
+from ctx_magic.context.invariants import check_invariants
+from ctx_magic.messages import Message
+from ctx_magic.offline.app import OfflineAPI, OfflineConfig
+from ctx_magic.offline.policy import Answer, Policy
+from ctx_magic.offline.server import serve_in_thread
+
+
+class ManualClock:
+    """An injectable clock: tests move time, nothing sleeps."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Rig:
+    api: OfflineAPI
+    session: Session
+    clock: ManualClock
+    url: str
+
+
+@contextlib.contextmanager
+def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_retries: int = 0,
+        config: AgentConfig | None = None) -> Iterator[Rig]:
+    """A session talking to a live offline server on 127.0.0.1 through the real SDK."""
+    api = OfflineAPI(OfflineConfig(window=window, max_output=max_output))
+    clock = ManualClock()
+    with serve_in_thread(api) as (url, _stop):
+        client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=max_retries)
+        model = AnthropicModel(client, name="claude-sonnet-5-5")
+        session, _ = open_session(model, LocalExecutor(), tmp_path / ".ctx_magic", config or AgentConfig(),
+                                  root=tmp_path, clock=clock)
+        yield Rig(api, session, clock, url)
+        session.transcript.close()
+
+
+def request_messages(record) -> list[Message]:  # type: ignore[no-untyped-def]
+    """A recorded request's messages as ctx_magic messages (to check SPEC M5 on what was sent)."""
+    out = []
+    for n, message in enumerate(record.body.get("messages", [])):
+        content = message["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        out.append(Message.from_json({"uuid": str(n), "role": message["role"], "content": content}))
+    return out
+
+
+def assert_m5(record) -> None:  # type: ignore[no-untyped-def]
+    check_invariants(request_messages(record))
+
+
+def request_text(record) -> str:  # type: ignore[no-untyped-def]
+    return json.dumps(record.body.get("messages", []), ensure_ascii=False)
+
+
+class CompactionMisbehaves:
+    """A policy whose compaction answers go wrong in a chosen way (the model misbehaving)."""
+
+    def __init__(self, mode: str) -> None:
+        self.base = Policy()
+        self.mode = mode
+
+    def kind(self, request):  # type: ignore[no-untyped-def]
+        return self.base.kind(request)
+
+    def answer(self, request):  # type: ignore[no-untyped-def]
+        if self.base.kind(request) != "compaction":
+            return self.base.answer(request)
+        if self.mode == "tool_call":
+            call = {"type": "tool_use", "name": "python", "input": {"code": "print('summarize?')"}}
+            return Answer(({"type": "text", "text": "Let me look first."}, call), "tool_use")
+        return Answer.text("Here is a summary, but I forgot the tags.")
