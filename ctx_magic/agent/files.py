@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat as stat_mode
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,10 @@ class FileTools:
         candidate = Path(text).expanduser()
         if not candidate.is_absolute():
             candidate = self.root / candidate
-        resolved = candidate.resolve()
+        try:
+            resolved = candidate.resolve()
+        except (OSError, RuntimeError, ValueError) as error:  # symlink loop, NUL byte
+            raise ToolError(f"{text} cannot be resolved: {error}") from error
         allowed = [self.root.resolve(), *(r.resolve() for r in self.extra_roots)]
         if not any(resolved == r or r in resolved.parents for r in allowed):
             raise ToolError(
@@ -74,13 +78,17 @@ class FileTools:
         target = self.resolve(path)
         if target.is_dir():
             raise ToolError(f"{path} is a folder; use list_files to see what it holds.")
+        if not target.is_file():  # a FIFO or device would block or never end
+            raise ToolError(f"{path} is not a regular file; read_file reads files.")
         start = max(1, int(offset or 1))
         count = max(1, int(limit or READ_DEFAULT_LINES))
         stat = target.stat()
         key = str(target)
         previous = self.reads.get(key)
         if (previous and previous.mtime_ns == stat.st_mtime_ns and previous.size == stat.st_size
-                and (previous.offset, previous.limit) == (start, count) and is_live(previous.tool_use_id)):
+                and (previous.offset, previous.limit) == (start, count)
+                and previous.tool_use_id and is_live(previous.tool_use_id)):
+            self.reads[key] = self.reads.pop(key)  # still the most recent read (C7 rehydration order)
             return UNCHANGED_STUB.format(tool_use_id=previous.tool_use_id)
         text = self._numbered(target, start, count)
         self.reads.pop(key, None)
@@ -112,7 +120,10 @@ class FileTools:
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
             for name in sorted(files):
                 path = Path(folder) / name
-                real = path.resolve()
+                try:
+                    real = path.resolve()
+                except (OSError, RuntimeError):  # a symlink loop: nothing to list or search
+                    continue
                 if any(real == r or r in real.parents for r in root_allowed):
                     yield path
 
@@ -144,8 +155,9 @@ class FileTools:
         matches = []
         for file in files:
             try:
-                if file.stat().st_size > GREP_MAX_FILE_BYTES:
-                    continue
+                info = file.stat()
+                if not stat_mode.S_ISREG(info.st_mode) or info.st_size > GREP_MAX_FILE_BYTES:
+                    continue  # a FIFO would block; a huge file is not worth it
                 data = file.read_bytes()
             except OSError:
                 continue

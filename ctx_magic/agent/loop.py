@@ -100,7 +100,7 @@ def _loop(session: Session, result: TurnResult) -> None:
         result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
         if not reply.tool_uses:
             return
-        compact_request = _run_tools(session, reply)
+        compact_request = _run_tools(session, reply, may_compact="model" not in result.compactions)
         if compact_request is not None:
             compaction.manual_compact(session, compact_request or None, trigger="model")
             result.compactions.append("model")
@@ -130,8 +130,11 @@ def _strip_images(session: Session) -> None:
 # -- tools ------------------------------------------------------------------------------------
 
 
-def _run_tools(session: Session, reply: ModelReply) -> str | None:
-    """Run each tool call, append one results message; returns compact instructions if asked."""
+def _run_tools(session: Session, reply: ModelReply, *, may_compact: bool = True) -> str | None:
+    """Run each tool call, append one results message; returns compact instructions if asked.
+
+    The model may compact once a turn: a second request would summarize a summary.
+    """
     outputs: list[Block] = []
     compact_request: str | None = None
     calls = [ToolCall(b["id"], b["name"], b.get("input") or {}) for b in reply.tool_uses]
@@ -139,9 +142,11 @@ def _run_tools(session: Session, reply: ModelReply) -> str | None:
         for call in calls:
             session.emit(ToolStarted(call.id, call.name, dict(call.input)))
             session.emit(Status("running", call.name))
-            if call.name == "compact":
+            if call.name == "compact" and may_compact:
                 compact_request = str(call.input.get("instructions") or "")
                 output = ToolOutput("Compaction will run right after this step.")
+            elif call.name == "compact":
+                output = ToolOutput("The context was already compacted in this turn.", is_error=True)
             else:
                 output = dispatch(session, call)
             outputs.append(tool_result_block(call.id, output.content or "(no output)", is_error=output.is_error))

@@ -127,10 +127,11 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
             return AuthenticationFailed(f"The API refused access (403): {message}")
         if status == 404 and model:
             return UnknownModel(f"Unknown model {model!r}: the API does not offer it ({message}).")
+        sentence = message.rstrip(". ")  # the API's own message often ends with a full stop already
         if status == 429:
-            return RateLimited(f"Rate limited by the API (429) after retries: {message}. Wait a moment and rerun.")
+            return RateLimited(f"Rate limited by the API (429) after retries: {sentence}. Wait a moment and rerun.")
         if status == 529:
-            return Overloaded(f"The API is overloaded (529) after retries: {message}. Try again shortly.")
+            return Overloaded(f"The API is overloaded (529) after retries: {sentence}. Try again shortly.")
         if status >= 500:
             return ServerError(f"The API failed ({status}) after retries: {message}")
         return ModelError(f"The API refused the request ({status}): {message}")

@@ -129,9 +129,11 @@ def run_python_source(code: str, namespace: dict[str, Any]) -> tuple[str, bool]:
                 value = eval(compile(ast.Expression(last_expr.value), "<agent>", "eval"), namespace)  # noqa: S307
                 if value is not None:
                     print(repr(value))
-        except Exception:  # noqa: BLE001 - the error is the tool's output
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - the error is the tool's output, sys.exit() too
             failed = True
-            traceback.print_exc(file=err)
+            # From the agent's code on, as a notebook shows it: this function's own frame is noise.
+            tb = error.__traceback__.tb_next if error.__traceback__ is not None else None
+            traceback.print_exception(type(error), error, tb, file=err)
     text = out.getvalue() + err.getvalue()
     return (decode_output(text) or "(no output)"), failed
 

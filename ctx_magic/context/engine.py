@@ -173,7 +173,7 @@ def apply_decisions(message: Message, state: ContextState) -> Message:
 
 
 def sync_index(
-    messages: Sequence[Message], state: ContextState
+    messages: Sequence[Message], state: ContextState, *, pending_ok: bool = False
 ) -> tuple[list[Message], ContextState, int]:
     """Check and index what is new since the last call; re-apply frozen decisions to it.
 
@@ -183,7 +183,7 @@ def sync_index(
     start = state.indexed
     if not (0 < start <= len(messages) and messages[start - 1].uuid == state.indexed_uuid):
         start = 0
-    check_invariants(messages, start)
+    check_invariants(messages, start, pending_ok=pending_ok)
     out = list(messages)
     names = dict(state.tool_names)
     positions = dict(state.positions) if start else {}
@@ -370,7 +370,7 @@ def clear_now(
     Only results that are live and not cleared yet can be cleared; protected tools' results
     (memory, questions to the user) are refused like unknown ones.
     """
-    msgs, state, _ = sync_index(messages, state)
+    msgs, state, _ = sync_index(messages, state, pending_ok=True)  # called while tools run
     live = set(state.compactable)
     ids = [i for i in tool_use_ids if i in live]
     unknown = [i for i in tool_use_ids if i not in live]

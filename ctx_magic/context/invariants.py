@@ -57,11 +57,12 @@ def check_message_content(message: Message, index: int) -> None:
             raise InvariantError(index, "a tool_result block in an assistant message")
 
 
-def check_invariants(messages: Sequence[Message], start: int = 0) -> None:
+def check_invariants(messages: Sequence[Message], start: int = 0, *, pending_ok: bool = False) -> None:
     """Raise InvariantError naming the first offending index; check from `start` on.
 
     `start` lets a caller that already checked a prefix verify only what is new (the turn
     before `start` is re-read, since its tool_use blocks may be answered by the new part).
+    `pending_ok` accepts a last assistant turn whose tools are still running.
     """
     begin = _turn_start(messages, start) if start > 0 else 0
     turns = _turns(messages, begin)
@@ -98,7 +99,7 @@ def check_invariants(messages: Sequence[Message], start: int = 0) -> None:
         if previous_role == "assistant" and previous_uses and role != "user":
             raise InvariantError(turn[0], "tool_use results must come in the next message")
         previous_uses, previous_role = (uses, role) if role == "assistant" else (set(), role)
-    if previous_role == "assistant" and previous_uses:
+    if previous_role == "assistant" and previous_uses and not pending_ok:
         last = turns[-1][-1]
         raise InvariantError(last, f"tool_use {sorted(previous_uses)[0]} is left without a result")
 

@@ -1,0 +1,230 @@
+"""Compaction as the loop runs it, over real HTTP: PTL inside compaction (C4), partial
+compaction (C8), rehydration (C7), hooks (C9), the model's compact and snip tools, resume
+(M4), interrupts (M5) and idle microcompact (L3)."""
+
+from __future__ import annotations
+
+import json
+
+from agent_rig import request_messages, rig
+
+from ctx_magic.agent.compaction import manual_compact
+from ctx_magic.agent.loop import run_turn
+from ctx_magic.agent.session import AgentConfig, open_session
+from ctx_magic.agent.tools import ToolCall
+from ctx_magic.context.invariants import INTERRUPTED_RESULT, check_invariants
+from ctx_magic.context.microcompact import CLEARED_TEXT
+from ctx_magic.context.prompts import PTL_RETRY_MARKER
+from ctx_magic.events import Cleared, Compacted
+from ctx_magic.messages import result_text
+from ctx_magic.offline.conversation import asked_text
+from ctx_magic.offline.policy import Answer, Policy, Rule
+
+
+def code_turn(n: int, lines: int = 200) -> str:
+    return f"Turn {n}\n```python\nprint('\\n'.join(f'value {n} {{i}}' for i in range({lines})))\n```"
+
+
+def tool_rule(name: str, trigger: str, tool_input) -> Rule:  # type: ignore[no-untyped-def]
+    """A policy rule: when the user's text contains `trigger`, call tool `name`."""
+
+    def applies(request) -> bool:  # type: ignore[no-untyped-def]
+        return trigger in asked_text(request)
+
+    def answer(request) -> Answer:  # type: ignore[no-untyped-def]
+        call = {"type": "tool_use", "name": name, "input": tool_input(request) if callable(tool_input) else tool_input}
+        return Answer(({"type": "text", "text": f"calling {name}"}, call), "tool_use")
+
+    return Rule(f"call-{name}", "normal", applies, answer)
+
+
+def test_c4_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tmp_path):
+    with rig(tmp_path, window=60_000) as r:
+        for n in range(6):
+            run_turn(r.session, code_turn(n))
+        r.api.inject("ptl", "ptl")  # the first two compaction requests are "too long"
+        manual_compact(r.session)
+        compactions = [q for q in r.api.requests if q.kind == "compaction"]
+    assert [q.status for q in compactions] == [400, 400, 200]
+    sizes = [q.input_tokens for q in compactions]
+    assert sizes[0] > sizes[1] > sizes[2]
+    texts = [json.dumps(q.body["messages"]) for q in compactions]
+    assert texts[2].count(PTL_RETRY_MARKER) <= 1
+    assert r.session.boundaries[-1]["trigger"] == "manual"
+
+
+def test_c8_partial_up_to_and_from_through_the_session(tmp_path):
+    with rig(tmp_path, window=100_000) as r:
+        for n in range(4):
+            run_turn(r.session, code_turn(n, lines=20))
+        before = list(r.session.messages)
+        manual_compact(r.session, direction="up_to", index=7)
+        kinds = [m.kind for m in r.session.messages]
+        assert kinds[:2] == ["boundary", "summary"]
+        assert r.session.messages[2:2 + len(before) - 7] == before[7:]
+        check_invariants(r.session.messages)
+        for n in range(4, 6):
+            run_turn(r.session, code_turn(n, lines=20))
+        head = list(r.session.messages[:4])
+        manual_compact(r.session, direction="from", index=4)
+        assert r.session.messages[:4] == head
+        assert [m.kind for m in r.session.messages[4:6]] == ["boundary", "summary"]
+        check_invariants(r.session.messages)
+        assert run_turn(r.session, "and now?").error is None
+
+
+def test_c7_recent_files_are_re_read_fresh_within_budget(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for n in range(7):
+        (data / f"f{n}.txt").write_text(f"file {n} original\n")
+    (data / "big.txt").write_text("".join(f"line {i} of a very long file with words\n" for i in range(20_000)))
+    with rig(tmp_path, window=200_000) as r:
+        for n in range(7):
+            r.session.files.read_file(f"data/f{n}.txt", tool_use_id=f"t{n}")
+        r.session.files.read_file("data/big.txt", tool_use_id="tbig")
+        (data / "f6.txt").write_text("file 6 CHANGED after the read\n")
+        run_turn(r.session, "hello")
+        result = manual_compact(r.session)
+    files = [m for m in result.new_messages if m.meta.get("rehydrated")]
+    names = [m.meta["rehydrated"].rsplit("/", 1)[-1] for m in files]
+    assert names == ["big.txt", "f6.txt", "f5.txt", "f4.txt", "f3.txt"]  # 5 most recent first
+    assert "CHANGED after the read" in files[1].text  # fresh from disk, not the old read
+    assert "truncated to about 5,000 tokens" in files[0].text
+    notes = [m for m in result.new_messages if m.kind == "attachment" and not m.meta.get("rehydrated")]
+    assert "Tools available: python, read_file" in notes[-1].text
+
+
+def test_c9_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path):
+    seen: list[Compacted] = []
+    with rig(tmp_path) as r:
+        r.session.hooks.add("PreCompact", lambda trigger, instructions: f"hook says keep units ({trigger})")
+        r.session.hooks.add("PostCompact", seen.append)
+        r.session.hooks.add("SessionStart", lambda source: f"session restarted after {source}")
+        run_turn(r.session, code_turn(0, lines=10))
+        manual_compact(r.session, "user says keep plots")
+        prompt = r.api.requests[-1].body["messages"][-1]["content"][-1]["text"]
+    assert "user says keep plots\nhook says keep units (manual)" in prompt
+    assert len(seen) == 1 and seen[0].trigger == "manual" and seen[0].summary
+    assert r.session.messages[-1].text == "session restarted after compact"
+    check_invariants(r.session.messages)
+
+
+def test_the_model_can_compact_with_its_own_tool(tmp_path):
+    with rig(tmp_path) as r:
+        r.api.policy = Policy().with_rule(tool_rule("compact", "wrap up", {"instructions": "keep totals"}))
+        run_turn(r.session, code_turn(0, lines=10))
+        result = run_turn(r.session, "wrap up this phase please")
+        compaction_prompt = [q for q in r.api.requests if q.kind == "compaction"][-1].body
+    assert result.error is None and result.compactions == ["model"]
+    assert r.session.boundaries[-1]["trigger"] == "model"
+    assert "keep totals" in compaction_prompt["messages"][-1]["content"][-1]["text"]
+    check_invariants(r.session.messages)
+
+
+def test_the_model_can_snip_old_results(tmp_path):
+    with rig(tmp_path) as r:
+        run_turn(r.session, code_turn(0))
+        first_id = next(i for m in r.session.messages for i in m.tool_result_ids)
+        r.api.policy = Policy().with_rule(tool_rule("snip", "forget", {"tool_use_ids": [first_id, "nope"]}))
+        events = []
+        r.session.listeners.append(events.append)
+        run_turn(r.session, "forget the first batch")
+        cleared = [e for e in events if isinstance(e, Cleared)]
+        texts = {i: result_text(b) for m in r.session.messages for b in m.blocks("tool_result")
+                 for i in [b["tool_use_id"]]}
+    assert cleared and cleared[0].trigger == "model" and first_id in cleared[0].replacements
+    assert texts[first_id] == CLEARED_TEXT
+    snip_result = [t for t in texts.values() if t.startswith("Cleared 1 tool result")]
+    assert snip_result and "nope" in snip_result[0]
+
+
+def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
+    config = AgentConfig(snip_max_messages=30)
+    with rig(tmp_path, window=200_000, config=config) as r:
+        for n in range(10):
+            run_turn(r.session, code_turn(n, lines=300 if n != 2 else 4_000))  # turn 2: persisted
+        r.clock.advance(600)  # idle: old results get cleared at the next prepare
+        r.session.prepare()
+        manual_compact(r.session, direction="up_to", index=6)
+        run_turn(r.session, code_turn(10, lines=50))
+        expected = r.session.request().messages
+        live_results = {i for m in r.session.messages for i in m.tool_result_ids}
+        assert r.session.boundaries and live_results & set(r.session.state.cleared)
+        assert r.session.state.persisted
+        assert any(m.meta.get("snipped_count") for m in r.session.store.load_transcript().messages())
+        sid = r.session.session_id
+        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic", config,
+                                         session_id=sid, resume=True, root=tmp_path, clock=r.clock)
+        assert problems == []
+        assert resumed.messages == r.session.messages
+        assert resumed.request().messages == expected
+        r.session.prepare()  # the next turn starts with the zero-call layers, on both sides
+        resumed.prepare()
+        assert resumed.request().messages == r.session.request().messages
+        assert resumed.status()["boundaries"] == r.session.status()["boundaries"]
+        assert resumed.status()["tokens"] == r.session.status()["tokens"]
+
+
+def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(tmp_path):
+    class Interrupting:
+        def __init__(self, inner):
+            self.inner, self.armed = inner, True
+
+        def tool_specs(self):
+            return self.inner.tool_specs()
+
+        def run(self, call: ToolCall):
+            if self.armed:
+                self.armed = False
+                raise KeyboardInterrupt
+            return self.inner.run(call)
+
+    with rig(tmp_path) as r:
+        r.session.executor = Interrupting(r.session.executor)
+        result = run_turn(r.session, code_turn(0, lines=5))
+        assert result.interrupted
+        last = r.session.messages[-1]
+        assert last.content[0]["is_error"] and result_text(last.content[0]) == INTERRUPTED_RESULT
+        check_invariants(r.session.messages)
+        assert run_turn(r.session, code_turn(1, lines=5)).error is None
+        for record in r.api.requests:
+            if record.path == "/v1/messages":
+                check_invariants(request_messages(record))
+
+
+def test_interrupt_while_streaming_keeps_the_conversation_valid(tmp_path):
+    with rig(tmp_path) as r:
+        def interrupt_on_text(event):
+            if event.name == "text":
+                raise KeyboardInterrupt
+
+        r.session.listeners.append(interrupt_on_text)
+        result = run_turn(r.session, "tell me something")
+        r.session.listeners.remove(interrupt_on_text)
+        assert result.interrupted
+        check_invariants(r.session.messages)
+        assert r.session.messages[-1].role == "user"  # the half-streamed reply was not kept
+        assert run_turn(r.session, "again").error is None
+        assert r.session.store.load_transcript().problems == []
+
+
+def test_l3_idle_gap_clears_old_results_before_the_next_call(tmp_path):
+    with rig(tmp_path, window=200_000) as r:
+        for n in range(8):
+            run_turn(r.session, code_turn(n, lines=30))
+        events = []
+        r.session.listeners.append(events.append)
+        r.clock.advance(5 * 60 + 1)
+        run_turn(r.session, "back from lunch")
+    cleared = [e for e in events if isinstance(e, Cleared)]
+    assert cleared and cleared[0].trigger == "idle"
+
+
+def test_consecutive_calls_read_the_previous_prefix_from_the_cache(tmp_path):
+    with rig(tmp_path, window=200_000) as r:
+        for n in range(3):
+            run_turn(r.session, code_turn(n, lines=30))
+    usage = r.session.usage
+    assert usage.cache_read_input_tokens > 0
+    assert usage.cache_hit_ratio > 0.5
