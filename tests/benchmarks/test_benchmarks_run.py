@@ -1,0 +1,32 @@
+"""Smoke tests: the benchmark scripts still run end to end (on tiny inputs; no timings checked)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = Path("/work/shared/corpus")
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_scale_benchmark_runs_on_a_small_workload() -> None:
+    out = run("benchmarks/scale.py", "--exchanges", "40", "--megabytes", "1", "--repeat", "1")
+    assert "| default (snip at 200) |" in out
+    assert "| snip off |" in out
+
+
+@pytest.mark.skipif(not (CORPUS / "mini-swe-agent-gemini3").is_dir(), reason="shared corpus not present")
+def test_estimation_benchmark_prints_every_table() -> None:
+    out = run("benchmarks/estimation.py", "--corpus", str(CORPUS))
+    for title in ("Whole request", "Estimated part alone", "Large deltas only", "Sensitivity"):
+        assert f"### {title}" in out
+    assert "| overall | learned |" in out
