@@ -1,0 +1,505 @@
+"""AnthropicModel (agent/model.py) on the real SDK against the offline Messages-API server (T3, T4, N5, L5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from ctx_magic.agent.model import (
+    FALLBACK_LIMITS,
+    OFFLINE_NOTICE,
+    AnthropicModel,
+    ModelLimits,
+    ModelRequest,
+    choose_backend,
+    map_error,
+    table_limits,
+)
+from ctx_magic.agent.request import system_blocks, to_api_messages
+from ctx_magic.agent.tools import PYTHON_TOOL
+from ctx_magic.errors import (
+    AuthenticationFailed,
+    ModelError,
+    NetworkError,
+    Overloaded,
+    PromptTooLong,
+    RateLimited,
+    RequestTooLarge,
+    ServerError,
+    UnknownModel,
+)
+from ctx_magic.messages import Message, text_block, user_text
+from ctx_magic.offline.app import OfflineAPI, OfflineConfig
+from ctx_magic.offline.server import serve_in_thread
+
+WINDOW = 20_000  # small, so a prompt-too-long is cheap to reach
+MAX_OUTPUT = 8_192
+MODEL = "claude-offline-test"
+SYSTEM = "You are a careful data analyst working in a Jupyter notebook. " * 40
+LONG_TEXT = "The quick brown fox jumps over the lazy dog. " * 2_500  # about 25,000 tokens
+
+
+@pytest.fixture
+def api() -> OfflineAPI:
+    return OfflineAPI(OfflineConfig(window=WINDOW, max_output=MAX_OUTPUT))
+
+
+@pytest.fixture
+def url(api: OfflineAPI) -> Iterator[str]:
+    with serve_in_thread(api) as (served, _stop):
+        yield served
+
+
+def sdk(url: str, *, retries: int = 0, key: str = "k") -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key=key, base_url=url, max_retries=retries)
+
+
+@pytest.fixture
+def model(url: str) -> AnthropicModel:
+    return AnthropicModel(sdk(url), name=MODEL)
+
+
+def request(*messages: Message, tools: list[dict[str, Any]] | None = None, ttl: str | None = "5m") -> ModelRequest:
+    return ModelRequest(
+        system=system_blocks(SYSTEM, cache_ttl=ttl),
+        tools=tools or [],
+        messages=to_api_messages(messages, cache_ttl=ttl),
+        max_tokens=1_000,
+    )
+
+
+def text_of(content: tuple[dict[str, Any], ...]) -> str:
+    return "".join(b["text"] for b in content if b["type"] == "text")
+
+
+def assert_one_clear_line(error: BaseException) -> None:
+    message = str(error)
+    assert message and "\n" not in message
+    assert "Traceback" not in message and 'File "' not in message
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+
+def test_stream_returns_the_text_reply(model: AnthropicModel, api: OfflineAPI) -> None:
+    reply = model.stream(request(user_text("How many rows does the frame have?")))
+    assert "How many rows does the frame have?" in text_of(reply.content)
+    assert reply.stop_reason == "end_turn"
+    assert reply.api_id.startswith("msg_") and reply.model == MODEL
+    assert reply.tool_uses == []
+    assert api.requests[-1].body["stream"] is True
+
+
+def test_on_text_receives_the_streamed_text_pieces(model: AnthropicModel) -> None:
+    pieces: list[str] = []
+    reply = model.stream(request(user_text("describe " * 200)), on_text=pieces.append)
+    assert len(pieces) > 1
+    assert "".join(pieces) == text_of(reply.content)
+
+
+def test_stream_returns_tool_use_blocks_for_the_python_tool(model: AnthropicModel) -> None:
+    ask = user_text("Please run this:\n```python\nprint(6 * 7)\n```\nand this\n```python\nx = 1\n```\n")
+    reply = model.stream(request(ask, tools=[PYTHON_TOOL]))
+    assert reply.stop_reason == "tool_use"
+    uses = reply.tool_uses
+    assert [(u["name"], u["input"]) for u in uses] == [
+        ("python", {"code": "print(6 * 7)"}),
+        ("python", {"code": "x = 1"}),
+    ]
+    assert all(u["id"].startswith("toolu_") and set(u) == {"type", "id", "name", "input"} for u in uses)
+
+
+def test_reply_blocks_carry_no_null_fields(model: AnthropicModel) -> None:
+    reply = model.stream(request(user_text("hello")))
+    assert all(value is not None for block in reply.content for value in block.values())
+
+
+def test_without_tools_offered_no_tool_call_comes_back(model: AnthropicModel, api: OfflineAPI) -> None:
+    reply = model.stream(request(user_text("```python\nprint(1)\n```")))
+    assert reply.tool_uses == []
+    assert "tools" not in api.requests[-1].body
+
+
+def test_usage_reports_cache_write_then_cache_read(model: AnthropicModel) -> None:
+    ask = request(user_text("summarize the dataset " * 50))
+    first = model.stream(ask).usage
+    second = model.stream(ask).usage
+    assert first.cache_creation_input_tokens > 0 and first.cache_read_input_tokens == 0
+    assert second.cache_read_input_tokens == first.cache_creation_input_tokens
+    assert second.cache_creation_input_tokens == 0
+    assert second.prompt_tokens == first.prompt_tokens
+    assert first.output_tokens > 0
+
+
+def test_a_grown_conversation_reads_its_earlier_prefix_from_cache(model: AnthropicModel) -> None:
+    opening = user_text("load the csv and look at it " * 40)
+    first = model.stream(request(opening))
+    answer = Message("assistant", first.content, api_id=first.api_id)
+    later = model.stream(request(opening, answer, user_text("now plot it"))).usage
+    assert later.cache_read_input_tokens == first.usage.prompt_tokens
+    assert later.cache_creation_input_tokens > 0
+    assert later.prompt_tokens > first.usage.prompt_tokens
+
+
+def test_usage_without_breakpoints_has_no_cache_figures(model: AnthropicModel) -> None:
+    ask = request(user_text("no caching here"), ttl=None)
+    model.stream(ask)
+    usage = model.stream(ask).usage
+    assert usage.cache_creation_input_tokens == 0 and usage.cache_read_input_tokens == 0
+    assert usage.input_tokens > 0
+
+
+# --- count_tokens (T3) ----------------------------------------------------------------------
+
+
+def test_count_tokens_equals_the_servers_count(model: AnthropicModel, api: OfflineAPI) -> None:
+    ask = request(user_text("count me " * 300), tools=[PYTHON_TOOL])
+    counted = model.count_tokens(ask)
+    record = api.requests[-1]
+    assert record.path == "/v1/messages/count_tokens"
+    assert counted == record.input_tokens and counted > 300
+    assert "max_tokens" not in record.body
+    assert model.stream(ask).usage.prompt_tokens == counted
+
+
+def test_count_tokens_of_an_unknown_model_is_unknown_model(url: str) -> None:
+    with pytest.raises(UnknownModel, match="'gpt-4o'"):
+        AnthropicModel(sdk(url), name="gpt-4o").count_tokens(request(user_text("hi")))
+
+
+def test_count_tokens_with_a_rejected_key_is_authentication_failed(url: str) -> None:
+    with pytest.raises(AuthenticationFailed):
+        AnthropicModel(sdk(url, key="invalid"), name=MODEL).count_tokens(request(user_text("hi")))
+
+
+# --- limits (T4) ----------------------------------------------------------------------------
+
+
+def test_limits_come_from_the_models_api(model: AnthropicModel, api: OfflineAPI) -> None:
+    assert model.limits() == ModelLimits(WINDOW, MAX_OUTPUT, "models-api")
+    assert api.requests[-1].path == f"/v1/models/{MODEL}"
+
+
+def test_limits_are_asked_once(model: AnthropicModel, api: OfflineAPI) -> None:
+    model.limits()
+    model.limits()
+    assert sum(1 for r in api.requests if r.path.startswith("/v1/models")) == 1
+
+
+def test_window_override_wins_over_the_models_api(url: str) -> None:
+    assert AnthropicModel(sdk(url), name=MODEL, window_override=50_000).limits() == ModelLimits(
+        50_000, MAX_OUTPUT, "config"
+    )
+
+
+def test_small_window_override_caps_output_at_half_the_window(url: str) -> None:
+    assert AnthropicModel(sdk(url), name=MODEL, window_override=10_000).limits() == ModelLimits(
+        10_000, 5_000, "config"
+    )
+
+
+def test_limits_fall_back_to_the_table_when_the_server_cannot_be_reached() -> None:
+    with serve_in_thread(OfflineAPI()) as (gone, stop):
+        stop()
+        limits = AnthropicModel(sdk(gone), name="claude-3-5-haiku-20241022").limits()
+    assert limits == ModelLimits(200_000, 8_192, "table")
+
+
+def test_unknown_model_limits_raise_unknown_model_naming_it(url: str) -> None:
+    with pytest.raises(UnknownModel) as caught:
+        AnthropicModel(sdk(url), name="gpt-4o").limits()
+    assert "'gpt-4o'" in str(caught.value)
+    assert_one_clear_line(caught.value)
+
+
+def test_unknown_model_stream_raises_unknown_model_naming_it(url: str) -> None:
+    with pytest.raises(UnknownModel) as caught:
+        AnthropicModel(sdk(url), name="llama-3").stream(request(user_text("hi")))
+    assert "'llama-3'" in str(caught.value)
+    assert_one_clear_line(caught.value)
+
+
+def test_limits_with_a_rejected_key_are_authentication_failed(url: str) -> None:
+    with pytest.raises(AuthenticationFailed) as caught:
+        AnthropicModel(sdk(url, key="invalid"), name=MODEL).limits()
+    assert "ANTHROPIC_API_KEY" in str(caught.value)
+
+
+# --- faults map to our errors (N5, L5) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "error_type", "words"),
+    [
+        ("429", RateLimited, "429"),
+        ("500", ServerError, "500"),
+        ("529", Overloaded, "overloaded"),
+        ("401", AuthenticationFailed, "ANTHROPIC_API_KEY"),
+        ("413", RequestTooLarge, "413"),
+        ("ptl", PromptTooLong, "too long"),
+    ],
+)
+def test_each_fault_maps_to_its_error_with_one_clear_line(
+    model: AnthropicModel, api: OfflineAPI, fault: str, error_type: type[ModelError], words: str
+) -> None:
+    api.inject(fault)
+    with pytest.raises(error_type) as caught:
+        model.stream(request(user_text("hello")))
+    assert type(caught.value) is error_type
+    assert words in str(caught.value)
+    assert ".." not in str(caught.value)
+    assert_one_clear_line(caught.value)
+    assert model.stream(request(user_text("hello"))).content  # one fault, one call
+
+
+def test_injected_prompt_too_long_parses_actual_and_limit(model: AnthropicModel, api: OfflineAPI) -> None:
+    api.inject("ptl")
+    with pytest.raises(PromptTooLong) as caught:
+        model.stream(request(user_text("hello")))
+    assert (caught.value.actual, caught.value.limit, caught.value.gap) == (WINDOW + 1, WINDOW, 1)
+
+
+def test_real_prompt_too_long_reports_the_gap(model: AnthropicModel) -> None:
+    ask = request(user_text(LONG_TEXT))
+    counted = model.count_tokens(ask)
+    assert counted > WINDOW
+    with pytest.raises(PromptTooLong) as caught:
+        model.stream(ask)
+    assert (caught.value.actual, caught.value.limit) == (counted, WINDOW)
+    assert caught.value.gap == counted - WINDOW
+    assert str(caught.value) == f"The prompt is too long: {counted:,} tokens > {WINDOW:,} maximum."
+
+
+def test_dropped_stream_is_a_network_error(model: AnthropicModel, api: OfflineAPI) -> None:
+    api.inject("drop")
+    pieces: list[str] = []
+    with pytest.raises(NetworkError) as caught:
+        model.stream(request(user_text("stream " * 300)), on_text=pieces.append)
+    assert caught.value.retryable is True
+    assert_one_clear_line(caught.value)
+
+
+def test_single_529_is_retried_transparently(url: str, api: OfflineAPI) -> None:
+    model = AnthropicModel(sdk(url, retries=2), name=MODEL)
+    api.inject("529")
+    reply = model.stream(request(user_text("hello")))
+    assert text_of(reply.content)
+    assert [r.status for r in api.requests if r.path == "/v1/messages"] == [529, 200]
+
+
+def test_overload_after_every_retry_is_overloaded(url: str, api: OfflineAPI) -> None:
+    model = AnthropicModel(sdk(url, retries=2), name=MODEL)
+    api.inject("529", "529", "529")
+    with pytest.raises(Overloaded):
+        model.stream(request(user_text("hello")))
+    assert api.model_calls() == 3
+
+
+def test_mapped_errors_keep_the_sdk_error_as_cause(model: AnthropicModel, api: OfflineAPI) -> None:
+    api.inject("429")
+    with pytest.raises(RateLimited) as caught:
+        model.stream(request(user_text("hello")))
+    assert isinstance(caught.value.__cause__, anthropic.RateLimitError)
+
+
+# --- map_error on synthetic errors ----------------------------------------------------------
+
+
+def status_error(status: int, message: str, *, body: object = "api") -> anthropic.APIStatusError:
+    http_request = httpx2.Request("POST", "https://api.example.invalid/v1/messages")
+    response = httpx2.Response(status, request=http_request)
+    if body == "api":
+        body = {"type": "error", "error": {"type": "some_error", "message": message}}
+    return anthropic.APIStatusError(message, response=response, body=body)
+
+
+@pytest.mark.parametrize("status", [400, 413])
+def test_map_error_prompt_too_long_with_thousands_separators(status: int) -> None:
+    error = map_error(status_error(status, "prompt is too long: 250,000 tokens > 200,000 maximum"))
+    assert isinstance(error, PromptTooLong)
+    assert (error.actual, error.limit, error.gap) == (250_000, 200_000, 50_000)
+
+
+def test_map_error_prompt_too_long_without_numbers_has_no_gap() -> None:
+    error = map_error(status_error(400, "Prompt is too long"))
+    assert isinstance(error, PromptTooLong) and error.gap is None
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "error_type"),
+    [
+        (413, "Request exceeds the maximum allowed number of bytes.", RequestTooLarge),
+        (401, "invalid x-api-key", AuthenticationFailed),
+        (403, "not allowed for this organization", AuthenticationFailed),
+        (429, "slow down", RateLimited),
+        (529, "Overloaded", Overloaded),
+        (500, "boom", ServerError),
+        (503, "unavailable", ServerError),
+    ],
+)
+def test_map_error_by_status(status: int, message: str, error_type: type[ModelError]) -> None:
+    error = map_error(status_error(status, message))
+    assert type(error) is error_type
+    assert_one_clear_line(error)
+
+
+def test_map_error_403_keeps_the_apis_reason() -> None:
+    assert "not allowed for this organization" in str(map_error(status_error(403, "not allowed for this organization")))
+
+
+def test_map_error_404_is_unknown_model_only_when_a_model_is_named() -> None:
+    with_model = map_error(status_error(404, "model: claude-nope"), "claude-nope")
+    without = map_error(status_error(404, "no such route"))
+    assert isinstance(with_model, UnknownModel) and "'claude-nope'" in str(with_model)
+    assert type(without) is ModelError and "404" in str(without)
+
+
+def test_map_error_other_client_error_is_a_plain_model_error_with_the_reason() -> None:
+    error = map_error(status_error(400, "messages: roles must alternate"))
+    assert type(error) is ModelError
+    assert str(error) == "The API refused the request (400): messages: roles must alternate"
+
+
+def test_map_error_without_an_error_body_uses_the_exception_message() -> None:
+    error = map_error(status_error(500, "Error code: 500 - upstream", body=None))
+    assert isinstance(error, ServerError) and "upstream" in str(error)
+
+
+def test_map_error_timeout_and_connection_errors_are_network_errors() -> None:
+    http_request = httpx2.Request("POST", "https://api.example.invalid/v1/messages")
+    timeout = map_error(anthropic.APITimeoutError(http_request))
+    refused = map_error(anthropic.APIConnectionError(request=http_request))
+    assert isinstance(timeout, NetworkError) and "timeout" in str(timeout)
+    assert isinstance(refused, NetworkError) and "Could not reach the API" in str(refused)
+
+
+def test_map_error_transport_and_os_errors_are_network_errors() -> None:
+    broken = map_error(httpx2.RemoteProtocolError("peer closed connection"))
+    reset = map_error(ConnectionResetError(104, "Connection reset by peer"))
+    assert isinstance(broken, NetworkError) and "peer closed connection" in str(broken)
+    assert isinstance(reset, NetworkError)
+
+
+def test_map_error_anything_else_is_a_model_error_naming_its_type() -> None:
+    error = map_error(ValueError("weird payload"))
+    assert type(error) is ModelError
+    assert str(error) == "The model call failed: ValueError: weird payload"
+
+
+def test_map_error_passes_our_own_errors_through() -> None:
+    ours = Overloaded("already mapped")
+    assert map_error(ours) is ours
+
+
+def test_retryable_errors_are_marked() -> None:
+    assert all(e.retryable for e in (RateLimited("x"), Overloaded("x"), ServerError("x"), NetworkError("x")))
+    assert not any(e.retryable for e in (PromptTooLong("x"), RequestTooLarge("x"), AuthenticationFailed("x")))
+
+
+# --- table_limits (T4) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "window", "max_output"),
+    [
+        ("claude-opus-4-1-20250805", 200_000, 32_000),
+        ("claude-opus-4-20250514", 200_000, 32_000),
+        ("claude-sonnet-4-5", 200_000, 64_000),
+        ("claude-sonnet-4-20250514", 200_000, 64_000),
+        ("claude-haiku-4-5", 200_000, 64_000),
+        ("claude-3-7-sonnet-latest", 200_000, 64_000),
+        ("claude-3-5-haiku-20241022", 200_000, 8_192),
+        ("claude-3-5-sonnet-20241022", 200_000, 8_192),
+    ],
+)
+def test_table_limits_by_model_prefix(name: str, window: int, max_output: int) -> None:
+    assert table_limits(name) == ModelLimits(window, max_output, "table")
+
+
+@pytest.mark.parametrize("name", ["claude-future-9", "claude-2.1", "gpt-4o", ""])
+def test_table_limits_fall_back_for_unknown_models(name: str) -> None:
+    assert table_limits(name) == ModelLimits(*FALLBACK_LIMITS, "table")
+
+
+# --- ModelRequest ---------------------------------------------------------------------------
+
+
+def test_request_params_leave_out_empty_tools_and_missing_tool_choice() -> None:
+    ask = ModelRequest(system=[text_block("s")], tools=[], messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    assert ask.params("claude-x") == {
+        "model": "claude-x",
+        "max_tokens": 5,
+        "system": [text_block("s")],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+
+def test_request_params_carry_tools_and_tool_choice() -> None:
+    ask = ModelRequest(
+        system=[], tools=[PYTHON_TOOL], messages=[], max_tokens=5, tool_choice={"type": "none"}
+    )
+    params = ask.params("claude-x")
+    assert params["tools"] == [PYTHON_TOOL] and params["tool_choice"] == {"type": "none"}
+
+
+def test_tool_choice_none_is_honored_by_the_server(model: AnthropicModel) -> None:
+    ask = request(user_text("```python\nprint(1)\n```"), tools=[PYTHON_TOOL])
+    forbidden = ModelRequest(ask.system, ask.tools, ask.messages, ask.max_tokens, tool_choice={"type": "none"})
+    assert model.stream(forbidden).tool_uses == []
+
+
+# --- choose_backend -------------------------------------------------------------------------
+
+
+def test_choose_backend_without_a_key_is_the_offline_stand_in() -> None:
+    backend = choose_backend(env={})
+    assert backend.offline is True
+    assert backend.notice == OFFLINE_NOTICE
+    assert "offline stand-in" in backend.notice and "not Claude" in backend.notice
+    assert "ANTHROPIC_API_KEY" in backend.notice
+    reply = AnthropicModel(backend.client, name=MODEL, offline=True).stream(request(user_text("hi")))
+    assert text_of(reply.content).startswith("Offline stand-in")
+
+
+def test_choose_backend_offline_window_is_what_the_models_api_reports() -> None:
+    backend = choose_backend(env={}, offline_window=30_000)
+    assert AnthropicModel(backend.client, name=MODEL).limits().window == 30_000
+
+
+def test_choose_backend_blank_key_is_still_offline() -> None:
+    assert choose_backend(env={"ANTHROPIC_API_KEY": "  "}).offline is True
+
+
+def test_choose_backend_with_a_key_and_base_url_talks_to_that_server(url: str, api: OfflineAPI) -> None:
+    backend = choose_backend(env={"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": url}, max_retries=1)
+    assert backend.offline is False
+    assert url in backend.notice and "offline" not in backend.notice
+    assert str(backend.client.base_url).rstrip("/") == url
+    assert backend.client.max_retries == 1
+    reply = AnthropicModel(backend.client, name=MODEL).stream(request(user_text("hello from a real client")))
+    assert "hello from a real client" in text_of(reply.content)
+    assert api.model_calls() == 1
+
+
+def test_choose_backend_with_only_a_key_uses_the_anthropic_api() -> None:
+    backend = choose_backend(env={"ANTHROPIC_API_KEY": "sk-test"})
+    assert backend.offline is False
+    assert backend.notice == "Using the Anthropic Messages API."
+    assert "api.anthropic.com" in str(backend.client.base_url)
+
+
+def test_choose_backend_reads_the_process_environment_by_default(
+    monkeypatch: pytest.MonkeyPatch, url: str, api: OfflineAPI
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+    backend = choose_backend()
+    assert backend.offline is False
+    AnthropicModel(backend.client, name=MODEL).count_tokens(request(user_text("hi")))
+    assert api.requests[-1].path == "/v1/messages/count_tokens"
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    assert choose_backend().offline is True

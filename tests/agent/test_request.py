@@ -1,0 +1,239 @@
+"""From the live context to the request body (agent/request.py): what is sent, merged, cached (M1, M5)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from builders import assistant, text
+
+from ctx_magic.agent.request import cache_control, system_blocks, to_api_messages
+from ctx_magic.messages import Message, tool_result_block, tool_use_block, user_text
+
+EPHEMERAL = {"type": "ephemeral"}
+EPHEMERAL_1H = {"type": "ephemeral", "ttl": "1h"}
+
+
+def user(*blocks: dict[str, Any], kind: str = "normal") -> Message:
+    return Message("user", tuple(blocks), kind=kind)  # type: ignore[arg-type]
+
+
+def cached_blocks(turns: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(turn, block) positions of every block carrying cache_control."""
+    return [
+        (t, b) for t, turn in enumerate(turns) for b, block in enumerate(turn["content"]) if "cache_control" in block
+    ]
+
+
+def conversation() -> list[Message]:
+    use = tool_use_block("toolu_1", "python", {"code": "1 + 1"})
+    return [
+        user_text("add one and one"),
+        assistant(text("running it"), use),
+        user(tool_result_block("toolu_1", "2")),
+        assistant(text("it is 2")),
+        user_text("thanks"),
+    ]
+
+
+# --- what is sent ---------------------------------------------------------------------------
+
+
+def test_boundary_and_meta_messages_are_not_sent() -> None:
+    messages = [
+        user_text("compacted summary", kind="summary"),
+        user_text("=== compact boundary ===", kind="boundary"),
+        assistant(text("ok")),
+        user_text("internal note", kind="meta"),
+        user_text("next question"),
+    ]
+    turns = to_api_messages(messages, cache_ttl=None)
+    all_text = [b["text"] for t in turns for b in t["content"]]
+    assert all_text == ["compacted summary", "ok", "next question"]
+
+
+def test_only_unsent_messages_gives_no_turns() -> None:
+    assert to_api_messages([user_text("b", kind="boundary"), user_text("m", kind="meta")]) == []
+
+
+def test_empty_conversation_gives_no_turns() -> None:
+    assert to_api_messages([]) == []
+
+
+def test_turns_have_only_role_and_content() -> None:
+    turns = to_api_messages(conversation(), cache_ttl=None)
+    assert all(set(turn) == {"role", "content"} for turn in turns)
+    assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user"]
+
+
+def test_attachment_and_summary_messages_are_sent() -> None:
+    messages = [user_text("summary", kind="summary"), user_text("file", kind="attachment")]
+    turns = to_api_messages(messages, cache_ttl=None)
+    assert turns == [{"role": "user", "content": [text("summary"), text("file")]}]
+
+
+# --- merging --------------------------------------------------------------------------------
+
+
+def test_consecutive_user_messages_merge_into_one_turn() -> None:
+    turns = to_api_messages([user_text("one"), user_text("two"), user_text("three")], cache_ttl=None)
+    assert turns == [{"role": "user", "content": [text("one"), text("two"), text("three")]}]
+
+
+def test_consecutive_assistant_messages_merge_into_one_turn() -> None:
+    use = tool_use_block("toolu_1", "python", {"code": "x"})
+    messages = [user_text("go"), assistant(text("first")), assistant(use), user(tool_result_block("toolu_1", "ok"))]
+    turns = to_api_messages(messages, cache_ttl=None)
+    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
+    assert turns[1]["content"] == [text("first"), use]
+
+
+def test_messages_either_side_of_a_dropped_boundary_merge() -> None:
+    messages = [user_text("summary", kind="summary"), user_text("b", kind="boundary"), user_text("go on")]
+    turns = to_api_messages(messages, cache_ttl=None)
+    assert turns == [{"role": "user", "content": [text("summary"), text("go on")]}]
+
+
+@pytest.mark.parametrize(
+    "roles",
+    [
+        ["user", "user", "assistant", "assistant", "user"],
+        ["user", "assistant", "user", "user", "user", "assistant", "user"],
+        ["user", "assistant", "assistant", "assistant", "user", "user"],
+    ],
+)
+def test_merged_turns_alternate_roles_and_keep_every_block_in_order(roles: list[str]) -> None:
+    messages = [Message(role, (text(f"{role} {n}"),)) for n, role in enumerate(roles)]  # type: ignore[arg-type]
+    turns = to_api_messages(messages, cache_ttl=None)
+    assert all(a["role"] != b["role"] for a, b in zip(turns, turns[1:]))
+    assert [b["text"] for t in turns for b in t["content"]] == [f"{r} {n}" for n, r in enumerate(roles)]
+
+
+def test_merged_user_turn_puts_tool_results_first() -> None:
+    use = tool_use_block("toolu_1", "python", {"code": "x"})
+    cell = tool_use_block("toolu_cell", "notebook_cell", {"source": "df.head()"})
+    messages = [
+        user_text("go"),
+        assistant(text("calling"), use),
+        user(tool_result_block("toolu_1", "done")),
+        user_text("and a remark from the user"),
+        assistant(cell),
+        user(text("before"), tool_result_block("toolu_cell", "table"), text("after")),
+    ]
+    turns = to_api_messages(messages, cache_ttl=None)
+    assert turns[2]["content"] == [tool_result_block("toolu_1", "done"), text("and a remark from the user")]
+    assert turns[4]["content"] == [tool_result_block("toolu_cell", "table"), text("before"), text("after")]
+
+
+def test_text_then_tool_results_from_two_messages_reorder_results_first_keeping_their_order() -> None:
+    uses = [tool_use_block(f"toolu_{n}", "python", {"code": str(n)}) for n in (1, 2)]
+    messages = [
+        user_text("go"),
+        assistant(*uses),
+        user_text("the user typed this while tools ran"),
+        user(tool_result_block("toolu_1", "one"), tool_result_block("toolu_2", "two", is_error=True)),
+    ]
+    content = to_api_messages(messages, cache_ttl=None)[-1]["content"]
+    assert [b["type"] for b in content] == ["tool_result", "tool_result", "text"]
+    assert [b["tool_use_id"] for b in content[:2]] == ["toolu_1", "toolu_2"]
+    assert content[1]["is_error"] is True
+
+
+def test_assistant_turn_blocks_are_not_reordered() -> None:
+    use = tool_use_block("toolu_1", "python", {"code": "x"})
+    messages = [user_text("go"), assistant(use), assistant(text("after the call"))]
+    assert to_api_messages(messages, cache_ttl=None)[1]["content"] == [use, text("after the call")]
+
+
+# --- cache breakpoints ----------------------------------------------------------------------
+
+
+def test_cache_control_goes_only_on_the_last_block_of_the_last_message() -> None:
+    turns = to_api_messages(conversation())
+    assert cached_blocks(turns) == [(len(turns) - 1, len(turns[-1]["content"]) - 1)]
+    assert turns[-1]["content"][-1] == {**text("thanks"), "cache_control": EPHEMERAL}
+
+
+def test_cache_control_lands_after_reordering_on_the_final_block() -> None:
+    messages = [user_text("go"), assistant(tool_use_block("toolu_1", "python", {})),
+                user(text("note"), tool_result_block("toolu_1", "ok"))]
+    last = to_api_messages(messages)[-1]["content"]
+    assert [b["type"] for b in last] == ["tool_result", "text"]
+    assert "cache_control" not in last[0]
+    assert last[1]["cache_control"] == EPHEMERAL
+
+
+def test_one_hour_ttl_marks_the_breakpoint_with_ttl() -> None:
+    turns = to_api_messages(conversation(), cache_ttl="1h")
+    assert turns[-1]["content"][-1]["cache_control"] == EPHEMERAL_1H
+    assert len(cached_blocks(turns)) == 1
+
+
+def test_no_cache_control_when_cache_ttl_is_none() -> None:
+    assert cached_blocks(to_api_messages(conversation(), cache_ttl=None)) == []
+
+
+def test_stale_cache_control_on_input_blocks_is_removed() -> None:
+    messages = conversation()
+    marked = Message("user", ({**text("add one and one"), "cache_control": EPHEMERAL_1H},))
+    messages[0] = marked
+    turns = to_api_messages(messages, cache_ttl="5m")
+    assert cached_blocks(turns) == [(4, 0)]
+    assert cached_blocks(to_api_messages(messages, cache_ttl=None)) == []
+
+
+def test_cache_control_value_for_each_ttl() -> None:
+    assert cache_control("5m") == EPHEMERAL
+    assert cache_control("1h") == EPHEMERAL_1H
+
+
+def test_cache_control_returns_a_fresh_dict_each_time() -> None:
+    first = cache_control("5m")
+    first["ttl"] = "1h"
+    assert cache_control("5m") == EPHEMERAL
+
+
+def test_system_blocks_carry_a_breakpoint() -> None:
+    assert system_blocks("be brief") == [{"type": "text", "text": "be brief", "cache_control": EPHEMERAL}]
+    assert system_blocks("be brief", cache_ttl="1h")[0]["cache_control"] == EPHEMERAL_1H
+
+
+def test_system_blocks_without_cache_have_no_breakpoint() -> None:
+    assert system_blocks("be brief", cache_ttl=None) == [{"type": "text", "text": "be brief"}]
+
+
+# --- no side effects, no bookkeeping keys ---------------------------------------------------
+
+
+def test_input_messages_are_not_mutated() -> None:
+    messages = conversation() + [user_text("more"), user(tool_result_block("toolu_x", "late"))]
+    before = copy.deepcopy([m.content for m in messages])
+    to_api_messages(messages, cache_ttl="1h")
+    to_api_messages(messages, cache_ttl="5m")
+    assert [m.content for m in messages] == before
+
+
+def test_changing_the_request_does_not_change_the_messages() -> None:
+    messages = conversation()
+    before = copy.deepcopy([m.content for m in messages])
+    turns = to_api_messages(messages)
+    for turn in turns:
+        for block in turn["content"]:
+            block["mutated"] = True
+        turn["content"].append(text("extra"))
+    assert [m.content for m in messages] == before
+
+
+def test_bookkeeping_keys_starting_with_underscore_are_stripped() -> None:
+    tagged = {**tool_result_block("toolu_1", "2"), "_persisted": "/tmp/x.txt", "_cleared_at": 12.0}
+    messages = [
+        user({**text("go"), "_origin": "cell 3"}),
+        assistant(tool_use_block("toolu_1", "python", {"code": "1 + 1", "_kept": "model input is data"})),
+        user(tagged),
+    ]
+    turns = to_api_messages(messages, cache_ttl=None)
+    assert turns[0]["content"] == [text("go")]
+    assert turns[2]["content"] == [tool_result_block("toolu_1", "2")]
+    assert turns[1]["content"][0]["input"] == {"code": "1 + 1", "_kept": "model input is data"}
+    assert "_persisted" in messages[2].content[0]  # stripped in the request only
