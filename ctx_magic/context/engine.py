@@ -10,6 +10,7 @@ message costs in proportion to the new messages, not to the history.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from ctx_magic.context.microcompact import (
     clear_results,
     clearable,
     cleared_text,
+    idle_gap,
     microcompact_trigger,
 )
 from ctx_magic.context.snip import DEFAULT_SNIP_MAX_MESSAGES, KEEP_HEAD, snip_middle
@@ -259,10 +261,10 @@ def _budget(messages: list[Message], state: ContextState, settings: ContextSetti
 
 
 def _snip(messages: list[Message], state: ContextState, settings: ContextSettings, now: float,
-          max_messages: int, trigger: str = "auto"):
+          max_messages: int, trigger: str = "auto", target: int | None = None):
     anchor_before = find_anchor(messages)
     snipped, events = snip_middle(
-        messages, max_messages, transcript_path=settings.transcript_path, now=now, trigger=trigger
+        messages, max_messages, transcript_path=settings.transcript_path, now=now, trigger=trigger, target=target
     )
     if not events:
         return messages, state, []
@@ -275,10 +277,11 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
     return snipped, _with_freed(state, snipped, freed), events
 
 
-def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], trigger: str):
+def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], trigger: str,
+           freed: Mapping[str, int] | None = None):
     old = messages
     messages, event = clear_results(
-        messages, state.positions, ids, trigger=trigger, persisted_paths=state.persisted_paths
+        messages, state.positions, ids, trigger=trigger, persisted_paths=state.persisted_paths, freed=freed
     )
     if event is None:
         return messages, state, []
@@ -307,22 +310,26 @@ def _microcompact(messages: list[Message], state: ContextState, settings: Contex
     older = clearable(state.compactable, mc.keep_recent)
     if not older:
         return messages, state, []
-    # A result smaller than its stub stays: clearing it would grow the context.
-    sizes = {i: _result_tokens(messages, state, i) - _stub_tokens(state, i) for i in older}
-    candidates = [i for i in older if sizes[i] > 0]
+    gap = idle_gap(messages, now)
+    idle = gap is not None and gap > mc.idle_minutes * 60
     tokens = measure(messages, state, settings, overhead_tokens).tokens
-    candidate_tokens = sum(sizes[i] for i in candidates)
+    if not idle and tokens < settings.thresholds.warning:
+        return messages, state, []  # neither trigger can fire: no need to size the results
+    # A result smaller than its stub stays: clearing it would grow the context.
+    sizes = {i: _result_tokens(messages, state, i) - _stub_tokens(state.persisted_paths.get(i)) for i in older}
+    candidates = [i for i in older if sizes[i] > 0]
     trigger = microcompact_trigger(
-        messages, candidates, candidate_tokens, now=now, tokens=tokens,
+        messages, candidates, sum(sizes[i] for i in candidates), now=now, tokens=tokens,
         warning=settings.thresholds.warning, settings=mc,
     )
     if trigger is None:
         return messages, state, []
-    return _clear(messages, state, candidates, trigger)
+    return _clear(messages, state, candidates, trigger, freed={i: sizes[i] for i in candidates})
 
 
-def _stub_tokens(state: ContextState, tool_use_id: str) -> int:
-    return count_text(cleared_text(state.persisted_paths.get(tool_use_id)))
+@functools.lru_cache(maxsize=1024)
+def _stub_tokens(persisted_path: str | None) -> int:
+    return count_text(cleared_text(persisted_path))
 
 
 def result_counts(state: ContextState) -> tuple[int, int, int]:
@@ -383,7 +390,8 @@ def snip_now(
 ) -> tuple[list[Message], ContextState, list[Snipped]]:
     """Snip the middle at once, keeping the head and about `keep_last` recent messages."""
     msgs, state, _ = sync_index(messages, state)
-    return _snip(msgs, state, settings, now, KEEP_HEAD + 1 + keep_last, trigger="user")
+    keep = KEEP_HEAD + 1 + keep_last
+    return _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
 
 
 def new_persisted(events: Iterable[Event]) -> list[Persisted]:

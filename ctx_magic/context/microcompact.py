@@ -59,11 +59,15 @@ def clear_results(
     *,
     trigger: str,
     persisted_paths: Mapping[str, str],
+    freed: Mapping[str, int] | None = None,
 ) -> tuple[list[Message], Cleared | None]:
-    """Replace the named results by the cleared stub; `positions` maps id -> message index."""
+    """Replace the named results by the cleared stub; `positions` maps id -> message index.
+
+    `freed` gives the tokens each clearing frees when the caller already sized them.
+    """
     out = list(messages)
     replacements: dict[str, str] = {}
-    freed = 0
+    total = 0
     by_message: dict[int, set[str]] = {}
     for tool_use_id in tool_use_ids:
         if tool_use_id in positions:
@@ -74,7 +78,10 @@ def clear_results(
             tool_use_id = block.get("tool_use_id")
             if block.get("type") == "tool_result" and tool_use_id in ids:
                 text = cleared_text(persisted_paths.get(tool_use_id))
-                freed += block_tokens(block) - count_text(text)
+                if freed is not None and tool_use_id in freed:
+                    total += freed[tool_use_id]
+                else:
+                    total += block_tokens(block) - count_text(text)
                 replacements[tool_use_id] = text
                 # Images in the result go too: they are the largest thing to free.
                 block = {**block, "content": text}
@@ -82,7 +89,7 @@ def clear_results(
         out[index] = out[index].with_content(blocks)
     if not replacements:
         return out, None
-    return out, Cleared(trigger, replacements, freed)
+    return out, Cleared(trigger, replacements, total)
 
 
 def clearable(compactable: Sequence[str], keep_recent: int) -> list[str]:

@@ -16,6 +16,10 @@ from ctx_magic.messages import Message, user_text
 
 KEEP_HEAD = 3  # the opening request and the first exchange carry the task's setting
 DEFAULT_SNIP_MAX_MESSAGES = 200
+# Cutting back to half the limit, not to the limit itself, means the next snip is far away:
+# the marker and the head stay a stable prompt-cache prefix for many turns (a cut to exactly
+# the limit would snip again at every new message and rewrite the cache each turn).
+SNIP_TARGET_SHARE = 0.5
 MIN_SNIP_MAX_MESSAGES = 10  # below this the tail could lose the response anchoring the count
 
 
@@ -51,14 +55,17 @@ def snip_middle(
     transcript_path: str,
     now: float,
     trigger: str = "auto",
+    target: int | None = None,
 ) -> tuple[list[Message], list[Snipped]]:
-    """Snip when more than `max_messages` are live; the result holds at most that many."""
+    """Snip when more than `max_messages` are live, down to about `target` messages (half the
+    limit unless told), never more than the limit."""
     max_messages = max(max_messages, MIN_SNIP_MAX_MESSAGES)
     if len(messages) <= max_messages:
         return list(messages), []
+    keep = max(MIN_SNIP_MAX_MESSAGES, min(max_messages, target or int(max_messages * SNIP_TARGET_SHARE)))
     safe = safe_cuts(messages)
     head_end = next((p for p in range(KEEP_HEAD, len(messages)) if safe[p]), None)
-    latest_tail = len(messages) - (max_messages - KEEP_HEAD - 1)
+    latest_tail = len(messages) - (keep - KEEP_HEAD - 1)
     tail_start = next((p for p in range(latest_tail, -1, -1) if safe[p]), None)
     if head_end is None or tail_start is None or tail_start - head_end < 2:
         return list(messages), []

@@ -9,6 +9,7 @@ never touched. Without tiktoken the estimate falls back to characters / 4.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import gzip
 import json
@@ -149,9 +150,9 @@ class Correction:
             return self
         sample = min(max(actual / estimated, self.BOUNDS[0]), self.BOUNDS[1])
         if self.observations == 0:
-            return Correction(sample, 1)
+            return dataclasses.replace(self, ratio=sample, observations=1)
         ratio = (1 - self.SMOOTHING) * self.ratio + self.SMOOTHING * sample
-        return Correction(ratio, self.observations + 1)
+        return dataclasses.replace(self, ratio=ratio, observations=self.observations + 1)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,9 @@ def count_context(
         estimated = estimate_messages(messages) + overhead_tokens
         return ContextCount(math.ceil(estimated * ratio), 0, estimated, -1)
     usage: Usage = messages[anchor].usage  # type: ignore[assignment]
-    estimated = estimate_messages(messages[anchor + 1 :])
+    # The response's own later parts (parallel tool calls split over several messages) are
+    # already in its output_tokens: only what came between and after them is estimated.
+    api_id = messages[anchor].api_id
+    estimated = estimate_messages([m for m in messages[anchor + 1 :] if m.api_id != api_id])
     tokens = usage.context_tokens + math.ceil(estimated * ratio) - freed_since_anchor
     return ContextCount(max(0, tokens), usage.context_tokens, estimated, anchor)

@@ -146,7 +146,7 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
             run_turn(r.session, code_turn(n, lines=300 if n != 2 else 4_000))  # turn 2: persisted
         r.clock.advance(600)  # idle: old results get cleared at the next prepare
         r.session.prepare()
-        manual_compact(r.session, direction="up_to", index=6)
+        manual_compact(r.session, direction="from", index=len(r.session.messages) - 4)
         run_turn(r.session, code_turn(10, lines=50))
         expected = r.session.request().messages
         live_results = {i for m in r.session.messages for i in m.tool_result_ids}

@@ -79,3 +79,13 @@ def test_l2_event_lists_removed_messages_and_tokens_freed():
     removed = set(events[0].removed_uuids)
     assert removed == {m.uuid for m in msgs} - {m.uuid for m in out}
     assert events[0].tokens_freed > 0
+
+
+def test_l2_cuts_to_half_the_limit_so_the_next_turn_does_not_snip_again():
+    """Beyond the seeds: re-snipping at every message would rewrite the cached prefix each turn."""
+    msgs = long_conversation(30)  # 61 messages
+    out, events = snip_middle(msgs, 40, transcript_path="t", now=0)
+    assert events and len(out) <= 20 + 1
+    grown = out + long_conversation(5)[1:]
+    again, more = snip_middle(grown, 40, transcript_path="t", now=0)
+    assert more == [] and again == grown

@@ -158,3 +158,14 @@ def test_t2_long_text_is_counted_from_samples_within_a_few_percent():
 def test_t2_short_text_is_counted_exactly():
     sample = "print('hello')\n" * 100
     assert count_text(sample) == len(tokens.encoding().encode_ordinary(sample))
+
+
+def test_t1_later_parts_of_the_anchor_response_are_not_counted_twice():
+    """Beyond the seeds: a split response's later parts are in its output_tokens already."""
+    first_use, second_use = call(), call()
+    second_part = assistant(second_use, api_id="msg_A", usage=Usage(1_000, 50))
+    result_one, result_two = results((first_use["id"], "one " * 50)), results((second_use["id"], "two " * 50))
+    msgs = [user_text("go"), assistant(first_use, api_id="msg_A", usage=Usage(1_000, 50)), result_one,
+            second_part, result_two]
+    count = count_context(msgs)
+    assert count.estimated_tokens == tokens.message_tokens(result_one) + tokens.message_tokens(result_two)

@@ -1,0 +1,218 @@
+"""Cell outputs as tool results (SPEC N2).
+
+While a cell runs, what it prints, displays, returns and raises is recorded; after it, the
+record waits for the next agent turn, where it enters the context as a `notebook_cell`
+tool_use / tool_result pair so every layer treats it like any other tool output. The same
+recorder captures the agent's own `python` runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctx_magic.messages import Block, Message, decode_output, text_block, tool_result_block, tool_use_block
+
+SKIP_MARKER = "# ctx: skip"
+OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%load_ext ctx_magic",
+              "%reload_ext ctx_magic", "%unload_ext ctx_magic")
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+TEXT_TYPES = ("text/markdown", "text/plain")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def is_own_or_skipped(source: str) -> bool:
+    """Cells running ctx_magic's own magics, and cells marked `# ctx: skip`, are not recorded."""
+    lines = [line.strip() for line in source.strip().splitlines() if line.strip()]
+    if not lines:
+        return True
+    if lines[0].lower().startswith(SKIP_MARKER):
+        return True
+    return lines[0].startswith(OWN_MAGICS)
+
+
+@dataclass
+class CellRecord:
+    """What one cell did."""
+
+    source: str
+    execution_count: int | None = None
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    displays: list[dict[str, Any]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+    def text(self) -> str:
+        parts = []
+        if self.stdout:
+            parts.append("printed:\n" + strip_ansi("".join(self.stdout)).rstrip("\n"))
+        if self.stderr:
+            parts.append("stderr:\n" + strip_ansi("".join(self.stderr)).rstrip("\n"))
+        for data in self.displays:
+            kind = next((t for t in TEXT_TYPES if t in data), None)
+            if kind:
+                parts.append(f"displayed ({kind}):\n{_as_text(data[kind])}")
+        if self.result is not None:
+            label = f"Out[{self.execution_count}]" if self.execution_count else "result"
+            parts.append(f"{label}:\n{_as_text(self.result.get('text/plain', ''))}")
+        if self.error:
+            parts.append("error:\n" + strip_ansi(self.error).rstrip("\n"))
+        return decode_output("\n\n".join(parts)) if parts else "(no output)"
+
+    def content(self, image_max_bytes: int) -> str | list[Block]:
+        """The tool_result content: text, plus images within the size cap (N2)."""
+        text = self.text()
+        images: list[Block] = []
+        notes: list[str] = []
+        for data in [*self.displays, *([self.result] if self.result else [])]:
+            for mime in IMAGE_TYPES:
+                if mime in data:
+                    raw = data[mime]
+                    payload = raw if isinstance(raw, str) else base64.b64encode(raw).decode("ascii")
+                    if len(payload) <= image_max_bytes:
+                        images.append({"type": "image",
+                                       "source": {"type": "base64", "media_type": mime, "data": payload}})
+                    else:
+                        notes.append(f"[{mime} image of {len(payload):,} bytes not sent: over the size cap]")
+        if notes:
+            text = text + "\n" + "\n".join(notes)
+        return [text_block(text), *images] if images else text
+
+
+def _as_text(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def cell_messages(record: CellRecord, tool_use_id: str, image_max_bytes: int, now: float) -> list[Message]:
+    """The notebook_cell tool_use / tool_result pair for one recorded cell."""
+    call = tool_use_block(tool_use_id, "notebook_cell",
+                          {"execution_count": record.execution_count, "source": record.source})
+    use = Message("assistant", (call,), timestamp=now, meta={"cell": record.execution_count})
+    result = Message("user", (tool_result_block(tool_use_id, record.content(image_max_bytes),
+                                                is_error=record.error is not None),), timestamp=now)
+    return [use, result]
+
+
+class OutputRecorder:
+    """Records what runs print, display, return and raise.
+
+    Pass-through mode (the user's cells) lets everything reach the notebook as usual and keeps
+    a copy. Quiet mode (the agent's runs) keeps the outputs back so the display can show them
+    in a collapsible block; nothing reaches the notebook on its own. The streams are patched
+    at their `write` method, as IPython does, because ipykernel checks the stream classes.
+    """
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.current: CellRecord | None = None
+        self._restore: list[Callable[[], None]] = []
+        self._lock = threading.RLock()
+
+    def start(self, source: str, *, quiet: bool = False) -> CellRecord:
+        with self._lock:
+            self._stop_locked()
+            record = CellRecord(source)
+            self.current = record
+            for stream, sink in ((sys.stdout, record.stdout), (sys.stderr, record.stderr)):
+                self._patch_write(stream, sink, quiet)
+            pub = getattr(self.shell, "display_pub", None)
+            if pub is not None:
+                self._patch(pub, "publish", self._publisher(pub.publish, record, quiet))
+            if quiet:
+                self._quiet_displayhook(record)
+                self._patch(self.shell, "_showtraceback", lambda *args, **kwargs: None)
+            return record
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        had_own = name in getattr(owner, "__dict__", {})
+        original = getattr(owner, name)
+        setattr(owner, name, replacement)
+
+        def restore() -> None:
+            if had_own:
+                setattr(owner, name, original)
+            else:
+                try:
+                    delattr(owner, name)
+                except AttributeError:
+                    setattr(owner, name, original)
+
+        self._restore.append(restore)
+
+    def _patch_write(self, stream: Any, sink: list[str], quiet: bool) -> None:
+        original = stream.write
+
+        def write(data: str, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(data, str) and data:
+                sink.append(data)
+            return len(data) if quiet else original(data, *args, **kwargs)
+
+        try:
+            self._patch(stream, "write", write)
+        except (AttributeError, TypeError):  # a stream whose write cannot be replaced: not recorded
+            pass
+
+    @staticmethod
+    def _publisher(original: Callable[..., Any], record: CellRecord, quiet: bool) -> Callable[..., Any]:
+        def publish(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            if isinstance(data, dict):
+                record.displays.append(dict(data))
+            return None if quiet else original(data, *args, **kwargs)
+
+        return publish
+
+    def _quiet_displayhook(self, record: CellRecord) -> None:
+        """The value of the run's last expression, kept instead of shown as Out[]."""
+        previous = sys.displayhook
+
+        def hook(value: Any) -> None:
+            if value is not None:
+                record.result = self._format(value)
+
+        sys.displayhook = hook
+        self._restore.append(lambda: setattr(sys, "displayhook", previous))
+
+    def stop(self) -> CellRecord | None:
+        with self._lock:
+            return self._stop_locked()
+
+    def _stop_locked(self) -> CellRecord | None:
+        record, self.current = self.current, None
+        while self._restore:
+            self._restore.pop()()
+        return record
+
+    def _format(self, value: Any) -> dict[str, Any]:
+        try:
+            data, _ = self.shell.display_formatter.format(value)
+            return data
+        except Exception:  # noqa: BLE001 - a broken repr must not break the capture
+            return {"text/plain": f"<{type(value).__name__} object>"}
+
+    def finish(self, record: CellRecord, result: Any) -> CellRecord:
+        """Add the returned value and the error from IPython's ExecutionResult."""
+        record.execution_count = getattr(result, "execution_count", None)
+        value = getattr(result, "result", None)
+        if value is not None and record.result is None:
+            record.result = self._format(value)
+        error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        if error is not None:
+            record.error = self.format_error(error)
+        return record
+
+    def format_error(self, error: BaseException) -> str:
+        try:
+            lines = self.shell.InteractiveTB.structured_traceback(type(error), error, error.__traceback__)
+            return strip_ansi("\n".join(lines))
+        except Exception:  # noqa: BLE001
+            return f"{type(error).__name__}: {error}"

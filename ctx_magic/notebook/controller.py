@@ -1,0 +1,284 @@
+"""Everything ctx_magic keeps in one kernel: settings, the session, the cells waiting to enter
+the context, the idle check, and the listeners (display, panel) of the session's events.
+
+The magics are thin: they parse options and call this controller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ctx_magic.agent import compaction
+from ctx_magic.agent.loop import TurnResult, run_turn
+from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
+from ctx_magic.agent.session import Session, open_session
+from ctx_magic.context.engine import snip_now
+from ctx_magic.errors import CtxMagicError
+from ctx_magic.events import Event, Notice
+from ctx_magic.messages import Message, user_text
+from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
+from ctx_magic.notebook.config import CtxMagic
+from ctx_magic.notebook.display import TurnDisplay
+from ctx_magic.notebook.executor import KernelExecutor, find_notebook_path
+from ctx_magic.store.session import latest_session
+
+CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"
+IDLE_TIMER_SLACK = 1.0  # seconds after the TTL before the timer looks
+
+
+class Controller:
+    """One per kernel: created by %load_ext ctx_magic."""
+
+    def __init__(self, shell: Any, *, env: dict[str, str] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.shell = shell
+        self.env = dict(os.environ) if env is None else env
+        self.clock = clock
+        self.settings = CtxMagic(parent=shell)
+        self.recorder = OutputRecorder(shell)
+        self.executor = KernelExecutor(
+            shell, self.recorder,
+            permission=lambda: self.settings.permission,
+            image_max_bytes=lambda: self.settings.image_max_bytes,
+            notebook_path=self.notebook_path,
+        )
+        self.session: Session | None = None
+        self.backend: Backend | None = None
+        self.pending_cells: list[CellRecord] = []
+        self.listeners: list[Callable[[Event], None]] = []
+        self.lock = threading.RLock()
+        self.timer: threading.Timer | None = None
+        self.deferred: list[Event] = []
+        self._cell: CellRecord | None = None
+
+    # -- where things live ---------------------------------------------------------------------
+
+    def notebook_path(self) -> Path | None:
+        return find_notebook_path(self.shell.user_ns, self.env)
+
+    def storage_dir(self) -> Path:
+        if self.settings.storage_dir:
+            return Path(self.settings.storage_dir).expanduser().resolve()
+        notebook = self.notebook_path()
+        return (notebook.parent if notebook else Path.cwd()) / ".ctx_magic"
+
+    def root(self) -> Path:
+        notebook = self.notebook_path()
+        return notebook.parent if notebook else Path.cwd()
+
+    # -- cell capture (SPEC N2) ----------------------------------------------------------------
+
+    def pre_run_cell(self, info: Any) -> None:
+        if self.executor.running:
+            return
+        self.check_idle()
+        source = getattr(info, "raw_cell", "") or ""
+        self._cell = None if is_own_or_skipped(source) else self.recorder.start(source)
+
+    def post_run_cell(self, result: Any) -> None:
+        if self.executor.running or self._cell is None:
+            return
+        record, self._cell = self._cell, None
+        self.recorder.stop()
+        self.pending_cells.append(self.recorder.finish(record, result))
+
+    def _absorb_cells(self, session: Session) -> None:
+        """Recorded cells enter the context as notebook_cell pairs before the next turn."""
+        if not self.pending_cells:
+            return
+        if not any(m.sent for m in session.messages):
+            session.append(user_text(CELLS_INTRO, timestamp=self.clock()))
+        for record in self.pending_cells:
+            cell_id = f"cell_{record.execution_count or 0}_{len(session.messages)}"
+            for message in cell_messages(record, cell_id, self.settings.image_max_bytes, self.clock()):
+                session.append(message)
+        self.pending_cells = []
+
+    # -- the session -----------------------------------------------------------------------------
+
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            self.backend = choose_backend(self.env)
+        return self.backend
+
+    def ensure_session(self, *, new: bool = False, resume: str | None = None,
+                       model: str | None = None) -> tuple[Session, list[str]]:
+        """The current session; a new one, or a stored one resumed (`resume` = id or 'latest')."""
+        notes: list[str] = []
+        if model:
+            self.settings.model = model
+        same_model = not model or (self.session is not None and model == self.session.config.model)
+        if self.session is not None and not new and resume is None and same_model:
+            return self.session, notes
+        backend = self._backend()
+        if self.backend is not None and self.session is None and backend.offline:
+            notes.append(backend.notice)
+        sid = None
+        if resume is not None:
+            found = latest_session(self.storage_dir()) if resume == "latest" else None
+            sid = found.session_id if found else (None if resume == "latest" else resume)
+            if sid is None:
+                raise CtxMagicError(f"No stored session to resume in {self.storage_dir()}.")
+            if not (self.storage_dir() / "sessions" / sid).is_dir():
+                raise CtxMagicError(f"No session {sid!r} in {self.storage_dir() / 'sessions'}.")
+        model_client = AnthropicModel(backend.client, name=self.settings.model,
+                                      window_override=self.settings.context_window, offline=backend.offline)
+        session, problems = open_session(model_client, self.executor, self.storage_dir(),
+                                         self.settings.agent_config(), session_id=sid, resume=sid is not None,
+                                         root=self.root(), clock=self.clock, offline=backend.offline)
+        session.limits()  # an unknown model says so now, in one line
+        session.listeners.append(self._broadcast)
+        if self.session is not None:
+            self.session.transcript.close()
+        self.session = session
+        notes += problems
+        if sid is not None:
+            notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
+        return session, notes
+
+    def apply_settings(self, session: Session) -> None:
+        """%config changes take effect at the next turn."""
+        session.config = dataclasses.replace(self.settings.agent_config(session.config.system_prompt))
+        if session.model.name != self.settings.model or (
+                getattr(session.model, "window_override", 0) != self.settings.context_window):
+            session.model = AnthropicModel(self._backend().client, name=self.settings.model,
+                                           window_override=self.settings.context_window,
+                                           offline=self._backend().offline)
+            session._limits = None
+
+    def _broadcast(self, event: Event) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a broken panel must not break a turn
+                pass
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    def run(self, prompt: str, *, display: TurnDisplay | None = None) -> TurnResult:
+        with self.lock:
+            self.cancel_timer()
+            session = self.session
+            assert session is not None
+            self.apply_settings(session)
+            self._flush_deferred(session)
+            self._absorb_cells(session)
+            display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
+                                             record_for=lambda _id: self.executor.last_record)
+            session.listeners.append(display)
+            try:
+                result = run_turn(session, prompt)
+            finally:
+                session.listeners.remove(display)
+            display.finish(self.summary_line(session, result))
+            self.schedule_timer()
+            return result
+
+    def summary_line(self, session: Session, result: TurnResult) -> str:
+        status = session.status()
+        state = "Interrupted" if result.interrupted else ("Stopped" if result.error else "Done")
+        return (f"{state} · {result.model_calls} model call(s) · {status['tokens']:,} tokens in context · "
+                f"{status['percent_left']}% left before compaction")
+
+    def compact(self, instructions: str | None, *, direction: str = "full", index: int | None = None) -> Any:
+        with self.lock:
+            session = self.require_session()
+            self._absorb_cells(session)
+            session.prepare()
+            display = TurnDisplay()
+            session.listeners.append(display)
+            try:
+                return compaction.manual_compact(session, instructions, direction=direction, index=index)
+            finally:
+                session.listeners.remove(display)
+                session.end_turn()
+
+    def snip(self, keep_last: int) -> int:
+        with self.lock:
+            session = self.require_session()
+            messages, state, events = snip_now(session.messages, session.state, self.clock(),
+                                               session.engine_settings(), keep_last)
+            for message in messages:
+                if message.meta.get("snipped_count") and message.uuid not in {m.uuid for m in session.messages}:
+                    session.record_message(message)
+            session.messages, session.state = messages, state
+            for event in events:
+                session.record_event(event)
+            session.end_turn()
+            return sum(e.count for e in events)
+
+    def require_session(self) -> Session:
+        if self.session is None:
+            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
+        return self.session
+
+    # -- idle (SPEC L3): lazily at the next cell, optionally from a timer thread -----------------
+
+    def check_idle(self) -> None:
+        """At the next cell: if the idle gap passed, the zero-call layers run (writes included)."""
+        session = self.session
+        if session is None or not self.lock.acquire(blocking=False):
+            return
+        try:
+            self._flush_deferred(session)
+            if any(m.sent for m in session.messages):
+                session.prepare()
+        except CtxMagicError:
+            pass
+        finally:
+            self.lock.release()
+
+    def schedule_timer(self) -> None:
+        session = self.session
+        if session is None or not self.settings.idle_timer:
+            return
+        delay = session.engine_settings().idle_minutes * 60 + IDLE_TIMER_SLACK
+        self.timer = threading.Timer(delay, self._timer_fired)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _timer_fired(self) -> None:
+        """From the timer thread: clear in memory only; the transcript is written at the next cell."""
+        session = self.session
+        if session is None or not self.lock.acquire(blocking=False):
+            return
+        try:
+            if any(m.sent for m in session.messages):
+                self.deferred += session.prepare_in_memory()
+        except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
+            pass
+        finally:
+            self.lock.release()
+
+    def _flush_deferred(self, session: Session) -> None:
+        if self.deferred:
+            session.write_deferred(self.deferred)
+            self.deferred = []
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.cancel_timer()
+        self.recorder.stop()
+        if self.session is not None:
+            self.session.end_turn()
+            self.session.transcript.close()
+
+
+def notice_event(text: str, level: str = "info") -> Notice:
+    return Notice(level, text)
+
+
+def _unused(_: Message) -> None:  # pragma: no cover - keeps the Message import for typing tools
+    return None

@@ -1,0 +1,228 @@
+"""What a turn looks like in the cell (SPEC N4): the reply streams as Markdown updated in
+place, tool calls and their outputs sit in collapsible blocks, a status line says what the
+agent is doing, and every change to the context gets a one-line notice.
+
+The display only renders events; it computes nothing about the context itself.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ctx_magic.events import (
+    Cleared,
+    Compacted,
+    CompactionFailedEvent,
+    Event,
+    Notice,
+    Persisted,
+    Snipped,
+    Status,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
+from ctx_magic.notebook.capture import IMAGE_TYPES, CellRecord, strip_ansi
+
+STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
+STATUS_TEXT = {
+    "thinking": "Thinking…",
+    "running": "Running {detail}…",
+    "compacting": "Compacting the conversation ({detail})…",
+    "idle": "",
+}
+NOTICE_COLOURS = {"info": "#555", "warning": "#a15c00", "error": "#b00020"}
+TOOL_INPUT_CHARS = 2_000
+TOOL_OUTPUT_CHARS = 20_000
+
+
+class Output:
+    """A handle on one display in the cell that can be updated in place."""
+
+    def __init__(self, data: dict[str, str]) -> None:
+        from IPython.display import display
+
+        self.handle = display(data, raw=True, display_id=True)
+
+    def update(self, data: dict[str, str]) -> None:
+        if self.handle is not None:
+            self.handle.update(data, raw=True)
+
+
+def show(data: dict[str, str]) -> None:
+    from IPython.display import display
+
+    display(data, raw=True)
+
+
+def rich(html_text: str, plain: str) -> dict[str, str]:
+    return {"text/html": html_text, "text/plain": plain}
+
+
+def compaction_line(event: Compacted) -> str:
+    return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
+            f"{event.tokens_after:,} tokens ({event.trigger})")
+
+
+def compaction_notice(event: Compacted) -> dict[str, str]:
+    line = compaction_line(event)
+    body = html.escape(event.summary)
+    return rich(
+        f'<details class="ctx-magic-compaction"><summary>🗜 {html.escape(line)}</summary>'
+        f'<pre style="white-space:pre-wrap">{body}</pre></details>',
+        line,
+    )
+
+
+def record_html(record: CellRecord) -> str:
+    """A python run's outputs as HTML: text, tracebacks, HTML tables and images."""
+    parts = []
+    if record.stdout:
+        parts.append(f"<pre>{html.escape(strip_ansi(''.join(record.stdout))[:TOOL_OUTPUT_CHARS])}</pre>")
+    if record.stderr:
+        stderr = strip_ansi("".join(record.stderr))[:TOOL_OUTPUT_CHARS]
+        parts.append(f'<pre style="color:#a15c00">{html.escape(stderr)}</pre>')
+    for data in [*record.displays, *([record.result] if record.result else [])]:
+        image = next((m for m in IMAGE_TYPES if m in data), None)
+        if image:
+            payload = data[image] if isinstance(data[image], str) else ""
+            parts.append(f'<img src="data:{image};base64,{payload}"/>')
+        elif "text/html" in data:
+            parts.append(str(data["text/html"]))
+        elif "text/markdown" in data or "text/plain" in data:
+            text = data.get("text/markdown") or data.get("text/plain")
+            parts.append(f"<pre>{html.escape(str(text)[:TOOL_OUTPUT_CHARS])}</pre>")
+    if record.error:
+        parts.append(f'<pre style="color:#b00020">{html.escape(record.error[:TOOL_OUTPUT_CHARS])}</pre>')
+    return "".join(parts) or "<pre>(no output)</pre>"
+
+
+class TurnDisplay:
+    """Renders one turn's events in the current cell."""
+
+    def __init__(self, *, show_tools: bool = True, clock: Callable[[], float] = time.monotonic,
+                 record_for: Callable[[str], CellRecord | None] = lambda tool_use_id: None) -> None:
+        self.show_tools = show_tools
+        self.clock = clock
+        self.record_for = record_for
+        self.status: Output | None = None
+        self.text_output: Output | None = None
+        self.text = ""
+        self.last_update = 0.0
+        self.pending_tools: dict[str, ToolStarted] = {}
+
+    def __call__(self, event: Event) -> None:
+        handler = getattr(self, f"_on_{event.name}", None)
+        if handler is not None:
+            handler(event)
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def _on_text(self, event: TextDelta) -> None:
+        self.text += event.text
+        if self.text_output is None:
+            self.text_output = Output({"text/markdown": self.text, "text/plain": self.text})
+            self.last_update = self.clock()
+        elif self.clock() - self.last_update >= STREAM_INTERVAL:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.text_output is not None:
+            self.text_output.update({"text/markdown": self.text, "text/plain": self.text})
+            self.last_update = self.clock()
+
+    def _close_text(self) -> None:
+        self.flush()
+        self.text_output, self.text = None, ""
+
+    # -- status -------------------------------------------------------------------------------
+
+    def _on_status(self, event: Status) -> None:
+        template = STATUS_TEXT.get(event.state, event.state)
+        line = template.format(detail=event.detail or "code") if template else ""
+        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(line)}</div>',
+                    line)
+        if event.state == "idle":
+            self._close_text()
+        if self.status is None:
+            if line:
+                self.status = Output(data)
+        else:
+            self.status.update(data)
+
+    def finish(self, summary_line: str) -> None:
+        """The closing status line of the turn."""
+        self._close_text()
+        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(summary_line)}'
+                    "</div>", summary_line)
+        if self.status is None:
+            show(data)
+        else:
+            self.status.update(data)
+
+    # -- tools --------------------------------------------------------------------------------
+
+    def _on_tool_started(self, event: ToolStarted) -> None:
+        self._close_text()
+        self.pending_tools[event.tool_use_id] = event
+
+    def _on_tool_finished(self, event: ToolFinished) -> None:
+        started = self.pending_tools.pop(event.tool_use_id, None)
+        if not self.show_tools:
+            return
+        tool_input = dict(started.input) if started else {}
+        record = self.record_for(event.tool_use_id) if event.tool == "python" else None
+        if event.tool == "python":
+            code = str(tool_input.get("code", ""))
+            head = f"<pre>{html.escape(code[:TOOL_INPUT_CHARS])}</pre>"
+            body = record_html(record) if record else f"<pre>{html.escape(event.output[:TOOL_OUTPUT_CHARS])}</pre>"
+        else:
+            args = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
+            head = f"<pre>{html.escape(args[:TOOL_INPUT_CHARS])}</pre>"
+            body = f"<pre>{html.escape(event.output[:TOOL_OUTPUT_CHARS])}</pre>"
+        mark = "⚠" if event.is_error else "🔧"
+        opened = " open" if event.tool == "python" else ""
+        summary = f"{mark} {event.tool}" + (" (error)" if event.is_error else "")
+        plain = f"[{event.tool}{' error' if event.is_error else ''}]\n{event.output}"
+        show(rich(f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
+                  f"{head}{body}</details>", plain))
+
+    # -- context changes ----------------------------------------------------------------------
+
+    def _on_compacted(self, event: Compacted) -> None:
+        self._close_text()
+        show(compaction_notice(event))
+
+    def _on_cleared(self, event: Cleared) -> None:
+        why = {"idle": "after an idle gap", "pressure": "to make room", "model": "at the agent's request",
+               "user": "at your request"}.get(event.trigger, event.trigger)
+        line = (f"Cleared {len(event.replacements)} old tool result(s) {why}: about {event.tokens_freed:,} "
+                "tokens freed (the transcript keeps them)")
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">🧹 {html.escape(line)}</div>', line))
+
+    def _on_persisted(self, event: Persisted) -> None:
+        line = f"Saved a {event.original_chars:,}-character output to {event.path} (a preview stays in context)"
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">💾 {html.escape(line)}</div>', line))
+
+    def _on_snipped(self, event: Snipped) -> None:
+        line = f"Snipped {event.count:,} messages from the middle of the conversation (the transcript keeps them)"
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">✂ {html.escape(line)}</div>', line))
+
+    def _on_compaction_failed(self, event: CompactionFailedEvent) -> None:
+        return  # the loop's Notice says it in one line
+
+    def _on_notice(self, event: Notice) -> None:
+        colour = NOTICE_COLOURS.get(event.level, "#555")
+        show(rich(f'<div class="ctx-magic-notice" style="color:{colour}">{html.escape(event.text)}</div>',
+                  event.text))
+
+
+def notice(text: str, level: str = "info") -> None:
+    TurnDisplay()(Notice(level, text))
+
+
+def plain_or_rich(value: Any) -> None:
+    show(value if isinstance(value, dict) else {"text/plain": str(value)})

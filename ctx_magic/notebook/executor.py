@@ -1,0 +1,162 @@
+"""The kernel executor: the agent's `python` runs in the user's namespace, its outputs shown in
+the agent's cell and returned as the tool result; `notebook` reads the notebook's cells.
+
+Code execution follows the permission mode (SPEC N3): `ask` asks at an input prompt before
+each run, `auto` runs, `off` refuses with a tool error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ctx_magic.agent.tools import PYTHON_TOOL, ToolCall, ToolOutput
+from ctx_magic.notebook.capture import CellRecord, OutputRecorder, strip_ansi
+
+NOTEBOOK_TOOL = {
+    "name": "notebook",
+    "description": (
+        "Read the cells of the user's notebook (as last saved): their index, type, source and a short "
+        "view of their outputs. Optional start/end (cell indexes) or a search string."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "start": {"type": "integer", "minimum": 0},
+            "end": {"type": "integer", "minimum": 0},
+            "search": {"type": "string"},
+        },
+    },
+}
+NOTEBOOK_OUTPUT_CHARS = 500  # each cell's outputs, shortened: the notebook tool is for orientation
+NOTEBOOK_MAX_CELLS = 60
+RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (C7)
+
+
+def find_notebook_path(user_ns: dict[str, Any], env: dict[str, str] | None = None) -> Path | None:
+    """The notebook this kernel serves, when the frontend says (JupyterLab, VS Code)."""
+    env = dict(os.environ) if env is None else env
+    for candidate in (user_ns.get("__vsc_ipynb_file__"), env.get("JPY_SESSION_NAME")):
+        if not candidate or not str(candidate).endswith(".ipynb"):
+            continue
+        path = Path(str(candidate))
+        for option in (path, Path.cwd() / path.name):
+            if option.is_file():
+                return option.resolve()
+    return None
+
+
+class KernelExecutor:
+    """Runs the agent's tools inside this kernel."""
+
+    def __init__(self, shell: Any, recorder: OutputRecorder, *, permission: Callable[[], str],
+                 image_max_bytes: Callable[[], int], notebook_path: Callable[[], Path | None],
+                 ask: Callable[[str], str] | None = None, show_code: Callable[[str], None] | None = None) -> None:
+        self.shell = shell
+        self.recorder = recorder
+        self.permission = permission
+        self.image_max_bytes = image_max_bytes
+        self.notebook_path = notebook_path
+        self.ask = ask or input
+        self.show_code = show_code or (lambda code: None)
+        self.running = False
+        self.recent_code: list[str] = []
+        self.last_record: CellRecord | None = None
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        specs = [PYTHON_TOOL]
+        if self.notebook_path() is not None:
+            specs.append(NOTEBOOK_TOOL)
+        return specs
+
+    def run(self, call: ToolCall) -> ToolOutput:
+        if call.name == "python":
+            return self._python(call)
+        if call.name == "notebook":
+            return self._notebook(call)
+        return ToolOutput(f"Unknown tool {call.name!r}.", is_error=True)
+
+    def _allowed(self, code: str) -> ToolOutput | None:
+        mode = self.permission()
+        if mode == "off":
+            return ToolOutput("Running code is turned off here (CtxMagic.permission = 'off').", is_error=True)
+        if mode == "auto":
+            return None
+        self.show_code(code)
+        try:
+            answer = self.ask("Run this code? [y]es / [n]o: ")
+        except Exception:  # noqa: BLE001 - no stdin (headless runs): nobody can approve
+            return ToolOutput(
+                "Nobody can approve running code here (no input prompt available). The user can allow it "
+                "with %config CtxMagic.permission = 'auto'.", is_error=True)
+        if answer.strip().lower() not in ("y", "yes"):
+            return ToolOutput("The user chose not to run this code.", is_error=True)
+        return None
+
+    def _python(self, call: ToolCall) -> ToolOutput:
+        code = call.input.get("code")
+        if not isinstance(code, str) or not code.strip():
+            return ToolOutput("The python tool needs a non-empty 'code' string.", is_error=True)
+        refused = self._allowed(code)
+        if refused is not None:
+            return refused
+        record = self.recorder.start(code, quiet=True)
+        self.running = True
+        try:
+            result = self.shell.run_cell(code, store_history=False, silent=False)
+        finally:
+            self.running = False
+            self.recorder.stop()
+        self.recorder.finish(record, result)
+        self.recent_code = [*self.recent_code, code][-RECENT_CODE_KEPT:]
+        self.last_record = record
+        if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):
+            raise KeyboardInterrupt
+        return ToolOutput(record.content(self.image_max_bytes()), is_error=record.error is not None)
+
+    def _notebook(self, call: ToolCall) -> ToolOutput:
+        path = self.notebook_path()
+        if path is None:
+            return ToolOutput("The notebook's path is not known in this kernel.", is_error=True)
+        import nbformat
+
+        try:
+            notebook = nbformat.read(str(path), as_version=4)
+        except Exception as error:  # noqa: BLE001 - unreadable file: tell the model
+            return ToolOutput(f"Could not read {path.name}: {error}", is_error=True)
+        cells = list(enumerate(notebook.cells))
+        start = int(call.input.get("start") or 0)
+        end = int(call.input.get("end") or len(cells) - 1)
+        search = str(call.input.get("search") or "")
+        chosen = [(i, c) for i, c in cells if start <= i <= end and (not search or search in c.source)]
+        lines = [f"{path.name}: {len(cells)} cells (as last saved)"]
+        for index, cell in chosen[:NOTEBOOK_MAX_CELLS]:
+            lines.append(f"--- cell {index} ({cell.cell_type}) ---\n{cell.source}")
+            outputs = _outputs_text(cell)
+            if outputs:
+                lines.append(f"[outputs]\n{outputs}")
+        if len(chosen) > NOTEBOOK_MAX_CELLS:
+            lines.append(f"[{len(chosen) - NOTEBOOK_MAX_CELLS} more cells; narrow start/end or search]")
+        return ToolOutput("\n".join(lines))
+
+    def context_attachments(self) -> list[str]:
+        """What the agent was last running, re-announced after a compaction (C7)."""
+        if not self.recent_code:
+            return []
+        shown = "\n\n".join(f"```python\n{code}\n```" for code in self.recent_code)
+        return [f"The most recent code you ran in the notebook's kernel:\n{shown}"]
+
+
+def _outputs_text(cell: Any) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        elif output.get("output_type") in ("execute_result", "display_data"):
+            parts.append(str(output.get("data", {}).get("text/plain", "[rich output]")))
+        elif output.get("output_type") == "error":
+            parts.append(strip_ansi(f"{output.get('ename')}: {output.get('evalue')}"))
+    text = "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
+    return text[:NOTEBOOK_OUTPUT_CHARS] + ("…" if len(text) > NOTEBOOK_OUTPUT_CHARS else "")
