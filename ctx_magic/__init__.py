@@ -1,3 +1,22 @@
-"""ctx_magic: an agent for IPython and Jupyter that keeps its conversation inside the model's window."""
+"""ctx_magic: an agent for IPython and Jupyter that keeps its conversation inside the model's window.
+
+`%load_ext ctx_magic` adds `%%agent`, `%compact`, `%memory` and `%ctx` to the notebook.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from ctx_magic.notebook.extension import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from ctx_magic.notebook.extension import unload
+
+    unload(ipython)

@@ -221,21 +221,44 @@ class Session:
 
     def prepare(self) -> Prepared:
         """L1 -> L2 -> L3 on the live context; acts on their events (files, transcript)."""
-        prepared = prepare(self.messages, self.state, self.clock(), self.engine_settings(),
-                           overhead_tokens=self.overhead_tokens())
-        for event in prepared.events:
-            if isinstance(event, Persisted):
-                self.store.write_tool_result(event.tool_use_id, event.content)
-        for message in prepared.messages:
-            if message.meta.get("snipped_count") and message.uuid not in {m.uuid for m in self.messages}:
-                self.record_message(message)
-        self.messages, self.state = prepared.messages, prepared.state
-        for event in prepared.events:
-            if event.durable:
-                self.transcript.append_event(event)
-            self.emit(event)
-        self.last_prepared = prepared
+        prepared = self._prepare()
+        self.write_deferred(self._changes(prepared))
+        self._adopt(prepared)
         return prepared
+
+    def prepare_in_memory(self) -> list[Message | Event]:
+        """The same layers without touching disk (for the idle timer's thread); returns the
+        writes to make later with `write_deferred`, from the kernel's main thread."""
+        prepared = self._prepare()
+        changes = self._changes(prepared)
+        self._adopt(prepared)
+        return changes
+
+    def write_deferred(self, changes: Sequence[Message | Event]) -> None:
+        for change in changes:
+            if isinstance(change, Message):
+                self.record_message(change)
+            else:
+                if isinstance(change, Persisted):
+                    self.store.write_tool_result(change.tool_use_id, change.content)
+                self.transcript.append_event(change)
+
+    def _prepare(self) -> Prepared:
+        return prepare(self.messages, self.state, self.clock(), self.engine_settings(),
+                       overhead_tokens=self.overhead_tokens())
+
+    def _changes(self, prepared: Prepared) -> list[Message | Event]:
+        live = {m.uuid for m in self.messages}
+        markers: list[Message | Event] = [
+            m for m in prepared.messages if m.meta.get("snipped_count") and m.uuid not in live
+        ]
+        return markers + [e for e in prepared.events if e.durable]
+
+    def _adopt(self, prepared: Prepared) -> None:
+        self.messages, self.state = prepared.messages, prepared.state
+        self.last_prepared = prepared
+        for event in prepared.events:
+            self.emit(event)
 
     def tokens(self) -> int:
         return measure(self.messages, self.state, self.engine_settings(), self.overhead_tokens()).tokens

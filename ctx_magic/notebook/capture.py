@@ -53,20 +53,21 @@ class CellRecord:
     error: str | None = None
 
     def text(self) -> str:
+        """What printed comes first as it is; every other part is labelled in brackets."""
         parts = []
         if self.stdout:
-            parts.append("printed:\n" + strip_ansi("".join(self.stdout)).rstrip("\n"))
+            parts.append(strip_ansi("".join(self.stdout)).rstrip("\n"))
         if self.stderr:
-            parts.append("stderr:\n" + strip_ansi("".join(self.stderr)).rstrip("\n"))
+            parts.append("[stderr]\n" + strip_ansi("".join(self.stderr)).rstrip("\n"))
         for data in self.displays:
             kind = next((t for t in TEXT_TYPES if t in data), None)
             if kind:
-                parts.append(f"displayed ({kind}):\n{_as_text(data[kind])}")
+                parts.append(f"[displayed {kind}]\n{_as_text(data[kind])}")
         if self.result is not None:
             label = f"Out[{self.execution_count}]" if self.execution_count else "result"
-            parts.append(f"{label}:\n{_as_text(self.result.get('text/plain', ''))}")
+            parts.append(f"[{label}]\n{_as_text(self.result.get('text/plain', ''))}")
         if self.error:
-            parts.append("error:\n" + strip_ansi(self.error).rstrip("\n"))
+            parts.append("[error]\n" + strip_ansi(self.error).rstrip("\n"))
         return decode_output("\n\n".join(parts)) if parts else "(no output)"
 
     def content(self, image_max_bytes: int) -> str | list[Block]:

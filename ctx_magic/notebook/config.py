@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, validate
+from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from ctx_magic.agent.model import DEFAULT_MAX_OUTPUT, DEFAULT_MODEL
@@ -48,14 +48,14 @@ class CtxMagic(Configurable):
               "image_max_bytes")
     def _non_negative(self, proposal):  # type: ignore[no-untyped-def]
         if proposal["value"] < 0:
-            raise ValueError(f"{proposal['trait'].name} must be 0 or more, got {proposal['value']}")
+            raise TraitError(f"{proposal['trait'].name} must be 0 or more, got {proposal['value']}")
         return proposal["value"]
 
     @validate("autocompact_pct")
     def _percent(self, proposal):  # type: ignore[no-untyped-def]
         value = proposal["value"]
         if not 0 <= value <= 100:
-            raise ValueError(f"autocompact_pct is a percentage (0-100), got {value}")
+            raise TraitError(f"autocompact_pct is a percentage (0-100), got {value}")
         return value
 
     def agent_config(self, system_prompt: str | None = None) -> AgentConfig:

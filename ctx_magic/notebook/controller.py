@@ -20,7 +20,7 @@ from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.engine import snip_now
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Event, Notice
+from ctx_magic.events import Cleared, Event, Persisted, Snipped, Status
 from ctx_magic.messages import Message, user_text
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
 from ctx_magic.notebook.config import CtxMagic
@@ -54,7 +54,9 @@ class Controller:
         self.listeners: list[Callable[[Event], None]] = []
         self.lock = threading.RLock()
         self.timer: threading.Timer | None = None
-        self.deferred: list[Event] = []
+        self.deferred: list[Message | Event] = []
+        self.unshown: list[Event] = []
+        """Context changes made between turns (idle clearing), shown at the next agent turn."""
         self._cell: CellRecord | None = None
 
     # -- where things live ---------------------------------------------------------------------
@@ -171,6 +173,9 @@ class Controller:
             self._absorb_cells(session)
             display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
                                              record_for=lambda _id: self.executor.last_record)
+            unshown, self.unshown = self.unshown, []
+            for event in unshown:
+                display(event)
             session.listeners.append(display)
             try:
                 result = run_turn(session, prompt)
@@ -196,6 +201,7 @@ class Controller:
             try:
                 return compaction.manual_compact(session, instructions, direction=direction, index=index)
             finally:
+                session.emit(Status("idle"))
                 session.listeners.remove(display)
                 session.end_turn()
 
@@ -228,7 +234,7 @@ class Controller:
         try:
             self._flush_deferred(session)
             if any(m.sent for m in session.messages):
-                session.prepare()
+                self._between_turns(session, session.prepare)
         except CtxMagicError:
             pass
         finally:
@@ -255,16 +261,49 @@ class Controller:
             return
         try:
             if any(m.sent for m in session.messages):
-                self.deferred += session.prepare_in_memory()
+                self._between_turns(session, lambda: self.deferred.extend(session.prepare_in_memory()))
         except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
             pass
         finally:
             self.lock.release()
 
+    def _between_turns(self, session: Session, act: Callable[[], object]) -> None:
+        """Run `act`, keeping the context changes it makes to show at the next agent turn."""
+        seen: list[Event] = []
+        session.listeners.append(seen.append)
+        try:
+            act()
+        finally:
+            session.listeners.remove(seen.append)
+        self.unshown += [e for e in seen if isinstance(e, (Cleared, Snipped, Persisted))]
+
     def _flush_deferred(self, session: Session) -> None:
         if self.deferred:
             session.write_deferred(self.deferred)
             self.deferred = []
+
+    # -- %ctx count and sidebar ------------------------------------------------------------------
+
+    def count_line(self) -> str:
+        """The exact size from the API's count_tokens (T3) beside the estimate; the estimate alone
+        when the endpoint fails."""
+        session = self.require_session()
+        self._absorb_cells(session)
+        prepared = session.prepare()
+        estimate = prepared.tokens
+        try:
+            exact = session.model.count_tokens(session.request())
+        except CtxMagicError as error:
+            return f"Estimated context: {estimate:,} tokens (count_tokens unavailable: {error})"
+        drift = (estimate - exact) / exact * 100 if exact else 0.0
+        return (f"Exact context: {exact:,} tokens (count_tokens API); the estimate was {estimate:,} "
+                f"({drift:+.1f}%).")
+
+    def show_sidebar(self) -> None:
+        from ctx_magic.notebook.display import plain_or_rich
+        from ctx_magic.notebook.magics import status_text
+
+        plain_or_rich(status_text(self.require_session().status()))
 
     # -- teardown --------------------------------------------------------------------------------
 
@@ -275,10 +314,3 @@ class Controller:
             self.session.end_turn()
             self.session.transcript.close()
 
-
-def notice_event(text: str, level: str = "info") -> Notice:
-    return Notice(level, text)
-
-
-def _unused(_: Message) -> None:  # pragma: no cover - keeps the Message import for typing tools
-    return None

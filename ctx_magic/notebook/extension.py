@@ -1,0 +1,46 @@
+"""`%load_ext ctx_magic` and `%unload_ext ctx_magic`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctx_magic.notebook.controller import Controller
+from ctx_magic.notebook.magics import AgentMagics
+
+_CONTROLLER_ATTR = "_ctx_magic_controller"
+
+
+def load(shell: Any) -> Controller:
+    existing = getattr(shell, _CONTROLLER_ATTR, None)
+    if existing is not None:
+        return existing
+    controller = Controller(shell)
+    shell.register_magics(AgentMagics(shell, controller))
+    shell.configurables.append(controller.settings)
+    shell.events.register("pre_run_cell", controller.pre_run_cell)
+    shell.events.register("post_run_cell", controller.post_run_cell)
+    setattr(shell, _CONTROLLER_ATTR, controller)
+    return controller
+
+
+def unload(shell: Any) -> None:
+    controller = getattr(shell, _CONTROLLER_ATTR, None)
+    if controller is None:
+        return
+    for name, callback in (("pre_run_cell", controller.pre_run_cell), ("post_run_cell", controller.post_run_cell)):
+        try:
+            shell.events.unregister(name, callback)
+        except ValueError:
+            pass
+    if controller.settings in shell.configurables:
+        shell.configurables.remove(controller.settings)
+    magics = shell.magics_manager.magics
+    for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx"])):
+        for name in names:
+            magics[kind].pop(name, None)
+    controller.close()
+    delattr(shell, _CONTROLLER_ATTR)
+
+
+def controller_of(shell: Any) -> Controller | None:
+    return getattr(shell, _CONTROLLER_ATTR, None)

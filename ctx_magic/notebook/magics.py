@@ -1,0 +1,185 @@
+"""The magics (SPEC N1): `%%agent`, `%compact`, `%memory`, `%ctx`.
+
+Options go through IPython's magic_arguments, so `%%agent?` shows real help and a bad option
+is a UsageError of one line. Every other failure ends in one clear line in the cell and a
+session that still works (SPEC N5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from ctx_magic.errors import CtxMagicError
+from ctx_magic.notebook.controller import Controller
+from ctx_magic.notebook.display import notice, plain_or_rich
+from ctx_magic.notebook.export import export_transcript
+
+MEMORY_LATER = "Long-term memory arrives with the memory issue; `%memory {command}` does nothing yet."
+
+
+def one_line_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """ctx_magic's errors, and any bug of ours, end as one line in the cell, never a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self: AgentMagics, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except UsageError:
+            raise
+        except CtxMagicError as error:
+            notice(str(error), "error")
+        except KeyboardInterrupt:
+            notice("Interrupted.", "warning")
+        except Exception as error:  # noqa: BLE001 - a bug of ours: one line here, details on disk
+            path = self.controller.storage_dir() / "errors.log"
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "a", encoding="utf-8") as log:
+                    log.write(traceback.format_exc() + "\n")
+            except OSError:
+                pass
+            notice(f"ctx_magic hit an internal error ({type(error).__name__}: {error}); details in {path}.", "error")
+        return None
+
+    return wrapper
+
+
+@magics_class
+class AgentMagics(Magics):
+    def __init__(self, shell: Any, controller: Controller) -> None:
+        super().__init__(shell)
+        self.controller = controller
+
+    @magic_arguments()
+    @argument("--new", action="store_true", help="Start a new session (the current one stays on disk).")
+    @argument("--resume", nargs="?", const="latest", default=None, metavar="ID",
+              help="Resume a stored session: the latest one, or the one with this id.")
+    @argument("--model", default=None, help="Model id for this session (sets CtxMagic.model).")
+    @argument("--permission", choices=["ask", "auto", "off"], default=None,
+              help="How the agent may run code (sets CtxMagic.permission).")
+    @line_cell_magic
+    @one_line_errors
+    def agent(self, line: str, cell: str | None = None) -> None:
+        """Talk to the agent: the cell body is your message.
+
+        The agent can run code in this kernel, read files under the notebook's folder and see
+        the cells you run between turns. Its context is kept inside the model's window
+        automatically; see %ctx status and %compact.
+        """
+        args = parse_argstring(self.agent, line)
+        if args.new and args.resume is not None:
+            raise UsageError("Use either --new or --resume, not both.")
+        if args.permission:
+            self.controller.settings.permission = args.permission
+        text = (cell or "").strip()
+        if not text and not (args.new or args.resume is not None):
+            raise UsageError("%%agent needs your message in the cell body (or --new / --resume).")
+        session, notes = self.controller.ensure_session(new=args.new, resume=args.resume, model=args.model)
+        for line_ in notes:
+            notice(line_)
+        if args.new and not text:
+            notice(f"New session {session.session_id}.")
+        if text:
+            result = self.controller.run(text)
+            if result.error:
+                return None
+
+    @magic_arguments()
+    @argument("--up-to", type=int, dest="up_to", metavar="N",
+              help="Summarize the live messages before N, keep N and after.")
+    @argument("--from", type=int, dest="from_", metavar="N",
+              help="Keep the live messages before N, summarize the rest.")
+    @argument("--snip", nargs="?", const=20, type=int, metavar="KEEP",
+              help="No summary: snip the middle, keeping the opening and about KEEP recent messages.")
+    @argument("instructions", nargs="*", help="What the summary must keep, in your words.")
+    @line_magic
+    @one_line_errors
+    def compact(self, line: str) -> None:
+        """Compact the agent's context now (optionally with instructions for the summary)."""
+        args = parse_argstring(self.compact, line)
+        chosen = [name for name in ("up_to", "from_", "snip") if getattr(args, name) is not None]
+        if len(chosen) > 1:
+            raise UsageError("Use only one of --up-to, --from and --snip.")
+        for name in ("up_to", "from_", "snip"):
+            value = getattr(args, name)
+            if value is not None and value < 0:
+                raise UsageError(f"--{name.rstrip('_').replace('_', '-')} needs a number of 0 or more.")
+        instructions = " ".join(args.instructions).strip() or None
+        if args.snip is not None:
+            count = self.controller.snip(args.snip)
+            notice(f"Snipped {count} messages." if count else "Nothing to snip yet.")
+            return
+        direction, index = ("up_to", args.up_to) if args.up_to is not None else (
+            ("from", args.from_) if args.from_ is not None else ("full", None))
+        self.controller.compact(instructions, direction=direction, index=index)
+
+    @magic_arguments()
+    @argument("command", nargs="?", default="show", choices=["show", "add", "forget", "extract", "dream"],
+              help="What to do with long-term memory.")
+    @argument("rest", nargs=argparse.REMAINDER,
+              help="With add: [--no-decay] TEXT (--no-decay: full relevance forever). With forget: the id.")
+    @line_magic
+    @one_line_errors
+    def memory(self, line: str) -> None:
+        """Long-term memory across sessions: show, add [--no-decay] TEXT, forget ID, extract, dream."""
+        args = parse_argstring(self.memory, line)
+        args.no_decay = "--no-decay" in args.rest
+        args.rest = [word for word in args.rest if word != "--no-decay"]
+        handler = getattr(self.controller, "memory_command", None)
+        if handler is None:
+            notice(MEMORY_LATER.format(command=args.command))
+            return
+        handler(args)
+
+    @magic_arguments()
+    @argument("command", nargs="?", default="status", choices=["status", "config", "export", "sidebar", "count"],
+              help="status (--json), config, export [PATH], sidebar, count.")
+    @argument("path", nargs="?", default=None, help="With export: where to write the .ipynb.")
+    @argument("--json", action="store_true", help="With status: one JSON object.")
+    @line_magic
+    @one_line_errors
+    def ctx(self, line: str) -> None:
+        """The agent's context: status, settings, an export of the full transcript, the panel."""
+        args = parse_argstring(self.ctx, line)
+        if args.command == "config":
+            plain_or_rich({"text/plain": json.dumps(self.controller.settings.describe(), indent=1)})
+            return
+        session = self.controller.require_session()
+        if args.command == "status":
+            status = session.status()
+            if args.json:
+                print(json.dumps(status))
+            else:
+                plain_or_rich(status_text(status))
+        elif args.command == "export":
+            target = Path(args.path) if args.path else session.store.root / "transcript.ipynb"
+            written = export_transcript(session.store.load_transcript().records, session.session_id, target)
+            notice(f"Wrote the full transcript to {written}.")
+        elif args.command == "count":
+            notice(self.controller.count_line())
+        elif args.command == "sidebar":
+            self.controller.show_sidebar()
+
+
+def status_text(status: dict[str, Any]) -> dict[str, str]:
+    results = status["tool_results"]
+    lines = [
+        f"session {status['session_id']} · {status['model']} ({status['backend']})",
+        f"context {status['tokens']:,} tokens · zone {status['zone']} · {status['percent_left']}% left before "
+        f"compaction at {status['threshold']:,} (window {status['window']:,})",
+        f"{status['messages']} messages · tool results {results['live']} live, {results['cleared']} cleared, "
+        f"{results['persisted']} persisted",
+        f"{len(status['boundaries'])} compaction(s) · breaker {'OPEN' if status['breaker_open'] else 'closed'} · "
+        f"cache hit ratio {status['usage']['cache_hit_ratio']:.0%}",
+    ]
+    return {"text/plain": "\n".join(lines)}

@@ -1,0 +1,135 @@
+"""Idle microcompact between cells (lazy check and timer thread) and the turn display."""
+
+from __future__ import annotations
+
+import pytest
+from notebook_rig import captured, close_shell, controller, new_shell, run, texts
+
+from ctx_magic.events import Cleared, Compacted, Notice, Status, TextDelta, ToolFinished, ToolStarted
+from ctx_magic.notebook.display import STREAM_INTERVAL, TurnDisplay
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    sh = new_shell()
+    clock = Clock()
+    controller(sh).clock = clock
+    sh.user_ns["_clock"] = clock
+    yield sh
+    close_shell(sh)
+
+
+def work(shell, turns: int = 7) -> None:
+    for n in range(turns):
+        run(shell, f"%%agent\nbatch {n}\n```python\nprint('\\n'.join(str(i * {n}) for i in range(80)))\n```")
+
+
+def cleared_events(shell) -> list[Cleared]:
+    seen: list[Cleared] = []
+    controller(shell).listeners.append(lambda e: seen.append(e) if isinstance(e, Cleared) else None)
+    return seen
+
+
+def test_idle_gap_is_checked_lazily_at_the_next_cell(shell):
+    work(shell)
+    seen = cleared_events(shell)
+    shell.user_ns["_clock"].now += 5 * 60 + 1
+    shell.run_cell("a = 1")  # any cell: pre_run_cell notices the idle gap
+    assert seen and seen[0].trigger == "idle"
+    log = controller(shell).session.store.transcript_path.read_text()
+    assert '"event":"cleared"' in log
+
+
+def test_no_clearing_before_the_ttl(shell):
+    work(shell)
+    seen = cleared_events(shell)
+    shell.user_ns["_clock"].now += 4 * 60
+    shell.run_cell("a = 1")
+    assert seen == []
+
+
+def test_timer_thread_clears_in_memory_and_the_next_cell_writes_it(shell):
+    work(shell)
+    ctl = controller(shell)
+    seen = cleared_events(shell)
+    before = ctl.session.store.transcript_path.read_text()
+    shell.user_ns["_clock"].now += 6 * 60
+    ctl._timer_fired()  # what the timer thread runs
+    assert seen and seen[0].trigger == "idle"
+    assert ctl.session.store.transcript_path.read_text() == before  # nothing written from the thread
+    assert ctl.deferred
+    shell.run_cell("b = 2")
+    assert '"event":"cleared"' in ctl.session.store.transcript_path.read_text()
+    assert not ctl.deferred
+
+
+def test_timer_is_scheduled_after_a_turn_when_enabled(shell):
+    ctl = controller(shell)
+    ctl.settings.idle_timer = True
+    run(shell, "%%agent\nhello")
+    try:
+        assert ctl.timer is not None and ctl.timer.daemon
+        assert ctl.timer.interval == 5 * 60 + 1
+    finally:
+        ctl.cancel_timer()
+
+
+def test_idle_clearing_is_shown_at_the_next_agent_turn(shell):
+    work(shell)
+    shell.user_ns["_clock"].now += 10 * 60
+    _, shown = run(shell, "%%agent\nback again")
+    assert "old tool result(s) after an idle gap" in shown
+
+
+# -- the display ------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_streaming_text_updates_in_place_at_most_ten_times_a_second(shell):
+    clock = FakeClock()
+    with captured() as out:
+        display = TurnDisplay(clock=clock)
+        for n in range(30):
+            display(TextDelta(f"word{n} "))
+            clock.now += STREAM_INTERVAL / 3
+        display.finish("done")
+    text_outputs = [o.data["text/plain"] for o in out.outputs if "text/markdown" in o.data]
+    assert 9 <= len(text_outputs) <= 12  # first display, ~10 updates over 1 s, the final flush
+    assert text_outputs[-1].strip().endswith("word29")
+
+
+def test_tools_and_context_changes_are_rendered_as_collapsible_blocks(shell):
+    with captured() as out:
+        display = TurnDisplay()
+        display(Status("thinking"))
+        display(ToolStarted("t1", "read_file", {"path": "data.csv"}))
+        display(ToolFinished("t1", "read_file", "a,b\n1,2", False))
+        display(Compacted("auto", 161_203, 18_422, 143, "b", ("b",), "the summary text"))
+        display(Cleared("pressure", {"t1": "[cleared]"}, 4_000))
+        display(Notice("error", "The API is overloaded."))
+        display.finish("Done")
+    html = "\n".join(o.data.get("text/html", "") for o in out.outputs)
+    plain = texts(out)
+    assert '<details class="ctx-magic-tool"><summary>🔧 read_file</summary>' in html
+    assert "Compacted 143 messages: 161,203 -> 18,422 tokens (auto)" in plain
+    assert '<details class="ctx-magic-compaction">' in html and "the summary text" in html
+    assert "Cleared 1 old tool result(s) to make room" in plain
+    assert "The API is overloaded." in plain
+    assert "Thinking…" in plain and "Done" in plain

@@ -1,0 +1,279 @@
+"""SPEC N1-N5 in-process: every magic, option and config name, with a real InteractiveShell."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import pytest
+from IPython.core.error import UsageError
+from notebook_rig import captured, close_shell, controller, new_shell, run, status, texts
+
+from ctx_magic.offline.app import OfflineAPI, OfflineConfig
+from ctx_magic.offline.server import serve_in_thread
+
+CODE_PROMPT = "%%agent\nWhat is x doubled?\n```python\nprint(x * 2)\n```"
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    sh = new_shell()
+    yield sh
+    close_shell(sh)
+
+
+def test_load_ext_registers_magics_and_config(shell):
+    magics = shell.magics_manager.magics
+    assert "agent" in magics["cell"] and "agent" in magics["line"]
+    assert {"compact", "memory", "ctx"} <= set(magics["line"])
+    assert any(type(c).__name__ == "CtxMagic" for c in shell.configurables)
+
+
+def test_unload_ext_removes_everything(shell):
+    shell.run_line_magic("unload_ext", "ctx_magic")
+    assert "agent" not in shell.magics_manager.magics["cell"]
+    assert not any(type(c).__name__ == "CtxMagic" for c in shell.configurables)
+    shell.run_line_magic("load_ext", "ctx_magic")  # and it loads again cleanly
+    assert "agent" in shell.magics_manager.magics["cell"]
+
+
+def test_agent_help_documents_the_options(shell):
+    doc = shell.find_cell_magic("agent").__doc__
+    for option in ("--new", "--resume", "--model", "--permission"):
+        assert option in doc
+    assert "cell body is your message" in doc
+    assert "--up-to" in shell.find_line_magic("compact").__doc__
+    assert "status" in shell.find_line_magic("ctx").__doc__
+
+
+@pytest.mark.parametrize("source, message", [
+    ("%%agent --bogus\nhi", "unrecognized arguments: --bogus"),
+    ("%%agent --permission maybe\nhi", "invalid choice: 'maybe'"),
+    ("%%agent\n", "cell body is empty"),
+    ("%agent", "needs your message"),
+    ("%%agent --new --resume\nhi", "either --new or --resume"),
+    ("%compact --up-to 3 --from 4", "only one of"),
+    ("%compact --up-to -1", "0 or more"),
+    ("%ctx nonsense", "invalid choice"),
+    ("%memory nonsense", "invalid choice"),
+])
+def test_bad_options_are_one_line_usage_errors(shell, source, message):
+    result, _ = run(shell, source)
+    error = result.error_in_exec
+    assert isinstance(error, UsageError)
+    assert message in str(error) and "\n" not in str(error).strip()
+
+
+def test_first_turn_says_the_offline_backend_is_used_and_runs_code(shell):
+    shell.run_cell("x = 21")
+    result, shown = run(shell, CODE_PROMPT)
+    assert result.error_in_exec is None
+    assert "offline stand-in" in shown and "not Claude" in shown
+    assert "42" in shown  # the tool ran in the user's namespace
+    assert "Done · 2 model call(s)" in shown
+    assert status(shell)["backend"] == "offline"
+
+
+def test_status_json_has_the_documented_fields(shell):
+    shell.run_cell("x = 1")
+    run(shell, CODE_PROMPT)
+    data = status(shell)
+    for key in ("session_id", "model", "window", "threshold", "tokens", "zone", "messages", "tool_results",
+                "boundaries", "breaker_open"):
+        assert key in data
+    assert set(data["tool_results"]) == {"live", "cleared", "persisted"}
+    assert data["zone"] == "ok" and data["breaker_open"] is False
+
+
+def test_user_cells_enter_the_context_as_notebook_cell_pairs(shell):
+    shell.run_cell("values = [3, 1, 2]\nprint('sorted:', sorted(values))\nlen(values)")
+    shell.run_cell("# ctx: skip\nsecret = 'not for the agent'\nprint(secret)")
+    shell.run_cell("1 / 0")
+    run(shell, "%%agent\nWhat happened?")
+    session = controller(shell).session
+    calls = [b for m in session.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"]
+    assert [c["input"]["source"].splitlines()[0] for c in calls] == ["values = [3, 1, 2]", "1 / 0"]
+    outputs = {b["tool_use_id"]: b for m in session.messages for b in m.blocks("tool_result")}
+    first, second = (outputs[c["id"]] for c in calls)
+    assert "sorted: [1, 2, 3]" in first["content"] and "[Out[" in first["content"] and "3" in first["content"]
+    assert second.get("is_error") and "ZeroDivisionError" in second["content"]
+    assert "not for the agent" not in json.dumps([m.to_json() for m in session.messages])
+
+
+def test_own_magic_cells_are_not_recorded(shell):
+    run(shell, "%%agent\nhello")
+    run(shell, "%ctx status")
+    run(shell, "%%agent\nhello again")
+    names = [b["name"] for m in controller(shell).session.messages for b in m.blocks("tool_use")]
+    assert "notebook_cell" not in names
+
+
+def test_cell_images_become_image_blocks_within_the_cap(shell):
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+    shell.run_line_magic("config", "CtxMagic.image_max_bytes = 200")
+    shell.run_cell(f"from IPython.display import Image, display\nimport base64\n"
+                   f"display(Image(data=base64.b64decode('{png}')))")
+    shell.run_cell("display(Image(data=b'\\x89PNG' + bytes(1000), format='png'))")
+    run(shell, "%%agent\nlook at the plots")
+    results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
+    first, second = results[0]["content"], results[1]["content"]
+    assert isinstance(first, list) and first[1]["type"] == "image" and first[1]["source"]["data"] == png
+    assert isinstance(second, str) and "over the size cap" in second
+
+
+def test_every_config_name_reaches_the_session(shell):
+    settings = {
+        "model": "claude-haiku-5-5", "context_window": 50_000, "max_output_tokens": 4_000, "autocompact_pct": 60.0,
+        "keep_recent": 3, "idle_minutes": 7.0, "cache_ttl": "1h", "snip_max_messages": 50,
+        "clear_at_least": 5_000,
+    }
+    for name, value in settings.items():
+        shell.run_line_magic("config", f"CtxMagic.{name} = {value!r}")
+    run(shell, "%%agent\nhello")
+    session = controller(shell).session
+    engine = session.engine_settings()
+    assert session.config.model == "claude-haiku-5-5" and session.model.name == "claude-haiku-5-5"
+    assert engine.thresholds.window == 50_000 and engine.thresholds.max_output == 4_000
+    assert engine.thresholds.autocompact == int((50_000 - 4_000) * 0.6)
+    assert (engine.keep_recent, engine.idle_minutes, engine.snip_max_messages) == (3, 7.0, 50)
+    assert session.config.cache_ttl == "1h" and engine.clear_at_least == 5_000
+    data = status(shell)
+    assert data["model"] == "claude-haiku-5-5" and data["window"] == 50_000
+    with captured() as out:
+        shell.run_line_magic("ctx", "config")
+    shown = json.loads(texts(out))
+    assert shown["keep_recent"] == 3 and shown["cache_ttl"] == "1h"
+
+
+def test_config_values_are_validated(shell):
+    settings = controller(shell).settings
+    before = settings.describe()
+    for bad in ("CtxMagic.keep_recent = -1", "CtxMagic.autocompact_pct = 150", "CtxMagic.cache_ttl = '2h'",
+                "CtxMagic.permission = 'sometimes'", "CtxMagic.context_window = -5"):
+        run(shell, f"%config {bad}")
+    assert settings.describe() == before
+
+
+def test_storage_dir_is_configurable(shell, tmp_path):
+    shell.run_line_magic("config", f"CtxMagic.storage_dir = {str(tmp_path / 'elsewhere')!r}")
+    run(shell, "%%agent\nhello")
+    assert str(tmp_path / "elsewhere" / "sessions") in status(shell)["transcript"]
+
+
+def test_default_storage_is_dot_ctx_magic_in_the_working_folder(shell, tmp_path):
+    run(shell, "%%agent\nhello")
+    assert status(shell)["transcript"].startswith(str(tmp_path / ".ctx_magic" / "sessions"))
+
+
+def test_permission_off_refuses_code_with_a_tool_error(shell):
+    _, shown = run(shell, "%%agent --permission off\nrun it\n```python\nran = True\n```")
+    assert "[python error]\nRunning code is turned off here (CtxMagic.permission = 'off')." in shown
+    assert "ran" not in shell.user_ns
+
+
+def test_permission_ask_runs_only_on_yes(shell):
+    ctl = controller(shell)
+    ctl.settings.permission = "ask"
+    answers = iter(["n", "yes"])
+    ctl.executor.ask = lambda prompt: next(answers)
+    _, shown = run(shell, "%%agent\nfirst\n```python\nfirst_ran = True\n```")
+    assert "chose not to run" in shown and "first_ran" not in shell.user_ns
+    _, shown = run(shell, "%%agent\nsecond\n```python\nsecond_ran = True\n```")
+    assert shell.user_ns.get("second_ran") is True
+
+
+def test_permission_ask_without_a_person_refuses_clearly(shell):
+    ctl = controller(shell)
+    ctl.settings.permission = "ask"
+
+    def no_stdin(prompt):
+        raise OSError("stdin is not available")
+
+    ctl.executor.ask = no_stdin
+    _, shown = run(shell, "%%agent\ngo\n```python\nprint('nope')\n```")
+    assert "Nobody can approve" in shown
+
+
+def test_new_and_resume_sessions(shell):
+    run(shell, "%%agent\nremember the number 7")
+    first = status(shell)["session_id"]
+    _, shown = run(shell, "%agent --new")
+    assert "New session" in shown and status(shell)["session_id"] != first
+    _, shown = run(shell, f"%agent --resume {first}")
+    assert f"Resumed session {first}" in shown and status(shell)["session_id"] == first
+    _, shown = run(shell, "%agent --resume nope")
+    assert "No session 'nope'" in shown
+
+
+def test_unknown_model_is_one_clear_line(shell):
+    result, shown = run(shell, "%%agent --model gpt-4\nhello")
+    assert result.error_in_exec is None
+    assert "Unknown model 'gpt-4'" in shown and "Traceback" not in shown
+
+
+def test_compact_magic_variants(shell):
+    for n in range(3):
+        run(shell, f"%%agent\nstep {n}\n```python\nprint({n})\n```")
+    _, shown = run(shell, "%compact keep the step numbers")
+    assert "Compacted" in shown and "(manual)" in shown
+    for n in range(3, 6):
+        run(shell, f"%%agent\nstep {n}\n```python\nprint({n})\n```")
+    _, shown = run(shell, "%compact --up-to 4")
+    assert "Compacted" in shown
+    _, shown = run(shell, "%compact --from 3 focus")
+    assert "Compacted" in shown
+    _, shown = run(shell, "%compact --snip 2")
+    assert "Snipped" in shown or "Nothing to snip" in shown
+    assert [b["trigger"] for b in status(shell)["boundaries"]] == ["manual"] * 3
+
+
+def test_compact_before_any_session_says_so(shell):
+    _, shown = run(shell, "%compact")
+    assert "run a %%agent cell first" in shown
+
+
+def test_memory_subcommands_do_not_crash(shell):
+    for command in ("show", "add something", "add --no-decay stable fact", "forget abc", "extract", "dream"):
+        result, shown = run(shell, f"%memory {command}")
+        assert result.error_in_exec is None and shown.strip()
+
+
+def test_ctx_export_writes_a_readable_notebook(shell, tmp_path):
+    shell.run_cell("y = 5")
+    run(shell, "%%agent\ncompute\n```python\nprint(y + 1)\n```")
+    run(shell, "%compact")
+    _, shown = run(shell, f"%ctx export {tmp_path / 'out.ipynb'}")
+    import nbformat
+
+    notebook = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    sources = "\n".join(c.source for c in notebook.cells)
+    assert "**You:**" in sources and "print(y + 1)" in sources and "y = 5" in sources
+    assert "Compaction" in sources and "Summary that replaced them" in sources
+
+
+def test_ctx_count_and_sidebar(shell):
+    run(shell, "%%agent\nhello")
+    _, shown = run(shell, "%ctx count")
+    assert "Exact context:" in shown and "count_tokens API" in shown
+    _, shown = run(shell, "%ctx sidebar")
+    assert "tokens" in shown
+
+
+def test_api_key_and_base_url_point_at_any_messages_api_server(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    api = OfflineAPI(OfflineConfig(window=100_000))
+    with serve_in_thread(api) as (url, _stop):
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+        shell = new_shell()
+        try:
+            _, shown = run(shell, "%%agent\nhello server")
+            assert "offline stand-in" not in shown.split("Offline stand-in (a deterministic")[0]
+            assert api.model_calls() == 1 and status(shell)["backend"] == "anthropic"
+            assert status(shell)["window"] == 100_000  # from the server's Models API
+        finally:
+            shell.run_line_magic("unload_ext", "ctx_magic")
+    assert isinstance(anthropic.Anthropic, type)

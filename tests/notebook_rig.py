@@ -1,0 +1,62 @@
+"""An in-process IPython shell with ctx_magic loaded against the offline backend."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from traitlets.config import Config
+
+from ctx_magic.notebook.extension import controller_of
+
+
+def new_shell() -> InteractiveShell:
+    """The global shell (IPython's display() talks to the singleton), fresh for each test."""
+    InteractiveShell.clear_instance()
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config)
+    # Like a kernel, format rich outputs (images, HTML), not just text/plain as a terminal does.
+    shell.display_formatter.active_types = shell.display_formatter.format_types
+    shell.run_line_magic("load_ext", "ctx_magic")
+    shell.run_line_magic("config", "CtxMagic.permission = 'auto'")
+    shell.run_line_magic("config", "CtxMagic.idle_timer = False")
+    return shell
+
+
+@contextmanager
+def captured() -> Iterator[Any]:
+    with capture_output(display=True) as out:
+        yield out
+
+
+def texts(out: Any) -> str:
+    """Everything a cell showed, as plain text (stdout and every display's text/plain)."""
+    parts = [out.stdout, out.stderr]
+    parts += [o.data.get("text/plain", "") for o in out.outputs]
+    return "\n".join(parts)
+
+
+def run(shell: InteractiveShell, source: str) -> tuple[Any, str]:
+    with captured() as out:
+        result = shell.run_cell(source)
+    return result, texts(out)
+
+
+def status(shell: InteractiveShell) -> dict[str, Any]:
+    with captured() as out:
+        shell.run_line_magic("ctx", "status --json")
+    return json.loads(out.stdout)
+
+
+def close_shell(shell: InteractiveShell) -> None:
+    shell.run_line_magic("unload_ext", "ctx_magic")
+    InteractiveShell.clear_instance()
+
+
+def controller(shell: InteractiveShell):  # type: ignore[no-untyped-def]
+    return controller_of(shell)
