@@ -77,7 +77,8 @@ def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
         notes.append(f"Session notes are kept at {session.store.session_memory_path} (read_file to see them).")
     tools = ", ".join(spec["name"] for spec in session.tool_specs())
     notes.append(f"Tools available: {tools}.")
-    attachments.append(user_text("\n".join(notes), kind="attachment", timestamp=now))
+    body = "\n\n".join(notes)
+    attachments.append(user_text(f"<context-refresh>\n{body}\n</context-refresh>", kind="attachment", timestamp=now))
     return attachments
 
 

@@ -20,7 +20,7 @@ from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.engine import snip_now
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Cleared, Event, Persisted, Snipped, Status
+from ctx_magic.events import Cleared, Event, Persisted, Snipped
 from ctx_magic.messages import Message, user_text
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
 from ctx_magic.notebook.config import CtxMagic
@@ -199,11 +199,14 @@ class Controller:
             display = TurnDisplay()
             session.listeners.append(display)
             try:
-                return compaction.manual_compact(session, instructions, direction=direction, index=index)
+                result = compaction.manual_compact(session, instructions, direction=direction, index=index)
             finally:
-                session.emit(Status("idle"))
                 session.listeners.remove(display)
                 session.end_turn()
+            status = session.status()
+            display.finish(f"Context now {status['tokens']:,} tokens · {status['percent_left']}% left before "
+                           "compaction")
+            return result
 
     def snip(self, keep_last: int) -> int:
         with self.lock:

@@ -67,6 +67,7 @@ BACKGROUND_PREFIXES = (
     "This session is being continued",
     "The earlier part of this conversation was summarized",
     "<recent-file",
+    "<context-refresh",
     "Tools available:",
     "Session notes are kept",
     "[earlier conversation truncated",

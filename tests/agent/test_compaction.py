@@ -93,6 +93,7 @@ def test_c7_recent_files_are_re_read_fresh_within_budget(tmp_path):
     assert "truncated to about 5,000 tokens" in files[0].text
     notes = [m for m in result.new_messages if m.kind == "attachment" and not m.meta.get("rehydrated")]
     assert "Tools available: python, read_file" in notes[-1].text
+    assert notes[-1].text.startswith("<context-refresh>")
 
 
 def test_c9_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path):
