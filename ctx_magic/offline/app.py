@@ -29,6 +29,7 @@ from typing import Any
 from ctx_magic.offline.cache import Clock, PromptCache
 from ctx_magic.offline.counting import fit_output, output_tokens, request_segments
 from ctx_magic.offline.faults import (
+    STALL_SECONDS,
     STATUS_FAULTS,
     ApiError,
     ConnectionDropped,
@@ -109,6 +110,14 @@ def _kinds(records: Iterable[RecordedRequest]) -> Counter[str]:
     return Counter(r.kind for r in records)
 
 
+def _stalling(chunks: list[bytes], release: threading.Event) -> Iterator[bytes]:
+    """Send the start of a stream, then wait (bounded) until released before the rest."""
+    cut = min(DROP_AFTER_MIN_CHUNKS, len(chunks) - 1)
+    yield from chunks[:cut]
+    release.wait(STALL_SECONDS)
+    yield from chunks[cut:]
+
+
 def _dropping(chunks: list[bytes]) -> Iterator[bytes]:
     """Send about half of a stream (never its end), then drop the connection."""
     cut = min(max(DROP_AFTER_MIN_CHUNKS, len(chunks) // 2), len(chunks) - 2)
@@ -149,6 +158,8 @@ class OfflineAPI:
         self._faults: deque[str] = deque()
         self._records: list[RecordedRequest] = []
         self._counters = _Counters()
+        self.stall_release = threading.Event()
+        """Set to let stalled streams finish (servers set it when they stop)."""
 
     # --- what tests read and steer ---
 
@@ -282,7 +293,10 @@ class OfflineAPI:
         message = self._message(request, self.cache.account(segments).to_json())
         if request.get("stream"):
             chunks = stream_events(message)
-            stream = _dropping(chunks) if fault == "drop" else iter(chunks)
+            if fault == "stall":
+                stream = _stalling(chunks, self.stall_release)
+            else:
+                stream = _dropping(chunks) if fault == "drop" else iter(chunks)
             return _Outcome(HttpReply(200, SSE_HEADERS, stream), kind, tokens, fault, request)
         reply = HttpReply(200, (), [], dropped=True) if fault == "drop" else _json_reply(200, message)
         return _Outcome(reply, kind, tokens, fault, request)

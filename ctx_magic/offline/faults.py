@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 # "ok" answers normally: it lets a test aim a fault at the second or third call from now.
-Fault = Literal["ok", "429", "500", "529", "401", "413", "ptl", "drop"]
-FAULTS: frozenset[str] = frozenset({"ok", "429", "500", "529", "401", "413", "ptl", "drop"})
+# "stall" starts a stream and then waits (bounded) before the rest: a slow model to interrupt.
+Fault = Literal["ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall"]
+FAULTS: frozenset[str] = frozenset({"ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall"})
+STALL_SECONDS = 60.0  # the longest a stalled stream waits to be released or cut
 
 # The SDK waits `retry-after` seconds before a retry, but treats 0 as "no advice" and backs
 # off ~0.5 s instead; `retry-after-ms`, read first, makes the wait one millisecond.

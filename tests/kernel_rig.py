@@ -1,0 +1,73 @@
+"""A real ipykernel driven through jupyter_client, for interrupt and restart tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+OUTPUT_TYPES = ("stream", "display_data", "update_display_data", "execute_result", "error")
+
+
+def kernel_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env.update(extra)
+    return env
+
+
+def output_text(content: dict[str, Any]) -> str:
+    if "text" in content:
+        return content["text"]
+    if "data" in content:
+        return str(content["data"].get("text/plain", ""))
+    if "ename" in content:
+        return f"ERROR {content['ename']}: {content['evalue']}"
+    return ""
+
+
+class Kernel:
+    """One kernel process in `cwd`; every wait is bounded by a timeout, none sleeps."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        self.manager.start_kernel(cwd=str(cwd), env=env)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def execute(self, code: str, *, when: Callable[[str], bool] | None = None,
+                then: Callable[[], None] | None = None, timeout: float = 120) -> str:
+        """Run `code`; when an output satisfies `when`, call `then` once. Returns all output text."""
+        msg_id = self.client.execute(code)
+        texts: list[str] = []
+        fired = False
+        while True:
+            message = self.client.get_iopub_msg(timeout=timeout)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = message["msg_type"]
+            if kind in OUTPUT_TYPES:
+                text = output_text(message["content"])
+                texts.append(text)
+                if when is not None and then is not None and not fired and when(text):
+                    fired = True
+                    then()
+            elif kind == "status" and message["content"]["execution_state"] == "idle":
+                break
+        self.client.get_shell_msg(timeout=timeout)
+        return "\n".join(texts)
+
+    def interrupt(self) -> None:
+        self.manager.interrupt_kernel()
+
+    def kill(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+    def close(self) -> None:
+        if self.manager.is_alive():
+            self.client.stop_channels()
+            self.manager.shutdown_kernel(now=True)
