@@ -126,10 +126,14 @@ class ContextMeasured(Event):
 
 @dataclass(frozen=True)
 class UsageUpdated(Event):
+    """One response's usage, and the session's totals after it (for the spend figures)."""
+
     name: ClassVar[str] = "usage"
     usage: Usage
     estimated_prompt_tokens: int
     correction: float
+    totals: Mapping[str, int] = field(default_factory=dict)
+    cache_hit_ratio: float = 0.0
 
 
 @dataclass(frozen=True)

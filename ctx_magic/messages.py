@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,6 +208,20 @@ def decode_output(data: bytes | str) -> str:
     head = data[:256]
     hexdump = "\n".join(head[i : i + 16].hex(" ") for i in range(0, len(head), 16))
     return f"[binary output: {len(data):,} bytes; first {len(head)} as hex]\n{hexdump}"
+
+
+_CELL_ID = re.compile(r"^cell_(\d+)_\d+$")
+
+
+def notebook_cell_id(execution_count: int | None, serial: int) -> str:
+    """The tool_use id of a notebook cell entering the context (its execution count inside)."""
+    return f"cell_{execution_count or 0}_{serial}"
+
+
+def cell_of(tool_use_id: str) -> int | None:
+    """The execution count a notebook_cell tool_use id was made from, else None."""
+    match = _CELL_ID.match(tool_use_id)
+    return int(match.group(1)) if match and int(match.group(1)) else None
 
 
 def dumps(data: Any) -> str:

@@ -116,7 +116,8 @@ def _call(session: Session, count: ContextCount) -> ModelReply:
     estimated_prompt = count.tokens
     correction = session.state.correction.observe(count.estimated_tokens, actual_new)
     session.state = dataclasses.replace(session.state, correction=correction)
-    session.emit(UsageUpdated(reply.usage, estimated_prompt, session.state.correction.ratio))
+    session.emit(UsageUpdated(reply.usage, estimated_prompt, session.state.correction.ratio,
+                              dataclasses.asdict(session.usage), round(session.usage.cache_hit_ratio, 4)))
     return reply
 
 

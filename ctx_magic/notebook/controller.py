@@ -10,7 +10,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,16 @@ from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.engine import snip_now
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Cleared, Event, Persisted, Snipped
-from ctx_magic.messages import Message, user_text
+from ctx_magic.events import DURABLE_EVENTS, Cleared, Event, Persisted, Snipped, event_from_json
+from ctx_magic.messages import Message, notebook_cell_id, user_text
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import TurnDisplay
 from ctx_magic.notebook.executor import KernelExecutor, find_notebook_path
 from ctx_magic.store.session import latest_session
+from ctx_magic.ui.originals import originals_html
+from ctx_magic.ui.panel import ContextPanel
+from ctx_magic.ui.sidebar import SidebarAnchor
 
 CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"
 IDLE_TIMER_SLACK = 1.0  # seconds after the TTL before the timer looks
@@ -58,6 +61,8 @@ class Controller:
         self.unshown: list[Event] = []
         """Context changes made between turns (idle clearing), shown at the next agent turn."""
         self._cell: CellRecord | None = None
+        self.panel: ContextPanel | None = None
+        self.anchor_shown = False
 
     # -- where things live ---------------------------------------------------------------------
 
@@ -97,7 +102,7 @@ class Controller:
         if not any(m.sent for m in session.messages):
             session.append(user_text(CELLS_INTRO, timestamp=self.clock()))
         for record in self.pending_cells:
-            cell_id = f"cell_{record.execution_count or 0}_{len(session.messages)}"
+            cell_id = notebook_cell_id(record.execution_count, len(session.messages))
             for message in cell_messages(record, cell_id, self.settings.image_max_bytes, self.clock()):
                 session.append(message)
         self.pending_cells = []
@@ -139,6 +144,7 @@ class Controller:
         if self.session is not None:
             self.session.transcript.close()
         self.session = session
+        self._attach_panel(session)
         notes += problems
         if sid is not None:
             notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
@@ -176,11 +182,14 @@ class Controller:
             unshown, self.unshown = self.unshown, []
             for event in unshown:
                 display(event)
+            if not self.anchor_shown and self.in_jupyter_server() and self.panel is not None:
+                self.show_sidebar()
             session.listeners.append(display)
             try:
                 result = run_turn(session, prompt)
             finally:
                 session.listeners.remove(display)
+                self.refresh_panel()
             display.finish(self.summary_line(session, result))
             self.schedule_timer()
             return result
@@ -206,6 +215,7 @@ class Controller:
             status = session.status()
             display.finish(f"Context now {status['tokens']:,} tokens · {status['percent_left']}% left before "
                            "compaction")
+            self.refresh_panel()
             return result
 
     def snip(self, keep_last: int) -> int:
@@ -220,6 +230,7 @@ class Controller:
             for event in events:
                 session.record_event(event)
             session.end_turn()
+            self.refresh_panel()
             return sum(e.count for e in events)
 
     def require_session(self) -> Session:
@@ -238,6 +249,7 @@ class Controller:
             self._flush_deferred(session)
             if any(m.sent for m in session.messages):
                 self._between_turns(session, session.prepare)
+                self.refresh_panel()
         except CtxMagicError:
             pass
         finally:
@@ -285,6 +297,58 @@ class Controller:
             session.write_deferred(self.deferred)
             self.deferred = []
 
+    # -- the panel (SPEC U1-U3) -----------------------------------------------------------------
+
+    def _attach_panel(self, session: Session) -> None:
+        """A panel for this session, filled from its transcript's events, then fed live."""
+        if self.panel is not None:
+            self.listeners = [fn for fn in self.listeners if fn != self.panel.handle]
+        panel = ContextPanel(clock=time.monotonic, load_originals=self._originals)
+        for record in session.store.load_transcript().records:
+            if record.get("type") == "event" and record.get("event") in DURABLE_EVENTS:
+                try:
+                    panel.handle(event_from_json(record))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        panel.load({"session_id": session.session_id, **self._figures(session)})
+        self.panel = panel
+        self.listeners.append(panel.handle)
+
+    def refresh_panel(self) -> None:
+        """The engine's current figures into the panel (turn ends, %compact, idle checks)."""
+        if self.panel is not None and self.session is not None:
+            self.panel.load(self._figures(self.session))
+
+    def _figures(self, session: Session) -> dict[str, object]:
+        status = session.status()
+        results = status["tool_results"]
+        return {
+            "tokens": status["tokens"], "threshold": status["threshold"], "warning": status["warning"],
+            "blocking": status["blocking"], "window": status["window"], "zone": status["zone"],
+            "percent_left": status["percent_left"], "messages": status["messages"],
+            "live_results": results["live"], "cleared_results": results["cleared"],
+            "persisted_results": results["persisted"], "breaker_open": status["breaker_open"],
+            "spend": {k: v for k, v in status["usage"].items() if k != "cache_hit_ratio"},
+            "cache_hit_ratio": status["usage"]["cache_hit_ratio"],
+        }
+
+    def _originals(self, uuids: Sequence[str]) -> str:
+        session = self.require_session()
+        return originals_html(session.store.load_transcript().records, uuids)
+
+    def in_jupyter_server(self) -> bool:
+        """JupyterLab (and Notebook 7) start kernels with JPY_SESSION_NAME; VS Code does not."""
+        return bool(self.env.get("JPY_SESSION_NAME")) and "__vsc_ipynb_file__" not in self.shell.user_ns
+
+    def sidebar_widget(self, *, inline: bool = False) -> Any:
+        """The panel in the right sidebar (JupyterLab's labextension), or inline elsewhere."""
+        panel = self.panel
+        if panel is None:
+            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
+        if inline or not self.in_jupyter_server():
+            return panel
+        return SidebarAnchor(panel=panel)
+
     # -- %ctx count and sidebar ------------------------------------------------------------------
 
     def count_line(self) -> str:
@@ -302,11 +366,12 @@ class Controller:
         return (f"Exact context: {exact:,} tokens (count_tokens API); the estimate was {estimate:,} "
                 f"({drift:+.1f}%).")
 
-    def show_sidebar(self) -> None:
-        from ctx_magic.notebook.display import plain_or_rich
-        from ctx_magic.notebook.magics import status_text
+    def show_sidebar(self, *, inline: bool = False) -> None:
+        from IPython.display import display
 
-        plain_or_rich(status_text(self.require_session().status()))
+        self.require_session()
+        display(self.sidebar_widget(inline=inline))
+        self.anchor_shown = True
 
     # -- teardown --------------------------------------------------------------------------------
 

@@ -146,6 +146,7 @@ class AgentMagics(Magics):
               help="status (--json), config, export [PATH], sidebar, count.")
     @argument("path", nargs="?", default=None, help="With export: where to write the .ipynb.")
     @argument("--json", action="store_true", help="With status: one JSON object.")
+    @argument("--inline", action="store_true", help="With sidebar: show the panel in the cell, not the sidebar.")
     @line_magic
     @one_line_errors
     def ctx(self, line: str) -> None:
@@ -168,7 +169,7 @@ class AgentMagics(Magics):
         elif args.command == "count":
             notice(self.controller.count_line())
         elif args.command == "sidebar":
-            self.controller.show_sidebar()
+            self.controller.show_sidebar(inline=args.inline)
 
 
 def status_text(status: dict[str, Any]) -> dict[str, str]:

@@ -254,12 +254,41 @@ def test_ctx_export_writes_a_readable_notebook(shell, tmp_path):
     assert "Compaction" in sources and "Summary that replaced them" in sources
 
 
-def test_ctx_count_and_sidebar(shell):
+def test_ctx_count(shell):
     run(shell, "%%agent\nhello")
     _, shown = run(shell, "%ctx count")
     assert "Exact context:" in shown and "count_tokens API" in shown
-    _, shown = run(shell, "%ctx sidebar")
-    assert "tokens" in shown
+
+
+def widget_ids(out) -> list[str]:
+    return [o.data["application/vnd.jupyter.widget-view+json"]["model_id"] for o in out.outputs
+            if "application/vnd.jupyter.widget-view+json" in o.data]
+
+
+def test_ctx_sidebar_shows_the_panel_inline_outside_jupyterlab(shell):
+    run(shell, "%%agent\nhello")
+    with captured() as out:
+        shell.run_line_magic("ctx", "sidebar")
+    assert widget_ids(out) == [controller(shell).panel.model_id]
+
+
+def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell):
+    ctl = controller(shell)
+    ctl.env["JPY_SESSION_NAME"] = "analysis.ipynb"
+    with captured() as out:
+        shell.run_cell("%%agent\nhello")  # the first turn shows the anchor by itself
+    (anchor_id,) = widget_ids(out)
+    from ipywidgets import Widget
+
+    anchor = Widget.widgets[anchor_id]
+    assert type(anchor).__name__ == "SidebarAnchor" and anchor.panel is ctl.panel
+    assert anchor._view_module == "@ctx-magic/labextension"
+    with captured() as out:
+        shell.run_cell("%%agent\nagain")  # only once
+    assert widget_ids(out) == []
+    with captured() as out:
+        shell.run_line_magic("ctx", "sidebar --inline")
+    assert widget_ids(out) == [ctl.panel.model_id]
 
 
 def test_api_key_and_base_url_point_at_any_messages_api_server(tmp_path, monkeypatch):
