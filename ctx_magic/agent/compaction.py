@@ -14,6 +14,7 @@ from ctx_magic.agent.files import ToolError
 from ctx_magic.agent.session import Session
 from ctx_magic.context.autocompact import CompactionResult, compact_conversation
 from ctx_magic.context.reactive import reactive_split
+from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS, session_memory_compact
 from ctx_magic.context.tokens import count_context, count_text
 from ctx_magic.errors import CompactionFailed, ModelError
 from ctx_magic.events import BreakerReset, CompactionFailedEvent, Status
@@ -166,10 +167,46 @@ def pending_prompt_index(messages: Sequence[Message]) -> int | None:
     return None
 
 
+def try_session_memory(session: Session) -> CompactionResult | None:
+    """Session-memory compaction (S3): the notes as the summary, zero model calls; None when
+    there are no usable notes or the result would still be over the threshold."""
+    source = session.notes_source
+    if source is None:
+        return None
+    source.wait(WAIT_FOR_EXTRACTION_SECONDS)
+    current = source.current()
+    if current is None:
+        return None
+    notes, covered = current
+    overhead = session.overhead_tokens()
+    session.emit(Status("compacting", "session memory"))
+    result = session_memory_compact(
+        session.messages, notes, covered,
+        notes_path=str(session.store.session_memory_path),
+        transcript_path=str(session.store.transcript_path),
+        now=session.clock(),
+        tokens_before=session.tokens(),
+        measure=lambda msgs: count_context(msgs, overhead_tokens=overhead, correction=session.state.correction).tokens,
+        threshold=session.engine_settings().thresholds.autocompact,
+        previous_boundary=session.boundaries[-1]["boundary_uuid"] if session.boundaries else None,
+        turns_since=session.turns - session.turns_at_boundary,
+        attachments=lambda kept: rehydration(session, kept),
+    )
+    if result is not None:
+        _apply(session, result)
+    return result
+
+
 def auto_compact(session: Session) -> bool:
-    """L4 with the recursion guard and the breaker; True when the context was compacted."""
+    """L4 with the recursion guard and the breaker; True when the context was compacted.
+
+    Session memory is tried first (no model call), the LLM summary second.
+    """
     if session.in_side_call or session.breaker_open:
         return False
+    if try_session_memory(session) is not None:
+        session.failures = 0
+        return True
     try:
         _run_compaction(session, "auto", split_at=pending_prompt_index(session.messages))
     except CompactionFailed as error:
@@ -188,8 +225,16 @@ def auto_compact(session: Session) -> bool:
 
 def manual_compact(session: Session, instructions: str | None = None, *, direction: str = "full",
                    index: int | None = None, trigger: str = "manual") -> CompactionResult:
-    """%compact (C8) or the model's compact tool; a success resets the breaker (L6)."""
-    result = _run_compaction(session, trigger, direction=direction, split_at=index, instructions=instructions)
+    """%compact (C8) or the model's compact tool; a success resets the breaker (L6).
+
+    A plain %compact (no instructions, the whole conversation) tries session memory first:
+    notes cannot follow instructions, and a partial compaction has its own split.
+    """
+    result = None
+    if trigger == "manual" and not instructions and direction == "full" and index is None:
+        result = try_session_memory(session)
+    if result is None:
+        result = _run_compaction(session, trigger, direction=direction, split_at=index, instructions=instructions)
     if session.failures:
         session.failures = 0
         session.record_event(BreakerReset("a manual compaction succeeded"))

@@ -33,18 +33,20 @@ class ContextFull(CtxMagicError):
 
 @dataclass
 class TurnResult:
+    prompt: str = ""
     text: str = ""
     error: str | None = None
     interrupted: bool = False
     model_calls: int = 0
+    tool_calls: int = 0
     compactions: list[str] = field(default_factory=list)
 
 
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     """One turn of the conversation: the user's message and everything it leads to."""
-    result = TurnResult()
-    session.turns += 1
     blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
+    result = TurnResult(prompt="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text"))
+    session.turns += 1
     session.append(Message("user", tuple(blocks), timestamp=session.clock()))
     try:
         _loop(session, result)
@@ -57,6 +59,11 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     finally:
         session.emit(Status("idle"))
         session.end_turn()
+    for callback in list(session.after_turn):
+        try:
+            callback(session, result)
+        except Exception as error:  # noqa: BLE001 - a listener's failure must not fail the turn
+            session.notice(f"An after-turn task failed: {error}", "warning")
     return result
 
 
@@ -95,6 +102,7 @@ def _loop(session: Session, result: TurnResult) -> None:
             _strip_images(session)
             continue
         result.model_calls += 1
+        result.tool_calls += len(reply.tool_uses)
         session.append(Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
                                usage=reply.usage))
         result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")

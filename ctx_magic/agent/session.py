@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ctx_magic.agent.files import FileRead, FileTools
 from ctx_magic.agent.model import DEFAULT_MODEL, Model, ModelLimits, ModelRequest
@@ -26,7 +27,7 @@ from ctx_magic.context.resume import fold_transcript
 from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import StorageError
 from ctx_magic.events import Compacted, Event, Notice, Persisted
-from ctx_magic.messages import Message, Usage
+from ctx_magic.messages import Message, Usage, user_text
 from ctx_magic.store.session import SessionDir, new_session_id
 
 SYSTEM_PROMPT = """You are a data-science assistant working inside a Jupyter notebook through ctx_magic.
@@ -84,6 +85,16 @@ class Hooks:
         lists[name].append(fn)
 
 
+class NotesSource(Protocol):
+    """The session's notes (SPEC S1-S3), kept by a background extractor."""
+
+    def wait(self, timeout: float) -> None:
+        """Block until a running extraction ends (at most `timeout` seconds)."""
+
+    def current(self) -> tuple[str, str | None] | None:
+        """(notes, uuid of the last message they cover), or None when there are none yet."""
+
+
 @dataclass
 class UsageTotals:
     calls: int = 0
@@ -133,6 +144,12 @@ class Session:
         self.last_prepared: Prepared | None = None
         self.system_extra = ""
         self._limits: ModelLimits | None = None
+        self._usage_lock = threading.Lock()
+        self.notes_source: NotesSource | None = None
+        self.extra_state: dict[str, Any] = {}
+        """What plug-ins (the notes keeper) keep in state.json, under their own keys."""
+        self.after_turn: list[Callable[[Session, Any], None]] = []
+        """Called at each turn end with (session, turn result): the notes keeper listens here."""
 
     # -- identity and settings ---------------------------------------------------------------
 
@@ -189,6 +206,20 @@ class Session:
             tool_choice=tool_choice,
             purpose=purpose,
         )
+
+    def side_call(self, messages: Sequence[Message], prompt: str, *, purpose: str = "memory",
+                  max_tokens: int = 8_000) -> str:
+        """One text-only call beside the conversation (memory extraction, dreaming): the same
+        system prompt and tools, so the cached prefix is shared, with tool use forbidden.
+
+        Safe from any thread: it reads the given messages, never the live context.
+        """
+        request = self.request([*messages, user_text(prompt)], purpose=purpose, tool_choice={"type": "none"},
+                               max_tokens=min(max_tokens, self.max_output()))
+        reply = self.model.stream(request)
+        with self._usage_lock:
+            self.usage.add(reply.usage)
+        return "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
     # -- events and the store ----------------------------------------------------------------
 
@@ -294,6 +325,7 @@ class Session:
             "usage": dataclasses.asdict(self.usage),
             "reads": [dataclasses.asdict(r) for r in self.files.reads.values()],
             "saved_at": self.clock(),
+            **self.extra_state,
         }
 
     def resume(self) -> list[str]:

@@ -7,6 +7,7 @@ boundary, summary, kept messages, attachments, hook output (C6).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -140,6 +141,11 @@ def summarize_with_retries(summarizer: Summarizer, messages: Sequence[Message], 
 # -- C6/C8: the new context -------------------------------------------------------------------
 
 
+def without_usage(message: Message) -> Message:
+    """A kept message whose usage described the old context: it must not anchor the new count (T1)."""
+    return dataclasses.replace(message, usage=None) if message.usage is not None else message
+
+
 @dataclass(frozen=True)
 class Split:
     """Which live messages are summarized and which are kept, before or after the summary."""
@@ -200,7 +206,9 @@ def compact_conversation(
         summary_message_text(summary_text, transcript_path, auto=auto, partial=direction),
         kind="summary", timestamp=now,
     )
-    kept = [*split.kept_before, *split.kept_after]
+    kept_before = [without_usage(m) for m in split.kept_before]
+    kept_after = [without_usage(m) for m in split.kept_after]
+    kept = [*kept_before, *kept_after]
     extra = list(attachments(kept))
     summarized = [m for m in split.to_summarize if m.sent]
     count = sum(snipped_count(m) for m in summarized)
@@ -214,9 +222,9 @@ def compact_conversation(
     }
     boundary = user_text(f"[compaction boundary: {trigger}]", kind="boundary", timestamp=now, **boundary_meta)
     if direction == "from":
-        live = [*split.kept_before, boundary, summary, *extra]
+        live = [*kept_before, boundary, summary, *extra]
     else:
-        live = [boundary, summary, *split.kept_after, *extra]
+        live = [boundary, summary, *kept_after, *extra]
     tokens_after = measure(live)
     boundary = Message(
         boundary.role, boundary.content, kind="boundary", uuid=boundary.uuid, timestamp=now,

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ctx_magic.context.autocompact import without_usage
 from ctx_magic.context.engine import ContextState, apply_decisions
 from ctx_magic.context.reactive import strip_images
 from ctx_magic.events import (
@@ -69,7 +70,7 @@ def fold_transcript(
                 missing = [u for u in event.live_uuids if u not in by_uuid]
                 if missing:
                     problems.append(f"compaction refers to {len(missing)} unknown messages")
-                live = [by_uuid[u] for u in event.live_uuids if u in by_uuid]
+                live = [without_usage(by_uuid[u]) for u in event.live_uuids if u in by_uuid]
     state = dataclasses.replace(
         saved or ContextState(),
         decided=frozenset(persisted),

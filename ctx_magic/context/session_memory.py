@@ -1,0 +1,206 @@
+"""Session memory, the compaction side (SPEC S1-S3).
+
+A notes file per session, ten sections, kept current by a background side call (the
+extraction lives in ctx_magic/memory/session_notes.py). Here: the template and its caps, when
+an extraction is due, and session-memory compaction: the notes become the summary, with no
+model call, and the most recent messages are kept as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ctx_magic.context.autocompact import CompactionResult, compact_conversation
+from ctx_magic.context.snip import safe_cuts
+from ctx_magic.context.tokens import count_text, message_tokens
+from ctx_magic.errors import CompactionFailed
+from ctx_magic.messages import Message
+
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("Session Title", "a distinctive 5-10 word title for the session"),
+    ("Current State", "what is being worked on right now, pending tasks, the next steps"),
+    ("Task Specification", "what the user asked for, with their design decisions and constraints"),
+    ("Files and Functions", "the files, notebooks, tables and functions that matter, and why"),
+    ("Workflow", "the commands and code that are run, in which order, and how to read their output"),
+    ("Errors & Corrections", "errors met and how they were fixed; what the user corrected"),
+    ("Codebase and System Documentation", "how the pieces of the data and code fit together"),
+    ("Learnings", "what worked, what did not, what to avoid"),
+    ("Key Results", "the exact results the user asked for"),
+    ("Worklog", "a terse step-by-step record of what was done"),
+)
+MAX_SECTION_TOKENS = 2_000  # sessionMemory: each section stays readable at a glance
+MAX_TOTAL_TOKENS = 12_000  # sessionMemory: the whole file fits comfortably in a summary's place
+SECTION_CHARS_FOR_COMPACT = 8_000  # ~2,000 tokens of a section carried into a compaction
+
+# When to extract (S2): first at 10,000 context tokens, then after 5,000 more and either three
+# tool calls or a turn without tools (the seeds' minimumMessageTokensToInit and friends).
+INIT_TOKENS = 10_000
+MIN_TOKEN_GROWTH = 5_000
+TOOL_CALLS_BETWEEN = 3
+
+# Session-memory compaction (S3): the kept tail.
+KEEP_MIN_TOKENS = 10_000
+KEEP_MIN_TEXT_MESSAGES = 5
+KEEP_MAX_TOKENS = 40_000
+WAIT_FOR_EXTRACTION_SECONDS = 15.0
+
+_HEADING = re.compile(r"^# (.+?)\s*$", re.MULTILINE)
+
+
+def empty_template() -> str:
+    return "\n\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS) + "\n"
+
+
+def sections(notes: str) -> dict[str, str]:
+    """Section title -> body (the italic description line included)."""
+    found: dict[str, str] = {}
+    matches = list(_HEADING.finditer(notes))
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(notes)
+        found[match.group(1).strip()] = notes[match.end():end].strip("\n")
+    return found
+
+
+def _content(body: str) -> str:
+    """A section's text without its italic description line."""
+    return "\n".join(line for line in body.splitlines() if not re.fullmatch(r"_.*_", line.strip())).strip()
+
+
+def is_empty(notes: str | None) -> bool:
+    """No notes yet, or only the template."""
+    return not notes or not any(_content(body) for body in sections(notes).values())
+
+
+def oversized_sections(notes: str) -> list[str]:
+    return [title for title, body in sections(notes).items() if count_text(body) > MAX_SECTION_TOKENS]
+
+
+def truncate_for_compact(notes: str, notes_path: str) -> str:
+    """Each section cut to about 2,000 tokens for the summary's place, with a pointer to the rest."""
+    parts = []
+    for title, body in sections(notes).items():
+        if len(body) > SECTION_CHARS_FOR_COMPACT:
+            body = body[:SECTION_CHARS_FOR_COMPACT] + f"\n[section cut here; the full notes are in {notes_path}]"
+        parts.append(f"# {title}\n{body}")
+    return "\n\n".join(parts)
+
+
+# -- when to extract (S2) ------------------------------------------------------------------------
+
+_CORRECTION = re.compile(
+    r"^\s*(no\b|nope\b|wrong\b|that's not|that is not|not quite)|\b(actually|instead|i meant|rather than|"
+    r"don't|do not|never|stop\b|let's go with|we'll go with|use .+ instead|decided|decision|from now on|"
+    r"always)\b",
+    re.IGNORECASE,
+)
+
+
+def is_correction_or_decision(text: str) -> bool:
+    """A user message that corrects the agent or fixes a decision: worth noting at once."""
+    return bool(_CORRECTION.search(text))
+
+
+@dataclass(frozen=True)
+class ExtractionState:
+    """Where the notes stand relative to the conversation."""
+
+    initialized: bool = False
+    tokens_at_last: int = 0
+    tool_calls_since: int = 0
+    covered_uuid: str | None = None
+    """The last message the notes were written from."""
+
+
+def extraction_due(state: ExtractionState, tokens: int, *, last_turn_tool_calls: int,
+                   correction: bool) -> str | None:
+    """Why an extraction is due now ('init', 'growth', 'correction'), or None (a pure decision)."""
+    if correction:
+        return "correction"
+    if not state.initialized:
+        return "init" if tokens >= INIT_TOKENS else None
+    grew = tokens - state.tokens_at_last >= MIN_TOKEN_GROWTH
+    busy_enough = state.tool_calls_since + last_turn_tool_calls >= TOOL_CALLS_BETWEEN or last_turn_tool_calls == 0
+    return "growth" if grew and busy_enough else None
+
+
+# -- session-memory compaction (S3) -------------------------------------------------------------
+
+
+def _is_text_message(message: Message) -> bool:
+    return message.sent and any(b.get("type") == "text" and b.get("text", "").strip() for b in message.content)
+
+
+def keep_from(messages: Sequence[Message], covered_uuid: str | None) -> int | None:
+    """Index of the first kept message, or None when the notes cannot stand for the rest.
+
+    Start after the last message the notes cover; grow backwards until the tail holds at least
+    10,000 tokens and 5 text messages, never past 40,000 tokens nor across the last boundary;
+    then move the cut so no tool_use is separated from its result.
+    """
+    positions = {m.uuid: i for i, m in enumerate(messages)}
+    if covered_uuid not in positions:
+        return None
+    floor = max((i + 1 for i, m in enumerate(messages) if m.kind == "boundary"), default=0)
+    start = max(positions[covered_uuid] + 1, floor)
+    tokens = sum(message_tokens(m) for m in messages[start:] if m.sent)
+    texts = sum(1 for m in messages[start:] if _is_text_message(m))
+    def enough() -> bool:
+        return tokens >= KEEP_MAX_TOKENS or (tokens >= KEEP_MIN_TOKENS and texts >= KEEP_MIN_TEXT_MESSAGES)
+
+    while start > floor and not enough():
+        candidate = messages[start - 1]
+        if candidate.sent and tokens + message_tokens(candidate) > KEEP_MAX_TOKENS:
+            break
+        start -= 1
+        tokens += message_tokens(candidate) if candidate.sent else 0
+        texts += _is_text_message(candidate)
+    safe = safe_cuts(messages)
+    cut = start
+    while cut > floor and not safe[cut]:
+        cut -= 1
+    if not safe[cut]:  # no safe cut at or after the floor going back: go forward instead
+        cut = next((p for p in range(start, len(messages) + 1) if safe[p]), len(messages))
+    return cut
+
+
+def session_memory_compact(
+    messages: Sequence[Message],
+    notes: str,
+    covered_uuid: str | None,
+    *,
+    notes_path: str,
+    transcript_path: str,
+    now: float,
+    tokens_before: int,
+    measure: Callable[[Sequence[Message]], int],
+    threshold: int,
+    previous_boundary: str | None = None,
+    turns_since: int = 0,
+    attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
+) -> CompactionResult | None:
+    """The notes as the summary, zero model calls; None when the notes cannot be used or the
+    result would still be over the threshold (it would compact again at once)."""
+    if is_empty(notes):
+        return None
+    start = keep_from(messages, covered_uuid)
+    if start is None or start == 0:
+        return None
+    try:
+        result = compact_conversation(
+            messages, _NoModel(), trigger="session-memory", now=now, transcript_path=transcript_path,
+            tokens_before=tokens_before, measure=measure, threshold=threshold, split_at=start,
+            previous_boundary=previous_boundary, turns_since=turns_since, attachments=attachments,
+            summary_text=truncate_for_compact(notes, notes_path),
+        )
+    except CompactionFailed:
+        return None
+    return None if result.event.rebound else result
+
+
+class _NoModel:
+    """Session-memory compaction never calls a model; reaching this would be a bug."""
+
+    def summarize(self, messages: Sequence[Message], prompt: str) -> str:
+        raise CompactionFailed("session-memory compaction does not call the model")

@@ -1,0 +1,169 @@
+"""The session's notes file, kept current by a side call in a background thread (SPEC S1-S2).
+
+At each turn end the keeper decides (context/session_memory.py) whether an extraction is due:
+at 10,000 tokens first, then every 5,000 more with enough tool calls or a quiet turn, and at
+once after the user corrects the agent or settles a decision (beyond the seeds). The thread
+reads a snapshot of the conversation, never the live list, and writes only the notes file and
+its own small state: a cell is never blocked and the live context never edited concurrently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from typing import Any
+
+from ctx_magic.context.session_memory import (
+    MAX_SECTION_TOKENS,
+    MAX_TOTAL_TOKENS,
+    SECTIONS,
+    ExtractionState,
+    empty_template,
+    extraction_due,
+    is_correction_or_decision,
+    is_empty,
+    oversized_sections,
+    sections,
+)
+from ctx_magic.context.tokens import count_text
+from ctx_magic.store.files import atomic_write_text
+
+NOTES_MAX_OUTPUT = 16_000  # room for a full 12,000-token file and its closing tag
+STATE_KEY = "session_memory"
+_NOTES = re.compile(r"<notes>\s*(.*?)\s*(?:</notes>|\Z)", re.DOTALL)
+
+
+def notes_prompt(current: str) -> str:
+    """Ask for the whole notes file, updated with what the conversation above adds."""
+    listing = "\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS)
+    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: condense it."
+                 for title in oversized_sections(current)]
+    if count_text(current) > MAX_TOTAL_TOKENS:
+        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: shorten them aggressively.")
+    return "\n\n".join([
+        "IMPORTANT: answer with plain text only; do not call any tool.",
+        "You keep the session notes of the conversation above: a markdown file that lets anyone (you, after "
+        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, in "
+        "this order, each a '# Title' heading followed by its italic description line:\n" + listing,
+        "Update the current notes below with everything the conversation adds: the user's requests in their "
+        "own words, decisions and corrections, file and variable names, commands, exact results, errors and "
+        f"their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file under "
+        f"{MAX_TOTAL_TOKENS:,}. Keep the headings and description lines exactly as they are.",
+        *reminders,
+        "Answer with the whole updated file between <notes> and </notes>.",
+        f"<current-notes>\n{current}\n</current-notes>",
+    ])
+
+
+def parse_notes(reply: str) -> str | None:
+    """The notes in a reply, with every section present (missing ones from the template)."""
+    match = _NOTES.search(reply)
+    if not match:
+        return None
+    found = sections(match.group(1))
+    titles = [title for title, _ in SECTIONS]
+    if sum(1 for title in titles if title in found) < len(titles) // 2:
+        return None
+    template = sections(empty_template())
+    return "\n\n".join(f"# {title}\n{found.get(title) or template[title]}" for title in titles) + "\n"
+
+
+def enforce_caps(notes: str) -> str:
+    """Cut sections past 2,000 tokens, then the longest ones until the file is under 12,000."""
+    bodies = sections(notes)
+    for title, body in bodies.items():
+        while count_text(body) > MAX_SECTION_TOKENS:
+            body = body[: int(len(body) * 0.8)] + "\n[condensed: cut to fit]"
+        bodies[title] = body
+    while sum(count_text(b) for b in bodies.values()) > MAX_TOTAL_TOKENS:
+        longest = max(bodies, key=lambda t: len(bodies[t]))
+        bodies[longest] = bodies[longest][: int(len(bodies[longest]) * 0.8)] + "\n[condensed: cut to fit]"
+    return "\n\n".join(f"# {title}\n{body}" for title, body in bodies.items()) + "\n"
+
+
+class NotesKeeper:
+    """Plugs into a Session: decides at turn ends, extracts in the background, serves the notes
+    to session-memory compaction (the session's `notes_source`)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.path = session.store.session_memory_path
+        saved = session.store.load_state().get(STATE_KEY) or {}
+        self.state = ExtractionState(**{f.name: saved[f.name] for f in dataclasses.fields(ExtractionState)
+                                        if f.name in saved})
+        self.last_error: str | None = None
+        self.extractions = 0
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        session.notes_source = self
+        session.after_turn.append(self.after_turn)
+        session.extra_state[STATE_KEY] = dataclasses.asdict(self.state)
+
+    # -- deciding (main thread) ----------------------------------------------------------------
+
+    def after_turn(self, session: Any, result: Any) -> None:
+        correction = bool(getattr(result, "prompt", "")) and is_correction_or_decision(result.prompt)
+        tool_calls = int(getattr(result, "tool_calls", 0))
+        reason = extraction_due(self.state, session.tokens(), last_turn_tool_calls=tool_calls, correction=correction)
+        if reason is None or not self.start(reason):
+            with self._lock:
+                self.state = dataclasses.replace(self.state, tool_calls_since=self.state.tool_calls_since + tool_calls)
+
+    def start(self, reason: str) -> bool:
+        """Start an extraction in the background; False when one is already running."""
+        if self.running:
+            return False
+        snapshot = [m for m in self.session.messages if m.sent]
+        if not snapshot:
+            return False
+        tokens = self.session.tokens()
+        self._thread = threading.Thread(target=self._extract, args=(snapshot, tokens, reason),
+                                        name="ctx-magic-session-notes", daemon=True)
+        self._thread.start()
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- extracting (background thread) --------------------------------------------------------
+
+    def _extract(self, snapshot: list[Any], tokens: int, reason: str) -> None:
+        try:
+            current = self.path.read_text(encoding="utf-8") if self.path.exists() else empty_template()
+            reply = self.session.side_call(snapshot, notes_prompt(current), purpose="memory",
+                                           max_tokens=NOTES_MAX_OUTPUT)
+            notes = parse_notes(reply)
+            if notes is None:
+                raise ValueError("the reply had no <notes> file with the ten sections")
+            atomic_write_text(self.path, enforce_caps(notes))
+        except Exception as error:  # noqa: BLE001 - reported, never raised into a cell
+            self.last_error = f"session notes were not updated ({reason}): {error}"
+            return
+        with self._lock:
+            self.state = ExtractionState(True, tokens, 0, snapshot[-1].uuid)
+            self.session.extra_state[STATE_KEY] = dataclasses.asdict(self.state)
+            self.extractions += 1
+            self.last_error = None
+
+    # -- serving (NotesSource) -----------------------------------------------------------------
+
+    def wait(self, timeout: float) -> None:
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout)
+
+    def current(self) -> tuple[str, str | None] | None:
+        try:
+            notes = self.path.read_text(encoding="utf-8")
+        except OSError:
+            return None
+        if is_empty(notes):
+            return None
+        with self._lock:
+            return notes, self.state.covered_uuid
+
+    def text(self) -> str:
+        current = self.current()
+        return current[0] if current else ""

@@ -1,0 +1,108 @@
+"""Session notes end to end over real HTTP (SPEC S1-S3): extraction in the background at the
+seeds' thresholds, then auto-compaction through session memory with zero model calls."""
+
+from __future__ import annotations
+
+from agent_rig import rig
+
+from ctx_magic.agent.compaction import manual_compact
+from ctx_magic.agent.loop import run_turn
+from ctx_magic.agent.session import AgentConfig
+from ctx_magic.context.invariants import check_invariants
+from ctx_magic.context.session_memory import sections
+from ctx_magic.events import Compacted, Status
+from ctx_magic.memory.session_notes import NotesKeeper
+from ctx_magic.offline.notes_rules import NOTES_RULE
+from ctx_magic.offline.policy import Policy
+
+
+def turn(n: int) -> str:
+    code = f"print('\\n'.join(f'b{n} row {{i}}: {{i * {n}}}' for i in range(120)))"
+    return f"Batch {n}: tabulate it.\n```python\n{code}\n```"
+
+
+def keeper_rig(tmp_path, **kw):
+    return rig(tmp_path, **kw)
+
+
+def test_notes_are_extracted_in_the_background_at_ten_thousand_tokens(tmp_path):
+    with keeper_rig(tmp_path, window=200_000) as r:
+        r.api.policy = Policy().with_rule(NOTES_RULE)
+        keeper = NotesKeeper(r.session)
+        n = 0
+        while True:
+            run_turn(r.session, turn(n))
+            n += 1
+            if r.session.tokens() >= 10_000:
+                break
+            assert keeper.extractions == 0 and not keeper.running  # not before 10,000 tokens
+        keeper.wait(15)
+        assert keeper.extractions == 1 and keeper.last_error is None
+        notes = r.session.store.session_memory_path.read_text()
+        body = sections(notes)
+        assert "Batch 0: tabulate it." in body["Task Specification"]
+        assert body["Session Title"].strip()
+        assert keeper.state.covered_uuid == r.session.messages[-1].uuid
+        assert r.api.model_calls("memory") == 1
+        r.session.end_turn()
+        assert r.session.store.load_state()["session_memory"]["initialized"] is True
+
+
+def test_a_correction_is_noted_at_once(tmp_path):
+    with keeper_rig(tmp_path) as r:
+        r.api.policy = Policy().with_rule(NOTES_RULE)
+        keeper = NotesKeeper(r.session)
+        run_turn(r.session, "Plot the revenue please")
+        assert keeper.extractions == 0
+        run_turn(r.session, "No, use the median instead of the mean")
+        keeper.wait(15)
+        notes = sections(r.session.store.session_memory_path.read_text())
+        assert "No, use the median instead of the mean" in notes["Errors & Corrections"]
+
+
+def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_path):
+    config = AgentConfig(clear_at_least=10**7)  # no pressure clearing: let the threshold be reached
+    with keeper_rig(tmp_path, window=40_000, config=config) as r:
+        r.api.policy = Policy().with_rule(NOTES_RULE)
+        NotesKeeper(r.session)
+        calls_at: dict[str, int] = {}
+
+        def count_calls(event):
+            if isinstance(event, Status) and event.state == "compacting":
+                calls_at["start"] = r.api.model_calls()
+            if isinstance(event, Compacted):
+                calls_at["end"] = r.api.model_calls()
+
+        r.session.listeners.append(count_calls)
+        n = 0
+        while not r.session.boundaries and n < 40:
+            run_turn(r.session, turn(n))
+            n += 1
+        assert r.session.boundaries, "the threshold was never reached"
+        assert r.session.boundaries[-1]["trigger"] == "session-memory"
+        assert calls_at["end"] == calls_at["start"]  # zero model calls for the compaction
+        assert r.api.model_calls("compaction") == 0
+        summary = next(m for m in r.session.messages if m.kind == "summary")
+        assert "# Task Specification" in summary.text and "Batch 0: tabulate it." in summary.text
+        check_invariants(r.session.messages)
+        assert run_turn(r.session, "and now?").error is None
+
+
+def test_manual_compact_uses_the_notes_unless_given_instructions(tmp_path):
+    with keeper_rig(tmp_path, window=200_000, config=AgentConfig()) as r:
+        r.api.policy = Policy().with_rule(NOTES_RULE)
+        keeper = NotesKeeper(r.session)
+        n = 0
+        while keeper.extractions == 0 and n < 30:
+            run_turn(r.session, turn(n))
+            keeper.wait(15)
+            n += 1
+        for m in range(n, n + 12):  # a tail after the notes, so some messages are kept
+            run_turn(r.session, turn(m))
+            keeper.wait(15)
+        manual_compact(r.session)
+        assert r.session.boundaries[-1]["trigger"] == "session-memory"
+        assert r.api.model_calls("compaction") == 0
+        manual_compact(r.session, "keep the row counts")
+        assert r.session.boundaries[-1]["trigger"] == "manual"
+        assert r.api.model_calls("compaction") == 1
