@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ctx_magic.context.tokens import ESTIMATE_PADDING, Correction, count_context, count_text
-from ctx_magic.messages import Message, Usage, text_block
+from ctx_magic.context.tokens import ESTIMATE_PADDING, Correction, count_context, count_text, message_tokens
+from ctx_magic.messages import Kind, Message, Usage, text_block
 
 DEFAULT_CORPUS = Path("/work/shared/corpus")
 CC_SESSION = "claude-code-session-share/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
@@ -55,7 +55,7 @@ class Point:
 # -- loading ---------------------------------------------------------------------------------
 
 
-def load_claude_code(path: Path, *, send_meta: bool = True) -> Conversation:
+def load_claude_code(path: Path, *, send_meta: bool = True, fill_output: bool = False) -> Conversation:
     """The request thread of a Claude Code JSONL: one Message per user/assistant record.
 
     Kept: ancestors (parentUuid) of the last assistant record, plus tool_result records whose
@@ -63,6 +63,8 @@ def load_claude_code(path: Path, *, send_meta: bool = True) -> Conversation:
     This drops abandoned branches (an interrupted queued prompt). `isMeta` user records (the
     local-command caveat, expanded slash-command prompts) are hidden from the UI but sent to
     the model, which answers them, so they count as sent unless `send_meta` is False.
+    `fill_output` replaces each response's streaming-placeholder output_tokens by the local
+    estimate of all its records (what a final usage would hold, roughly).
     """
     records = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
     parents = {r["uuid"]: r.get("parentUuid") for r in records if r.get("uuid")}
@@ -84,7 +86,7 @@ def load_claude_code(path: Path, *, send_meta: bool = True) -> Conversation:
         content = body["content"]
         blocks = (text_block(content),) if isinstance(content, str) else tuple(dict(b) for b in content)
         if r["type"] == "user":
-            kind = "meta" if r.get("isMeta") and not send_meta else "normal"
+            kind: Kind = "meta" if r.get("isMeta") and not send_meta else "normal"
             messages.append(Message("user", blocks, kind=kind))
             continue
         if body["id"] not in responses:  # one response spans several records sharing its id
@@ -92,6 +94,12 @@ def load_claude_code(path: Path, *, send_meta: bool = True) -> Conversation:
             starts.append(len(messages))
         # output_tokens here is the streaming start value (1-8): the anchor lacks the output.
         messages.append(Message("assistant", blocks, api_id=body["id"], usage=Usage.from_json(body["usage"])))
+    if fill_output:
+        for i in starts:
+            usage = messages[i].usage
+            assert usage is not None
+            output = sum(message_tokens(m) for m in messages[i:] if m.api_id == messages[i].api_id)
+            messages[i] = dataclasses.replace(messages[i], usage=dataclasses.replace(usage, output_tokens=output))
     return Conversation(messages, starts)
 
 
@@ -303,6 +311,7 @@ def main() -> None:
 
     alt = {
         "claude-code, isMeta not sent": [load_claude_code(p, send_meta=False) for p in cc],
+        "claude-code, output_tokens filled": [load_claude_code(p, fill_output=True) for p in cc],
         "mini-swe, reasoning not in anchor": [load_mini_swe(p, resend_reasoning=False) for p in swe],
     }
     alt_results = evaluate(alt, VARIANTS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import functools
 import math
 import pstats
 import random
@@ -23,12 +24,14 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ctx_magic.context.engine import ContextSettings, ContextState, Prepared, prepare
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Snipped
 from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
 
+T = TypeVar("T")
 SEED = 1234
 T0 = 1_767_225_600.0  # 2026-01-01, a fixed clock: every run sees the same timestamps
 EXCHANGE_SECONDS = 20.0  # one tool round trip; far below the 5-minute idle trigger
@@ -161,7 +164,7 @@ def now_after(messages: Sequence[Message]) -> float:
     return messages[-1].timestamp + 10.0
 
 
-def timed(fn: Callable[[], Prepared]) -> tuple[float, Prepared]:
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
@@ -190,7 +193,7 @@ def run_case(name: str, settings: ContextSettings, work: Workload, repeat: int, 
     base: Prepared | None = None
     for _ in range(repeat):  # fresh Message objects each time: nothing memoized from a previous pass
         messages = conversation(work, count)
-        seconds, base = timed(lambda m=messages: prepare(m, ContextState(), now_after(m), settings))
+        seconds, base = timed(functools.partial(prepare, messages, ContextState(), now_after(messages), settings))
         case.full.append(seconds)
     assert base is not None
     case.notes.append("full: " + summary(base))
@@ -198,13 +201,13 @@ def run_case(name: str, settings: ContextSettings, work: Workload, repeat: int, 
     for size, times in ((1, case.one), (10, case.ten)):
         for _ in range(repeat * 4):  # each from the same full-pass output, with fresh new messages
             messages = appended(base, first, size)
-            seconds, result = timed(lambda m=messages: prepare(m, base.state, now_after(m), settings))
+            seconds, result = timed(functools.partial(prepare, messages, base.state, now_after(messages), settings))
             times.append(seconds)
         case.notes.append(f"+{size}: " + summary(result))
     previous = base
     for turn in range(CHAIN_TURNS):  # an agent's session: every turn builds on the last one
         messages = appended(previous, first + turn, 1)
-        seconds, result = timed(lambda m=messages, p=previous: prepare(m, p.state, now_after(m), settings))
+        seconds, result = timed(functools.partial(prepare, messages, previous.state, now_after(messages), settings))
         case.turns.append(seconds)
         case.kept_prefix.append(shared_prefix(previous.messages, result.messages) / len(previous.messages))
         case.snips += sum(isinstance(e, Snipped) for e in result.events)
@@ -257,7 +260,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the incremental passes")
     args = parser.parse_args()
 
-    seconds, work = timed(lambda: make_workload(args.exchanges, args.megabytes))  # type: ignore[arg-type,return-value]
+    seconds, work = timed(functools.partial(make_workload, args.exchanges, args.megabytes))
     sizes = sorted(len(o) for o in work.outputs)
     print(f"workload: {1 + 2 * len(sizes):,} messages, {sum(sizes) / 1e6:.1f} MB of tool output in "
           f"{len(sizes):,} results (median {statistics.median(sizes):,} chars, "

@@ -18,6 +18,13 @@ def run(*args: str) -> str:
     return done.stdout
 
 
+def test_cache_benchmark_runs_a_short_session(tmp_path: Path) -> None:
+    out = run("benchmarks/cache.py", "--turns", "8", "--window", "20000", "--storage", str(tmp_path / "session"))
+    assert "| turn | output chars | calls (main+compact) |" in out
+    assert "transitions kept the whole previous request as prefix" in out
+    assert "NO explaining event" not in out  # every prefix break is a clearing, snip or compaction
+
+
 def test_scale_benchmark_runs_on_a_small_workload() -> None:
     out = run("benchmarks/scale.py", "--exchanges", "40", "--megabytes", "1", "--repeat", "1")
     assert "| default (snip at 200) |" in out
