@@ -276,7 +276,8 @@ class Session:
 
     def _prepare(self) -> Prepared:
         return prepare(self.messages, self.state, self.clock(), self.engine_settings(),
-                       overhead_tokens=self.overhead_tokens())
+                       overhead_tokens=self.overhead_tokens(),
+                       compaction_available=not (self.breaker_open or self.in_side_call))
 
     def _changes(self, prepared: Prepared) -> list[Message | Event]:
         live = {m.uuid for m in self.messages}

@@ -58,13 +58,15 @@ def _text_only(block: Block) -> Block:
 
 
 def summary_input(messages: Sequence[Message]) -> list[Message]:
-    """Sent messages only, images and documents as [image]/[document], attachments dropped (C1)."""
-    out = []
-    for message in messages:
-        if not message.sent or message.kind == "attachment":
-            continue
-        out.append(message.with_content(_text_only(b) for b in message.content))
-    return out
+    """Sent messages only, images and documents as [image]/[document] (C1).
+
+    Re-injected attachments (files re-read after a compaction, the tool list) stay where they
+    are, unlike the seeds' C1: they sit right after the previous summary, so dropping them
+    changes the request from its first message on and the call can no longer read the main
+    loop's cached prefix (benchmarks/cache.py measured 74.6% -> 82.5% cache reads keeping them).
+    The prompt tells the model to leave them out of the summary instead.
+    """
+    return [m.with_content(_text_only(b) for b in m.content) for m in messages if m.sent]
 
 
 # -- C4: head truncation when the compaction request itself is too long ----------------------

@@ -305,7 +305,7 @@ def _result_tokens(messages: Sequence[Message], state: ContextState, tool_use_id
 
 
 def _microcompact(messages: list[Message], state: ContextState, settings: ContextSettings, now: float,
-                  overhead_tokens: int):
+                  overhead_tokens: int, compaction_available: bool = True):
     mc = settings.microcompact
     older = clearable(state.compactable, mc.keep_recent)
     if not older:
@@ -321,6 +321,7 @@ def _microcompact(messages: list[Message], state: ContextState, settings: Contex
     trigger = microcompact_trigger(
         messages, candidates, sum(sizes[i] for i in candidates), now=now, tokens=tokens,
         warning=settings.thresholds.warning, settings=mc,
+        threshold=settings.thresholds.autocompact if compaction_available else None,
     )
     if trigger is None:
         return messages, state, []
@@ -346,8 +347,12 @@ def prepare(
     settings: ContextSettings,
     *,
     overhead_tokens: int = 0,
+    compaction_available: bool = True,
 ) -> Prepared:
     """Run L1 (budget) -> L2 (snip) -> L3 (microcompact) and say whether L4 is due.
+
+    `compaction_available` says whether auto-compaction could run next (breaker closed, not
+    inside a side call); when it can, a pressure clearing that cannot avoid it is skipped.
 
     The order matters: the budget persists a large result before microcompact could replace
     it by a stub, so its full text is always on disk (seeds: query.ts runs them so).
@@ -355,7 +360,7 @@ def prepare(
     msgs, state, start = sync_index(messages, state)
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
-    msgs, state, cleared = _microcompact(msgs, state, settings, now, overhead_tokens)
+    msgs, state, cleared = _microcompact(msgs, state, settings, now, overhead_tokens, compaction_available)
     count = measure(msgs, state, settings, overhead_tokens)
     th = settings.thresholds
     live, n_cleared, n_persisted = result_counts(state)

@@ -107,13 +107,21 @@ def microcompact_trigger(
     tokens: int,
     warning: int,
     settings: MicrocompactSettings,
+    threshold: int | None = None,
 ) -> str | None:
-    """Which trigger fires now, if any: 'idle', 'pressure' or None (a pure decision)."""
+    """Which trigger fires now, if any: 'idle', 'pressure' or None (a pure decision).
+
+    Beyond the seeds: when `threshold` is given (auto-compaction can run), pressure clearing
+    that would leave the context at or over it is skipped. The compaction happens anyway, and
+    the clearing would only have broken the cached prefix its summary call could read.
+    """
     if not candidates:
         return None
     gap = idle_gap(messages, now)
     if gap is not None and gap > settings.idle_minutes * 60:
         return "idle"
     if tokens >= warning and candidate_tokens >= settings.clear_at_least:
+        if threshold is not None and tokens - candidate_tokens >= threshold:
+            return None
         return "pressure"
     return None

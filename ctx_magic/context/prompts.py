@@ -60,6 +60,11 @@ _INTRO = {
     ),
 }
 
+_REINJECTED = (
+    "Blocks that begin with <recent-file> or <context-refresh> were re-injected by the tooling and will "
+    "be re-injected again after this summary: do not summarize them."
+)
+
 _ANALYSIS = (
     "First, inside <analysis> tags, walk through the conversation in order: for each part note "
     "what the user asked, what you did, the decisions, the file names, code and outputs that "
@@ -75,6 +80,7 @@ def compact_prompt(direction: str = "full", instructions: str | None = None) -> 
     parts = [
         NO_TOOLS_PREAMBLE,
         _INTRO[direction],
+        _REINJECTED,
         _ANALYSIS,
         "Then, inside <summary> tags, write these sections, each under its own numbered heading:\n"
         + listing,

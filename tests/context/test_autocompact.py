@@ -58,7 +58,7 @@ def compact(messages, summarizer=None, **kw):
 # -- C1 ------------------------------------------------------------------------------------
 
 
-def test_c1_images_and_documents_become_markers_and_attachments_are_dropped():
+def test_c1_images_and_documents_become_markers_and_attachments_stay_for_the_cache():
     use = call()
     msgs = [
         Message("user", (text("look"), IMAGE, {"type": "document", "source": {}})),
@@ -68,7 +68,8 @@ def test_c1_images_and_documents_become_markers_and_attachments_are_dropped():
         user_text("boundary", kind="boundary"),
     ]
     out = summary_input(msgs)
-    assert [m.kind for m in out] == ["normal", "normal", "normal"]
+    assert [m.kind for m in out] == ["normal", "normal", "normal", "attachment"]
+    assert "re-injected by the tooling" in compact_prompt()
     assert out[0].content[1:] == (text("[image]"), text("[document]"))
     assert out[2].content[0]["content"][1] == text("[image]")
 

@@ -130,3 +130,14 @@ def test_l3_freed_tokens_before_anchor_lower_the_count():
     before = prepare(msgs, ContextState(), 1.0, settings(clear_at_least=10**9))
     after = prepare(msgs, ContextState(), 1.0, settings())
     assert after.tokens < before.tokens - 20_000
+
+
+def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():
+    """Beyond the seeds: the compaction comes anyway; clearing first would only break the
+    cached prefix its summary call reads (benchmarks/cache.py)."""
+    big = "word " * 6_000
+    msgs = session([big] * 10, usage=Usage(190_000, 100))  # over the threshold even after clearing
+    out = prepare(msgs, ContextState(), 1.0, settings())
+    assert not [e for e in out.events if isinstance(e, Cleared)] and out.compact_due
+    breaker_open = prepare(msgs, ContextState(), 1.0, settings(), compaction_available=False)
+    assert [e.trigger for e in breaker_open.events if isinstance(e, Cleared)] == ["pressure"]
