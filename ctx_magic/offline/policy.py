@@ -42,6 +42,14 @@ from ctx_magic.offline.conversation import (
     messages,
     requested_headings,
 )
+from ctx_magic.offline.memory_rules import (
+    consolidate_answer,
+    gather_answer,
+    is_consolidate_request,
+    is_gather_request,
+    is_longterm_request,
+    longterm_answer,
+)
 
 RequestKind = Literal["normal", "compaction", "memory"]
 QUOTE_CHARS = 200  # how much of the latest user text the fallback reply quotes
@@ -166,7 +174,12 @@ def _answer_default(request: Request) -> Answer:
     return Answer.text(f"{STAND_IN}. I saw {count} message(s). {seen}")
 
 
-MEMORY_RULES: tuple[Rule, ...] = (Rule("memory-generic", "memory", looks_like_memory_request, answer_memory_generic),)
+MEMORY_RULES: tuple[Rule, ...] = (
+    Rule("memory-longterm", "memory", is_longterm_request, lambda r: Answer.text(longterm_answer(r))),
+    Rule("memory-dream-gather", "memory", is_gather_request, lambda r: Answer.text(gather_answer(r))),
+    Rule("memory-dream-consolidate", "memory", is_consolidate_request, lambda r: Answer.text(consolidate_answer(r))),
+    Rule("memory-generic", "memory", looks_like_memory_request, answer_memory_generic),
+)
 """Memory-extraction responders, most specific first; later issues add theirs here."""
 
 DEFAULT_RULES: tuple[Rule, ...] = (

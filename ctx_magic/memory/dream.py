@@ -1,0 +1,510 @@
+"""The dream: consolidation of long-term memory across sessions (SPEC X4, seeds 000 and 004).
+
+Gates, cheapest first: at least 24 hours since the last dream, the session folders scanned at
+most every 10 minutes, at least 5 sessions since the last dream, then a lock file that no
+live process holds. Four phases run under the lock:
+
+1. orient: read the stored memories and the notes of the sessions since the last dream;
+2. gather: ask the model for candidate facts in those notes;
+3. consolidate: ask the model to merge duplicates, settle contradictions and re-score;
+4. prune: remove what has decayed below a threshold and rebuild the index.
+
+The memory folder is snapshotted before the phases; any failure restores it byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from ctx_magic.context.tokens import count_text
+from ctx_magic.errors import CtxMagicError
+from ctx_magic.memory.longterm import (
+    MAX_PER_SESSION,
+    Candidate,
+    TextModel,
+    as_bool,
+    candidate_from,
+    json_lines,
+    known_texts,
+    parse_candidates,
+    tagged_block,
+)
+from ctx_magic.memory.prompts import CONSOLIDATED_TAG, consolidate_prompt, entry_line, gather_prompt
+from ctx_magic.memory.secrets import find_secret
+from ctx_magic.memory.store import (
+    BASE_RELEVANCE,
+    Memory,
+    MemoryStore,
+    Scope,
+    format_time,
+    memory_id,
+    parse_time,
+    sort_by_relevance,
+)
+from ctx_magic.store.files import atomic_write_bytes, atomic_write_json, read_json
+from ctx_magic.store.session import SessionDir, list_sessions
+
+MIN_HOURS_SINCE_DREAM = 24  # seeds 004: time gate, minHours = 24
+MIN_SESSIONS_SINCE_DREAM = 5  # seeds 004: session gate, minSessions = 5 new transcripts
+CHECK_INTERVAL = timedelta(minutes=10)  # SPEC X4: the session scan runs at most every 10 minutes
+LOCK_STALE_AFTER = timedelta(hours=1)  # SPEC X4: a dream lock older than an hour belongs to a dead process
+GUARD_TIMEOUT_SECONDS = 10.0  # breaking a stale lock takes milliseconds; past this, give up as "locked"
+PRUNE_BELOW = 0.1  # ~100 days for a full-score decaying memory, past the seeds' last row (day 90: x0.125)
+MAX_BASE_RELEVANCE = 1.0  # seeds 000: memories start at 1.0, the top of the scale
+NOTES_BUDGET_TOKENS = 40_000  # about three full notes files (S1 caps one at 12,000), newest first
+MAX_CANDIDATES = MAX_PER_SESSION  # a dream gathers no more than a session may extract (seeds 000: 20)
+DREAM_SOURCE = "dream"  # source_session of memories a dream writes
+
+STATE_NAME = "dream-state.json"
+LOCK_NAME = "dream.lock"
+GUARD_NAME = ".dream.lock.guard"
+_SESSION_STAMP = "%Y%m%d-%H%M%S"  # the prefix of session ids (ctx_magic.store.session)
+
+Status = Literal["dreamed", "skipped", "locked", "failed"]
+
+
+class DreamFailed(CtxMagicError):
+    """A phase of the dream could not finish (bad model output)."""
+
+
+@dataclass(frozen=True)
+class DreamResult:
+    status: Status
+    reason: str = ""
+    added: int = 0
+    merged: int = 0
+    pruned: int = 0
+    """Memories removed: decayed below PRUNE_BELOW, or dropped as contradicted by the consolidation."""
+
+    def summary(self) -> str:
+        if self.status == "dreamed":
+            return f"Dream done: {self.added} added, {self.merged} merged, {self.pruned} pruned."
+        if self.status == "failed":
+            return f"Dream failed and was rolled back: {self.reason}"
+        return f"No dream: {self.reason}"
+
+
+# -- gates (pure) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DreamState:
+    last_dream: datetime | None = None
+    last_check: datetime | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {k: format_time(v) if v else None for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DreamState:
+        if not isinstance(data, Mapping):
+            return cls()
+        found: dict[str, datetime | None] = {}
+        for name in ("last_dream", "last_check"):
+            try:
+                found[name] = parse_time(data[name]) if data.get(name) else None
+            except (TypeError, ValueError):
+                found[name] = None
+        return cls(**found)
+
+
+def time_gate(state: DreamState, now: datetime) -> str | None:
+    """Why the time gate is closed, or None when at least 24 hours passed since the last dream."""
+    if state.last_dream is None:
+        return None
+    hours = (now - state.last_dream).total_seconds() / 3600
+    if hours >= MIN_HOURS_SINCE_DREAM:
+        return None
+    return f"the last dream was {hours:.1f} hours ago ({MIN_HOURS_SINCE_DREAM} needed)"
+
+
+def check_interval_gate(state: DreamState, now: datetime) -> str | None:
+    """Why the sessions are not scanned now, or None when the last scan is 10 minutes old."""
+    if state.last_check is None or now - state.last_check >= CHECK_INTERVAL:
+        return None
+    minutes = (now - state.last_check).total_seconds() / 60
+    return f"sessions were checked {minutes:.0f} minutes ago (every {CHECK_INTERVAL.seconds // 60} at most)"
+
+
+def sessions_gate(count: int) -> str | None:
+    if count >= MIN_SESSIONS_SINCE_DREAM:
+        return None
+    return f"{count} sessions since the last dream ({MIN_SESSIONS_SINCE_DREAM} needed)"
+
+
+def session_created(session: SessionDir) -> datetime:
+    """When a session began: its id's time stamp, else its folder's modification time."""
+    try:
+        stamp = datetime.strptime(session.session_id[:15], _SESSION_STAMP)
+        return stamp.replace(tzinfo=timezone.utc)
+    except ValueError:
+        return datetime.fromtimestamp(session.root.stat().st_mtime, timezone.utc)
+
+
+def sessions_since(storage_dir: Path, since: datetime | None, exclude: str | None = None) -> list[SessionDir]:
+    """Session folders created after `since` (all of them if None), oldest first."""
+    return [
+        s
+        for s in list_sessions(Path(storage_dir))
+        if s.session_id != exclude and (since is None or session_created(s) > since)
+    ]
+
+
+def load_state(folder: Path) -> DreamState:
+    return DreamState.from_json(read_json(folder / STATE_NAME, {}))
+
+
+def save_state(folder: Path, state: DreamState) -> None:
+    atomic_write_json(folder / STATE_NAME, state.to_json())
+
+
+# -- the lock -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Held:
+    """The lock belongs to someone else."""
+
+    reason: str
+
+
+def _lock_body(now: datetime, token: str) -> bytes:
+    return json.dumps({"pid": os.getpid(), "time": format_time(now), "token": token}).encode()
+
+
+def _create_lock(path: Path, now: datetime) -> str | None:
+    """O_CREAT|O_EXCL: exactly one creator wins. The token proves ownership at release."""
+    token = secrets.token_hex(8)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return None
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(_lock_body(now, token))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return token
+
+
+def _read_lock(path: Path) -> dict[str, Any] | None:
+    """The lock's content; {} while it is being written or if garbled; None if there is no lock."""
+    try:
+        data = json.loads(path.read_bytes() or b"{}")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _lock_time(info: Mapping[str, Any], path: Path) -> datetime | None:
+    try:
+        return parse_time(str(info["time"]))
+    except (KeyError, ValueError):
+        pass
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+    except OSError:
+        return None
+
+
+def lock_is_stale(taken: datetime | None, now: datetime) -> bool:
+    return taken is not None and now - taken >= LOCK_STALE_AFTER
+
+
+def acquire_lock(folder: Path, now: datetime) -> str | Held:
+    """Take the dream lock: a token on success, Held when another process is dreaming.
+
+    A stale lock (over an hour old) is broken under a guard (an OS file lock that dies with
+    its process): the breaker re-reads the lock under the guard, renames it away only if it is
+    still stale, and only then creates its own, so a fresh lock is never broken.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    token = _create_lock(path, now)
+    if token is not None:
+        return token
+    info = _read_lock(path)
+    if info is not None and not lock_is_stale(_lock_time(info, path), now):
+        return Held(_held_reason(info))
+    import filelock
+
+    try:
+        with filelock.FileLock(str(folder / GUARD_NAME), timeout=GUARD_TIMEOUT_SECONDS):
+            info = _read_lock(path)
+            if info is not None and lock_is_stale(_lock_time(info, path), now):
+                tomb = path.with_name(f"{LOCK_NAME}.stale-{secrets.token_hex(4)}")
+                os.replace(path, tomb)
+                tomb.unlink(missing_ok=True)
+            token = _create_lock(path, now)
+    except filelock.Timeout:
+        return Held("another process is breaking a stale dream lock")
+    if token is not None:
+        return token
+    return Held(_held_reason(_read_lock(path) or {}))
+
+
+def _held_reason(info: Mapping[str, Any]) -> str:
+    since = f" since {info['time']}" if info.get("time") else ""
+    return f"another dream is running (pid {info.get('pid', '?')}{since})"
+
+
+def release_lock(folder: Path, token: str) -> None:
+    """Remove the lock if it is still ours (never someone else's that replaced a stale one)."""
+    path = folder / LOCK_NAME
+    info = _read_lock(path)
+    if info is not None and info.get("token") == token:
+        path.unlink(missing_ok=True)
+
+
+# -- snapshot and rollback ----------------------------------------------------------------
+
+
+def _is_lock_file(name: str) -> bool:
+    return name.startswith((LOCK_NAME, GUARD_NAME))
+
+
+def snapshot_folder(folder: Path) -> dict[str, bytes]:
+    """Every file of the memory folder (the lock aside), by name."""
+    if not folder.is_dir():
+        return {}
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not _is_lock_file(p.name)}
+
+
+def restore_folder(folder: Path, snapshot: Mapping[str, bytes]) -> None:
+    """Put the folder back as the snapshot saw it: new files removed, changed ones rewritten."""
+    for path in list(folder.iterdir()) if folder.is_dir() else []:
+        if path.is_file() and not _is_lock_file(path.name) and path.name not in snapshot:
+            path.unlink(missing_ok=True)
+    for name, data in snapshot.items():
+        path = folder / name
+        if not path.is_file() or path.read_bytes() != data:
+            atomic_write_bytes(path, data)
+
+
+# -- the phases -----------------------------------------------------------------------------
+
+
+def read_notes(sessions: Sequence[SessionDir], budget_tokens: int = NOTES_BUDGET_TOKENS) -> list[tuple[str, str]]:
+    """Orient: the notes files of `sessions`, newest first until the budget, returned oldest first."""
+    chosen: list[tuple[str, str]] = []
+    left = budget_tokens
+    for session in reversed(sessions):
+        try:
+            text = session.session_memory_path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        cost = count_text(text)
+        if text and cost <= left:
+            chosen.append((session.session_id, text))
+            left -= cost
+    return chosen[::-1]
+
+
+def gather(
+    model: TextModel, notes: Sequence[tuple[str, str]], known: Sequence[Memory], now: datetime
+) -> list[Candidate]:
+    """Gather: candidate memories from the session notes (no call when there are no notes)."""
+    if not notes:
+        return []
+    reply = model.complete([], gather_prompt(notes, known_texts(known, now), MAX_CANDIDATES))
+    candidates = parse_candidates(reply)
+    if candidates is None:
+        raise DreamFailed("the gather phase's reply has no <memories> block")
+    return [c for c in candidates if find_secret(c.text) is None][:MAX_CANDIDATES]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the consolidation changes in the store."""
+
+    write: tuple[Memory, ...] = ()
+    remove: tuple[str, ...] = ()
+    leftover: tuple[Candidate, ...] = ()
+    """Candidates the consolidation did not mention: stored as new memories when not duplicates."""
+    added: int = 0
+    merged: int = 0
+    dropped: int = 0
+
+
+def _base(value: Any, default: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return min(MAX_BASE_RELEVANCE, max(0.0, number)) if number == number else default
+
+
+def plan_consolidation(
+    existing: Mapping[str, Memory],
+    candidates: Mapping[str, Candidate],
+    entries: Sequence[Mapping[str, Any]],
+    now: datetime,
+    scope: Scope,
+) -> Plan:
+    """Turn the consolidation's answer into writes and removals (pure).
+
+    An entry replaces the memories it names in "from"; a memory merged with a fresh candidate
+    counts as re-observed today (created = now), otherwise it keeps its oldest creation time.
+    A key belongs to the first entry that names it. Unknown keys and junk entries are ignored.
+    """
+    claimed: set[str] = set()
+    write: dict[str, Memory] = {}
+    remove: list[str] = []
+    added = merged = dropped = 0
+    for data in entries:
+        drop = data.get("drop")
+        if isinstance(drop, str):
+            if drop in existing and drop not in claimed:
+                remove.append(existing[drop].id)
+                dropped += 1
+            claimed.add(drop)
+            continue
+        candidate = candidate_from(data)
+        if candidate is None or find_secret(candidate.text) is not None:
+            continue
+        named = data.get("from") if isinstance(data.get("from"), list) else []
+        sources = [k for k in dict.fromkeys(named) if isinstance(k, str) and k not in claimed]
+        sources = [k for k in sources if k in existing or k in candidates]
+        claimed.update(sources)
+        olds = [existing[k] for k in sources if k in existing]
+        fresh = any(k in candidates for k in sources) or not olds
+        base = _base(data.get("relevance"), max((m.relevance for m in olds), default=BASE_RELEVANCE))
+        created = now if fresh else min(m.created for m in olds)
+        decay = as_bool(data.get("decay"), olds[0].decay if olds else True)
+        memory = Memory(
+            id=memory_id(candidate.text),
+            text=candidate.text,
+            type=candidate.type,
+            created=created,
+            updated=now,
+            relevance=base,
+            decay=decay,
+            scope=scope,
+            source_session=olds[0].source_session if olds else DREAM_SOURCE,
+        )
+        if len(sources) == 1 and olds and _same(olds[0], memory):
+            continue
+        write[memory.id] = memory
+        remove += [m.id for m in olds]
+        added += 0 if olds else 1
+        merged += max(0, len(sources) - 1)
+    leftover = tuple(c for k, c in candidates.items() if k not in claimed)
+    kept_remove = tuple(dict.fromkeys(i for i in remove if i not in write))
+    return Plan(tuple(write.values()), kept_remove, leftover, added, merged, dropped)
+
+
+def _same(old: Memory, new: Memory) -> bool:
+    fields = ("id", "text", "type", "decay", "relevance")
+    return all(getattr(old, name) == getattr(new, name) for name in fields)
+
+
+def consolidate(
+    model: TextModel, memories: Sequence[Memory], candidates: Sequence[Candidate], now: datetime, scope: Scope
+) -> Plan:
+    """Consolidate: one call over stored memories and candidates (none when fewer than two)."""
+    existing = {f"m{i}": m for i, m in enumerate(sort_by_relevance(memories, now), 1)}
+    fresh = {f"c{i}": c for i, c in enumerate(candidates, 1)}
+    if len(existing) + len(fresh) < 2:
+        return Plan(leftover=tuple(candidates))
+    existing_lines = [
+        entry_line(key, {"text": m.text, "type": m.type, "decay": m.decay, "relevance": round(m.relevance, 3),
+                         "current": round(m.current_relevance(now), 3), "age_days": m.age_days(now)})
+        for key, m in existing.items()
+    ]
+    candidate_lines = [entry_line(key, {"text": c.text, "type": c.type, "decay": c.decay}) for key, c in fresh.items()]
+    reply = model.complete([], consolidate_prompt(existing_lines, candidate_lines))
+    block = tagged_block(reply, CONSOLIDATED_TAG)
+    if block is None:
+        raise DreamFailed(f"the consolidate phase's reply has no <{CONSOLIDATED_TAG}> block")
+    return plan_consolidation(existing, fresh, json_lines(block), now, scope)
+
+
+def decayed(memories: Sequence[Memory], now: datetime) -> list[Memory]:
+    """Prune: the memories whose current relevance fell below PRUNE_BELOW."""
+    return [m for m in memories if m.current_relevance(now) < PRUNE_BELOW]
+
+
+def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextModel, now: datetime) -> DreamResult:
+    memories = store.all()
+    notes = read_notes(sessions)
+    candidates = gather(model, notes, memories, now)
+    plan = consolidate(model, memories, candidates, now, store.scope)
+    store.apply(write=plan.write, remove=plan.remove, now=now)
+    added = plan.added
+    for candidate in plan.leftover:
+        if store.find_duplicate(candidate.text) is None:
+            store.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay, source_session=DREAM_SOURCE)
+            added += 1
+    stale = decayed(store.all(), now)
+    store.apply(remove=[m.id for m in stale], now=now)
+    return DreamResult("dreamed", "", added, plan.merged, len(stale) + plan.dropped)
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+
+def dream(
+    storage_dir: Path,
+    model: TextModel,
+    *,
+    now: datetime,
+    force: bool = False,
+    current_session: str | None = None,
+    store: MemoryStore | None = None,
+) -> DreamResult:
+    """Consolidate the memories of `store` (the project scope of `storage_dir` by default).
+
+    Without `force` the gates decide first. Under the lock, the memory folder is snapshotted
+    and restored on any failure; the lock is released in every case.
+    """
+    store = store or MemoryStore.for_project(storage_dir)
+    folder = store.folder
+    state = load_state(folder)
+    if not force:
+        closed = time_gate(state, now) or check_interval_gate(state, now)
+        if closed:
+            return DreamResult("skipped", closed)
+        state = dataclasses.replace(state, last_check=now)
+        save_state(folder, state)
+    recent = sessions_since(storage_dir, state.last_dream, current_session)
+    closed = None if force else sessions_gate(len(recent))
+    if closed:
+        return DreamResult("skipped", closed)
+    lock = acquire_lock(folder, now)
+    if isinstance(lock, Held):
+        return DreamResult("locked", lock.reason)
+    try:
+        snapshot = snapshot_folder(folder)
+        try:
+            result = run_phases(store, recent, model, now)
+            save_state(folder, dataclasses.replace(load_state(folder), last_dream=now))
+        except Exception as error:  # noqa: BLE001 - any failure (model, output, disk) rolls back
+            restore_folder(folder, snapshot)
+            return DreamResult("failed", str(error) or type(error).__name__)
+        except BaseException:
+            restore_folder(folder, snapshot)
+            raise
+    finally:
+        release_lock(folder, lock)
+    return result
+
+
+def maybe_dream(
+    storage_dir: Path,
+    model: TextModel,
+    *,
+    now: datetime,
+    current_session: str | None = None,
+    store: MemoryStore | None = None,
+) -> DreamResult:
+    """Dream only if the gates open (the cheap check to run after each model response)."""
+    return dream(storage_dir, model, now=now, current_session=current_session, store=store)

@@ -1,0 +1,140 @@
+"""Long-term memory extraction from a session (SPEC X2).
+
+At session end (and on `%memory extract`) one side call reads the conversation and answers
+with the durable facts in it, one JSON object per line inside `<memories>`. Each candidate is
+checked for secrets and duplicates before it is stored; a session stores at most 20.
+
+The model is reached through `TextModel`, one method wide; the agent adapts its
+`Session.side_call` to it, tests adapt the SDK model or a stub.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from ctx_magic.memory.prompts import MEMORIES_TAG, longterm_prompt
+from ctx_magic.memory.secrets import find_secret
+from ctx_magic.memory.store import MEMORY_TYPES, Memory, MemoryStore, MemoryType, sort_by_relevance
+from ctx_magic.messages import Message
+
+MAX_PER_SESSION = 20  # seeds 000: extractMemories(..., maxMemories: 20) per session
+KNOWN_IN_PROMPT = 60  # stored memories listed as "already remembered": the most relevant ones
+MAX_TEXT_CHARS = 600  # a memory is a sentence or two; longer answers are junk, not memories
+DEFAULT_TYPE: MemoryType = "project"  # for an entry whose type is missing or unknown
+
+
+class TextModel(Protocol):
+    """One text-only model call beside the conversation: `messages`, then `prompt` as the last ask."""
+
+    def complete(self, messages: Sequence[Message], prompt: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A memory the model proposed, not yet checked or stored."""
+
+    text: str
+    type: MemoryType
+    decay: bool
+
+
+def tagged_block(reply: str, tag: str) -> str | None:
+    """The inside of the last `<tag>...</tag>` in `reply` (to its end if never closed), or None."""
+    start = reply.rfind(f"<{tag}>")
+    if start < 0:
+        return None
+    inner = reply[start + len(tag) + 2 :]
+    end = inner.find(f"</{tag}>")
+    return inner if end < 0 else inner[:end]
+
+
+_OBJECT = re.compile(r"\{.*\}")
+
+
+def json_lines(block: str) -> list[dict[str, Any]]:
+    """The JSON objects of a block, one a line; anything else on a line (bullets, junk) is skipped."""
+    found: list[dict[str, Any]] = []
+    for line in block.splitlines():
+        match = _OBJECT.search(line)
+        if match is None:
+            continue
+        try:
+            data = json.loads(match.group(0))
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            found.append(data)
+    return found
+
+
+def as_bool(value: Any, default: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return default
+
+
+def candidate_from(data: Mapping[str, Any]) -> Candidate | None:
+    """A candidate from one parsed line, or None when the line has no usable text."""
+    text = data.get("text")
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:
+        return None
+    kind = data.get("type")
+    kind = kind if kind in MEMORY_TYPES else DEFAULT_TYPE
+    return Candidate(" ".join(text.split()), kind, as_bool(data.get("decay"), True))
+
+
+def parse_candidates(reply: str, tag: str = MEMORIES_TAG) -> list[Candidate] | None:
+    """The candidates in the reply's `<memories>` block; None when the reply has no such block."""
+    block = tagged_block(reply, tag)
+    if block is None:
+        return None
+    parsed = (candidate_from(data) for data in json_lines(block))
+    return [c for c in parsed if c is not None]
+
+
+def known_texts(memories: Iterable[Memory], now: datetime, limit: int = KNOWN_IN_PROMPT) -> list[str]:
+    """The stored memories the prompt lists so the model does not propose them again."""
+    return [" ".join(m.text.split()) for m in sort_by_relevance(memories, now)[:limit]]
+
+
+def extract_memories(
+    model: TextModel,
+    messages: Sequence[Message],
+    store: MemoryStore,
+    *,
+    now: datetime,
+    session_id: str,
+    already_extracted: int = 0,
+) -> list[Memory]:
+    """Ask the model for the session's durable facts and store the new ones (SPEC X2).
+
+    `already_extracted` is how many this session stored before; the result holds only the
+    memories stored now (the caller adds their number to its count). Secrets and duplicates
+    of stored memories are dropped; a reply without a `<memories>` block stores nothing.
+    Model errors propagate to the caller, which runs this in the background.
+    """
+    room = MAX_PER_SESSION - already_extracted
+    if room <= 0:
+        return []
+    existing = store.all()
+    reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room))
+    added: list[Memory] = []
+    for candidate in parse_candidates(reply) or []:
+        if len(added) >= room:
+            break
+        if find_secret(candidate.text) is not None:
+            continue
+        if store.find_duplicate(candidate.text, [*existing, *added]) is not None:
+            continue
+        memory = store.add(
+            candidate.text, now=now, type=candidate.type, decay=candidate.decay, source_session=session_id
+        )
+        added.append(memory)
+    return added

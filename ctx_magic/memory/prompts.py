@@ -1,0 +1,127 @@
+"""The prompts of long-term memory (SPEC X2, X4), in our own words.
+
+Each prompt opens with a fixed heading line so that the offline stand-in
+(ctx_magic.offline.memory_rules) can tell it apart from anything a user would type. Answers
+come back as one JSON object per line inside a tagged block, which the callers parse leniently.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+LONGTERM_HEADING = "ctx_magic long-term memory extraction."
+GATHER_HEADING = "ctx_magic memory consolidation (dream), gather phase."
+CONSOLIDATE_HEADING = "ctx_magic memory consolidation (dream), consolidate phase."
+MEMORIES_TAG = "memories"
+CONSOLIDATED_TAG = "consolidated"
+EXISTING_TAG = "existing"
+CANDIDATES_TAG = "candidates"
+NOTES_TAG = "session-notes"
+
+_NO_TOOLS = "Answer with text only; do not call any tool."
+
+_KINDS = """Kinds of entry ("type"):
+- "user": who the user is and how they like to work (tools, style, habits, level of detail);
+- "feedback": corrections and instructions about the assistant's behaviour (do this, stop doing that);
+- "project": decisions and facts about the work itself (data sources, conventions, names, goals);
+- "reference": where things live (files, tables, dashboards, documents) and what they hold.
+
+"decay": false for things that stay true until someone changes them (a preference, a convention),
+true for things that age (the state of a dataset, a deadline, a bug being chased)."""
+
+_LINE_FORMAT = """Write one JSON object per line inside a <memories> block, and nothing else, like this:
+<memories>
+{"text": "Prefers plotly to matplotlib for anything interactive.", "type": "user", "decay": false}
+{"text": "Revenue figures come from the finance.sales table, refreshed every Monday.", "type": "project", "decay": true}
+</memories>
+Each "text" is one self-contained sentence that makes sense with no conversation around it.
+If nothing qualifies, answer with an empty block: <memories></memories>"""
+
+
+def _known_list(known: Sequence[str]) -> str:
+    if not known:
+        return "Already remembered: nothing yet."
+    lines = "\n".join(f"- {text}" for text in known)
+    return f"Already remembered (do not repeat these, or restate them in other words):\n{lines}"
+
+
+def longterm_prompt(known: Sequence[str], limit: int) -> str:
+    """Ask for the durable facts of the conversation above, at most `limit` of them."""
+    return f"""{LONGTERM_HEADING}
+Step outside the task for a moment: this request is not part of it, and the work should not
+continue here. {_NO_TOOLS}
+
+Read the conversation above and pick out what will still be worth knowing in a later session,
+weeks from now: preferences the user stated, corrections they made, decisions that were taken,
+facts about the project that took effort to learn. Leave out whatever is transient: intermediate
+results, errors that were fixed along the way, what was tried and dropped, the state of the task
+in progress. Never record a password, key, token or any other credential.
+
+{_KINDS}
+
+{_known_list(known)}
+
+At most {limit} entries. {_LINE_FORMAT}"""
+
+
+def notes_blocks(notes: Sequence[tuple[str, str]]) -> str:
+    """Session notes files, each in a tagged block naming its session."""
+    return "\n\n".join(f'<{NOTES_TAG} session="{sid}">\n{text.strip()}\n</{NOTES_TAG}>' for sid, text in notes)
+
+
+def gather_prompt(notes: Sequence[tuple[str, str]], known: Sequence[str], limit: int) -> str:
+    """Dream, gather phase: candidate long-term facts from the notes of recent sessions."""
+    return f"""{GATHER_HEADING}
+Below are the notes kept during recent sessions, one block per session. Find what in them deserves
+to outlive the session: preferences, corrections, decisions and hard-won facts that a future
+session would want at hand. Skip the transient: progress reports, fixed errors, half-finished
+steps. Never record a password, key, token or any other credential. {_NO_TOOLS}
+
+{notes_blocks(notes)}
+
+{_KINDS}
+
+{_known_list(known)}
+
+At most {limit} entries. {_LINE_FORMAT}"""
+
+
+def entry_line(key: str, fields: Mapping[str, Any]) -> str:
+    return json.dumps({"key": key, **fields}, ensure_ascii=False)
+
+
+def consolidate_prompt(existing: Sequence[str], candidates: Sequence[str]) -> str:
+    """Dream, consolidate phase: merge duplicates, settle contradictions, re-score.
+
+    `existing` and `candidates` are JSON lines made by `entry_line` (keys m1.. and c1..).
+    """
+    existing_block = "\n".join(existing)
+    candidate_block = "\n".join(candidates)
+    return f"""{CONSOLIDATE_HEADING}
+You keep a store of long-term memories tidy. Below are the memories already stored (keys m1, m2,
+...; "relevance" is the stored base score, "current" what is left of it after ageing, "age_days"
+how old it is) and new candidates found in recent sessions (keys c1, c2, ...). {_NO_TOOLS}
+
+<{EXISTING_TAG}>
+{existing_block}
+</{EXISTING_TAG}>
+
+<{CANDIDATES_TAG}>
+{candidate_block}
+</{CANDIDATES_TAG}>
+
+Decide what the store should hold:
+- entries that say the same thing become one entry, written once, naming all of them in "from";
+- when two entries contradict each other, keep the newer truth and drop the other;
+- an entry confirmed again by a candidate can get a higher "relevance" (between 0 and 1);
+- an entry that is no longer true or useful is dropped.
+
+Write one JSON object per line inside a <{CONSOLIDATED_TAG}> block, and nothing else:
+<{CONSOLIDATED_TAG}>
+{{"text": "Indents with 2 spaces.", "type": "user", "decay": false, "relevance": 1.0, "from": ["m2", "c1"]}}
+{{"drop": "m4", "why": "contradicted by c3"}}
+</{CONSOLIDATED_TAG}>
+Anything you do not mention stays as it is (candidates you leave out are stored as new entries),
+so only write the entries that change. If nothing needs to change: <{CONSOLIDATED_TAG}></{CONSOLIDATED_TAG}>"""

@@ -1,0 +1,404 @@
+"""Long-term memories on disk (SPEC X1, X3): one markdown file per memory and an index.
+
+A scope is a folder: the project scope is `<storage>/memory/` beside the notebook, the user
+scope `platformdirs.user_data_dir("ctx_magic")/memory/`. Each memory is `<id>.md` with a front
+matter of its metadata; `MEMORY.md` lists them all, one line each, most relevant first.
+Relevance decays with a 30-day half-life unless the memory says `decay: false`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal, get_args
+
+from ctx_magic.context.tokens import count_text
+from ctx_magic.errors import CtxMagicError
+from ctx_magic.memory.secrets import find_secret
+from ctx_magic.store.files import atomic_write_text
+
+MemoryType = Literal["user", "feedback", "project", "reference"]
+Scope = Literal["project", "user"]
+MEMORY_TYPES: tuple[str, ...] = get_args(MemoryType)
+SCOPES: tuple[str, ...] = get_args(Scope)
+
+HALF_LIFE_DAYS = 30.0  # seeds 000: decayFactor = 0.5 ^ (days / 30): day 30 x0.5, 60 x0.25, 90 x0.125
+BASE_RELEVANCE = 1.0  # seeds 000: a new memory starts at relevanceScore = 1.0
+AGE_NOTE_AFTER_DAYS = 30  # one half-life (seeds 000): past it, the prompt says the memory may be stale
+NEAR_DUPLICATE_RATIO = 0.9  # difflib ratio of normalized texts at which two memories say the same thing
+SAME_WORD_RATIO = 0.75  # a replaced word this close to the original is a typo or an inflection, not a new word
+PROMPT_BUDGET_TOKENS = 2_000  # memories in the system prompt: the size of one session-notes section (seeds 004)
+INDEX_NAME = "MEMORY.md"
+INDEX_FIRST_LINE_CHARS = 100  # the index shows this much of each memory's first line
+SECONDS_PER_DAY = 86_400
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
+_WORD = re.compile(r"[a-z0-9]+")
+_SPACE = re.compile(r"\s+")
+_NUMBER = re.compile(r"\d+")
+SLUG_WORDS = 6  # words of the text in a memory's id, so file names say what they hold
+
+
+class SecretRefused(CtxMagicError, ValueError):
+    """A memory was refused because it looks like it holds a credential."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def relevance(base: float, created: datetime, now: datetime, decay: bool) -> float:
+    """Current relevance: base x 0.5^(days/30) since creation (seeds 000), or base when decay is off."""
+    if not decay:
+        return base
+    days = max(0.0, (now - created).total_seconds() / SECONDS_PER_DAY)
+    return base * 0.5 ** (days / HALF_LIFE_DAYS)
+
+
+def normalize_text(text: str) -> str:
+    """Case, spacing and end punctuation ignored: the form two memories are compared in."""
+    return _SPACE.sub(" ", text).strip().strip(".!;: ").lower()
+
+
+def is_near_duplicate(a: str, b: str) -> bool:
+    """Equal once normalized, or nearly equal with no word swapped for a different word.
+
+    "every Monday morning" and "every monday mornings" are one memory; "axis 0" and "axis 1",
+    or "the customers table" and "the refunds table", are two, however close the characters.
+    """
+    left, right = normalize_text(a), normalize_text(b)
+    if left == right:
+        return True
+    matcher = difflib.SequenceMatcher(None, left, right, autojunk=False)
+    if matcher.real_quick_ratio() < NEAR_DUPLICATE_RATIO or matcher.ratio() < NEAR_DUPLICATE_RATIO:
+        return False
+    if _NUMBER.findall(left) != _NUMBER.findall(right):
+        return False  # a different number is a different fact, never a typo
+    words_left, words_right = left.split(), right.split()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, words_left, words_right).get_opcodes():
+        if tag != "replace":
+            continue
+        swapped = difflib.SequenceMatcher(None, " ".join(words_left[i1:i2]), " ".join(words_right[j1:j2]))
+        if swapped.ratio() < SAME_WORD_RATIO:
+            return False
+    return True
+
+
+def memory_id(text: str) -> str:
+    """A readable, stable id: the first words of the text and a short hash of its normal form."""
+    slug = "-".join(_WORD.findall(text.lower())[:SLUG_WORDS])[:48].strip("-") or "memory"
+    digest = hashlib.sha1(normalize_text(text).encode("utf-8")).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One long-term memory: its text and front matter."""
+
+    id: str
+    text: str
+    type: MemoryType
+    created: datetime
+    updated: datetime
+    relevance: float = BASE_RELEVANCE
+    """The base score; what it is worth today is `current_relevance(now)`."""
+    decay: bool = True
+    scope: Scope = "project"
+    source_session: str = ""
+
+    def current_relevance(self, now: datetime) -> float:
+        return relevance(self.relevance, self.created, now, self.decay)
+
+    def age_days(self, now: datetime) -> int:
+        return max(0, int((now - self.created).total_seconds() // SECONDS_PER_DAY))
+
+    def to_markdown(self) -> str:
+        session = _SPACE.sub(" ", self.source_session).strip()
+        return (
+            "---\n"
+            f"id: {self.id}\n"
+            f"type: {self.type}\n"
+            f"created: {format_time(self.created)}\n"
+            f"updated: {format_time(self.updated)}\n"
+            f"relevance: {self.relevance!r}\n"
+            f"decay: {'true' if self.decay else 'false'}\n"
+            f"scope: {self.scope}\n"
+            f"source_session: {session}\n"
+            "---\n"
+            f"{self.text.strip()}\n"
+        )
+
+    @classmethod
+    def from_markdown(cls, text: str, *, default_scope: Scope = "project") -> Memory:
+        """Parse a memory file; ValueError says what is wrong with it."""
+        lines = text.splitlines()
+        if not lines or lines[0].strip() != "---":
+            raise ValueError("no front matter (the file must start with ---)")
+        try:
+            end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
+        except StopIteration:
+            raise ValueError("the front matter is not closed with ---") from None
+        fields: dict[str, str] = {}
+        for line in lines[1:end]:
+            key, sep, value = line.partition(":")
+            if not sep:
+                raise ValueError(f"front matter line without a colon: {line!r}")
+            fields[key.strip()] = value.strip()
+        missing = [k for k in ("id", "type", "created", "updated") if not fields.get(k)]
+        if missing:
+            raise ValueError(f"front matter lacks {', '.join(missing)}")
+        body = "\n".join(lines[end + 1 :]).strip()
+        if not body:
+            raise ValueError("the memory has no text")
+        kind, scope = fields["type"], fields.get("scope") or default_scope
+        if kind not in MEMORY_TYPES or scope not in SCOPES:
+            raise ValueError(f"unknown type or scope: {kind!r}, {scope!r}")
+        base = float(fields.get("relevance") or BASE_RELEVANCE)
+        if not math.isfinite(base) or base < 0:
+            raise ValueError(f"relevance must be a number >= 0, not {fields['relevance']!r}")
+        decay = fields.get("decay", "true").lower()
+        if decay not in ("true", "false"):
+            raise ValueError(f"decay must be true or false, not {decay!r}")
+        return cls(
+            id=fields["id"],
+            text=body,
+            type=kind,  # type: ignore[arg-type]
+            created=parse_time(fields["created"]),
+            updated=parse_time(fields["updated"]),
+            relevance=base,
+            decay=decay == "true",
+            scope=scope,  # type: ignore[arg-type]
+            source_session=fields.get("source_session", ""),
+        )
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A memory file that could not be read: skipped, and reported here."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class Scan:
+    memories: tuple[Memory, ...]
+    problems: tuple[Unreadable, ...]
+
+
+def project_memory_dir(storage_dir: Path) -> Path:
+    return Path(storage_dir) / "memory"
+
+
+def user_memory_dir(data_dir: Path | None = None) -> Path:
+    """The user scope's folder; `data_dir` replaces platformdirs' user data folder (tests)."""
+    if data_dir is None:
+        import platformdirs
+
+        data_dir = Path(platformdirs.user_data_dir("ctx_magic"))
+    return Path(data_dir) / "memory"
+
+
+def sort_by_relevance(memories: Iterable[Memory], now: datetime) -> list[Memory]:
+    """Most relevant first; ties go to the most recently updated, then by id (stable)."""
+    by_id = sorted(memories, key=lambda m: m.id)
+    return sorted(by_id, key=lambda m: (-m.current_relevance(now), -m.updated.timestamp()))
+
+
+def age_note(memory: Memory, now: datetime) -> str:
+    days = memory.age_days(now)
+    return f" (noted {days} days ago; may be out of date)" if days > AGE_NOTE_AFTER_DAYS else ""
+
+
+def prompt_line(memory: Memory, now: datetime) -> str:
+    text = _SPACE.sub(" ", memory.text).strip()
+    return f"- [{memory.type}] {text}{age_note(memory, now)}"
+
+
+def select_for_prompt(
+    memories: Iterable[Memory], now: datetime, budget_tokens: int = PROMPT_BUDGET_TOKENS
+) -> list[Memory]:
+    """The most relevant memories whose prompt lines fit in `budget_tokens` together (SPEC X3).
+
+    Greedy by relevance: one that does not fit is passed over and smaller ones may still go in.
+    """
+    chosen: list[Memory] = []
+    left = budget_tokens
+    for memory in sort_by_relevance(memories, now):
+        cost = count_text(prompt_line(memory, now) + "\n")
+        if cost <= left:
+            chosen.append(memory)
+            left -= cost
+    return chosen
+
+
+def memory_prompt_section(selected: Sequence[Memory], now: datetime) -> str:
+    """The system prompt's memory section ("" when there is nothing to say)."""
+    if not selected:
+        return ""
+    lines = "\n".join(prompt_line(m, now) for m in selected)
+    return (
+        "# Long-term memory\n"
+        "Notes kept from earlier sessions, most relevant first. Older ones may have drifted from the\n"
+        "truth: check anything that matters before relying on it.\n"
+        f"{lines}"
+    )
+
+
+def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now: datetime) -> str:
+    lines = ["# Memory index", "", "One line per memory: file, type, current relevance, first line.", ""]
+    for memory in sort_by_relevance(memories, now):
+        head = first_line(memory.text)
+        if len(head) > INDEX_FIRST_LINE_CHARS:
+            head = head[: INDEX_FIRST_LINE_CHARS - 1] + "…"
+        score = memory.current_relevance(now)
+        lines.append(f"- [{memory.id}]({memory.id}.md) · {memory.type} · {score:.2f} · {head}")
+    skipped = [f"- {p.path.name}: {p.reason}" for p in problems]
+    if skipped:
+        lines += ["", "## Unreadable files (skipped)", "", *skipped]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class MemoryStore:
+    """The memories of one scope, in `folder`."""
+
+    folder: Path
+    scope: Scope = "project"
+    clock: Callable[[], datetime] = utc_now
+    """Used only where an action takes no `now` (forget, rebuilding the index)."""
+
+    @classmethod
+    def for_project(cls, storage_dir: Path, **kwargs: object) -> MemoryStore:
+        return cls(project_memory_dir(storage_dir), "project", **kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def for_user(cls, data_dir: Path | None = None, **kwargs: object) -> MemoryStore:
+        return cls(user_memory_dir(data_dir), "user", **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def index_path(self) -> Path:
+        return self.folder / INDEX_NAME
+
+    def path_of(self, memory_id: str) -> Path:
+        if not _ID.match(memory_id):
+            raise ValueError(f"not a memory id: {memory_id!r}")
+        return self.folder / f"{memory_id}.md"
+
+    def scan(self) -> Scan:
+        """Every readable memory (oldest first) and every file that could not be read."""
+        memories: list[Memory] = []
+        problems: list[Unreadable] = []
+        if not self.folder.is_dir():
+            return Scan((), ())
+        for path in sorted(self.folder.glob("*.md")):
+            if path.name == INDEX_NAME or path.name.startswith("."):
+                continue
+            try:
+                memory = Memory.from_markdown(path.read_text(encoding="utf-8"), default_scope=self.scope)
+                if memory.id != path.stem:
+                    raise ValueError(f"its id {memory.id!r} does not match the file name")
+            except (OSError, UnicodeDecodeError, ValueError) as error:
+                problems.append(Unreadable(path, str(error)))
+                continue
+            memories.append(memory)
+        memories.sort(key=lambda m: (m.created, m.id))
+        return Scan(tuple(memories), tuple(problems))
+
+    def all(self) -> list[Memory]:
+        return list(self.scan().memories)
+
+    def problems(self) -> list[Unreadable]:
+        return list(self.scan().problems)
+
+    def get(self, memory_id: str) -> Memory | None:
+        return next((m for m in self.all() if m.id == memory_id), None)
+
+    def find_duplicate(self, text: str, memories: Iterable[Memory] | None = None) -> Memory | None:
+        """A stored memory saying the same as `text` (equal once normalized, or nearly so)."""
+        pool = self.all() if memories is None else memories
+        return next((m for m in pool if is_near_duplicate(m.text, text)), None)
+
+    def add(
+        self,
+        text: str,
+        *,
+        now: datetime,
+        type: MemoryType = "user",
+        decay: bool = True,
+        source_session: str = "",
+        base_relevance: float = BASE_RELEVANCE,
+    ) -> Memory:
+        """Store a new memory, or return the stored one that already says the same.
+
+        Raises SecretRefused for anything that looks like a credential, ValueError for an
+        empty text or an unknown type.
+        """
+        text = text.strip()
+        if not text:
+            raise ValueError("a memory needs some text")
+        if type not in MEMORY_TYPES:
+            raise ValueError(f"unknown memory type {type!r}: use one of {', '.join(MEMORY_TYPES)}")
+        kind = find_secret(text)
+        if kind is not None:
+            raise SecretRefused(
+                f"Refused to store this memory: it looks like it contains {kind}. "
+                "Memories are never secrets; keep credentials in environment variables or a secrets manager."
+            )
+        existing = self.find_duplicate(text)
+        if existing is not None:
+            return existing
+        memory = Memory(memory_id(text), text, type, now, now, base_relevance, decay, self.scope, source_session)
+        self.apply(write=[memory], now=now)
+        return memory
+
+    def forget(self, memory_id: str, *, now: datetime | None = None) -> bool:
+        """Remove a memory; False when there is no such memory."""
+        try:
+            path = self.path_of(memory_id)
+        except ValueError:
+            return False
+        if not path.exists():
+            return False
+        self.apply(remove=[memory_id], now=now)
+        return True
+
+    def apply(
+        self, *, write: Iterable[Memory] = (), remove: Iterable[str] = (), now: datetime | None = None
+    ) -> None:
+        """Write and delete memory files, then rebuild the index once."""
+        for memory in write:
+            atomic_write_text(self.path_of(memory.id), memory.to_markdown())
+        for memory_id in remove:
+            self.path_of(memory_id).unlink(missing_ok=True)
+        self.rebuild_index(now)
+
+    def rebuild_index(self, now: datetime | None = None) -> Scan:
+        scan = self.scan()
+        atomic_write_text(self.index_path, render_index(scan.memories, scan.problems, now or self.clock()))
+        return scan
+
+    def index_text(self) -> str:
+        try:
+            return self.index_path.read_text(encoding="utf-8")
+        except OSError:
+            return ""
