@@ -1,0 +1,80 @@
+"""`pip install .` builds the JupyterLab extension from labextension/ and installs it prebuilt
+(SPEC U2): in a fresh virtual environment (no system site packages) made from a clean copy of
+the project (what a clone has: no node_modules, no build output), `jupyter labextension list`
+shows @ctx-magic/labextension enabled and OK. Slow: pip builds jupyterlab's environment and jlpm
+installs the npm dependencies (the npm registry and PyPI are the only network it needs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ui.browser_rig import REPO
+
+PACKAGE = "@ctx-magic/labextension"
+INSTALL_TIMEOUT = 1_800  # seconds: jupyterlab into two environments plus jlpm on a cold cache
+# What a clone never has, for trees that are not a git checkout.
+NOT_IN_A_CLONE = shutil.ignore_patterns(".git", "node_modules", ".yarn", "lib", "tsconfig.tsbuildinfo",
+                                        "__pycache__", ".venv", "venv", "test-artifacts", ".pytest_cache",
+                                        ".ruff_cache", ".hypothesis", ".ctx_magic", "*.egg-info")
+
+
+def clean_copy(destination: Path) -> Path:
+    """The project as a clone of the working tree would have it: tracked and new files, nothing ignored."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO, capture_output=True, check=False)
+    if listed.returncode != 0:
+        shutil.copytree(REPO, destination, ignore=NOT_IN_A_CLONE)
+    else:
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            source = REPO / name
+            if source.is_file():
+                (destination / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, destination / name)
+    shutil.rmtree(destination / "ctx_magic" / "labextension", ignore_errors=True)
+    return destination
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """This environment without anything pointing at another Python or Jupyter installation."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "CONDA", "PIP_REQUIRE"))}
+    env.update(JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_DATA_DIR=str(home / "data"),
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return env
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+                          check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{' '.join(command)} failed ({done.returncode}):\n{output[-8_000:]}"
+    return output
+
+
+def test_pip_install_builds_and_installs_the_labextension(tmp_path: Path) -> None:
+    project = clean_copy(tmp_path / "project")
+    assert not (project / "labextension" / "node_modules").exists()
+    assert (project / "labextension" / "yarn.lock").is_file(), "yarn.lock must be committed"
+    env = clean_env(tmp_path)
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)  # no --system-site-packages
+    python = venv / "bin" / "python"
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
+    env["VIRTUAL_ENV"] = str(venv)
+
+    run([str(python), "-m", "pip", "install", str(project), "jupyterlab>=4,<5"], tmp_path, env)
+
+    installed = venv / "share" / "jupyter" / "labextensions" / PACKAGE
+    assert json.loads((installed / "package.json").read_text())["name"] == PACKAGE
+    assert json.loads((installed / "install.json").read_text())["packageName"] == "ctx_magic"
+    assert list((installed / "static").glob("remoteEntry.*.js"))
+    listing = run([str(venv / "bin" / "jupyter"), "labextension", "list"], tmp_path, env)
+    line = next((text for text in listing.splitlines() if PACKAGE in text), "")
+    assert re.search(rf"{re.escape(PACKAGE)} v0\.1\.0 .*enabled.*OK", line), listing
+    assert "(python, ctx_magic)" in line, listing
