@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctx_magic.offline.conversation import Request, brief, events, is_background, latest_user_text, messages
-from ctx_magic.offline.policy import Answer, Rule
 
 MAX_ITEMS = 25  # the most recent items a list section keeps: the notes stay a few thousand tokens
 _CURRENT = re.compile(r"<current-notes>\s*(.*?)\s*</current-notes>", re.DOTALL)
@@ -49,7 +48,7 @@ def _history(request: Request) -> list[Mapping[str, Any]]:
     return list(messages(request))[:-1]
 
 
-def notes_answer(request: Request) -> Answer:
+def notes_answer(request: Request) -> str:
     history = _history(request)
     steps = [e for e in events(history) if not (e.kind == "user" and is_background(e.text))]
     users = [e.text for e in steps if e.kind == "user"]
@@ -74,7 +73,4 @@ def notes_answer(request: Request) -> Answer:
         else:
             items = _merge(_bullets(body), new)
         parts.append("\n".join([f"# {title}", description, *items]).rstrip())
-    return Answer.text("<notes>\n" + "\n\n".join(parts) + "\n</notes>")
-
-
-NOTES_RULE = Rule("session-notes", "memory", is_notes_request, notes_answer)
+    return "<notes>\n" + "\n\n".join(parts) + "\n</notes>"

@@ -50,6 +50,7 @@ from ctx_magic.offline.memory_rules import (
     is_longterm_request,
     longterm_answer,
 )
+from ctx_magic.offline.notes_rules import is_notes_request, notes_answer
 
 RequestKind = Literal["normal", "compaction", "memory"]
 QUOTE_CHARS = 200  # how much of the latest user text the fallback reply quotes
@@ -175,6 +176,7 @@ def _answer_default(request: Request) -> Answer:
 
 
 MEMORY_RULES: tuple[Rule, ...] = (
+    Rule("session-notes", "memory", is_notes_request, lambda r: Answer.text(notes_answer(r))),
     Rule("memory-longterm", "memory", is_longterm_request, lambda r: Answer.text(longterm_answer(r))),
     Rule("memory-dream-gather", "memory", is_gather_request, lambda r: Answer.text(gather_answer(r))),
     Rule("memory-dream-consolidate", "memory", is_consolidate_request, lambda r: Answer.text(consolidate_answer(r))),

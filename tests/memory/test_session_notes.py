@@ -12,8 +12,6 @@ from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.session_memory import sections
 from ctx_magic.events import Compacted, Status
 from ctx_magic.memory.session_notes import NotesKeeper
-from ctx_magic.offline.notes_rules import NOTES_RULE
-from ctx_magic.offline.policy import Policy
 
 
 def turn(n: int) -> str:
@@ -27,7 +25,6 @@ def keeper_rig(tmp_path, **kw):
 
 def test_notes_are_extracted_in_the_background_at_ten_thousand_tokens(tmp_path):
     with keeper_rig(tmp_path, window=200_000) as r:
-        r.api.policy = Policy().with_rule(NOTES_RULE)
         keeper = NotesKeeper(r.session)
         n = 0
         while True:
@@ -50,7 +47,6 @@ def test_notes_are_extracted_in_the_background_at_ten_thousand_tokens(tmp_path):
 
 def test_a_correction_is_noted_at_once(tmp_path):
     with keeper_rig(tmp_path) as r:
-        r.api.policy = Policy().with_rule(NOTES_RULE)
         keeper = NotesKeeper(r.session)
         run_turn(r.session, "Plot the revenue please")
         assert keeper.extractions == 0
@@ -63,7 +59,6 @@ def test_a_correction_is_noted_at_once(tmp_path):
 def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_path):
     config = AgentConfig(clear_at_least=10**7)  # no pressure clearing: let the threshold be reached
     with keeper_rig(tmp_path, window=40_000, config=config) as r:
-        r.api.policy = Policy().with_rule(NOTES_RULE)
         NotesKeeper(r.session)
         calls_at: dict[str, int] = {}
 
@@ -90,7 +85,6 @@ def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_p
 
 def test_manual_compact_uses_the_notes_unless_given_instructions(tmp_path):
     with keeper_rig(tmp_path, window=200_000, config=AgentConfig()) as r:
-        r.api.policy = Policy().with_rule(NOTES_RULE)
         keeper = NotesKeeper(r.session)
         n = 0
         while keeper.extractions == 0 and n < 30:
