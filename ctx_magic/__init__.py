@@ -10,6 +10,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the prebuilt JupyterLab extension lives (for `jupyter labextension develop`)."""
+    return [{"src": "labextension", "dest": "@ctx-magic/labextension"}]
+
+
 def load_ipython_extension(ipython: Any) -> None:
     from ctx_magic.notebook.extension import load
 

@@ -25,6 +25,8 @@ def new_shell() -> InteractiveShell:
     shell.run_line_magic("load_ext", "ctx_magic")
     shell.run_line_magic("config", "CtxMagic.permission = 'auto'")
     shell.run_line_magic("config", "CtxMagic.idle_timer = False")
+    # The user-scope memories of the test, not of whoever runs it (tests run in a tmp folder).
+    shell.run_line_magic("config", "CtxMagic.user_memory_dir = '.user-data'")
     return shell
 
 

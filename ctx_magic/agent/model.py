@@ -230,6 +230,8 @@ class Backend:
     client: Any
     offline: bool
     notice: str
+    offline_api: Any = None
+    """The in-process offline server, when that is the backend (tests read its request log)."""
 
 
 OFFLINE_NOTICE = (
@@ -255,4 +257,4 @@ def choose_backend(
     from ctx_magic.offline.transport import offline_client
 
     api = OfflineAPI(OfflineConfig(window=offline_window))
-    return Backend(offline_client(api, max_retries=max_retries), True, OFFLINE_NOTICE)
+    return Backend(offline_client(api, max_retries=max_retries), True, OFFLINE_NOTICE, api)

@@ -326,7 +326,8 @@ class Session:
             "usage": dataclasses.asdict(self.usage),
             "reads": [dataclasses.asdict(r) for r in self.files.reads.values()],
             "saved_at": self.clock(),
-            **self.extra_state,
+            "system_extra": self.system_extra,
+            "extra": dict(self.extra_state),
         }
 
     def resume(self) -> list[str]:
@@ -340,6 +341,8 @@ class Session:
         self.turns_at_boundary = int(saved.get("turns_at_boundary", 0))
         self.failures = int(saved.get("failures", 0))
         self.usage = UsageTotals(**(saved.get("usage") or {}))
+        self.system_extra = str(saved.get("system_extra") or "")  # the same system prompt as before (M4)
+        self.extra_state.update(saved.get("extra") or {})
         for read in saved.get("reads") or []:
             entry = FileRead(**read)
             self.files.reads[entry.path] = entry

@@ -89,7 +89,7 @@ class NotesKeeper:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.path = session.store.session_memory_path
-        saved = session.store.load_state().get(STATE_KEY) or {}
+        saved = (session.store.load_state().get("extra") or {}).get(STATE_KEY) or {}
         self.state = ExtractionState(**{f.name: saved[f.name] for f in dataclasses.fields(ExtractionState)
                                         if f.name in saved})
         self.last_error: str | None = None

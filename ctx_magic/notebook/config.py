@@ -41,6 +41,10 @@ class CtxMagic(Configurable):
     image_max_bytes = Int(1_000_000, help="Largest image (bytes, base64) a cell output may send to the model.").tag(
         config=True
     )
+    user_memory_dir = Unicode(
+        "", help="Folder of the user-scope long-term memories; empty = the per-user data folder (platformdirs)."
+    ).tag(config=True)
+    memory_budget_tokens = Int(2_000, help="Tokens of long-term memories put in the system prompt.").tag(config=True)
     idle_timer = Bool(True, help="Also check for an idle gap from a timer thread (in memory only).").tag(config=True)
     show_tool_output = Bool(True, help="Show the agent's tool calls and their outputs in the cell.").tag(config=True)
 

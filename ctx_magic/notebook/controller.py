@@ -20,7 +20,9 @@ from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.engine import snip_now
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import DURABLE_EVENTS, Cleared, Event, Persisted, Snipped, event_from_json
+from ctx_magic.events import DURABLE_EVENTS, Cleared, Event, Notice, Persisted, Snipped, Status, event_from_json
+from ctx_magic.memory.manager import MemoryManager
+from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import Message, notebook_cell_id, user_text
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
 from ctx_magic.notebook.config import CtxMagic
@@ -63,6 +65,8 @@ class Controller:
         self._cell: CellRecord | None = None
         self.panel: ContextPanel | None = None
         self.anchor_shown = False
+        self.notes: NotesKeeper | None = None
+        self._memory: MemoryManager | None = None
 
     # -- where things live ---------------------------------------------------------------------
 
@@ -141,8 +145,9 @@ class Controller:
                                          root=self.root(), clock=self.clock, offline=backend.offline)
         session.limits()  # an unknown model says so now, in one line
         session.listeners.append(self._broadcast)
+        self.notes = NotesKeeper(session)
         if self.session is not None:
-            self.session.transcript.close()
+            self.end_session()
         self.session = session
         self._attach_panel(session)
         notes += problems
@@ -167,6 +172,62 @@ class Controller:
             except Exception:  # noqa: BLE001 - a broken panel must not break a turn
                 pass
 
+    # -- long-term memory (SPEC X1-X4) -----------------------------------------------------------
+
+    @property
+    def memory(self) -> MemoryManager:
+        user_dir = Path(self.settings.user_memory_dir).expanduser() if self.settings.user_memory_dir else None
+        if self._memory is None or self._memory.storage_dir != self.storage_dir() or self._memory.user_dir != user_dir:
+            self._memory = MemoryManager(self.storage_dir(), user_dir)
+        self._memory.budget_tokens = self.settings.memory_budget_tokens
+        return self._memory
+
+    def _inject_memories(self, session: Session) -> None:
+        """Once per session, at its first turn: the most relevant memories join the system prompt
+        (after the last session's extraction, if one is still running)."""
+        if session.extra_state.get("memory_injected"):
+            return
+        self.memory.wait()
+        session.system_extra = self.memory.prompt_section()
+        session.extra_state["memory_injected"] = True
+
+    def end_session(self) -> None:
+        """The current session ends (a new one, a resume, unload): its memories are extracted in
+        the background and its files closed."""
+        session = self.session
+        if session is None:
+            return
+        if any(m.role == "user" and m.sent for m in session.messages):
+            self.memory.extract_in_background(session)
+        session.end_turn()
+        session.transcript.close()
+
+    def memory_command(self, args: Any) -> None:
+        from ctx_magic.notebook.display import notice
+
+        memory = self.memory
+        if args.command == "show":
+            notice(memory_listing(memory, self.notes))
+        elif args.command == "add":
+            text = " ".join(args.rest).strip()
+            if not text:
+                raise CtxMagicError("%memory add needs the text to remember.")
+            session_id = self.session.session_id if self.session else ""
+            added = memory.add(text, decay=not args.no_decay, session_id=session_id)
+            notice(f"Remembered {added.id}{' (no decay)' if not added.decay else ''}: {added.text}")
+        elif args.command == "forget":
+            if not args.rest:
+                raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
+            found = memory.forget(args.rest[0])
+            notice(f"Forgot {args.rest[0]}." if found else f"No memory with id {args.rest[0]!r}.")
+        elif args.command == "extract":
+            added = memory.extract(self.require_session())
+            lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
+            notice(f"Extracted {len(added)} memories from this session:\n{lines}")
+        elif args.command == "dream":
+            notice(memory.dream(self.require_session(), force=True).summary())
+        self.refresh_panel()
+
     # -- turns -----------------------------------------------------------------------------------
 
     def run(self, prompt: str, *, display: TurnDisplay | None = None) -> TurnResult:
@@ -177,6 +238,7 @@ class Controller:
             self.apply_settings(session)
             self._flush_deferred(session)
             self._absorb_cells(session)
+            self._inject_memories(session)
             display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
                                              record_for=lambda _id: self.executor.last_record)
             unshown, self.unshown = self.unshown, []
@@ -191,6 +253,10 @@ class Controller:
                 session.listeners.remove(display)
                 self.refresh_panel()
             display.finish(self.summary_line(session, result))
+            if self.memory.last_error:
+                display(Notice("warning", self.memory.last_error))
+                self.memory.last_error = None
+            self.memory.maybe_dream_in_background(session)
             self.schedule_timer()
             return result
 
@@ -210,6 +276,7 @@ class Controller:
             try:
                 result = compaction.manual_compact(session, instructions, direction=direction, index=index)
             finally:
+                session.emit(Status("idle"))
                 session.listeners.remove(display)
                 session.end_turn()
             status = session.status()
@@ -330,6 +397,8 @@ class Controller:
             "persisted_results": results["persisted"], "breaker_open": status["breaker_open"],
             "spend": {k: v for k, v in status["usage"].items() if k != "cache_hit_ratio"},
             "cache_hit_ratio": status["usage"]["cache_hit_ratio"],
+            "session_memory": self.notes.text() if self.notes is not None else "",
+            "memories": self.memory.rows(),
         }
 
     def _originals(self, uuids: Sequence[str]) -> str:
@@ -376,9 +445,23 @@ class Controller:
     # -- teardown --------------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Unload or kernel exit: the session ends and its memories are extracted (bounded wait)."""
         self.cancel_timer()
         self.recorder.stop()
-        if self.session is not None:
-            self.session.end_turn()
-            self.session.transcript.close()
+        self.end_session()
+        self.session = None
+        if self._memory is not None:
+            self._memory.wait()
 
+
+
+def memory_listing(memory: MemoryManager, notes: NotesKeeper | None) -> str:
+    rows = memory.rows()
+    lines = [f"{len(rows)} long-term memories (most relevant first):"]
+    for row in rows:
+        decay = "" if row["decay"] else ", no decay"
+        lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{decay}] relevance {row['relevance']:.2f}, "
+                     f"{row['age_days']} days old: {row['text']}")
+    if notes is not None and notes.text():
+        lines.append(f"Session notes: {notes.path} ({len(notes.text()):,} characters)")
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 from typing import Any
 
 from ctx_magic.notebook.controller import Controller
@@ -20,6 +21,7 @@ def load(shell: Any) -> Controller:
     shell.events.register("pre_run_cell", controller.pre_run_cell)
     shell.events.register("post_run_cell", controller.post_run_cell)
     setattr(shell, _CONTROLLER_ATTR, controller)
+    atexit.register(controller.close)  # a clean kernel exit ends the session (memories extracted)
     return controller
 
 
@@ -38,6 +40,7 @@ def unload(shell: Any) -> None:
     for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx"])):
         for name in names:
             magics[kind].pop(name, None)
+    atexit.unregister(controller.close)
     controller.close()
     delattr(shell, _CONTROLLER_ATTR)
 

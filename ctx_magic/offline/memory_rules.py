@@ -105,15 +105,21 @@ def _memories_block(entries: Iterable[Mapping[str, Any]], tag: str = MEMORIES_TA
     return f"<{tag}>\n{lines}\n</{tag}>" if lines else f"<{tag}></{tag}>"
 
 
+# A compaction summary quotes the user's own words: a reader of the conversation sees them there.
+_SUMMARY_PREFIXES = ("This session is being continued", "The earlier part of this conversation was summarized")
+
+
 def _user_texts(request: Request) -> list[str]:
-    """What the user wrote: user text blocks, without background context or the prompt itself."""
+    """What the user wrote: user text blocks (summaries included, since they quote the user),
+    without re-injected context or the prompt itself."""
     found: list[str] = []
     for message in messages(request):
         if message.get("role") != "user":
             continue
         for block in content_blocks(message):
             text = block.get("text", "") if block.get("type") == "text" else ""
-            if text.strip() and not is_background(text) and not text.startswith(LONGTERM_HEADING):
+            summary = text.lstrip().startswith(_SUMMARY_PREFIXES)
+            if text.strip() and (summary or not is_background(text)) and not text.startswith(LONGTERM_HEADING):
                 found.append(text)
     return found
 

@@ -42,7 +42,7 @@ def test_notes_are_extracted_in_the_background_at_ten_thousand_tokens(tmp_path):
         assert keeper.state.covered_uuid == r.session.messages[-1].uuid
         assert r.api.model_calls("memory") == 1
         r.session.end_turn()
-        assert r.session.store.load_state()["session_memory"]["initialized"] is True
+        assert r.session.store.load_state()["extra"]["session_memory"]["initialized"] is True
 
 
 def test_a_correction_is_noted_at_once(tmp_path):

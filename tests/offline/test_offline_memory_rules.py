@@ -89,13 +89,18 @@ def test_durable_statements_of_the_user_become_memory_lines() -> None:
     ]
 
 
-def test_assistant_text_questions_and_background_are_ignored() -> None:
+def test_assistant_text_questions_and_reinjected_context_are_ignored() -> None:
     body = extraction(
         "Do you always round to two decimals?",
-        "This session is being continued from a summary. I prefer tabs.",
+        "<context-refresh>\nI prefer tabs.\n</context-refresh>",
         "Plot it.",
     )
     assert answer_text(body) == "<memories></memories>"
+
+
+def test_a_compaction_summary_quoting_the_user_is_read() -> None:
+    body = extraction("This session is being continued from a summary.\n- I prefer tabs.")
+    assert parse_candidates(answer_text(body)) == [Candidate("I prefer tabs.", "user", False)]
 
 
 def test_the_limit_the_prompt_names_is_respected() -> None:

@@ -1,0 +1,134 @@
+"""Long-term memory for a running session (SPEC X1-X4): both scopes, the system-prompt section,
+extraction at session end and on demand, dreaming when its gates open.
+
+Model calls go through the session's side call (same system prompt and tools, tools
+forbidden), from background threads that read a snapshot of the conversation only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
+from ctx_magic.memory.longterm import extract_memories
+from ctx_magic.memory.store import (
+    Memory,
+    MemoryStore,
+    memory_prompt_section,
+    select_for_prompt,
+    sort_by_relevance,
+    utc_now,
+)
+from ctx_magic.messages import Message
+
+EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20, X2)
+JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
+
+
+class SessionTextModel:
+    """A session's side call as the memory package's TextModel."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def complete(self, messages: Sequence[Message], prompt: str) -> str:
+        return self.session.side_call(messages, prompt, purpose="memory")
+
+
+@dataclass
+class MemoryManager:
+    storage_dir: Path
+    user_dir: Path | None = None
+    """The user scope's data folder; None is platformdirs' per-user folder."""
+    budget_tokens: int = 2_000
+    clock: Callable[[], datetime] = utc_now
+    background: list[threading.Thread] = field(default_factory=list)
+    last_error: str | None = None
+
+    @property
+    def project(self) -> MemoryStore:
+        return MemoryStore.for_project(self.storage_dir)
+
+    @property
+    def user(self) -> MemoryStore:
+        return MemoryStore.for_user(self.user_dir)
+
+    def all(self) -> list[Memory]:
+        return sort_by_relevance([*self.project.all(), *self.user.all()], self.clock())
+
+    def prompt_section(self) -> str:
+        """The most relevant memories of both scopes within the budget, for the system prompt (X3)."""
+        now = self.clock()
+        return memory_prompt_section(select_for_prompt(self.all(), now, self.budget_tokens), now)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """What the panel lists: each memory with its current relevance."""
+        now = self.clock()
+        return [{"id": m.id, "text": m.text, "type": m.type, "scope": m.scope, "decay": m.decay,
+                 "relevance": round(m.current_relevance(now), 3), "age_days": m.age_days(now)}
+                for m in self.all()]
+
+    def add(self, text: str, *, decay: bool = True, session_id: str = "") -> Memory:
+        return self.project.add(text, now=self.clock(), decay=decay, source_session=session_id)
+
+    def forget(self, memory_id: str) -> bool:
+        return self.project.forget(memory_id, now=self.clock()) or self.user.forget(memory_id, now=self.clock())
+
+    # -- extraction (X2) -----------------------------------------------------------------------
+
+    def extract(self, session: Any, messages: Sequence[Message] | None = None) -> list[Memory]:
+        """Store the session's durable facts now; counts toward its 20."""
+        snapshot = [m for m in (messages if messages is not None else session.messages) if m.sent]
+        if not any(m.role == "user" for m in snapshot):
+            return []
+        already = int(session.extra_state.get(EXTRACTED_KEY, 0))
+        added = extract_memories(SessionTextModel(session), snapshot, self.project, now=self.clock(),
+                                 session_id=session.session_id, already_extracted=already)
+        session.extra_state[EXTRACTED_KEY] = already + len(added)
+        return added
+
+    def extract_in_background(self, session: Any) -> threading.Thread:
+        """At session end: extraction in a thread that reads a snapshot only."""
+        snapshot = list(session.messages)
+
+        def run() -> None:
+            try:
+                self.extract(session, snapshot)
+                session.store.save_state(session.state_json())
+            except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
+                self.last_error = f"memories were not extracted from session {session.session_id}: {error}"
+
+        thread = threading.Thread(target=run, name="ctx-magic-memory-extract", daemon=True)
+        thread.start()
+        self.background.append(thread)
+        return thread
+
+    def wait(self, timeout: float = JOIN_SECONDS) -> None:
+        for thread in list(self.background):
+            thread.join(timeout)
+        self.background = [t for t in self.background if t.is_alive()]
+
+    # -- dreaming (X4) -------------------------------------------------------------------------
+
+    def dream(self, session: Any, *, force: bool) -> DreamResult:
+        run = dream if force else maybe_dream
+        kwargs = {"force": True} if force else {}
+        return run(self.storage_dir, SessionTextModel(session), now=self.clock(),
+                   current_session=session.session_id, **kwargs)
+
+    def maybe_dream_in_background(self, session: Any) -> None:
+        """The gates are cheap (checked at most every 10 minutes); a dream runs in a thread."""
+        def run() -> None:
+            try:
+                self.dream(session, force=False)
+            except Exception as error:  # noqa: BLE001
+                self.last_error = f"dreaming failed: {error}"
+
+        thread = threading.Thread(target=run, name="ctx-magic-dream", daemon=True)
+        thread.start()
+        self.background.append(thread)

@@ -1,0 +1,85 @@
+"""The memory issue's end-to-end Must-show, offline, through the real SDK in a real IPython
+shell: a session extracts notes, compacts through session memory with zero extra model calls
+(counted by the server), and the next session starts with the first one's memories in its
+system prompt (SPEC S1-S3, X1-X3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from notebook_rig import close_shell, controller, new_shell, run, status
+
+from ctx_magic.events import Compacted, Status
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    sh = new_shell()
+    yield sh
+    close_shell(sh)
+
+
+def batch(n: int) -> str:
+    code = f"print('\\n'.join(f'station {n} hour {{h}}: {{(h * 7 + {n}) % 31}} mm' for h in range(150)))"
+    return f"%%agent\nRainfall batch {n}, please.\n```python\n{code}\n```"
+
+
+def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(shell):
+    shell.run_line_magic("config", "CtxMagic.context_window = 40000")
+    shell.run_line_magic("config", "CtxMagic.clear_at_least = 10000000")  # reach the threshold
+    run(shell, "%%agent\nI prefer plots in dark mode. Always label the axes in millimetres.")
+    ctl = controller(shell)
+    api = ctl.backend.offline_api
+    calls: dict[str, int] = {}
+
+    def count(event):
+        if isinstance(event, Status) and event.state == "compacting":
+            calls["before"] = api.model_calls()
+        if isinstance(event, Compacted):
+            calls["after"] = api.model_calls()
+
+    ctl.listeners.append(count)
+    n = 0
+    while not ctl.session.boundaries and n < 40:
+        run(shell, batch(n))
+        n += 1
+    assert ctl.notes.extractions >= 1 and ctl.notes.last_error is None
+    assert "I prefer plots in dark mode" in ctl.notes.text()
+    assert status(shell)["boundaries"][-1]["trigger"] == "session-memory"
+    assert calls["after"] == calls["before"], "session-memory compaction made a model call"
+    assert api.model_calls("compaction") == 0
+
+    first = ctl.session.session_id
+    run(shell, "%agent --new")  # the first session ends: its memories are extracted
+    _, shown = run(shell, "%%agent\nWhat should the next chart look like?")
+    assert status(shell)["session_id"] != first
+    system = json.dumps([r for r in api.requests if r.kind == "normal"][-1].body["system"])
+    assert "# Long-term memory" in system and "dark mode" in system
+    _, listing = run(shell, "%memory show")
+    assert "dark mode" in listing and "relevance 1.00" in listing
+    assert any("dark mode" in row["text"] for row in ctl.panel.memories)
+
+
+def test_memory_magics_add_show_forget_and_refuse_secrets(shell):
+    _, shown = run(shell, "%memory add --no-decay The team calls the sales table `fact_sales`.")
+    assert "Remembered" in shown and "(no decay)" in shown
+    memory_id = shown.split("Remembered ")[1].split(" ")[0]
+    _, shown = run(shell, "%memory show")
+    assert memory_id in shown and "no decay" in shown
+    _, shown = run(shell, "%memory add my key is sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789")
+    assert "Refused to store this memory" in shown and "sk-ant" not in shown
+    _, shown = run(shell, f"%memory forget {memory_id}")
+    assert f"Forgot {memory_id}." in shown
+    _, shown = run(shell, "%memory forget nope")
+    assert "No memory with id 'nope'" in shown
+
+
+def test_memory_extract_and_dream_on_demand(shell):
+    run(shell, "%%agent\nRemember that we use UTC timestamps everywhere. Never drop duplicate rows silently.")
+    _, shown = run(shell, "%memory extract")
+    assert "Extracted" in shown and "UTC timestamps" in shown
+    _, shown = run(shell, "%memory dream")
+    assert "dream" in shown.lower()
