@@ -204,6 +204,15 @@ class ImagesStripped(Event):
     message_uuids: tuple[str, ...]
 
 
+def notify(listeners: list, event: Event) -> None:  # type: ignore[type-arg]
+    """Give an event to each listener; one that fails never breaks the sender (a turn, a panel)."""
+    for listener in list(listeners):
+        try:
+            listener(event)
+        except Exception:  # noqa: BLE001 - a broken display or panel must not break the session
+            pass
+
+
 DURABLE_EVENTS: dict[str, type[Event]] = {
     cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted, ImagesStripped)
 }

@@ -193,8 +193,9 @@ def clean_text(text: str) -> str:
 def decode_output(data: bytes | str) -> str:
     """Tool output as text: UTF-8 when it decodes, else a readable rendering of the bytes.
 
-    Binary output (mostly non-text bytes) becomes a short description and a hex preview so
-    nothing undecodable reaches the transcript or the model.
+    Text in another encoding is decoded with replacement characters; binary output (NUL or
+    many control bytes) becomes a short description and a hex preview, so nothing undecodable
+    reaches the transcript or the model.
     """
     if isinstance(data, str):
         return clean_text(data)
@@ -202,8 +203,10 @@ def decode_output(data: bytes | str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         pass
-    printable = sum(32 <= b < 127 or b in (9, 10, 13) for b in data[:4096])
-    if printable >= 0.85 * min(len(data), 4096):
+    sample = data[:4096]
+    controls = sum(b < 32 and b not in (9, 10, 12, 13) or b == 127 for b in sample)
+    # Text in a legacy encoding has bytes over 127 but few control bytes; binary data has NULs.
+    if b"\0" not in sample and controls <= 0.1 * len(sample):
         return data.decode("utf-8", "replace")
     head = data[:256]
     hexdump = "\n".join(head[i : i + 16].hex(" ") for i in range(0, len(head), 16))

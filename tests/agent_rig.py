@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anthropic
+from builders import ManualClock
 
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.session import AgentConfig, Session, open_session
@@ -18,19 +19,6 @@ from ctx_magic.messages import Message
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.policy import Answer, Policy
 from ctx_magic.offline.server import serve_in_thread
-
-
-class ManualClock:
-    """An injectable clock: tests move time, nothing sleeps."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass

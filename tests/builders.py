@@ -46,3 +46,16 @@ def conversation(*outputs: str, tool: str = "python", start: float = 0.0) -> lis
     for n, out in enumerate(outputs):
         msgs += exchange(tool, out, t=start + 10 * n)
     return msgs
+
+
+class ManualClock:
+    """An injectable clock: tests move time, nothing sleeps."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from builders import ManualClock
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from traitlets.config import Config
@@ -62,3 +63,19 @@ def close_shell(shell: InteractiveShell) -> None:
 
 def controller(shell: InteractiveShell):  # type: ignore[no-untyped-def]
     return controller_of(shell)
+
+
+@contextmanager
+def clocked_shell(tmp_path: Any, monkeypatch: Any) -> Iterator[InteractiveShell]:
+    """A fresh offline shell in `tmp_path` whose controller runs on a manual clock
+    (`shell.user_ns["_clock"]`)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    shell = new_shell()
+    clock = ManualClock(1_800_000_000.0)
+    controller(shell).clock = clock
+    shell.user_ns["_clock"] = clock
+    try:
+        yield shell
+    finally:
+        close_shell(shell)

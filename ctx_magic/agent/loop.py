@@ -18,7 +18,7 @@ from ctx_magic.agent.files import ToolError
 from ctx_magic.agent.model import ModelReply
 from ctx_magic.agent.session import MAX_MODEL_CALLS_PER_TURN, Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput
-from ctx_magic.context.engine import clear_now
+from ctx_magic.context.engine import Prepared, clear_now
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import strip_images
 from ctx_magic.context.tokens import ContextCount
@@ -71,6 +71,8 @@ def _loop(session: Session, result: TurnResult) -> None:
     reactive_used = stripped = False
     for _ in range(MAX_MODEL_CALLS_PER_TURN):
         prepared = session.prepare()
+        if prepared.compact_due and _estimate_overshoots(session, prepared):
+            prepared = dataclasses.replace(prepared, compact_due=False)
         if prepared.compact_due and compaction.auto_compact(session):
             result.compactions.append("auto")
             prepared = session.prepare()
@@ -113,6 +115,15 @@ def _loop(session: Session, result: TurnResult) -> None:
             compaction.manual_compact(session, compact_request or None, trigger="model")
             result.compactions.append("model")
     session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
+
+
+def _estimate_overshoots(session: Session, prepared: Prepared) -> bool:
+    """Near the threshold an estimate is checked against the API's exact count (T3): a
+    compaction the conversation does not need yet is a summary's worth of lost detail."""
+    if prepared.count.estimated_tokens == 0:
+        return False  # nothing estimated: the count is the API's own usage
+    exact = session.exact_tokens()
+    return exact is not None and exact < session.engine_settings().thresholds.autocompact
 
 
 def _call(session: Session, count: ContextCount) -> ModelReply:

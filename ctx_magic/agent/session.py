@@ -25,8 +25,8 @@ from ctx_magic.context.engine import ContextSettings, ContextState, Prepared, me
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.resume import fold_transcript
 from ctx_magic.context.tokens import count_text
-from ctx_magic.errors import StorageError
-from ctx_magic.events import Compacted, Event, Notice, Persisted
+from ctx_magic.errors import CtxMagicError, StorageError
+from ctx_magic.events import Compacted, Event, Notice, Persisted, notify
 from ctx_magic.messages import Message, Usage, user_text
 from ctx_magic.store.session import SessionDir, new_session_id
 
@@ -224,11 +224,7 @@ class Session:
     # -- events and the store ----------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
-        for listener in list(self.listeners):
-            try:
-                listener(event)
-            except Exception:  # noqa: BLE001 - a broken display must never break the session
-                pass
+        notify(self.listeners, event)
 
     def notice(self, text: str, level: str = "info") -> None:
         self.emit(Notice(level, text))
@@ -291,6 +287,13 @@ class Session:
         self.last_prepared = prepared
         for event in prepared.events:
             self.emit(event)
+
+    def exact_tokens(self) -> int | None:
+        """The API's own count of the next request (T3), or None when the endpoint fails."""
+        try:
+            return self.model.count_tokens(self.request())
+        except CtxMagicError:
+            return None
 
     def tokens(self) -> int:
         return measure(self.messages, self.state, self.engine_settings(), self.overhead_tokens()).tokens

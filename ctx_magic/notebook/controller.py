@@ -20,7 +20,7 @@ from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.engine import snip_now
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import DURABLE_EVENTS, Cleared, Event, Notice, Persisted, Snipped, Status, event_from_json
+from ctx_magic.events import DURABLE_EVENTS, Cleared, Event, Notice, Persisted, Snipped, Status, event_from_json, notify
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import Message, notebook_cell_id, user_text
@@ -65,6 +65,7 @@ class Controller:
         self._cell: CellRecord | None = None
         self.panel: ContextPanel | None = None
         self.anchor_shown = False
+        self.shown_widget: Any = None
         self.notes: NotesKeeper | None = None
         self._memory: MemoryManager | None = None
 
@@ -166,11 +167,7 @@ class Controller:
             session._limits = None
 
     def _broadcast(self, event: Event) -> None:
-        for listener in list(self.listeners):
-            try:
-                listener(event)
-            except Exception:  # noqa: BLE001 - a broken panel must not break a turn
-                pass
+        notify(self.listeners, event)
 
     # -- long-term memory (SPEC X1-X4) -----------------------------------------------------------
 
@@ -439,7 +436,8 @@ class Controller:
         from IPython.display import display
 
         self.require_session()
-        display(self.sidebar_widget(inline=inline))
+        self.shown_widget = self.sidebar_widget(inline=inline)
+        display(self.shown_widget)
         self.anchor_shown = True
 
     # -- teardown --------------------------------------------------------------------------------

@@ -229,3 +229,39 @@ def test_consecutive_calls_read_the_previous_prefix_from_the_cache(tmp_path):
     usage = r.session.usage
     assert usage.cache_read_input_tokens > 0
     assert usage.cache_hit_ratio > 0.5
+
+
+def test_s3_compaction_waits_up_to_fifteen_seconds_for_a_running_extraction(tmp_path):
+    class Source:
+        def __init__(self):
+            self.waited: list[float] = []
+
+        def wait(self, timeout):
+            self.waited.append(timeout)
+
+        def current(self):
+            return None  # no usable notes: the LLM compaction follows
+
+    with rig(tmp_path) as r:
+        run_turn(r.session, code_turn(0, lines=10))
+        r.session.notes_source = source = Source()
+        manual_compact(r.session)
+    assert source.waited == [15.0]
+    assert r.session.boundaries[-1]["trigger"] == "manual"
+
+
+def test_t3_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_path):
+    """The 4/3 padding over-estimates: near the threshold the API's count decides."""
+    from ctx_magic.context.tokens import Correction
+
+    with rig(tmp_path, window=30_000) as r:
+        run_turn(r.session, code_turn(0, lines=200))
+        threshold = r.session.engine_settings().thresholds.autocompact
+        exact = r.session.exact_tokens()
+        assert exact is not None and exact < threshold
+        # Make the padded estimate cross the threshold while the real size stays well under it.
+        import dataclasses
+
+        r.session.state = dataclasses.replace(r.session.state, correction=Correction(threshold / 300, 1))
+        result = run_turn(r.session, "and a short question")
+    assert result.compactions == [] and r.api.model_calls("compaction") == 0

@@ -103,3 +103,20 @@ def test_l1_images_in_a_persisted_result_are_kept():
     out, _, events = run(msgs)
     content = out[2].content[0]["content"]
     assert len(events) == 1 and content[1] == image and "<persisted-output>" in content[0]["text"]
+
+
+def test_l1_binary_and_non_utf8_outputs_are_stored_and_previewed(tmp_path):
+    from ctx_magic.messages import decode_output
+    from ctx_magic.store.session import SessionDir
+
+    blob = decode_output(bytes(range(256)) * 400)  # binary: a description and a hex preview
+    latin = decode_output(("café " * 20_000).encode("latin-1"))  # not UTF-8, mostly text
+    assert blob.startswith("[binary output: 102,400 bytes") and "00 01 02" in blob
+    use_a, use_b = call(), call()
+    msgs = [user_text("go"), assistant(use_a, use_b), results((use_a["id"], blob), (use_b["id"], latin))]
+    out, _, events = run(msgs)
+    session = SessionDir(tmp_path, "s").create()
+    for event in events:
+        assert session.write_tool_result(event.tool_use_id, event.content).read_text("utf-8") == event.content
+    assert [e.tool_use_id for e in events] == [use_b["id"]]  # 100,000 characters: persisted
+    assert "caf\ufffd" in out[2].content[1]["content"]  # the preview shows the replacement character

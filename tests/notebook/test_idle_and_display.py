@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from notebook_rig import captured, close_shell, controller, new_shell, run, texts
+from builders import ManualClock
+from notebook_rig import captured, clocked_shell, controller, run, texts
 
 from ctx_magic.events import Cleared, Compacted, Notice, Status, TextDelta, ToolFinished, ToolStarted
 from ctx_magic.notebook.display import STREAM_INTERVAL, TurnDisplay
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    sh = new_shell()
-    clock = Clock()
-    controller(sh).clock = clock
-    sh.user_ns["_clock"] = clock
-    yield sh
-    close_shell(sh)
+    with clocked_shell(tmp_path, monkeypatch) as sh:
+        yield sh
 
 
 def work(shell, turns: int = 7) -> None:
@@ -94,16 +81,8 @@ def test_idle_clearing_is_shown_at_the_next_agent_turn(shell):
 # -- the display ------------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_streaming_text_updates_in_place_at_most_ten_times_a_second(shell):
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     with captured() as out:
         display = TurnDisplay(clock=clock)
         for n in range(30):

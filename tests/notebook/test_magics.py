@@ -278,9 +278,8 @@ def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell
     with captured() as out:
         shell.run_cell("%%agent\nhello")  # the first turn shows the anchor by itself
     (anchor_id,) = widget_ids(out)
-    from ipywidgets import Widget
-
-    anchor = Widget.widgets[anchor_id]
+    anchor = ctl.shown_widget
+    assert anchor.model_id == anchor_id
     assert type(anchor).__name__ == "SidebarAnchor" and anchor.panel is ctl.panel
     assert anchor._view_module == "@ctx-magic/labextension"
     with captured() as out:
@@ -306,3 +305,22 @@ def test_api_key_and_base_url_point_at_any_messages_api_server(tmp_path, monkeyp
         finally:
             shell.run_line_magic("unload_ext", "ctx_magic")
     assert isinstance(anthropic.Anthropic, type)
+
+
+def test_notebook_tool_reads_the_saved_notebook_when_its_path_is_known(shell, tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from ctx_magic.agent.tools import ToolCall
+
+    cell = new_code_cell("df = load('sales.csv')\ndf.head()")
+    cell.outputs = [new_output("execute_result", data={"text/plain": "   region  total"}, execution_count=1)]
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# Sales"), cell]), str(tmp_path / "sales.ipynb"))
+    ctl = controller(shell)
+    assert "notebook" not in [spec["name"] for spec in ctl.executor.tool_specs()]
+    ctl.env["JPY_SESSION_NAME"] = "work/sales.ipynb"  # a path relative to the server's root
+    assert "notebook" in [spec["name"] for spec in ctl.executor.tool_specs()]
+    output = ctl.executor.run(ToolCall("t1", "notebook", {"search": "load("}))
+    assert not output.is_error
+    assert "sales.ipynb: 2 cells" in output.content and "--- cell 1 (code) ---" in output.content
+    assert "region  total" in output.content and "# Sales" not in output.content

@@ -4,31 +4,18 @@ numbers, the boundaries with their summaries, the persisted outputs and the cell
 from __future__ import annotations
 
 import pytest
-from notebook_rig import close_shell, controller, new_shell, run
+from builders import ManualClock
+from notebook_rig import clocked_shell, controller, run
 
 from ctx_magic.events import Cleared, Compacted, ContextMeasured, Persisted, TextDelta, UsageUpdated
 from ctx_magic.messages import Usage, notebook_cell_id
 from ctx_magic.ui.panel import FLUSH_INTERVAL, ContextPanel
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_900_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    sh = new_shell()
-    clock = Clock()
-    controller(sh).clock = clock
-    sh.user_ns["_clock"] = clock
-    yield sh
-    close_shell(sh)
+    with clocked_shell(tmp_path, monkeypatch) as sh:
+        yield sh
 
 
 def scripted_session(shell) -> None:
@@ -100,7 +87,7 @@ def test_a_resumed_session_gets_a_panel_filled_from_its_transcript(shell):
 
 
 def test_panel_updates_are_throttled_while_streaming():
-    clock = Clock()
+    clock = ManualClock()
     panel = ContextPanel(clock=clock)
     sent = []
     panel.observe(lambda change: sent.append(change["new"]), names="tokens")
@@ -114,7 +101,7 @@ def test_panel_updates_are_throttled_while_streaming():
 
 
 def test_panel_is_driven_only_by_events():
-    panel = ContextPanel(clock=Clock())
+    panel = ContextPanel(clock=ManualClock())
     panel.handle(UsageUpdated(Usage(10, 5, 20, 70), 100, 1.1,
                               {"calls": 1, "input_tokens": 10, "output_tokens": 5,
                                "cache_creation_input_tokens": 20, "cache_read_input_tokens": 70}, 0.7))
