@@ -46,7 +46,7 @@ class ModelSummarizer:
             reply = session.model.stream(request)
         finally:
             session.in_side_call = False
-        session.usage.add(reply.usage)
+        session.record_usage(reply.usage)
         if reply.tool_uses:
             raise CompactionFailed("The summary reply tried to call a tool.")
         return "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")

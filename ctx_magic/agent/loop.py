@@ -129,7 +129,7 @@ def _estimate_overshoots(session: Session, prepared: Prepared) -> bool:
 def _call(session: Session, count: ContextCount) -> ModelReply:
     session.emit(Status("thinking"))
     reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)))
-    session.usage.add(reply.usage)
+    session.record_usage(reply.usage)
     freed = session.state.freed_tokens if count.anchor_index >= 0 else 0
     actual_new = reply.usage.prompt_tokens - (count.anchor_tokens - freed)
     estimated_prompt = count.tokens

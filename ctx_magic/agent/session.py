@@ -217,9 +217,13 @@ class Session:
         request = self.request([*messages, user_text(prompt)], purpose=purpose, tool_choice={"type": "none"},
                                max_tokens=min(max_tokens, self.max_output()))
         reply = self.model.stream(request)
-        with self._usage_lock:
-            self.usage.add(reply.usage)
+        self.record_usage(reply.usage)
         return "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+
+    def record_usage(self, usage: Usage) -> None:
+        """Add one response's usage to the totals (side calls run in other threads)."""
+        with self._usage_lock:
+            self.usage.add(usage)
 
     # -- events and the store ----------------------------------------------------------------
 

@@ -121,34 +121,31 @@ class Controller:
 
     def ensure_session(self, *, new: bool = False, resume: str | None = None,
                        model: str | None = None) -> tuple[Session, list[str]]:
-        """The current session; a new one, or a stored one resumed (`resume` = id or 'latest')."""
+        """The current session; a new one, or a stored one resumed (`resume` = id or 'latest').
+
+        `model` switches the model for the next turns (after checking the API knows it); the
+        conversation stays the same.
+        """
         notes: list[str] = []
-        if model:
-            self.settings.model = model
-        same_model = not model or (self.session is not None and model == self.session.config.model)
-        if self.session is not None and not new and resume is None and same_model:
-            return self.session, notes
         backend = self._backend()
-        if self.backend is not None and self.session is None and backend.offline:
+        if model:
+            self._model_client(model).limits()  # an unknown model says so now, in one line
+            self.settings.model = model
+        if self.session is not None and not new and resume is None:
+            return self.session, notes
+        if self.session is None and backend.offline:
             notes.append(backend.notice)
-        sid = None
-        if resume is not None:
-            found = latest_session(self.storage_dir()) if resume == "latest" else None
-            sid = found.session_id if found else (None if resume == "latest" else resume)
-            if sid is None:
-                raise CtxMagicError(f"No stored session to resume in {self.storage_dir()}.")
-            if not (self.storage_dir() / "sessions" / sid).is_dir():
-                raise CtxMagicError(f"No session {sid!r} in {self.storage_dir() / 'sessions'}.")
-        model_client = AnthropicModel(backend.client, name=self.settings.model,
-                                      window_override=self.settings.context_window, offline=backend.offline)
+        sid = self._resume_target(resume) if resume is not None else None
+        model_client = self._model_client(self.settings.model)
+        model_client.limits()
+        if self.session is not None:
+            self.end_session(extract=sid != self.session.session_id)
+            self.session = None
         session, problems = open_session(model_client, self.executor, self.storage_dir(),
                                          self.settings.agent_config(), session_id=sid, resume=sid is not None,
                                          root=self.root(), clock=self.clock, offline=backend.offline)
-        session.limits()  # an unknown model says so now, in one line
         session.listeners.append(self._broadcast)
         self.notes = NotesKeeper(session)
-        if self.session is not None:
-            self.end_session()
         self.session = session
         self._attach_panel(session)
         notes += problems
@@ -156,14 +153,27 @@ class Controller:
             notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
         return session, notes
 
+    def _model_client(self, name: str) -> AnthropicModel:
+        backend = self._backend()
+        return AnthropicModel(backend.client, name=name, window_override=self.settings.context_window,
+                              offline=backend.offline)
+
+    def _resume_target(self, resume: str) -> str:
+        if resume == "latest":
+            found = latest_session(self.storage_dir())
+            if found is None:
+                raise CtxMagicError(f"No stored session to resume in {self.storage_dir()}.")
+            return found.session_id
+        if not (self.storage_dir() / "sessions" / resume).is_dir():
+            raise CtxMagicError(f"No session {resume!r} in {self.storage_dir() / 'sessions'}.")
+        return resume
+
     def apply_settings(self, session: Session) -> None:
         """%config changes take effect at the next turn."""
         session.config = dataclasses.replace(self.settings.agent_config(session.config.system_prompt))
         if session.model.name != self.settings.model or (
                 getattr(session.model, "window_override", 0) != self.settings.context_window):
-            session.model = AnthropicModel(self._backend().client, name=self.settings.model,
-                                           window_override=self.settings.context_window,
-                                           offline=self._backend().offline)
+            session.model = self._model_client(self.settings.model)
             session._limits = None
 
     def _broadcast(self, event: Event) -> None:
@@ -188,16 +198,16 @@ class Controller:
         session.system_extra = self.memory.prompt_section()
         session.extra_state["memory_injected"] = True
 
-    def end_session(self) -> None:
-        """The current session ends (a new one, a resume, unload): its memories are extracted in
-        the background and its files closed."""
+    def end_session(self, *, extract: bool = True) -> None:
+        """The current session ends (a new one, a resume, unload): its files are saved and closed,
+        then its memories are extracted in the background (not when it is about to be resumed)."""
         session = self.session
         if session is None:
             return
-        if any(m.role == "user" and m.sent for m in session.messages):
-            self.memory.extract_in_background(session)
         session.end_turn()
         session.transcript.close()
+        if extract and any(m.role == "user" and m.sent for m in session.messages):
+            self.memory.extract_in_background(session)
 
     def memory_command(self, args: Any) -> None:
         from ctx_magic.notebook.display import notice

@@ -212,6 +212,17 @@ def test_unknown_model_is_one_clear_line(shell):
     result, shown = run(shell, "%%agent --model gpt-4\nhello")
     assert result.error_in_exec is None
     assert "Unknown model 'gpt-4'" in shown and "Traceback" not in shown
+    assert controller(shell).settings.model != "gpt-4"
+
+
+def test_switching_the_model_keeps_the_conversation(shell):
+    run(shell, "%%agent\nhello")
+    first = status(shell)["session_id"]
+    run(shell, "%%agent --model claude-haiku-5-5\nand now?")
+    data = status(shell)
+    assert data["session_id"] == first and data["model"] == "claude-haiku-5-5" and data["turns"] == 2
+    api = controller(shell).backend.offline_api
+    assert [r.body["model"] for r in api.requests if r.kind == "normal"][-1] == "claude-haiku-5-5"
 
 
 def test_compact_magic_variants(shell):
