@@ -71,7 +71,7 @@ def compaction_notice(event: Compacted) -> dict[str, str]:
     line = compaction_line(event)
     body = html.escape(event.summary)
     return rich(
-        f'<details class="ctx-magic-compaction"><summary>🗜 {html.escape(line)}</summary>'
+        f'<details class="ctx-magic-compaction"><summary>{html.escape(line)}</summary>'
         f'<pre style="white-space:pre-wrap">{body}</pre></details>',
         line,
     )
@@ -183,9 +183,8 @@ class TurnDisplay:
             args = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
             head = f"<pre>{html.escape(args[:TOOL_INPUT_CHARS])}</pre>"
             body = f"<pre>{html.escape(event.output[:TOOL_OUTPUT_CHARS])}</pre>"
-        mark = "⚠" if event.is_error else "🔧"
         opened = " open" if event.tool == "python" else ""
-        summary = f"{mark} {event.tool}" + (" (error)" if event.is_error else "")
+        summary = f"{event.tool}" + (" (error)" if event.is_error else "")
         plain = f"[{event.tool}{' error' if event.is_error else ''}]\n{event.output}"
         show(rich(f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
                   f"{head}{body}</details>", plain))
@@ -201,15 +200,15 @@ class TurnDisplay:
                "user": "at your request"}.get(event.trigger, event.trigger)
         line = (f"Cleared {len(event.replacements)} old tool result(s) {why}: about {event.tokens_freed:,} "
                 "tokens freed (the transcript keeps them)")
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">🧹 {html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
 
     def _on_persisted(self, event: Persisted) -> None:
         line = f"Saved a {event.original_chars:,}-character output to {event.path} (a preview stays in context)"
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">💾 {html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
 
     def _on_snipped(self, event: Snipped) -> None:
         line = f"Snipped {event.count:,} messages from the middle of the conversation (the transcript keeps them)"
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">✂ {html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
 
     def _on_compaction_failed(self, event: CompactionFailedEvent) -> None:
         return  # the loop's Notice says it in one line

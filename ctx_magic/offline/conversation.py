@@ -71,6 +71,7 @@ BACKGROUND_PREFIXES = (
     "Tools available:",
     "Session notes are kept",
     "[earlier conversation truncated",
+    "(Notebook cells the user ran before",
 )
 
 

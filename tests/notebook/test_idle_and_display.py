@@ -106,7 +106,7 @@ def test_tools_and_context_changes_are_rendered_as_collapsible_blocks(shell):
         display.finish("Done")
     html = "\n".join(o.data.get("text/html", "") for o in out.outputs)
     plain = texts(out)
-    assert '<details class="ctx-magic-tool"><summary>🔧 read_file</summary>' in html
+    assert '<details class="ctx-magic-tool"><summary>read_file</summary>' in html
     assert "Compacted 143 messages: 161,203 -> 18,422 tokens (auto)" in plain
     assert '<details class="ctx-magic-compaction">' in html and "the summary text" in html
     assert "Cleared 1 old tool result(s) to make room" in plain
