@@ -20,7 +20,7 @@ from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.engine import snip_now
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import DURABLE_EVENTS, Cleared, Event, Notice, Persisted, Snipped, Status, event_from_json, notify
+from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, Status, notify
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import Message, notebook_cell_id, user_text
@@ -28,10 +28,11 @@ from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import TurnDisplay
 from ctx_magic.notebook.executor import KernelExecutor, find_notebook_path
+from ctx_magic.notebook.memory_commands import run_memory_command
+from ctx_magic.notebook.panel_link import build_panel, in_jupyter_server, panel_figures, sidebar_widget
 from ctx_magic.store.session import latest_session
 from ctx_magic.ui.originals import originals_html
 from ctx_magic.ui.panel import ContextPanel
-from ctx_magic.ui.sidebar import SidebarAnchor
 
 CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"
 IDLE_TIMER_SLACK = 1.0  # seconds after the TTL before the timer looks
@@ -210,29 +211,7 @@ class Controller:
             self.memory.extract_in_background(session)
 
     def memory_command(self, args: Any) -> None:
-        from ctx_magic.notebook.display import notice
-
-        memory = self.memory
-        if args.command == "show":
-            notice(memory_listing(memory, self.notes))
-        elif args.command == "add":
-            text = " ".join(args.rest).strip()
-            if not text:
-                raise CtxMagicError("%memory add needs the text to remember.")
-            session_id = self.session.session_id if self.session else ""
-            added = memory.add(text, decay=not args.no_decay, session_id=session_id)
-            notice(f"Remembered {added.id}{' (no decay)' if not added.decay else ''}: {added.text}")
-        elif args.command == "forget":
-            if not args.rest:
-                raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
-            found = memory.forget(args.rest[0])
-            notice(f"Forgot {args.rest[0]}." if found else f"No memory with id {args.rest[0]!r}.")
-        elif args.command == "extract":
-            added = memory.extract(self.require_session())
-            lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
-            notice(f"Extracted {len(added)} memories from this session:\n{lines}")
-        elif args.command == "dream":
-            notice(memory.dream(self.require_session(), force=True).summary())
+        run_memory_command(self, args)
         self.refresh_panel()
 
     # -- turns -----------------------------------------------------------------------------------
@@ -377,16 +356,8 @@ class Controller:
         """A panel for this session, filled from its transcript's events, then fed live."""
         if self.panel is not None:
             self.listeners = [fn for fn in self.listeners if fn != self.panel.handle]
-        panel = ContextPanel(clock=time.monotonic, load_originals=self._originals)
-        for record in session.store.load_transcript().records:
-            if record.get("type") == "event" and record.get("event") in DURABLE_EVENTS:
-                try:
-                    panel.handle(event_from_json(record))
-                except (KeyError, TypeError, ValueError):
-                    continue
-        panel.load({"session_id": session.session_id, **self._figures(session)})
-        self.panel = panel
-        self.listeners.append(panel.handle)
+        self.panel = build_panel(session, self._figures(session), self._originals)
+        self.listeners.append(self.panel.handle)
 
     def refresh_panel(self) -> None:
         """The engine's current figures into the panel (turn ends, %compact, idle checks)."""
@@ -394,36 +365,14 @@ class Controller:
             self.panel.load(self._figures(self.session))
 
     def _figures(self, session: Session) -> dict[str, object]:
-        status = session.status()
-        results = status["tool_results"]
-        return {
-            "tokens": status["tokens"], "threshold": status["threshold"], "warning": status["warning"],
-            "blocking": status["blocking"], "window": status["window"], "zone": status["zone"],
-            "percent_left": status["percent_left"], "messages": status["messages"],
-            "live_results": results["live"], "cleared_results": results["cleared"],
-            "persisted_results": results["persisted"], "breaker_open": status["breaker_open"],
-            "spend": {k: v for k, v in status["usage"].items() if k != "cache_hit_ratio"},
-            "cache_hit_ratio": status["usage"]["cache_hit_ratio"],
-            "session_memory": self.notes.text() if self.notes is not None else "",
-            "memories": self.memory.rows(),
-        }
+        return panel_figures(session, session_memory=self.notes.text() if self.notes is not None else "",
+                             memories=self.memory.rows())
 
     def _originals(self, uuids: Sequence[str]) -> str:
-        session = self.require_session()
-        return originals_html(session.store.load_transcript().records, uuids)
+        return originals_html(self.require_session().store.load_transcript().records, uuids)
 
     def in_jupyter_server(self) -> bool:
-        """JupyterLab (and Notebook 7) start kernels with JPY_SESSION_NAME; VS Code does not."""
-        return bool(self.env.get("JPY_SESSION_NAME")) and "__vsc_ipynb_file__" not in self.shell.user_ns
-
-    def sidebar_widget(self, *, inline: bool = False) -> Any:
-        """The panel in the right sidebar (JupyterLab's labextension), or inline elsewhere."""
-        panel = self.panel
-        if panel is None:
-            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
-        if inline or not self.in_jupyter_server():
-            return panel
-        return SidebarAnchor(panel=panel)
+        return in_jupyter_server(self.env, self.shell.user_ns)
 
     # -- %ctx count and sidebar ------------------------------------------------------------------
 
@@ -446,7 +395,9 @@ class Controller:
         from IPython.display import display
 
         self.require_session()
-        self.shown_widget = self.sidebar_widget(inline=inline)
+        if self.panel is None:
+            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
+        self.shown_widget = sidebar_widget(self.panel, sidebar=not inline and self.in_jupyter_server())
         display(self.shown_widget)
         self.anchor_shown = True
 
@@ -462,14 +413,3 @@ class Controller:
             self._memory.wait()
 
 
-
-def memory_listing(memory: MemoryManager, notes: NotesKeeper | None) -> str:
-    rows = memory.rows()
-    lines = [f"{len(rows)} long-term memories (most relevant first):"]
-    for row in rows:
-        decay = "" if row["decay"] else ", no decay"
-        lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{decay}] relevance {row['relevance']:.2f}, "
-                     f"{row['age_days']} days old: {row['text']}")
-    if notes is not None and notes.text():
-        lines.append(f"Session notes: {notes.path} ({len(notes.text()):,} characters)")
-    return "\n".join(lines)
