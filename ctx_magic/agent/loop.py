@@ -70,9 +70,7 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
 def _loop(session: Session, result: TurnResult) -> None:
     reactive_used = stripped = False
     for _ in range(MAX_MODEL_CALLS_PER_TURN):
-        prepared = session.prepare()
-        if prepared.compact_due and _estimate_overshoots(session, prepared):
-            prepared = dataclasses.replace(prepared, compact_due=False)
+        prepared = _checked(session, session.prepare())
         if prepared.compact_due and compaction.auto_compact(session):
             result.compactions.append("auto")
             prepared = session.prepare()
@@ -117,13 +115,17 @@ def _loop(session: Session, result: TurnResult) -> None:
     session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
 
 
-def _estimate_overshoots(session: Session, prepared: Prepared) -> bool:
-    """Near the threshold an estimate is checked against the API's exact count (T3): a
-    compaction the conversation does not need yet is a summary's worth of lost detail."""
-    if prepared.count.estimated_tokens == 0:
-        return False  # nothing estimated: the count is the API's own usage
+def _checked(session: Session, prepared: Prepared) -> Prepared:
+    """Past the threshold, an estimate is checked against the API's exact count (T3): a
+    compaction the conversation does not need yet is a summary's worth of lost detail, and a
+    refusal to send it would be worse. Without an estimated part the count is the API's own."""
+    if not prepared.compact_due or prepared.count.estimated_tokens == 0:
+        return prepared
     exact = session.exact_tokens()
-    return exact is not None and exact < session.engine_settings().thresholds.autocompact
+    if exact is None:
+        return prepared
+    thresholds = session.engine_settings().thresholds
+    return dataclasses.replace(prepared, compact_due=exact >= thresholds.autocompact, zone=thresholds.zone(exact))
 
 
 def _call(session: Session, count: ContextCount) -> ModelReply:
