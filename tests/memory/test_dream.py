@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_rig import SdkTextModel
 
-from ctx_magic.agent.model import AnthropicModel, ModelRequest
-from ctx_magic.agent.request import system_blocks, to_api_messages
+from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.errors import ModelError
 from ctx_magic.memory.dream import (
     LOCK_NAME,
@@ -39,7 +39,7 @@ from ctx_magic.memory.dream import (
 from ctx_magic.memory.longterm import Candidate
 from ctx_magic.memory.prompts import CONSOLIDATE_HEADING, GATHER_HEADING
 from ctx_magic.memory.store import Memory, MemoryStore, format_time, memory_id
-from ctx_magic.messages import Message, user_text
+from ctx_magic.messages import Message
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.transport import offline_client
 
@@ -67,24 +67,6 @@ class ScriptedModel:
         if isinstance(answer, Exception):
             raise answer
         return answer
-
-
-@dataclass
-class SdkTextModel:
-    """The TextModel protocol over the real SDK model, as the agent's side call does it."""
-
-    model: AnthropicModel
-
-    def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        request = ModelRequest(
-            system=system_blocks("You are a data-science assistant."),
-            tools=[],
-            messages=to_api_messages([*messages, user_text(prompt)]),
-            max_tokens=4_096,
-            purpose="memory",
-        )
-        reply = self.model.stream(request)
-        return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
 
 def add_sessions(storage: Path, count: int, start: datetime, notes: str = NOTES) -> list[str]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from memory_rig import SdkTextModel
 
-from ctx_magic.agent.model import AnthropicModel, ModelRequest
-from ctx_magic.agent.request import system_blocks, to_api_messages
+from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.memory.longterm import (
     MAX_PER_SESSION,
     Candidate,
@@ -27,26 +27,6 @@ from ctx_magic.offline.transport import offline_client
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 MODEL = "claude-offline-test"
-
-
-@dataclass
-class SdkTextModel:
-    """The TextModel protocol over the real SDK model, the way the agent's side call does it."""
-
-    model: AnthropicModel
-    prompts: list[str] = field(default_factory=list)
-
-    def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        self.prompts.append(prompt)
-        request = ModelRequest(
-            system=system_blocks("You are a data-science assistant."),
-            tools=[],
-            messages=to_api_messages([*messages, user_text(prompt)]),
-            max_tokens=4_096,
-            purpose="memory",
-        )
-        reply = self.model.stream(request)
-        return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
 
 @dataclass
