@@ -9,11 +9,10 @@ Messages are values: layers never mutate one, they build a new one with `with_co
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import uuid as uuidlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -225,12 +224,3 @@ def cell_of(tool_use_id: str) -> int | None:
     """The execution count a notebook_cell tool_use id was made from, else None."""
     match = _CELL_ID.match(tool_use_id)
     return int(match.group(1)) if match and int(match.group(1)) else None
-
-
-def dumps(data: Any) -> str:
-    """Compact, deterministic JSON used for transcripts and the API's tool inputs."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
-
-
-def sendable(messages: Sequence[Message]) -> list[Message]:
-    return [m for m in messages if m.sent]

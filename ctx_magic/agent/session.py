@@ -300,7 +300,7 @@ class Session:
             return None
 
     def tokens(self) -> int:
-        return measure(self.messages, self.state, self.engine_settings(), self.overhead_tokens()).tokens
+        return measure(self.messages, self.state, self.overhead_tokens()).tokens
 
     def replace_live(self, messages: list[Message]) -> None:
         """A compaction swapped the live context: the engine's index starts over (C10)."""

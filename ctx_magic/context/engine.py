@@ -37,7 +37,7 @@ from ctx_magic.context.tokens import (
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped
+from ctx_magic.events import Cleared, ContextMeasured, Event, Snipped
 from ctx_magic.messages import Message, result_text
 from ctx_magic.store.session import safe_name
 
@@ -231,9 +231,8 @@ def _freed_tokens(state: ContextState, messages: Sequence[Message]) -> int:
     return state.freed_tokens if anchor_id is not None and state.freed_anchor == anchor_id else 0
 
 
-def measure(
-    messages: Sequence[Message], state: ContextState, settings: ContextSettings, overhead_tokens: int = 0
-) -> ContextCount:
+def measure(messages: Sequence[Message], state: ContextState, overhead_tokens: int = 0) -> ContextCount:
+    """The live context's size (T1) with the engine's frozen corrections applied."""
     return count_context(
         messages,
         overhead_tokens=overhead_tokens,
@@ -312,7 +311,7 @@ def _microcompact(messages: list[Message], state: ContextState, settings: Contex
         return messages, state, []
     gap = idle_gap(messages, now)
     idle = gap is not None and gap > mc.idle_minutes * 60
-    tokens = measure(messages, state, settings, overhead_tokens).tokens
+    tokens = measure(messages, state, overhead_tokens).tokens
     if not idle and tokens < settings.thresholds.warning:
         return messages, state, []  # neither trigger can fire: no need to size the results
     # A result smaller than its stub stays: clearing it would grow the context.
@@ -361,7 +360,7 @@ def prepare(
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
     msgs, state, cleared = _microcompact(msgs, state, settings, now, overhead_tokens, compaction_available)
-    count = measure(msgs, state, settings, overhead_tokens)
+    count = measure(msgs, state, overhead_tokens)
     th = settings.thresholds
     live, n_cleared, n_persisted = result_counts(state)
     measured = ContextMeasured(
@@ -397,7 +396,3 @@ def snip_now(
     msgs, state, _ = sync_index(messages, state)
     keep = KEEP_HEAD + 1 + keep_last
     return _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
-
-
-def new_persisted(events: Iterable[Event]) -> list[Persisted]:
-    return [e for e in events if isinstance(e, Persisted)]

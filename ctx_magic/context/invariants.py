@@ -104,13 +104,6 @@ def check_invariants(messages: Sequence[Message], start: int = 0, *, pending_ok:
         raise InvariantError(last, f"tool_use {sorted(previous_uses)[0]} is left without a result")
 
 
-def is_valid(messages: Sequence[Message]) -> bool:
-    try:
-        check_invariants(messages)
-    except InvariantError:
-        return False
-    return True
-
 
 INTERRUPTED_RESULT = "[interrupted: this tool did not finish (the kernel was interrupted or restarted)]"
 

@@ -125,7 +125,7 @@ def test_prepare_keeps_m5_is_idempotent_and_never_grows(convo, cfg, idle):
     again = prepare(out.messages, out.state, now, cfg)
     assert again.messages == out.messages
     assert [e for e in again.events if e.durable] == []
-    before = measure(raw, ContextState(), cfg).tokens
+    before = measure(raw, ContextState()).tokens
     assert out.tokens <= before
 
 
