@@ -208,9 +208,7 @@ def _snip(session: Session, ids: list[str]) -> ToolOutput:
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         return ToolOutput("snip needs tool_use_ids: a list of tool_use id strings.", is_error=True)
     messages, state, events, unknown = clear_now(session.messages, session.state, ids, "model")
-    session.messages, session.state = messages, state
-    for event in events:
-        session.record_event(event)
+    session.apply_change(messages, state, events)
     cleared = [i for e in events for i in e.replacements]
     text = f"Cleared {len(cleared)} tool result(s) from the context; the transcript keeps them."
     if unknown:

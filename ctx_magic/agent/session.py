@@ -253,16 +253,30 @@ class Session:
     def prepare(self) -> Prepared:
         """L1 -> L2 -> L3 on the live context; acts on their events (files, transcript)."""
         prepared = self._prepare()
-        self.write_deferred(self._changes(prepared))
-        self._adopt(prepared)
+        self.apply_change(prepared.messages, prepared.state, prepared.events)
+        self.last_prepared = prepared
         return prepared
 
     def prepare_in_memory(self) -> list[Message | Event]:
         """The same layers without touching disk (for the idle timer's thread); returns the
         writes to make later with `write_deferred`, from the kernel's main thread."""
         prepared = self._prepare()
-        changes = self._changes(prepared)
-        self._adopt(prepared)
+        changes = self.apply_change(prepared.messages, prepared.state, prepared.events, write=False)
+        self.last_prepared = prepared
+        return changes
+
+    def apply_change(self, messages: list[Message], state: ContextState, events: Sequence[Event], *,
+                     write: bool = True) -> list[Message | Event]:
+        """Adopt what the engine returned (prepare, a snip or a clearing on request): new snip
+        markers and durable events go to the transcript first (or are returned, unwritten)."""
+        live = {m.uuid for m in self.messages}
+        changes: list[Message | Event] = [m for m in messages if m.meta.get("snipped_count") and m.uuid not in live]
+        changes += [e for e in events if e.durable]
+        if write:
+            self.write_deferred(changes)
+        self.messages, self.state = messages, state
+        for event in events:
+            self.emit(event)
         return changes
 
     def write_deferred(self, changes: Sequence[Message | Event]) -> None:
@@ -278,19 +292,6 @@ class Session:
         return prepare(self.messages, self.state, self.clock(), self.engine_settings(),
                        overhead_tokens=self.overhead_tokens(),
                        compaction_available=not (self.breaker_open or self.in_side_call))
-
-    def _changes(self, prepared: Prepared) -> list[Message | Event]:
-        live = {m.uuid for m in self.messages}
-        markers: list[Message | Event] = [
-            m for m in prepared.messages if m.meta.get("snipped_count") and m.uuid not in live
-        ]
-        return markers + [e for e in prepared.events if e.durable]
-
-    def _adopt(self, prepared: Prepared) -> None:
-        self.messages, self.state = prepared.messages, prepared.state
-        self.last_prepared = prepared
-        for event in prepared.events:
-            self.emit(event)
 
     def exact_tokens(self) -> int | None:
         """The API's own count of the next request (T3), or None when the endpoint fails."""

@@ -276,12 +276,7 @@ class Controller:
             session = self.require_session()
             messages, state, events = snip_now(session.messages, session.state, self.clock(),
                                                session.engine_settings(), keep_last)
-            for message in messages:
-                if message.meta.get("snipped_count") and message.uuid not in {m.uuid for m in session.messages}:
-                    session.record_message(message)
-            session.messages, session.state = messages, state
-            for event in events:
-                session.record_event(event)
+            session.apply_change(messages, state, events)
             session.end_turn()
             self.refresh_panel()
             return sum(e.count for e in events)
