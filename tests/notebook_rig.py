@@ -44,9 +44,14 @@ def texts(out: Any) -> str:
     return "\n".join(parts)
 
 
+def cell(shell: InteractiveShell, source: str) -> Any:
+    """Run `source` as ipykernel runs a notebook cell: with history, so it has an execution count."""
+    return shell.run_cell(source, store_history=True)
+
+
 def run(shell: InteractiveShell, source: str) -> tuple[Any, str]:
     with captured() as out:
-        result = shell.run_cell(source)
+        result = cell(shell, source)
     return result, texts(out)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from builders import ManualClock
-from notebook_rig import captured, clocked_shell, controller, run, texts
+from notebook_rig import captured, cell, clocked_shell, controller, run, texts
 
 from ctx_magic.events import Cleared, Compacted, Notice, Status, TextDelta, ToolFinished, ToolStarted
 from ctx_magic.notebook.display import STREAM_INTERVAL, TurnDisplay
@@ -31,7 +31,7 @@ def test_idle_gap_is_checked_lazily_at_the_next_cell(shell):
     work(shell)
     seen = cleared_events(shell)
     shell.user_ns["_clock"].now += 5 * 60 + 1
-    shell.run_cell("a = 1")  # any cell: pre_run_cell notices the idle gap
+    cell(shell, "a = 1")  # any cell: pre_run_cell notices the idle gap
     assert seen and seen[0].trigger == "idle"
     log = controller(shell).session.store.transcript_path.read_text()
     assert '"event":"cleared"' in log
@@ -41,7 +41,7 @@ def test_no_clearing_before_the_ttl(shell):
     work(shell)
     seen = cleared_events(shell)
     shell.user_ns["_clock"].now += 4 * 60
-    shell.run_cell("a = 1")
+    cell(shell, "a = 1")
     assert seen == []
 
 
@@ -55,7 +55,7 @@ def test_timer_thread_clears_in_memory_and_the_next_cell_writes_it(shell):
     assert seen and seen[0].trigger == "idle"
     assert ctl.session.store.transcript_path.read_text() == before  # nothing written from the thread
     assert ctl.deferred
-    shell.run_cell("b = 2")
+    cell(shell, "b = 2")
     assert '"event":"cleared"' in ctl.session.store.transcript_path.read_text()
     assert not ctl.deferred
 

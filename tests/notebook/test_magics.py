@@ -7,7 +7,7 @@ import json
 import anthropic
 import pytest
 from IPython.core.error import UsageError
-from notebook_rig import captured, close_shell, controller, new_shell, run, status, texts
+from notebook_rig import captured, cell, close_shell, controller, new_shell, run, status, texts
 
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
@@ -68,7 +68,7 @@ def test_bad_options_are_one_line_usage_errors(shell, source, message):
 
 
 def test_first_turn_says_the_offline_backend_is_used_and_runs_code(shell):
-    shell.run_cell("x = 21")
+    cell(shell, "x = 21")
     result, shown = run(shell, CODE_PROMPT)
     assert result.error_in_exec is None
     assert "offline stand-in" in shown and "not Claude" in shown
@@ -78,7 +78,7 @@ def test_first_turn_says_the_offline_backend_is_used_and_runs_code(shell):
 
 
 def test_status_json_has_the_documented_fields(shell):
-    shell.run_cell("x = 1")
+    cell(shell, "x = 1")
     run(shell, CODE_PROMPT)
     data = status(shell)
     for key in ("session_id", "model", "window", "threshold", "tokens", "zone", "messages", "tool_results",
@@ -89,9 +89,9 @@ def test_status_json_has_the_documented_fields(shell):
 
 
 def test_user_cells_enter_the_context_as_notebook_cell_pairs(shell):
-    shell.run_cell("values = [3, 1, 2]\nprint('sorted:', sorted(values))\nlen(values)")
-    shell.run_cell("# ctx: skip\nsecret = 'not for the agent'\nprint(secret)")
-    shell.run_cell("1 / 0")
+    cell(shell, "values = [3, 1, 2]\nprint('sorted:', sorted(values))\nlen(values)")
+    cell(shell, "# ctx: skip\nsecret = 'not for the agent'\nprint(secret)")
+    cell(shell, "1 / 0")
     run(shell, "%%agent\nWhat happened?")
     session = controller(shell).session
     calls = [b for m in session.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"]
@@ -114,9 +114,9 @@ def test_own_magic_cells_are_not_recorded(shell):
 def test_cell_images_become_image_blocks_within_the_cap(shell):
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
     shell.run_line_magic("config", "CtxMagic.image_max_bytes = 200")
-    shell.run_cell(f"from IPython.display import Image, display\nimport base64\n"
+    cell(shell, f"from IPython.display import Image, display\nimport base64\n"
                    f"display(Image(data=base64.b64decode('{png}')))")
-    shell.run_cell("display(Image(data=b'\\x89PNG' + bytes(1000), format='png'))")
+    cell(shell, "display(Image(data=b'\\x89PNG' + bytes(1000), format='png'))")
     run(shell, "%%agent\nlook at the plots")
     results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
     first, second = results[0]["content"], results[1]["content"]
@@ -253,7 +253,7 @@ def test_memory_subcommands_do_not_crash(shell):
 
 
 def test_ctx_export_writes_a_readable_notebook(shell, tmp_path):
-    shell.run_cell("y = 5")
+    cell(shell, "y = 5")
     run(shell, "%%agent\ncompute\n```python\nprint(y + 1)\n```")
     run(shell, "%compact")
     _, shown = run(shell, f"%ctx export {tmp_path / 'out.ipynb'}")
@@ -287,14 +287,14 @@ def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell
     ctl = controller(shell)
     ctl.env["JPY_SESSION_NAME"] = "analysis.ipynb"
     with captured() as out:
-        shell.run_cell("%%agent\nhello")  # the first turn shows the anchor by itself
+        cell(shell, "%%agent\nhello")  # the first turn shows the anchor by itself
     (anchor_id,) = widget_ids(out)
     anchor = ctl.shown_widget
     assert anchor.model_id == anchor_id
     assert type(anchor).__name__ == "SidebarAnchor" and anchor.panel is ctl.panel
     assert anchor._view_module == "@ctx-magic/labextension"
     with captured() as out:
-        shell.run_cell("%%agent\nagain")  # only once
+        cell(shell, "%%agent\nagain")  # only once
     assert widget_ids(out) == []
     with captured() as out:
         shell.run_line_magic("ctx", "sidebar --inline")
@@ -324,9 +324,9 @@ def test_notebook_tool_reads_the_saved_notebook_when_its_path_is_known(shell, tm
 
     from ctx_magic.agent.tools import ToolCall
 
-    cell = new_code_cell("df = load('sales.csv')\ndf.head()")
-    cell.outputs = [new_output("execute_result", data={"text/plain": "   region  total"}, execution_count=1)]
-    nbformat.write(new_notebook(cells=[new_markdown_cell("# Sales"), cell]), str(tmp_path / "sales.ipynb"))
+    code = new_code_cell("df = load('sales.csv')\ndf.head()")
+    code.outputs = [new_output("execute_result", data={"text/plain": "   region  total"}, execution_count=1)]
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# Sales"), code]), str(tmp_path / "sales.ipynb"))
     ctl = controller(shell)
     assert "notebook" not in [spec["name"] for spec in ctl.executor.tool_specs()]
     ctl.env["JPY_SESSION_NAME"] = "work/sales.ipynb"  # a path relative to the server's root

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from builders import ManualClock
-from notebook_rig import clocked_shell, controller, run
+from notebook_rig import cell, clocked_shell, controller, run
 
 from ctx_magic.events import Cleared, Compacted, ContextMeasured, Persisted, TextDelta, UsageUpdated
 from ctx_magic.messages import Usage, notebook_cell_id
@@ -21,7 +21,7 @@ def shell(tmp_path, monkeypatch):
 def scripted_session(shell) -> None:
     shell.run_line_magic("config", "CtxMagic.context_window = 30000")
     shell.run_line_magic("config", "CtxMagic.keep_recent = 2")
-    shell.run_cell("table = [(i, i * i) for i in range(400)]\nprint(table)")  # a user cell: cleared later
+    cell(shell, "table = [(i, i * i) for i in range(400)]\nprint(table)")  # a user cell: cleared later
     run(shell, "%%agent\nfirst look\n```python\nprint(len(table))\n```")
     run(shell, "%%agent\ndump it all\n```python\nprint('\\n'.join(f'{i:05d} ' + 'x' * 60 for i in range(1000)))\n```")
     for n in range(3):
