@@ -298,6 +298,17 @@ def prefix_stability(run: Run, steps: Sequence[Transition]) -> None:
           text_last=False)
 
 
+def detector(session: Session) -> None:
+    """What the session's own cache-break detector (C10) reported over the run."""
+    breaks = session.cache_breaks
+    reasons: dict[str, int] = {}
+    for b in breaks:
+        reasons[b.reason] = reasons.get(b.reason, 0) + 1
+    print(f"\nthe session's cache-break detector flagged {len(breaks)} break(s)"
+          + (": " + ", ".join(f"{k} ({v})" for k, v in sorted(reasons.items())) if breaks else "")
+          + f"; {sum(not b.expected for b in breaks)} unexplained")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=50)
@@ -318,6 +329,7 @@ def main() -> None:
         steps = transitions(run.requests)
         per_turn(run, steps)
         prefix_stability(run, steps)
+        detector(run.session)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
 

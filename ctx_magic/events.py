@@ -137,6 +137,18 @@ class UsageUpdated(Event):
 
 
 @dataclass(frozen=True)
+class CacheBroke(Event):
+    """The prompt cache read fell sharply against the previous response (the prefix was lost)."""
+
+    name: ClassVar[str] = "cache_break"
+    previous_read: int
+    cache_read: int
+    cache_written: int
+    expected: bool  # explained (the cache expired while idle) rather than a surprise
+    reason: str
+
+
+@dataclass(frozen=True)
 class CompactionFailedEvent(Event):
     name: ClassVar[str] = "compaction_failed"
     trigger: str

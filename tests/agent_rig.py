@@ -32,9 +32,10 @@ class Rig:
 @contextlib.contextmanager
 def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_retries: int = 0,
         config: AgentConfig | None = None) -> Iterator[Rig]:
-    """A session talking to a live offline server on 127.0.0.1 through the real SDK."""
-    api = OfflineAPI(OfflineConfig(window=window, max_output=max_output))
+    """A session talking to a live offline server on 127.0.0.1 through the real SDK; the
+    server's prompt cache runs on the session's clock, so an idle gap also expires it."""
     clock = ManualClock()
+    api = OfflineAPI(OfflineConfig(window=window, max_output=max_output), clock=clock)
     with serve_in_thread(api) as (url, _stop):
         client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=max_retries)
         model = AnthropicModel(client, name="claude-sonnet-5-5")
@@ -80,3 +81,14 @@ class CompactionMisbehaves:
             call = {"type": "tool_use", "name": "python", "input": {"code": "print('summarize?')"}}
             return Answer(({"type": "text", "text": "Let me look first."}, call), "tool_use")
         return Answer.text("Here is a summary, but I forgot the tags.")
+
+
+def prompt(n: int) -> str:
+    """A user turn asking for code whose output is a few thousand tokens."""
+    return (
+        f"Turn {n}: summarise batch {n} of the sensor data.\n"
+        "```python\n"
+        f"rows = [f'sensor-{n}-{{i}}: {{(i * 37 + {n}) % 1000 / 10:.1f}} C' for i in range(300)]\n"
+        "print('\\n'.join(rows))\n"
+        "```"
+    )

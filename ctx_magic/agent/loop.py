@@ -132,6 +132,7 @@ def _call(session: Session, count: ContextCount) -> ModelReply:
     session.emit(Status("thinking"))
     reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)))
     session.record_usage(reply.usage)
+    session.observe_cache(reply.usage)
     freed = session.state.freed_tokens if count.anchor_index >= 0 else 0
     actual_new = reply.usage.prompt_tokens - (count.anchor_tokens - freed)
     estimated_prompt = count.tokens
@@ -146,6 +147,7 @@ def _strip_images(session: Session) -> None:
     session.notice("The request was larger than the API accepts; removing images and retrying.", "warning")
     messages, changed = strip_images(session.messages)
     session.messages = messages
+    session.expect_cache_break()
     session.record_event(ImagesStripped(tuple(changed)))
 
 

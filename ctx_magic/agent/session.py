@@ -9,6 +9,7 @@ through it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
 import time
@@ -21,12 +22,15 @@ from ctx_magic.agent.files import FileRead, FileTools
 from ctx_magic.agent.model import DEFAULT_MODEL, Model, ModelLimits, ModelRequest
 from ctx_magic.agent.request import system_blocks, to_api_messages
 from ctx_magic.agent.tools import CONTEXT_TOOLS, FILE_TOOLS, Executor
+from ctx_magic.context.cache_break import CacheBaseline
+from ctx_magic.context.cache_break import observe as observe_cache
 from ctx_magic.context.engine import ContextSettings, ContextState, Prepared, measure, prepare, result_counts
 from ctx_magic.context.invariants import close_dangling_tool_uses
+from ctx_magic.context.microcompact import CACHE_TTL_MINUTES
 from ctx_magic.context.resume import fold_transcript
 from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CtxMagicError, StorageError
-from ctx_magic.events import Compacted, Event, Notice, Persisted, notify
+from ctx_magic.events import CacheBroke, Cleared, Compacted, Event, Notice, Persisted, Snipped, notify
 from ctx_magic.messages import Message, Usage, user_text
 from ctx_magic.store.session import SessionDir, new_session_id
 
@@ -116,6 +120,11 @@ class UsageTotals:
         return self.cache_read_input_tokens / prompt if prompt else 0.0
 
 
+def cache_break_entry(event: CacheBroke) -> dict[str, Any]:
+    return {"previous_read": event.previous_read, "cache_read": event.cache_read, "reason": event.reason,
+            "expected": event.expected}
+
+
 class Session:
     """The live conversation of one agent and the store behind it."""
 
@@ -139,6 +148,8 @@ class Session:
         self.turns_at_boundary = 0
         self.usage = UsageTotals()
         self.boundaries: list[dict[str, Any]] = []
+        self.cache_baseline = CacheBaseline()
+        self.cache_breaks: list[CacheBroke] = []
         self.listeners: list[Callable[[Event], None]] = []
         self.in_side_call = False
         self.last_prepared: Prepared | None = None
@@ -220,6 +231,21 @@ class Session:
         self.record_usage(reply.usage)
         return "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
+    def observe_cache(self, usage: Usage) -> None:
+        """Compare a main-loop response's cache read with the previous one (C10's detector)."""
+        ttl = CACHE_TTL_MINUTES.get(self.config.cache_ttl, CACHE_TTL_MINUTES["5m"]) * 60
+        signature = hashlib.sha256((self.system_prompt() + json.dumps(self.tool_specs())).encode()).hexdigest()
+        self.cache_baseline, broke = observe_cache(self.cache_baseline, usage, self.clock(), ttl_seconds=ttl,
+                                                   signature=signature)
+        if broke is not None:
+            self.cache_breaks.append(broke)
+            self.emit(broke)
+
+    def expect_cache_break(self) -> None:
+        """The prefix is being rewritten on purpose (compaction, clearing, snip): the next
+        response sets a new baseline instead of being compared with the old one."""
+        self.cache_baseline = self.cache_baseline.reset()
+
     def record_usage(self, usage: Usage) -> None:
         """Add one response's usage to the totals (side calls run in other threads)."""
         with self._usage_lock:
@@ -275,6 +301,8 @@ class Session:
         if write:
             self.write_deferred(changes)
         self.messages, self.state = messages, state
+        if any(isinstance(e, (Cleared, Snipped)) for e in events):
+            self.expect_cache_break()
         for event in events:
             self.emit(event)
         return changes
@@ -309,6 +337,7 @@ class Session:
         self.state = dataclasses.replace(self.state, indexed=0, indexed_uuid=None, compactable=(),
                                          positions={}, freed_anchor=None, freed_tokens=0)
         self.files.invalidate_stubs()
+        self.expect_cache_break()
 
     def is_live_result(self, tool_use_id: str) -> bool:
         return tool_use_id in self.state.positions and tool_use_id not in self.state.cleared
@@ -395,6 +424,7 @@ class Session:
             "consecutive_failures": self.failures,
             "turns": self.turns,
             "usage": {**dataclasses.asdict(self.usage), "cache_hit_ratio": round(self.usage.cache_hit_ratio, 4)},
+            "cache_breaks": [cache_break_entry(b) for b in self.cache_breaks],
             "transcript": str(self.store.transcript_path),
         }
 

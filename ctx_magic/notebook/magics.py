@@ -172,6 +172,13 @@ class AgentMagics(Magics):
             self.controller.show_sidebar(inline=args.inline)
 
 
+def cache_breaks_text(breaks: list[dict[str, Any]]) -> str:
+    if not breaks:
+        return ""
+    unexplained = sum(1 for b in breaks if not b["expected"])
+    return f" · {len(breaks)} cache break(s), {unexplained} unexplained"
+
+
 def status_text(status: dict[str, Any]) -> dict[str, str]:
     results = status["tool_results"]
     lines = [
@@ -181,6 +188,6 @@ def status_text(status: dict[str, Any]) -> dict[str, str]:
         f"{status['messages']} messages · tool results {results['live']} live, {results['cleared']} cleared, "
         f"{results['persisted']} persisted",
         f"{len(status['boundaries'])} compaction(s) · breaker {'OPEN' if status['breaker_open'] else 'closed'} · "
-        f"cache hit ratio {status['usage']['cache_hit_ratio']:.0%}",
+        f"cache hit ratio {status['usage']['cache_hit_ratio']:.0%}" + cache_breaks_text(status["cache_breaks"]),
     ]
     return {"text/plain": "\n".join(lines)}

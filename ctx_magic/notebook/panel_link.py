@@ -39,6 +39,7 @@ def panel_figures(session: Session, *, session_memory: str, memories: list[dict[
         "persisted_results": results["persisted"], "breaker_open": status["breaker_open"],
         "spend": {k: v for k, v in status["usage"].items() if k != "cache_hit_ratio"},
         "cache_hit_ratio": status["usage"]["cache_hit_ratio"],
+        "cache_breaks": status["cache_breaks"],
         "session_memory": session_memory,
         "memories": memories,
     }

@@ -18,6 +18,7 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode
 
 from ctx_magic.events import (
     BreakerReset,
+    CacheBroke,
     Cleared,
     Compacted,
     CompactionFailedEvent,
@@ -51,6 +52,8 @@ class ContextPanel(widgets.VBox):
     cleared_results = Int(0).tag(sync=True)
     persisted_results = Int(0).tag(sync=True)
     cache_hit_ratio = Float(0.0).tag(sync=True)
+    cache_breaks = List().tag(sync=True)
+    """Prompt-cache breaks, oldest first: cache read before and after, and the reason."""
     spend = Dict().tag(sync=True)
     timeline = List().tag(sync=True)
     """Context changes, oldest first: compactions with their summaries, microcompacts, snips."""
@@ -107,6 +110,10 @@ class ContextPanel(widgets.VBox):
             return {"spend": dict(event.totals), "cache_hit_ratio": event.cache_hit_ratio}
         if isinstance(event, Status):
             return {"status": event.state}
+        if isinstance(event, CacheBroke):
+            return {"cache_breaks": [*self._pending.get("cache_breaks", self.cache_breaks),
+                                     {"previous_read": event.previous_read, "cache_read": event.cache_read,
+                                      "reason": event.reason, "expected": event.expected}]}
         if isinstance(event, Compacted):
             timeline.append({"kind": event.trigger, "tokens_before": event.tokens_before,
                              "tokens_after": event.tokens_after, "messages": event.messages_summarized,
@@ -173,6 +180,7 @@ class ContextPanel(widgets.VBox):
             f"{spend.get('input_tokens', 0) + spend.get('cache_creation_input_tokens', 0):,} tokens written, "
             f"{spend.get('cache_read_input_tokens', 0):,} read from cache, "
             f"{spend.get('output_tokens', 0):,} generated</div>"
+            + cache_breaks_html(self.cache_breaks)
             + ('<div style="color:#c62828">auto-compaction is off after 3 failures: run %compact</div>'
                if self.breaker_open else ""))
         self._render_timeline()
@@ -218,6 +226,16 @@ def entry_title(entry: Mapping[str, Any]) -> str:
         return f"snip (by the agent): {entry.get('results')} results cleared"
     return (f"{kind} compaction: {entry.get('messages', 0):,} messages, "
             f"{entry.get('tokens_before', 0):,} → {entry.get('tokens_after', 0):,} tokens")
+
+
+def cache_breaks_html(breaks: Sequence[Mapping[str, Any]]) -> str:
+    if not breaks:
+        return ""
+    last = breaks[-1]
+    unexplained = sum(1 for b in breaks if not b["expected"])
+    color = "#c62828" if unexplained else "#777"
+    return (f'<div style="color:{color}">prompt cache broke {len(breaks)}x ({unexplained} unexplained); last: '
+            f'{last["previous_read"]:,} -> {last["cache_read"]:,} tokens read, {html.escape(last["reason"])}</div>')
 
 
 def gauge_html(panel: ContextPanel) -> str:

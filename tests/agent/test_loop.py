@@ -6,7 +6,7 @@ times and keep working, the reactive path, the circuit breaker, faults.
 
 from __future__ import annotations
 
-from agent_rig import CompactionMisbehaves, assert_m5, request_text, rig
+from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
@@ -14,17 +14,6 @@ from ctx_magic.agent.session import AgentConfig
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.events import CompactionFailedEvent, Status
 from ctx_magic.offline.policy import Policy
-
-
-def prompt(n: int) -> str:
-    """A user turn asking for code whose output is a few thousand tokens."""
-    return (
-        f"Turn {n}: summarise batch {n} of the sensor data.\n"
-        "```python\n"
-        f"rows = [f'sensor-{n}-{{i}}: {{(i * 37 + {n}) % 1000 / 10:.1f}} C' for i in range(300)]\n"
-        "print('\\n'.join(rows))\n"
-        "```"
-    )
 
 
 def test_thirty_turns_in_a_small_window_compact_repeatedly_and_keep_working(tmp_path):
@@ -38,6 +27,7 @@ def test_thirty_turns_in_a_small_window_compact_repeatedly_and_keep_working(tmp_
     assert all(res.model_calls >= 2 for res in results)  # each turn ran its code and answered
     assert len(compactions) >= 3, f"expected several compactions, saw {len(compactions)}"
     assert {b["trigger"] for b in r.session.boundaries} == {"auto"}
+    assert r.session.cache_breaks == []  # every compaction reset the cache-break baseline (C10)
     assert all(q.status == 200 for q in records), [q.status for q in records]
     assert all(q.input_tokens <= window for q in records)
     for record in records:

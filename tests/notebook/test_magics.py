@@ -82,10 +82,10 @@ def test_status_json_has_the_documented_fields(shell):
     run(shell, CODE_PROMPT)
     data = status(shell)
     for key in ("session_id", "model", "window", "threshold", "tokens", "zone", "messages", "tool_results",
-                "boundaries", "breaker_open"):
+                "boundaries", "breaker_open", "cache_breaks"):
         assert key in data
     assert set(data["tool_results"]) == {"live", "cleared", "persisted"}
-    assert data["zone"] == "ok" and data["breaker_open"] is False
+    assert data["zone"] == "ok" and data["breaker_open"] is False and data["cache_breaks"] == []
 
 
 def test_user_cells_enter_the_context_as_notebook_cell_pairs(shell):

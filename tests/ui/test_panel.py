@@ -7,7 +7,7 @@ import pytest
 from builders import ManualClock
 from notebook_rig import cell, clocked_shell, controller, run
 
-from ctx_magic.events import Cleared, Compacted, ContextMeasured, Persisted, TextDelta, UsageUpdated
+from ctx_magic.events import CacheBroke, Cleared, Compacted, ContextMeasured, Persisted, TextDelta, UsageUpdated
 from ctx_magic.messages import Usage, notebook_cell_id
 from ctx_magic.ui.panel import FLUSH_INTERVAL, ContextPanel
 
@@ -114,3 +114,17 @@ def test_panel_is_driven_only_by_events():
     assert "to make room" in panel.cell_marks["4"]
     assert [e["kind"] for e in panel.timeline] == ["microcompact", "auto"]
     assert panel.timeline[-1]["replaced"] == ["u1"] and panel.tokens == 1_000
+
+
+def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
+    panel = ContextPanel(clock=ManualClock())
+    panel.handle(CacheBroke(40_000, 0, 41_000, expected=True, reason="the cache expired after 12 min idle"))
+    panel.flush()
+    assert panel.cache_breaks[0]["reason"].startswith("the cache expired")
+    assert "prompt cache broke 1x (0 unexplained)" in panel.counts.value and "#c62828" not in panel.counts.value
+    panel.handle(CacheBroke(41_000, 3_000, 38_000, expected=False, reason="unexplained"))
+    panel.flush()
+    assert len(panel.cache_breaks) == 2
+    assert "2x (1 unexplained)" in panel.counts.value and "41,000 -> 3,000" in panel.counts.value
+    assert "#c62828" in panel.counts.value
+
