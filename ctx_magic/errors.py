@@ -81,6 +81,10 @@ class NetworkError(ModelError):
     retryable = True
 
 
+class StreamDropped(NetworkError):
+    """The connection broke after the reply had started: the SDK does not retry this itself."""
+
+
 class UnknownModel(ModelError):
     pass
 

@@ -208,6 +208,16 @@ class Notice(Event):
 
 
 @dataclass(frozen=True)
+class ReplyRestarted(Event):
+    """A reply's stream broke off; what it had streamed is void and the call is made again."""
+
+    name: ClassVar[str] = "reply_restarted"
+    attempt: int  # the attempt about to start, from 2
+    attempts: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class ImagesStripped(Event):
     """A request-too-large (413) answer: images and documents in these messages were removed."""
 

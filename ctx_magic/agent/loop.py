@@ -22,9 +22,11 @@ from ctx_magic.context.engine import Prepared, clear_now
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import strip_images
 from ctx_magic.context.tokens import ContextCount
-from ctx_magic.errors import CompactionFailed, CtxMagicError, PromptTooLong, RequestTooLarge
-from ctx_magic.events import ImagesStripped, Status, TextDelta, ToolFinished, ToolStarted, UsageUpdated
+from ctx_magic.errors import CompactionFailed, CtxMagicError, PromptTooLong, RequestTooLarge, StreamDropped
+from ctx_magic.events import ImagesStripped, ReplyRestarted, Status, TextDelta, ToolFinished, ToolStarted, UsageUpdated
 from ctx_magic.messages import Block, Message, result_text, tool_result_block
+
+STREAM_ATTEMPTS = 3  # a reply whose connection broke mid-stream is asked for again, twice at most
 
 
 class ContextFull(CtxMagicError):
@@ -130,7 +132,16 @@ def _checked(session: Session, prepared: Prepared) -> Prepared:
 
 def _call(session: Session, count: ContextCount) -> ModelReply:
     session.emit(Status("thinking"))
-    reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)))
+    for attempt in range(1, STREAM_ATTEMPTS + 1):
+        try:
+            reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)))
+            break
+        except StreamDropped as error:
+            # The SDK retries a request that failed to start, not one that broke mid-reply; a
+            # broken reply left nothing in the context, so asking again is safe.
+            if attempt == STREAM_ATTEMPTS:
+                raise
+            session.emit(ReplyRestarted(attempt + 1, STREAM_ATTEMPTS, str(error)))
     session.record_usage(reply.usage)
     session.observe_cache(reply.usage)
     freed = session.state.freed_tokens if count.anchor_index >= 0 else 0

@@ -20,6 +20,7 @@ from ctx_magic.errors import (
     RateLimited,
     RequestTooLarge,
     ServerError,
+    StreamDropped,
     UnknownModel,
     is_prompt_too_long,
 )
@@ -141,7 +142,7 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
         return NetworkError(f"Could not reach the API after retries: {error}")
     text = str(error) or type(error).__name__
     if type(error).__module__.startswith(("httpx", "httpcore", "h11")) or isinstance(error, OSError):
-        return NetworkError(f"The connection to the API broke while the reply was streaming ({text}).")
+        return StreamDropped(f"The connection to the API broke while the reply was streaming ({text}).")
     return ModelError(f"The model call failed: {type(error).__name__}: {text}")
 
 

@@ -19,6 +19,7 @@ from ctx_magic.events import (
     Event,
     Notice,
     Persisted,
+    ReplyRestarted,
     Snipped,
     Status,
     TextDelta,
@@ -133,6 +134,15 @@ class TurnDisplay:
         if self.text_output is not None:
             self.text_output.update({"text/markdown": self.text, "text/plain": self.text})
             self.last_update = self.clock()
+
+    def _on_reply_restarted(self, event: ReplyRestarted) -> None:
+        """What the broken stream showed is withdrawn; the new attempt streams in its place."""
+        self.text = ""
+        if self.text_output is not None:
+            self.text_output.update({"text/markdown": "", "text/plain": ""})
+        line = f"The connection broke mid-reply; asking again (attempt {event.attempt} of {event.attempts})."
+        show(rich(f'<div class="ctx-magic-notice" style="color:{NOTICE_COLOURS["warning"]}">{html.escape(line)}'
+                  "</div>", line))
 
     def _close_text(self) -> None:
         self.flush()

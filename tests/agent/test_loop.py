@@ -6,13 +6,15 @@ times and keep working, the reactive path, the circuit breaker, faults.
 
 from __future__ import annotations
 
+import json
+
 from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.session import AgentConfig
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.events import CompactionFailedEvent, Status
+from ctx_magic.events import CompactionFailedEvent, ReplyRestarted, Status
 from ctx_magic.offline.policy import Policy
 
 
@@ -133,8 +135,8 @@ def test_faults_end_in_one_clear_line_and_the_next_turn_works(tmp_path):
         run_turn(r.session, prompt(0))
         transcript_lines = r.session.store.transcript_path.read_text().count("\n")
         for fault, times, words in [("429", 3, "rate limited"), ("500", 3, "failed (500)"),
-                                    ("529", 3, "overloaded"), ("drop", 1, "connection")]:
-            r.api.inject(*[fault] * times)  # the SDK retries twice, then gives up (not mid-stream)
+                                    ("529", 3, "overloaded"), ("drop", 3, "connection")]:
+            r.api.inject(*[fault] * times)  # the SDK retries twice, the loop a broken stream twice
             result = run_turn(r.session, "hello again")
             assert result.error is not None and words in result.error.lower(), (fault, result.error)
             assert "\n" not in result.error and "Traceback" not in result.error
@@ -143,6 +145,22 @@ def test_faults_end_in_one_clear_line_and_the_next_turn_works(tmp_path):
         loaded = r.session.store.load_transcript()
         assert loaded.problems == []
         assert r.session.store.transcript_path.read_text().count("\n") > transcript_lines
+
+
+def test_a_stream_broken_mid_reply_is_asked_again_and_nothing_partial_stays(tmp_path):
+    with rig(tmp_path) as r:
+        seen = []
+        r.session.listeners.append(seen.append)
+        r.api.inject("drop")  # the next reply breaks off after its first events
+        result = run_turn(r.session, "hello there")
+        lines = r.session.store.transcript_path.read_text().splitlines()
+    assert result.error is None
+    restarts = [e for e in seen if isinstance(e, ReplyRestarted)]
+    assert [(e.attempt, e.attempts) for e in restarts] == [(2, 3)] and "broke" in restarts[0].reason
+    assert sum(1 for q in r.api.requests if q.path == "/v1/messages") == 2
+    replies = [m for m in r.session.messages if m.role == "assistant"]
+    assert len(replies) == 1 and replies[0].api_id  # one whole reply, from the second attempt
+    assert sum(json.loads(line).get("role") == "assistant" for line in lines) == 1
 
 
 def test_one_overload_is_retried_by_the_sdk_transparently(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from builders import ManualClock
 from notebook_rig import captured, cell, clocked_shell, controller, run, texts
 
-from ctx_magic.events import Cleared, Compacted, Notice, Status, TextDelta, ToolFinished, ToolStarted
+from ctx_magic.events import Cleared, Compacted, Notice, ReplyRestarted, Status, TextDelta, ToolFinished, ToolStarted
 from ctx_magic.notebook.display import STREAM_INTERVAL, TurnDisplay
 
 
@@ -92,6 +92,19 @@ def test_streaming_text_updates_in_place_at_most_ten_times_a_second(shell):
     text_outputs = [o.data["text/plain"] for o in out.outputs if "text/markdown" in o.data]
     assert 9 <= len(text_outputs) <= 12  # first display, ~10 updates over 1 s, the final flush
     assert text_outputs[-1].strip().endswith("word29")
+
+
+def test_a_restarted_reply_withdraws_what_the_broken_stream_showed(shell):
+    clock = ManualClock(0.0)
+    with captured() as out:
+        display = TurnDisplay(clock=clock)
+        display(TextDelta("half a sent"))
+        display(ReplyRestarted(2, 3, "The connection to the API broke while the reply was streaming."))
+        display(TextDelta("A whole answer."))
+        display.finish("done")
+    text_outputs = [o.data["text/plain"] for o in out.outputs if "text/markdown" in o.data]
+    assert text_outputs[-1] == "A whole answer."
+    assert "asking again (attempt 2 of 3)" in texts(out)
 
 
 def test_tools_and_context_changes_are_rendered_as_collapsible_blocks(shell):
