@@ -46,10 +46,11 @@ class CtxMagic(Configurable):
     ).tag(config=True)
     memory_budget_tokens = Int(2_000, help="Tokens of long-term memories put in the system prompt.").tag(config=True)
     idle_timer = Bool(True, help="Also check for an idle gap from a timer thread (in memory only).").tag(config=True)
+    max_retries = Int(2, help="Retries the anthropic SDK makes on 429, 5xx and failed connections.").tag(config=True)
     show_tool_output = Bool(True, help="Show the agent's tool calls and their outputs in the cell.").tag(config=True)
 
     @validate("context_window", "max_output_tokens", "keep_recent", "snip_max_messages", "clear_at_least",
-              "image_max_bytes")
+              "image_max_bytes", "max_retries")
     def _non_negative(self, proposal):  # type: ignore[no-untyped-def]
         if proposal["value"] < 0:
             raise TraitError(f"{proposal['trait'].name} must be 0 or more, got {proposal['value']}")

@@ -47,6 +47,7 @@ class Controller:
         self.env = dict(os.environ) if env is None else env
         self.clock = clock
         self.settings = CtxMagic(parent=shell)
+        self.settings.observe(self._retries_changed, names="max_retries")
         self.recorder = OutputRecorder(shell)
         self.executor = KernelExecutor(
             shell, self.recorder,
@@ -117,8 +118,18 @@ class Controller:
 
     def _backend(self) -> Backend:
         if self.backend is None:
-            self.backend = choose_backend(self.env)
+            self.backend = choose_backend(self.env, max_retries=self.settings.max_retries)
         return self.backend
+
+    def _retries_changed(self, change: dict[str, Any]) -> None:
+        """A new retry count applies at once, to the backend and the live session's client."""
+        if self.backend is None:
+            return
+        self.backend = dataclasses.replace(self.backend, client=self.backend.client.with_options(
+            max_retries=change["new"]))
+        model = getattr(self.session, "model", None)
+        if isinstance(model, AnthropicModel):
+            model.client = self.backend.client
 
     def ensure_session(self, *, new: bool = False, resume: str | None = None,
                        model: str | None = None) -> tuple[Session, list[str]]:

@@ -128,7 +128,7 @@ def test_every_config_name_reaches_the_session(shell):
     settings = {
         "model": "claude-haiku-5-5", "context_window": 50_000, "max_output_tokens": 4_000, "autocompact_pct": 60.0,
         "keep_recent": 3, "idle_minutes": 7.0, "cache_ttl": "1h", "snip_max_messages": 50,
-        "clear_at_least": 5_000,
+        "clear_at_least": 5_000, "max_retries": 4,
     }
     for name, value in settings.items():
         shell.run_line_magic("config", f"CtxMagic.{name} = {value!r}")
@@ -140,6 +140,7 @@ def test_every_config_name_reaches_the_session(shell):
     assert engine.thresholds.autocompact == int((50_000 - 4_000) * 0.6)
     assert (engine.keep_recent, engine.idle_minutes, engine.snip_max_messages) == (3, 7.0, 50)
     assert session.config.cache_ttl == "1h" and engine.clear_at_least == 5_000
+    assert session.model.client.max_retries == 4
     data = status(shell)
     assert data["model"] == "claude-haiku-5-5" and data["window"] == 50_000
     with captured() as out:
@@ -152,7 +153,8 @@ def test_config_values_are_validated(shell):
     settings = controller(shell).settings
     before = settings.describe()
     for bad in ("CtxMagic.keep_recent = -1", "CtxMagic.autocompact_pct = 150", "CtxMagic.cache_ttl = '2h'",
-                "CtxMagic.permission = 'sometimes'", "CtxMagic.context_window = -5"):
+                "CtxMagic.permission = 'sometimes'", "CtxMagic.context_window = -5",
+                "CtxMagic.max_retries = -1"):
         run(shell, f"%config {bad}")
     assert settings.describe() == before
 
@@ -299,6 +301,31 @@ def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell
     with captured() as out:
         shell.run_line_magic("ctx", "sidebar --inline")
     assert widget_ids(out) == [ctl.panel.model_id]
+
+
+def test_network_down_is_one_line_and_the_same_session_goes_on_when_it_is_back(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    api = OfflineAPI(OfflineConfig(window=100_000))
+    with serve_in_thread(api) as (url, _stop):
+        port = int(url.rsplit(":", 1)[1])
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)  # nothing listens there now: connections are refused
+    shell = new_shell()
+    try:
+        shell.run_line_magic("config", "CtxMagic.max_retries = 0")
+        result, shown = run(shell, "%%agent\nare you there?")
+        assert result.error_in_exec is None and "Traceback" not in shown
+        assert "Could not reach the API after retries" in shown
+        sid = status(shell)["session_id"]
+        with serve_in_thread(api, port):
+            shell.run_line_magic("config", "CtxMagic.max_retries = 1")
+            assert controller(shell).session.model.client.max_retries == 1
+            _, shown = run(shell, "%%agent\nand now?")
+            assert "Could not reach" not in shown and api.model_calls() == 1
+        data = status(shell)
+        assert data["session_id"] == sid and data["messages"] == 3  # both prompts and the one answer
+    finally:
+        shell.run_line_magic("unload_ext", "ctx_magic")
 
 
 def test_api_key_and_base_url_point_at_any_messages_api_server(tmp_path, monkeypatch):
