@@ -49,8 +49,8 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
     result = TurnResult(prompt="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text"))
     session.turns += 1
-    session.append(Message("user", tuple(blocks), timestamp=session.clock()))
     try:
+        session.append(Message("user", tuple(blocks), timestamp=session.clock()))
         _loop(session, result)
     except KeyboardInterrupt:
         result.interrupted = True

@@ -150,6 +150,8 @@ class Session:
         self.boundaries: list[dict[str, Any]] = []
         self.cache_baseline = CacheBaseline()
         self.cache_breaks: list[CacheBroke] = []
+        self.unwritten: list[Message] = []
+        """Live messages a full disk kept out of the transcript, oldest first."""
         self.listeners: list[Callable[[Event], None]] = []
         self.in_side_call = False
         self.last_prepared: Prepared | None = None
@@ -261,18 +263,33 @@ class Session:
 
     def record_message(self, message: Message) -> None:
         """Write a message to the transcript (before any layer can change it, M2)."""
+        self.flush_unwritten()
         self.transcript.append_message(message)
 
     def record_event(self, event: Event) -> None:
         if isinstance(event, Persisted):
             self.store.write_tool_result(event.tool_use_id, event.content)
         if event.durable:
+            self.flush_unwritten()
             self.transcript.append_event(event)
         self.emit(event)
 
     def append(self, message: Message) -> None:
-        self.record_message(message)
+        """Add a message to the live context and the transcript. When the disk is full the
+        message stays live (a tool call keeps its results, M5) and waits, in order, to be written
+        before anything else is; the StorageError still ends the turn."""
         self.messages.append(message)
+        try:
+            self.record_message(message)
+        except StorageError:
+            self.unwritten.append(message)
+            raise
+
+    def flush_unwritten(self) -> None:
+        """Write the messages a full disk held back; raises StorageError while there is no room."""
+        while self.unwritten:
+            self.transcript.append_message(self.unwritten[0])
+            self.unwritten.pop(0)
 
     # -- the engine --------------------------------------------------------------------------
 
@@ -308,6 +325,7 @@ class Session:
         return changes
 
     def write_deferred(self, changes: Sequence[Message | Event]) -> None:
+        self.flush_unwritten()
         for change in changes:
             if isinstance(change, Message):
                 self.record_message(change)
@@ -347,10 +365,12 @@ class Session:
     def end_turn(self) -> None:
         """Make the transcript durable and save state.json (each turn end, M2)."""
         try:
+            self.flush_unwritten()
             self.transcript.sync()
             self.store.save_state(self.state_json())
         except StorageError as error:
-            self.notice(f"ctx_magic could not save the session: {error}", "error")
+            waiting = f" ({len(self.unwritten)} message(s) wait to be written)" if self.unwritten else ""
+            self.notice(f"ctx_magic could not save the session{waiting}: {error}", "error")
 
     def state_json(self) -> dict[str, Any]:
         return {

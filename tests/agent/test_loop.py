@@ -6,6 +6,7 @@ times and keep working, the reactive path, the circuit breaker, faults.
 
 from __future__ import annotations
 
+import errno
 import json
 
 from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
@@ -14,7 +15,7 @@ from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.session import AgentConfig
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.events import CompactionFailedEvent, ReplyRestarted, Status
+from ctx_magic.events import CompactionFailedEvent, ReplyRestarted, Status, ToolStarted
 from ctx_magic.offline.policy import Policy
 
 
@@ -167,3 +168,42 @@ def test_one_overload_is_retried_by_the_sdk_transparently(tmp_path):
     with rig(tmp_path, max_retries=2) as r:
         r.api.inject("529")
         assert run_turn(r.session, prompt(0)).error is None
+
+
+def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_is_room(tmp_path):
+    with rig(tmp_path) as r:
+        assert run_turn(r.session, prompt(0)).error is None
+        transcript = r.session.transcript
+        disk = {"full": False}
+        real_open = transcript._open
+
+        class Handle:
+            def __init__(self, inner):  # type: ignore[no-untyped-def]
+                self.inner = inner
+
+            def __getattr__(self, name):  # type: ignore[no-untyped-def]
+                return getattr(self.inner, name)
+
+            def write(self, data):  # type: ignore[no-untyped-def]
+                if disk["full"]:
+                    self.inner.write(data[: len(data) // 2])  # a partial line reaches the file
+                    self.inner.flush()
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return self.inner.write(data)
+
+        transcript._open = lambda: Handle(real_open())  # type: ignore[method-assign]
+        r.session.listeners.append(lambda e: disk.update(full=True) if isinstance(e, ToolStarted) else None)
+        result = run_turn(r.session, prompt(1))  # the disk fills while the code runs
+        assert result.error is not None and "disk is full" in result.error and "\n" not in result.error
+        check_invariants(r.session.messages)
+        r.session.listeners.pop()
+        failed = run_turn(r.session, "still full?")  # the prompt itself cannot be written
+        assert failed.error is not None and "disk is full" in failed.error and failed.model_calls == 0
+        assert len(r.session.unwritten) == 2  # the code's results, then this prompt, in order
+        disk["full"] = False
+        assert run_turn(r.session, prompt(2)).error is None
+        assert r.session.unwritten == []
+        check_invariants(r.session.messages)
+        loaded = r.session.store.load_transcript()
+    assert loaded.problems == []  # no partial line was left behind
+    assert [m.uuid for m in loaded.messages()][-len(r.session.messages):] == [m.uuid for m in r.session.messages]
