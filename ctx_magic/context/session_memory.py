@@ -8,6 +8,7 @@ model call, and the most recent messages are kept as they are.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,10 +90,13 @@ def truncate_for_compact(notes: str, notes_path: str) -> str:
 
 # -- when to extract (S2) ------------------------------------------------------------------------
 
+# A correction opens the message ("No, ...", "Actually ...", "Don't ..."); a decision is said
+# in so many words anywhere in it. "Why does this always return NaN?" is neither.
 _CORRECTION = re.compile(
-    r"^\s*(no\b|nope\b|wrong\b|that's not|that is not|not quite)|\b(actually|instead|i meant|rather than|"
-    r"don't|do not|never|stop\b|let's go with|we'll go with|use .+ instead|decided|decision|from now on|"
-    r"always)\b",
+    r"^\W*(no\b|nope\b|wrong\b|that's not|that is not|not quite|actually\b|wait\b|instead\b|don't\b|"
+    r"do not\b|never\b|stop\b)"
+    r"|\b(i meant|rather than|let's go with|we'll go with|let's use|from now on|(?:we|i)(?: have|'ve)? decided|"
+    r"use [\w.\-]+ instead|always use|never use|instead of)\b",
     re.IGNORECASE,
 )
 
@@ -111,6 +115,12 @@ class ExtractionState:
     tool_calls_since: int = 0
     covered_uuid: str | None = None
     """The last message the notes were written from."""
+
+
+def rebaselined(state: ExtractionState, tokens: int) -> ExtractionState:
+    """After a compaction or clearing shrank the context, growth counts from its new size;
+    otherwise the notes would wait until the context is back where it was before."""
+    return dataclasses.replace(state, tokens_at_last=tokens) if tokens < state.tokens_at_last else state
 
 
 def extraction_due(state: ExtractionState, tokens: int, *, last_turn_tool_calls: int,

@@ -24,6 +24,7 @@ from ctx_magic.context.session_memory import (
     is_correction_or_decision,
     is_empty,
     oversized_sections,
+    rebaselined,
     sections,
 )
 from ctx_magic.context.tokens import count_text
@@ -105,7 +106,10 @@ class NotesKeeper:
     def after_turn(self, session: Any, result: Any) -> None:
         correction = bool(getattr(result, "prompt", "")) and is_correction_or_decision(result.prompt)
         tool_calls = int(getattr(result, "tool_calls", 0))
-        reason = extraction_due(self.state, session.tokens(), last_turn_tool_calls=tool_calls, correction=correction)
+        tokens = session.tokens()
+        with self._lock:
+            self.state = rebaselined(self.state, tokens)
+        reason = extraction_due(self.state, tokens, last_turn_tool_calls=tool_calls, correction=correction)
         if reason is None or not self.start(reason):
             with self._lock:
                 self.state = dataclasses.replace(self.state, tool_calls_since=self.state.tool_calls_since + tool_calls)

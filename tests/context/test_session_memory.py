@@ -23,6 +23,7 @@ from ctx_magic.context.session_memory import (
     is_correction_or_decision,
     is_empty,
     keep_from,
+    rebaselined,
     sections,
     session_memory_compact,
     truncate_for_compact,
@@ -100,12 +101,25 @@ def test_s2_later_extractions_need_growth_and_calls_or_a_quiet_turn(growth, sinc
     assert extraction_due(state, 20_000 + growth, last_turn_tool_calls=last_turn, correction=False) == due
 
 
+def test_s2_growth_counts_from_the_smaller_context_after_a_compaction():
+    before = ExtractionState(initialized=True, tokens_at_last=160_000, tool_calls_since=5)
+    assert rebaselined(before, 170_000) is before
+    after = rebaselined(before, 30_000)
+    assert after.tokens_at_last == 30_000 and after.tool_calls_since == 5
+    assert extraction_due(after, 34_999, last_turn_tool_calls=0, correction=False) is None
+    assert extraction_due(after, 35_000, last_turn_tool_calls=0, correction=False) == "growth"
+
+
 def test_s2_a_correction_or_decision_extracts_at_once():
     assert extraction_due(ExtractionState(), 500, last_turn_tool_calls=0, correction=True) == "correction"
     for said in ("No, use the median instead", "Actually the file is sales_2024.csv", "I meant the other column",
-                 "Let's go with a log scale", "From now on, plot in dark mode", "don't drop the NaNs"):
+                 "Let's go with a log scale", "From now on, plot in dark mode", "don't drop the NaNs",
+                 "We decided to keep 2019 out", "Plot it with seaborn instead of matplotlib",
+                 "Wait, that is the old file"):
         assert is_correction_or_decision(said), said
-    for said in ("Plot the revenue by month", "What is the mean?", "Load the data"):
+    for said in ("Plot the revenue by month", "What is the mean?", "Load the data",
+                 "Load data.csv and don't print the whole frame", "Why does this always return NaN?",
+                 "Show the totals by region, not by store"):
         assert not is_correction_or_decision(said), said
 
 
