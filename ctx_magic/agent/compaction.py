@@ -167,7 +167,7 @@ def pending_prompt_index(messages: Sequence[Message]) -> int | None:
     return None
 
 
-def try_session_memory(session: Session) -> CompactionResult | None:
+def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResult | None:
     """Session-memory compaction (S3): the notes as the summary, zero model calls; None when
     there are no usable notes or the result would still be over the threshold."""
     source = session.notes_source
@@ -191,6 +191,7 @@ def try_session_memory(session: Session) -> CompactionResult | None:
         previous_boundary=session.boundaries[-1]["boundary_uuid"] if session.boundaries else None,
         turns_since=session.turns - session.turns_at_boundary,
         attachments=lambda kept: rehydration(session, kept),
+        auto=auto,
     )
     if result is not None:
         _apply(session, result)
@@ -232,7 +233,7 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
     """
     result = None
     if trigger == "manual" and not instructions and direction == "full" and index is None:
-        result = try_session_memory(session)
+        result = try_session_memory(session, auto=False)
     if result is None:
         result = _run_compaction(session, trigger, direction=direction, split_at=index, instructions=instructions)
     if session.failures:

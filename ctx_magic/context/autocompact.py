@@ -191,10 +191,13 @@ def compact_conversation(
     turns_since: int = 0,
     attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
     summary_text: str | None = None,
+    auto: bool | None = None,
 ) -> CompactionResult:
     """Summarize and rebuild the live context. Raises CompactionFailed, leaving nothing changed.
 
     `summary_text` skips the model call (session-memory compaction brings its own notes).
+    `auto` (default: from the trigger) tells the model to go on without asking (C5); a
+    compaction the user asked for never does, whatever served it.
     """
     split = plan_split(messages, direction, split_at)
     to_summarize = summary_input(split.to_summarize)
@@ -203,7 +206,7 @@ def compact_conversation(
     if summary_text is None:
         prompt_kind = "from" if direction == "from" else ("up_to" if direction == "up_to" else "full")
         summary_text = summarize_with_retries(summarizer, to_summarize, compact_prompt(prompt_kind, instructions))
-    auto = trigger in AUTO_TRIGGERS
+    auto = trigger in AUTO_TRIGGERS if auto is None else auto
     summary = user_text(
         summary_message_text(summary_text, transcript_path, auto=auto, partial=direction),
         kind="summary", timestamp=now,

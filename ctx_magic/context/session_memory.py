@@ -189,9 +189,11 @@ def session_memory_compact(
     previous_boundary: str | None = None,
     turns_since: int = 0,
     attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
+    auto: bool = True,
 ) -> CompactionResult | None:
     """The notes as the summary, zero model calls; None when the notes cannot be used or the
-    result would still be over the threshold (it would compact again at once)."""
+    result would still be over the threshold (it would compact again at once). `auto` is False
+    when the user asked for the compaction (no "continue without asking", C5)."""
     if is_empty(notes):
         return None
     start = keep_from(messages, covered_uuid)
@@ -202,7 +204,7 @@ def session_memory_compact(
             messages, _NoModel(), trigger="session-memory", now=now, transcript_path=transcript_path,
             tokens_before=tokens_before, measure=measure, threshold=threshold, split_at=start,
             previous_boundary=previous_boundary, turns_since=turns_since, attachments=attachments,
-            summary_text=truncate_for_compact(notes, notes_path),
+            summary_text=truncate_for_compact(notes, notes_path), auto=auto,
         )
     except CompactionFailed:
         return None

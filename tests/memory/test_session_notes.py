@@ -79,6 +79,7 @@ def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_p
         assert r.api.model_calls("compaction") == 0
         summary = next(m for m in r.session.messages if m.kind == "summary")
         assert "# Task Specification" in summary.text and "Batch 0: tabulate it." in summary.text
+        assert "without asking" in summary.text  # auto: the work goes on (C5)
         check_invariants(r.session.messages)
         assert run_turn(r.session, "and now?").error is None
 
@@ -97,6 +98,8 @@ def test_manual_compact_uses_the_notes_unless_given_instructions(tmp_path):
         manual_compact(r.session)
         assert r.session.boundaries[-1]["trigger"] == "session-memory"
         assert r.api.model_calls("compaction") == 0
+        summary = next(m for m in r.session.messages if m.kind == "summary")
+        assert "without asking" not in summary.text  # the user asked for it: no "continue unasked" (C5)
         manual_compact(r.session, "keep the row counts")
         assert r.session.boundaries[-1]["trigger"] == "manual"
         assert r.api.model_calls("compaction") == 1
