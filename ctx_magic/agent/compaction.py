@@ -63,12 +63,17 @@ def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
     attachments: list[Message] = []
     budget = POST_COMPACT_TOKEN_BUDGET
     now = session.clock()
-    for read in session.files.recent_reads(POST_COMPACT_MAX_FILES):
-        if read.path in visible or budget <= 0:
+    own = session.store.root.resolve()  # the session's notes and saved outputs are not work files
+    restored = 0
+    for read in session.files.recent_reads(len(session.files.reads)):
+        if restored == POST_COMPACT_MAX_FILES or budget <= 0:
+            break
+        if read.path in visible or Path(read.path).is_relative_to(own):
             continue
         text = _read_within(Path(read.path), min(POST_COMPACT_MAX_TOKENS_PER_FILE, budget))
         if text is None:
             continue
+        restored += 1
         budget -= count_text(text)
         body = f'<recent-file path="{read.path}">\n{text}\n</recent-file>'
         attachments.append(user_text(body, kind="attachment", timestamp=now, rehydrated=read.path))

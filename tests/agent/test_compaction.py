@@ -96,6 +96,23 @@ def test_c7_recent_files_are_re_read_fresh_within_budget(tmp_path):
     assert notes[-1].text.startswith("<context-refresh>")
 
 
+def test_c7_the_sessions_own_files_are_skipped_and_five_work_files_still_come_back(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for n in range(7):
+        (data / f"f{n}.txt").write_text(f"file {n}\n")
+    with rig(tmp_path, window=200_000) as r:
+        for n in range(7):
+            r.session.files.read_file(f"data/f{n}.txt", tool_use_id=f"t{n}")
+        notes = r.session.store.session_memory_path
+        notes.write_text("# Session Title\nnotes\n")
+        r.session.files.read_file(str(notes), tool_use_id="tnotes")  # the most recent read
+        run_turn(r.session, "hello")
+        result = manual_compact(r.session)
+    names = [m.meta["rehydrated"].rsplit("/", 1)[-1] for m in result.new_messages if m.meta.get("rehydrated")]
+    assert names == ["f6.txt", "f5.txt", "f4.txt", "f3.txt", "f2.txt"]
+
+
 def test_c9_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path):
     seen: list[Compacted] = []
     with rig(tmp_path) as r:
