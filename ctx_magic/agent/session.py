@@ -65,7 +65,7 @@ class AgentConfig:
     """Prompt-cache TTL asked for: '5m' or '1h'."""
     snip_max_messages: int = 200
     """Live messages past which the middle is snipped."""
-    clear_at_least: int = 20_000
+    clear_at_least: int = 0  # 0: 20,000 scaled to the window (T5)
     """Tokens a pressure microcompact must free to be worth a cache break."""
     system_prompt: str = SYSTEM_PROMPT
     """The system prompt (long-term memories are appended to it)."""

@@ -18,6 +18,7 @@ from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget, r
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import (
     CACHE_TTL_MINUTES,
+    CLEAR_AT_LEAST,
     COMPACTABLE_TOOLS,
     MicrocompactSettings,
     clear_results,
@@ -51,8 +52,9 @@ class ContextSettings:
     """Compactable results that microcompact always keeps (the most recent ones)."""
     idle_minutes: float = CACHE_TTL_MINUTES["5m"]
     """Idle gap after which old results are cleared: the prompt-cache TTL by default."""
-    clear_at_least: int = 20_000
-    """Pressure clearing only fires when it frees this much (scaled for small windows, T5)."""
+    clear_at_least: int = 0
+    """Pressure clearing only fires when it frees this much; 0 means 20,000 scaled for small
+    windows like the other buffers (T5). A value someone set is used as it is."""
     snip_max_messages: int = DEFAULT_SNIP_MAX_MESSAGES
     """Live messages past which the middle is snipped."""
     budget: BudgetSettings = BudgetSettings()
@@ -83,7 +85,7 @@ class ContextSettings:
         return MicrocompactSettings(
             keep_recent=self.keep_recent,
             idle_minutes=self.idle_minutes,
-            clear_at_least=max(1, round(self.clear_at_least * self.thresholds.scale)),
+            clear_at_least=self.clear_at_least or max(1, round(CLEAR_AT_LEAST * self.thresholds.scale)),
         )
 
     def persisted_path(self, tool_use_id: str) -> str:

@@ -35,7 +35,8 @@ class CtxMagic(Configurable):
     snip_max_messages = Int(200, help="Live messages past which the middle of the conversation is snipped.").tag(
         config=True
     )
-    clear_at_least = Int(20_000, help="Tokens a pressure microcompact must free to be worth a cache break.").tag(
+    clear_at_least = Int(0, help="Tokens a pressure microcompact must free to be worth a cache break; "
+                         "0 = 20,000 scaled to small windows.").tag(
         config=True
     )
     image_max_bytes = Int(1_000_000, help="Largest image (bytes, base64) a cell output may send to the model.").tag(

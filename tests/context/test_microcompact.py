@@ -141,3 +141,11 @@ def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():
     assert not [e for e in out.events if isinstance(e, Cleared)] and out.compact_due
     breaker_open = prepare(msgs, ContextState(), 1.0, settings(), compaction_available=False)
     assert [e.trigger for e in breaker_open.events if isinstance(e, Cleared)] == ["pressure"]
+
+
+def test_l3_clear_at_least_default_scales_with_a_small_window_but_a_set_value_is_kept():
+    small = compute_thresholds(30_000, 8_192, env={})
+    assert ContextSettings(thresholds=small).microcompact.clear_at_least == round(20_000 * small.scale) == 3_000
+    assert ContextSettings(thresholds=small, clear_at_least=5_000).microcompact.clear_at_least == 5_000
+    full = compute_thresholds(200_000, 32_000, env={})
+    assert ContextSettings(thresholds=full).microcompact.clear_at_least == 20_000
