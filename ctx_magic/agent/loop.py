@@ -20,7 +20,7 @@ from ctx_magic.agent.session import MAX_MODEL_CALLS_PER_TURN, Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput
 from ctx_magic.context.engine import Prepared, clear_now
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
-from ctx_magic.context.reactive import strip_images
+from ctx_magic.context.reactive import persist_oversized, strip_images
 from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CompactionFailed, CtxMagicError, PromptTooLong, RequestTooLarge, StreamDropped
 from ctx_magic.events import ImagesStripped, ReplyRestarted, Status, TextDelta, ToolFinished, ToolStarted, UsageUpdated
@@ -101,7 +101,7 @@ def _loop(session: Session, result: TurnResult) -> None:
             if stripped:
                 raise
             stripped = True
-            _strip_images(session)
+            _shrink_request(session)
             continue
         result.model_calls += 1
         result.tool_calls += len(reply.tool_uses)
@@ -154,12 +154,27 @@ def _call(session: Session, count: ContextCount) -> ModelReply:
     return reply
 
 
-def _strip_images(session: Session) -> None:
-    session.notice("The request was larger than the API accepts; removing images and retrying.", "warning")
+def _shrink_request(session: Session) -> None:
+    """A 413 for bytes (L5): images out, oversized results to disk; recorded before adopted (M2)."""
+    session.notice("The request was larger than the API accepts; removing images, saving oversized outputs "
+                   "to disk and retrying.", "warning")
     messages, changed = strip_images(session.messages)
-    session.messages = messages
-    session.expect_cache_break()
-    session.record_event(ImagesStripped(tuple(changed)))
+    settings = session.engine_settings()
+    messages, persisted = persist_oversized(messages, settings.persisted_path,
+                                            max_chars=settings.budget.max_result_chars,
+                                            preview_chars=settings.budget.preview_chars)
+    for event in persisted:
+        session.record_event(event)
+    if changed:
+        session.record_event(ImagesStripped(tuple(changed)))
+    state = session.state
+    session.replace_live(messages)
+    session.state = dataclasses.replace(
+        session.state,
+        decided=state.decided | {e.tool_use_id for e in persisted},
+        persisted={**state.persisted, **{e.tool_use_id: e.replacement for e in persisted}},
+        persisted_paths={**state.persisted_paths, **{e.tool_use_id: e.path for e in persisted}},
+    )
 
 
 # -- tools ------------------------------------------------------------------------------------

@@ -2,15 +2,19 @@
 
 Compact once, keeping the last five messages with their pairs intact, and retry the call
 once per turn. A 413 for bytes (request_too_large) is not a token problem: images and
-documents go instead of a summary.
+documents go instead of a summary, and so does any tool result still over L1's single-result
+limit (read_file results, which L1 never persists), saved to disk the way L1 saves outputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
+from ctx_magic.context.budget import MAX_RESULT_CHARS, PREVIEW_CHARS, persisted_block, preview, replace_result
 from ctx_magic.context.snip import safe_cuts
-from ctx_magic.messages import Message
+from ctx_magic.events import Persisted
+from ctx_magic.messages import Message, result_text
 
 REACTIVE_KEEP_MESSAGES = 5  # s08: the tail the model needs to carry on after the summary
 IMAGE_REMOVED = "[image removed: the request was larger than the API accepts]"
@@ -51,3 +55,26 @@ def strip_images(messages: Sequence[Message], note: str = IMAGE_REMOVED) -> tupl
             message = message.with_content(new_blocks)
         out.append(message)
     return out, changed
+
+
+def persist_oversized(messages: Sequence[Message], path_for: Callable[[str], str], *,
+                      max_chars: int = MAX_RESULT_CHARS,
+                      preview_chars: int = PREVIEW_CHARS) -> tuple[list[Message], list[Persisted]]:
+    """For a 413: every tool result over `max_chars` becomes a `<persisted-output>` block, with
+    one Persisted event each (carrying the full text for the file)."""
+    out: list[Message] = []
+    events: list[Persisted] = []
+    for message in messages:
+        blocks, touched = [], False
+        for block in message.content:
+            text = result_text(block) if block.get("type") == "tool_result" else ""
+            if len(text) > max_chars:
+                tool_use_id = block["tool_use_id"]
+                path = path_for(tool_use_id)
+                replacement = persisted_block(path, len(text), preview(text, preview_chars))
+                freed = math.ceil(len(text) / 4) - math.ceil(len(replacement) / 4)
+                events.append(Persisted(tool_use_id, path, len(text), freed, replacement, text))
+                block, touched = replace_result(block, replacement), True
+            blocks.append(block)
+        out.append(message.with_content(blocks) if touched else message)
+    return out, events

@@ -13,9 +13,10 @@ from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
-from ctx_magic.agent.session import AgentConfig
+from ctx_magic.agent.session import AgentConfig, open_session
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.events import CompactionFailedEvent, ReplyRestarted, Status, ToolStarted
+from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block
 from ctx_magic.offline.policy import Policy
 
 
@@ -207,3 +208,32 @@ def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_
         loaded = r.session.store.load_transcript()
     assert loaded.problems == []  # no partial line was left behind
     assert [m.uuid for m in loaded.messages()][-len(r.session.messages):] == [m.uuid for m in r.session.messages]
+
+
+def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_retries(tmp_path):
+    (tmp_path / "wide.csv").write_text("".join(f"{i}," + "x" * 120 + "\n" for i in range(1_000)))
+    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with rig(tmp_path, window=200_000) as r:
+        assert run_turn(r.session, "hello").error is None
+        read = r.session.files.read_file("wide.csv", tool_use_id="toolu_read")  # 120,000+ characters
+        plot = {"type": "tool_result", "tool_use_id": "toolu_plot",
+                "content": [{"type": "text", "text": "a plot"}, png]}
+        r.session.append(Message("assistant", (tool_use_block("toolu_read", "read_file", {"path": "wide.csv"}),
+                                               tool_use_block("toolu_plot", "python", {"code": "plot()"})),
+                                 api_id="msg_local", usage=Usage(3_000, 20), timestamp=r.clock()))
+        r.session.append(Message("user", (tool_result_block("toolu_read", read), plot), timestamp=r.clock()))
+        r.api.inject("413")
+        result = run_turn(r.session, "what do you see?")
+        sent = [q for q in r.api.requests if q.path == "/v1/messages"][-1]
+        sid, expected = r.session.session_id, r.session.request().messages
+        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
+                                         AgentConfig(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
+    assert len(read) > 100_000
+    assert result.error is None and sent.status == 200
+    body = request_text(sent)
+    assert '"type": "image"' not in body and "image removed" in body
+    assert "<persisted-output>" in body and len(body) < len(read)
+    saved = tmp_path / ".ctx_magic" / "sessions" / sid / "tool-results" / "toolu_read.txt"
+    assert saved.read_text() == read  # nothing lost: the full read is on disk
+    assert "toolu_read" in r.session.state.persisted
+    assert problems == [] and resumed.request().messages == expected  # the transcript knows (M4)
