@@ -17,6 +17,7 @@ the cache's clock is injected.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -131,7 +132,6 @@ class _Counters:
 
     request: int = 0
     message: int = 0
-    tool_use: int = 0
 
 
 class OfflineAPI:
@@ -305,15 +305,20 @@ class OfflineAPI:
         """The policy's answer, cut to max_tokens, with ids and usage: a whole Message."""
         answer = self.policy.answer(request)
         content, cut = fit_output([dict(b) for b in answer.content], int(request["max_tokens"]))
+        # Ids carry a digest of the request as well as the server's counter: deterministic, and
+        # unique across server runs (a session resumed in a new kernel, whose counter starts
+        # again, must not get ids its history already holds).
+        digest = hashlib.sha256(json.dumps(request.get("messages"), sort_keys=True).encode()).hexdigest()[:12]
+        self._counters.message += 1
+        tag = f"{digest}_{self._counters.message:06d}"
+        calls = 0
         for block in content:
             if block["type"] == "tool_use":
-                self._counters.tool_use += 1
-                block["id"] = f"toolu_offline_{self._counters.tool_use:06d}"
-        has_calls = any(b["type"] == "tool_use" for b in content)
-        stop = "max_tokens" if cut else ("tool_use" if has_calls else answer.stop_reason)
-        self._counters.message += 1
+                calls += 1
+                block["id"] = f"toolu_offline_{tag}_{calls:02d}"
+        stop = "max_tokens" if cut else ("tool_use" if calls else answer.stop_reason)
         usage = {**usage, "output_tokens": output_tokens(content)}
-        return message_json(f"msg_offline_{self._counters.message:06d}", request["model"], content, stop, usage)
+        return message_json(f"msg_offline_{tag}", request["model"], content, stop, usage)
 
     # --- models ---
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anthropic
 
 from ctx_magic.offline import OfflineAPI
+from ctx_magic.offline.transport import offline_client
 
 from .offline_support import MODEL, PYTHON_TOOL, text_of, user
 
@@ -22,7 +23,7 @@ def test_streams_text_in_several_deltas(sdk: anthropic.Anthropic) -> None:
     assert len(pieces) > 1
     assert "".join(pieces) == text_of(final)
     assert final.stop_reason == "end_turn"
-    assert final.id == "msg_offline_000001"
+    assert final.id.startswith("msg_offline_") and final.id.endswith("_000001")
     assert "hello there" in text_of(final)
 
 
@@ -40,7 +41,8 @@ def test_tool_use_input_json_deltas_reassembled_by_sdk(sdk: anthropic.Anthropic)
     assert [c.name for c in calls] == ["python", "python"]
     assert calls[0].input == {"code": "import pandas as pd\ndf = pd.read_csv('data/sales.csv')\nprint(df.head())"}
     assert calls[1].input == {"code": 'print({\'rows\': len(df), "note": "quotes and braces {}"})'}
-    assert [c.id for c in calls] == ["toolu_offline_000001", "toolu_offline_000002"]
+    assert [c.id[-3:] for c in calls] == ["_01", "_02"] and calls[0].id[:-3] == calls[1].id[:-3]
+    assert calls[0].id.startswith("toolu_offline_") and calls[0].id[:-3] == "toolu_offline_" + final.id[12:]
     assert len(json_pieces) > 4  # each call's JSON came in several pieces
 
 
@@ -91,7 +93,7 @@ def test_same_request_twice_gives_same_content(client: anthropic.Anthropic) -> N
     assert [(b.type, getattr(b, "text", None), getattr(b, "input", None)) for b in first.content] == [
         (b.type, getattr(b, "text", None), getattr(b, "input", None)) for b in second.content
     ]
-    assert (first.id, second.id) == ("msg_offline_000001", "msg_offline_000002")
+    assert first.id != second.id and first.id.endswith("_000001") and second.id.endswith("_000002")
 
 
 def test_reply_never_claims_to_be_claude(client: anthropic.Anthropic) -> None:
@@ -115,3 +117,19 @@ def test_output_tokens_match_generated_content(api: OfflineAPI, client: anthropi
     reply = client.messages.create(model=MODEL, max_tokens=1_000, tools=[PYTHON_TOOL], messages=[user(CODE_REQUEST)])
     content = [{k: v for k, v in b.items() if k != "id"} for b in reply.to_dict()["content"]]
     assert reply.usage.output_tokens == output_tokens(content)
+
+
+def test_ids_come_from_the_request_so_a_new_server_never_repeats_a_conversations_ids() -> None:
+    replies = []
+    for _ in range(2):  # two server runs, as in two kernels
+        sdk = offline_client(OfflineAPI(), max_retries=0)
+        replies.append(sdk.messages.create(model=MODEL, max_tokens=1_000, tools=[PYTHON_TOOL],
+                                           messages=[user(CODE_REQUEST)]))
+    assert replies[0].id == replies[1].id  # the same request to a fresh server: the same ids
+    sdk = offline_client(OfflineAPI(), max_retries=0)
+    other = sdk.messages.create(model=MODEL, max_tokens=1_000, tools=[PYTHON_TOOL],
+                                messages=[user(CODE_REQUEST + "\n# and once more")])
+    assert other.id != replies[0].id
+    assert {b.id for b in other.content if b.type == "tool_use"}.isdisjoint(
+        {b.id for b in replies[0].content if b.type == "tool_use"})
+
