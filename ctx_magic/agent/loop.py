@@ -18,6 +18,7 @@ from ctx_magic.agent.files import ToolError
 from ctx_magic.agent.model import ModelReply
 from ctx_magic.agent.session import MAX_MODEL_CALLS_PER_TURN, Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput
+from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_prompt, prompt_limit_tokens
 from ctx_magic.context.engine import Prepared, clear_now
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import persist_oversized, strip_images
@@ -50,7 +51,7 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     result = TurnResult(prompt="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text"))
     session.turns += 1
     try:
-        session.append(Message("user", tuple(blocks), timestamp=session.clock()))
+        session.append(Message("user", tuple(_fitted(session, blocks)), timestamp=session.clock()))
         _loop(session, result)
     except KeyboardInterrupt:
         result.interrupted = True
@@ -67,6 +68,22 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
         except Exception as error:  # noqa: BLE001 - a listener's failure must not fail the turn
             session.notice(f"An after-turn task failed: {error}", "warning")
     return result
+
+
+def _fitted(session: Session, blocks: list[Block]) -> list[Block]:
+    """The user's text blocks, each too large for the conversation saved to a file first."""
+    threshold = session.engine_settings().thresholds.autocompact
+    out: list[Block] = []
+    for n, block in enumerate(blocks):
+        text = block.get("text", "") if block.get("type") == "text" else ""
+        if text and oversized_prompt(text, threshold):
+            path = session.store.write_tool_result(f"prompt-{session.turns}-{n}", text)
+            preview_chars = min(PREVIEW_CHARS, prompt_limit_tokens(threshold) * 2)
+            block = {"type": "text", "text": persisted_prompt(str(path), text, preview_chars)}
+            session.notice(f"Your message ({len(text):,} characters) is too large for the conversation: it was "
+                           f"saved to {path}, and the agent sees its start and can read the rest.", "warning")
+        out.append(block)
+    return out
 
 
 def _loop(session: Session, result: TurnResult) -> None:

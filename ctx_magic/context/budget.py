@@ -139,3 +139,34 @@ def apply_tool_result_budget(
             blocks.append(block)
         out[index] = message.with_content(blocks)
     return out, decided | newly_decided, events
+
+
+# -- the user's own message ----------------------------------------------------------------------
+
+PROMPT_SHARE_OF_THRESHOLD = 4  # a message may take at most a quarter of the room before compaction
+
+
+def prompt_limit_tokens(autocompact_threshold: int) -> int:
+    return max(PREVIEW_CHARS // 4, autocompact_threshold // PROMPT_SHARE_OF_THRESHOLD)
+
+
+def oversized_prompt(text: str, autocompact_threshold: int) -> bool:
+    """A pasted message too big for the conversation (beyond the seeds: Claude Code keeps big
+    pastes out of the prompt too). Without this, one message larger than the window could
+    never be sent nor compacted away."""
+    return len(text) > MAX_RESULT_CHARS or count_text(text) > prompt_limit_tokens(autocompact_threshold)
+
+
+def persisted_prompt(path: str, text: str, preview_chars: int = PREVIEW_CHARS) -> str:
+    """What the model sees of an oversized message of the user's: where it is, and its start."""
+    head = preview(text, preview_chars)
+    return (
+        "<persisted-input>\n"
+        f"My message was too large to keep in the conversation ({len(text):,} characters).\n"
+        f"The full text is saved at: {path}\n"
+        "Read any part of it with the read_file tool (path above, offset and limit in lines).\n"
+        f"Its first {len(head):,} characters:\n"
+        f"{head}\n"
+        "</persisted-input>"
+    )
+

@@ -15,7 +15,7 @@ from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.session import AgentConfig, open_session
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.events import CompactionFailedEvent, ReplyRestarted, Status, ToolStarted
+from ctx_magic.events import CompactionFailedEvent, Notice, ReplyRestarted, Status, ToolStarted
 from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block
 from ctx_magic.offline.policy import Policy
 
@@ -237,3 +237,22 @@ def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_ret
     assert saved.read_text() == read  # nothing lost: the full read is on disk
     assert "toolu_read" in r.session.state.persisted
     assert problems == [] and resumed.request().messages == expected  # the transcript knows (M4)
+
+
+def test_a_message_too_large_for_the_window_is_saved_to_a_file_and_the_session_goes_on(tmp_path):
+    pasted = "Here is my data:\n" + "\n".join(f"{i},{i * 2},{i * 3},region_{i % 7}" for i in range(2_000))
+    with rig(tmp_path, window=20_000) as r:
+        notices = []
+        r.session.listeners.append(lambda e: notices.append(e.text) if isinstance(e, Notice) else None)
+        assert len(pasted) < 50_000  # under L1's limit, but far more than a quarter of this window
+        result = run_turn(r.session, pasted)
+        sent = [q for q in r.api.requests if q.path == "/v1/messages"][-1]
+        saved = r.session.store.tool_results_dir / "prompt-1-0.txt"
+        assert result.error is None and sent.status == 200
+        assert saved.read_text() == pasted  # nothing lost
+        body = request_text(sent)
+        assert "<persisted-input>" in body and "Here is my data" in body and "1999,3998" not in body
+        assert any("too large for the conversation" in n for n in notices)
+        assert r.session.files.read_file(str(saved), limit=3).count("\n") >= 2  # the agent can read it
+        assert run_turn(r.session, "just print 2\n```python\nprint(2)\n```").error is None
+        assert r.session.status()["zone"] == "ok"

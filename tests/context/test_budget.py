@@ -9,7 +9,10 @@ from ctx_magic.context.budget import (
     MAX_RESULT_CHARS,
     PREVIEW_CHARS,
     apply_tool_result_budget,
+    oversized_prompt,
+    persisted_prompt,
     preview,
+    prompt_limit_tokens,
 )
 from ctx_magic.messages import result_text, user_text
 
@@ -120,3 +123,13 @@ def test_l1_binary_and_non_utf8_outputs_are_stored_and_previewed(tmp_path):
         assert session.write_tool_result(event.tool_use_id, event.content).read_text("utf-8") == event.content
     assert [e.tool_use_id for e in events] == [use_b["id"]]  # 100,000 characters: persisted
     assert "caf\ufffd" in out[2].content[1]["content"]  # the preview shows the replacement character
+
+
+def test_a_user_message_over_a_quarter_of_the_threshold_or_50000_characters_is_oversized():
+    assert prompt_limit_tokens(167_000) == 41_750 and prompt_limit_tokens(100) == 500
+    assert not oversized_prompt("short question", 5_000)
+    assert oversized_prompt("word " * 2_000, 5_000)  # about 2,000 tokens > 1,250
+    assert oversized_prompt("x" * 50_001, 10**9) and not oversized_prompt("hello " * 8_000, 10**9)
+    block = persisted_prompt("/s/tool-results/prompt-1-0.txt", "line\n" * 1_000, 100)
+    assert block.startswith("<persisted-input>") and "/s/tool-results/prompt-1-0.txt" in block
+    assert "5,000 characters" in block and block.count("line") <= 25
