@@ -51,7 +51,7 @@ class CtxMagic(Configurable):
     show_tool_output = Bool(True, help="Show the agent's tool calls and their outputs in the cell.").tag(config=True)
 
     @validate("context_window", "max_output_tokens", "keep_recent", "snip_max_messages", "clear_at_least",
-              "image_max_bytes", "max_retries")
+              "image_max_bytes", "max_retries", "idle_minutes", "memory_budget_tokens")
     def _non_negative(self, proposal):  # type: ignore[no-untyped-def]
         if proposal["value"] < 0:
             raise TraitError(f"{proposal['trait'].name} must be 0 or more, got {proposal['value']}")

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import Message, notebook_cell_id, user_text
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
 from ctx_magic.notebook.config import CtxMagic
-from ctx_magic.notebook.display import TurnDisplay
+from ctx_magic.notebook.display import TurnDisplay, notice
 from ctx_magic.notebook.executor import KernelExecutor, find_notebook_path
 from ctx_magic.notebook.memory_commands import run_memory_command
 from ctx_magic.notebook.panel_link import build_panel, in_jupyter_server, panel_figures, sidebar_widget
@@ -57,6 +58,8 @@ class Controller:
         )
         self.session: Session | None = None
         self.backend: Backend | None = None
+        self.turn_running = False
+        """True while an agent turn runs: the agent's own code must not start another, or compact."""
         self.pending_cells: list[CellRecord] = []
         self.listeners: list[Callable[[Event], None]] = []
         self.lock = threading.RLock()
@@ -91,16 +94,37 @@ class Controller:
     def pre_run_cell(self, info: Any) -> None:
         if self.executor.running:
             return
-        self.check_idle()
-        source = getattr(info, "raw_cell", "") or ""
-        self._cell = None if is_own_or_skipped(source) else self.recorder.start(source)
+        try:
+            self.check_idle()
+            source = getattr(info, "raw_cell", "") or ""
+            self._cell = None if is_own_or_skipped(source) else self.recorder.start(source)
+        except Exception as error:  # noqa: BLE001 - a hook must never put our traceback in a user's cell
+            self.recorder.stop()
+            self._cell = None
+            self.report_internal_error(error)
 
     def post_run_cell(self, result: Any) -> None:
         if self.executor.running or self._cell is None:
             return
         record, self._cell = self._cell, None
-        self.recorder.stop()
-        self.pending_cells.append(self.recorder.finish(record, result))
+        try:
+            self.recorder.stop()
+            self.pending_cells.append(self.recorder.finish(record, result))
+        except Exception as error:  # noqa: BLE001 - as above: one line, the cell is left out
+            self.report_internal_error(error)
+
+    def report_internal_error(self, error: BaseException) -> None:
+        """A bug of ours: one line in the cell, the traceback in errors.log when it can be written."""
+        where = "it could not be saved"
+        try:
+            path = self.storage_dir() / "errors.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as log:
+                log.write("".join(traceback.format_exception(error)) + "\n")
+            where = f"details in {path}"
+        except Exception:  # noqa: BLE001 - the storage folder itself may be the problem
+            pass
+        notice(f"ctx_magic hit an internal error ({type(error).__name__}: {error}); {where}.", "error")
 
     def _absorb_cells(self, session: Session) -> None:
         """Recorded cells enter the context as notebook_cell pairs before the next turn."""
@@ -244,9 +268,11 @@ class Controller:
             if not self.anchor_shown and self.in_jupyter_server() and self.panel is not None:
                 self.show_sidebar()
             session.listeners.append(display)
+            self.turn_running = True
             try:
                 result = run_turn(session, prompt)
             finally:
+                self.turn_running = False
                 session.listeners.remove(display)
                 self.refresh_panel()
             display.finish(self.summary_line(session, result))
@@ -291,6 +317,11 @@ class Controller:
             session.end_turn()
             self.refresh_panel()
             return sum(e.count for e in events)
+
+    def refuse_inside_turn(self, what: str) -> None:
+        """The agent's code calling %%agent or %compact would edit the context mid-turn (M5)."""
+        if self.turn_running:
+            raise CtxMagicError(f"An agent turn is running: {what} cannot be used from inside it.")
 
     def require_session(self) -> Session:
         if self.session is None:

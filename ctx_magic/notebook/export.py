@@ -9,7 +9,9 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from ctx_magic.errors import StorageError
 from ctx_magic.messages import Message, result_text
+from ctx_magic.store.files import describe_os_error
 
 CODE_TOOLS = ("python", "notebook_cell")
 
@@ -83,6 +85,12 @@ def transcript_notebook(records: list[Mapping[str, Any]], session_id: str) -> An
 
 
 def export_transcript(records: list[Mapping[str, Any]], session_id: str, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(transcript_notebook(records, session_id), str(path))
+    if path.is_dir():
+        raise StorageError(f"{path} is a folder: give the path of the .ipynb file to write")
+    notebook = transcript_notebook(records, session_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, str(path))
+    except OSError as error:
+        raise StorageError(f"The transcript was not exported: {describe_os_error(error, path)}") from error
     return path

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,14 +40,7 @@ def one_line_errors(method: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             notice("Interrupted.", "warning")
         except Exception as error:  # noqa: BLE001 - a bug of ours: one line here, details on disk
-            path = self.controller.storage_dir() / "errors.log"
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "a", encoding="utf-8") as log:
-                    log.write(traceback.format_exc() + "\n")
-            except OSError:
-                pass
-            notice(f"ctx_magic hit an internal error ({type(error).__name__}: {error}); details in {path}.", "error")
+            self.controller.report_internal_error(error)
         return None
 
     return wrapper
@@ -77,6 +69,7 @@ class AgentMagics(Magics):
         automatically; see %ctx status and %compact.
         """
         args = parse_argstring(self.agent, line)
+        self.controller.refuse_inside_turn("%%agent")
         if args.new and args.resume is not None:
             raise UsageError("Use either --new or --resume, not both.")
         if args.permission:
@@ -107,6 +100,7 @@ class AgentMagics(Magics):
     def compact(self, line: str) -> None:
         """Compact the agent's context now (optionally with instructions for the summary)."""
         args = parse_argstring(self.compact, line)
+        self.controller.refuse_inside_turn("%compact")
         chosen = [name for name in ("up_to", "from_", "snip") if getattr(args, name) is not None]
         if len(chosen) > 1:
             raise UsageError("Use only one of --up-to, --from and --snip.")

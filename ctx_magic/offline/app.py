@@ -305,20 +305,21 @@ class OfflineAPI:
         """The policy's answer, cut to max_tokens, with ids and usage: a whole Message."""
         answer = self.policy.answer(request)
         content, cut = fit_output([dict(b) for b in answer.content], int(request["max_tokens"]))
-        # Ids carry a digest of the request as well as the server's counter: deterministic, and
-        # unique across server runs (a session resumed in a new kernel, whose counter starts
-        # again, must not get ids its history already holds).
+        # Ids come from a digest of the request: deterministic (whatever side calls ran in
+        # between), and unique across server runs (a session resumed in a new kernel must not get
+        # the tool ids its history already holds). The message id adds the server's counter, so
+        # the same request asked twice still gets two ids, as from the real API.
         digest = hashlib.sha256(json.dumps(request.get("messages"), sort_keys=True).encode()).hexdigest()[:12]
         self._counters.message += 1
-        tag = f"{digest}_{self._counters.message:06d}"
         calls = 0
         for block in content:
             if block["type"] == "tool_use":
                 calls += 1
-                block["id"] = f"toolu_offline_{tag}_{calls:02d}"
+                block["id"] = f"toolu_offline_{digest}_{calls:02d}"
         stop = "max_tokens" if cut else ("tool_use" if calls else answer.stop_reason)
         usage = {**usage, "output_tokens": output_tokens(content)}
-        return message_json(f"msg_offline_{tag}", request["model"], content, stop, usage)
+        return message_json(f"msg_offline_{digest}_{self._counters.message:06d}", request["model"], content, stop,
+                            usage)
 
     # --- models ---
 

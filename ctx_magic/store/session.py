@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.store.files import atomic_write_json, atomic_write_text, read_json
+from ctx_magic.errors import StorageError
+from ctx_magic.store.files import atomic_write_json, atomic_write_text, describe_os_error, read_json
 from ctx_magic.store.transcript import LoadedTranscript, Transcript
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -57,7 +58,11 @@ class SessionDir:
         return self.tool_results_dir / f"{safe_name(tool_use_id)}.txt"
 
     def create(self) -> SessionDir:
-        self.tool_results_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.tool_results_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a file where a folder should be, no permission, a full disk
+            raise StorageError(f"ctx_magic cannot use {self.storage} for its sessions: "
+                               f"{describe_os_error(error, self.tool_results_dir)}") from error
         return self
 
     def transcript(self) -> Transcript:

@@ -9,6 +9,7 @@ import pytest
 from IPython.core.error import UsageError
 from notebook_rig import captured, cell, close_shell, controller, new_shell, run, status, texts
 
+from ctx_magic.context.invariants import check_invariants
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 
@@ -154,7 +155,7 @@ def test_config_values_are_validated(shell):
     before = settings.describe()
     for bad in ("CtxMagic.keep_recent = -1", "CtxMagic.autocompact_pct = 150", "CtxMagic.cache_ttl = '2h'",
                 "CtxMagic.permission = 'sometimes'", "CtxMagic.context_window = -5",
-                "CtxMagic.max_retries = -1"):
+                "CtxMagic.max_retries = -1", "CtxMagic.idle_minutes = -1", "CtxMagic.memory_budget_tokens = -100"):
         run(shell, f"%config {bad}")
     assert settings.describe() == before
 
@@ -362,3 +363,46 @@ def test_notebook_tool_reads_the_saved_notebook_when_its_path_is_known(shell, tm
     assert not output.is_error
     assert "sales.ipynb: 2 cells" in output.content and "--- cell 1 (code) ---" in output.content
     assert "region  total" in output.content and "# Sales" not in output.content
+
+
+def test_the_agents_own_code_cannot_start_a_turn_or_compact_inside_one(shell):
+    run(shell, "%%agent\nfirst\n```python\nx = 1\n```")
+    _, shown = run(shell, "%%agent\nnest\n```python\nget_ipython().run_cell_magic('agent', '', 'nested hello')\n"
+                          "get_ipython().run_line_magic('compact', '')\n```")
+    session = controller(shell).session
+    assert "%%agent cannot be used from inside it" in shown and "%compact cannot be used from inside it" in shown
+    assert not any(m.text.strip() == "nested hello" for m in session.store.load_transcript().messages())
+    assert not session.boundaries
+    check_invariants(session.messages)
+    assert run(shell, "%%agent\nstill fine?")[0].error_in_exec is None
+
+
+def test_a_storage_dir_that_is_a_file_and_a_bad_export_path_are_one_clear_line(shell, tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    shell.run_line_magic("config", f"CtxMagic.storage_dir = {str(tmp_path / 'afile')!r}")
+    _, shown = run(shell, "%%agent\nhello")
+    assert "cannot use" in shown and "afile" in shown and "internal error" not in shown and "Traceback" not in shown
+    shell.run_line_magic("config", f"CtxMagic.storage_dir = {str(tmp_path / 'store')!r}")
+    assert run(shell, "%%agent\nhello")[0].error_in_exec is None
+    (tmp_path / "adir").mkdir()
+    for target in (tmp_path / "adir", tmp_path / "afile" / "x.ipynb"):
+        with captured() as out:
+            shell.run_line_magic("ctx", f"export {target}")
+        shown = texts(out)
+        assert "not exported" in shown or "is a folder" in shown, shown
+        assert "internal error" not in shown and "Wrote" not in shown
+
+
+def test_a_failure_inside_the_cell_hooks_is_one_line_and_later_cells_are_recorded(shell, monkeypatch):
+    ctl = controller(shell)
+
+    def broken() -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(ctl, "check_idle", broken)
+    _, shown = run(shell, "print('user cell')")
+    assert "internal error (RecursionError" in shown and "Traceback" not in shown and "user cell" in shown
+    monkeypatch.undo()
+    cell(shell, "print('recorded')")
+    assert [r.source for r in ctl.pending_cells] == ["print('recorded')"]
+

@@ -42,7 +42,7 @@ def test_tool_use_input_json_deltas_reassembled_by_sdk(sdk: anthropic.Anthropic)
     assert calls[0].input == {"code": "import pandas as pd\ndf = pd.read_csv('data/sales.csv')\nprint(df.head())"}
     assert calls[1].input == {"code": 'print({\'rows\': len(df), "note": "quotes and braces {}"})'}
     assert [c.id[-3:] for c in calls] == ["_01", "_02"] and calls[0].id[:-3] == calls[1].id[:-3]
-    assert calls[0].id.startswith("toolu_offline_") and calls[0].id[:-3] == "toolu_offline_" + final.id[12:]
+    assert calls[0].id.startswith("toolu_offline_") and calls[0].id[14:-3] == final.id[12:-7]
     assert len(json_pieces) > 4  # each call's JSON came in several pieces
 
 
