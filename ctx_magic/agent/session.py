@@ -268,6 +268,7 @@ class Session:
 
     def record_event(self, event: Event) -> None:
         if isinstance(event, Persisted):
+            self.ensure_transcript()
             self.store.write_tool_result(event.tool_use_id, event.content)
         if event.durable:
             self.flush_unwritten()
@@ -278,6 +279,12 @@ class Session:
         """Add a message to the live context and the transcript. When the disk is full the
         message stays live (a tool call keeps its results, M5) and waits, in order, to be written
         before anything else is; the StorageError still ends the turn."""
+        try:
+            self.ensure_transcript()  # before the message is live: a new transcript must not hold it twice
+        except StorageError:
+            self.messages.append(message)
+            self.unwritten.append(message)
+            raise
         self.messages.append(message)
         try:
             self.record_message(message)
@@ -285,8 +292,25 @@ class Session:
             self.unwritten.append(message)
             raise
 
+    def ensure_transcript(self) -> None:
+        """If the session folder or its transcript was deleted while the session ran, start a
+        new transcript from the live context (what only the old file held is gone), and say so."""
+        if not self.transcript.gone():
+            return
+        self.transcript.reopen()
+        self.store.create()
+        waiting = {m.uuid for m in self.unwritten}
+        written = [m for m in self.messages if m.uuid not in waiting]
+        for message in written:
+            self.transcript.append_message(message)
+        self.transcript.sync()
+        self.notice(f"The transcript {self.store.transcript_path} was removed while the session ran; a new one "
+                    f"was started from the live context ({len(written)} messages). Earlier records are gone.",
+                    "warning")
+
     def flush_unwritten(self) -> None:
         """Write the messages a full disk held back; raises StorageError while there is no room."""
+        self.ensure_transcript()
         while self.unwritten:
             self.transcript.append_message(self.unwritten[0])
             self.unwritten.pop(0)

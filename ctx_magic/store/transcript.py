@@ -65,6 +65,28 @@ class Transcript:
             self._truncate(start)
             raise StorageError(describe_os_error(error, self.path)) from error
 
+    def gone(self) -> bool:
+        """The open file was deleted or replaced behind our back: appends would go nowhere."""
+        if self._handle is None or self._handle.closed:
+            return False
+        try:
+            on_disk = os.stat(self.path)
+            mine = os.fstat(self._handle.fileno())
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return (on_disk.st_ino, on_disk.st_dev) != (mine.st_ino, mine.st_dev)
+
+    def reopen(self) -> None:
+        """Let go of the open file; the next append creates the path again."""
+        if self._handle is not None and not self._handle.closed:
+            try:
+                self._handle.close()
+            except OSError:
+                pass
+        self._handle = None
+
     def append_message(self, message: Message) -> None:
         self.append({"type": "message", **message.to_json()})
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 
 from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
 
@@ -256,3 +257,21 @@ def test_a_message_too_large_for_the_window_is_saved_to_a_file_and_the_session_g
         assert r.session.files.read_file(str(saved), limit=3).count("\n") >= 2  # the agent can read it
         assert run_turn(r.session, "just print 2\n```python\nprint(2)\n```").error is None
         assert r.session.status()["zone"] == "ok"
+
+
+def test_a_session_folder_deleted_mid_session_is_started_again_from_the_live_context(tmp_path):
+    with rig(tmp_path, window=200_000) as r:
+        notices = []
+        r.session.listeners.append(lambda e: notices.append(e.text) if isinstance(e, Notice) else None)
+        for n in range(3):
+            assert run_turn(r.session, prompt(n)).error is None
+        shutil.rmtree(tmp_path / ".ctx_magic")  # the user cleans up while the kernel runs
+        assert run_turn(r.session, prompt(3)).error is None
+        assert any("was removed while the session ran" in n for n in notices)
+        expected, sid = r.session.request().messages, r.session.session_id
+        loaded = r.session.store.load_transcript()
+        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
+                                         AgentConfig(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
+    assert loaded.problems == [] and problems == []
+    assert [m.uuid for m in loaded.messages()] == [m.uuid for m in r.session.messages]  # each message once
+    assert resumed.request().messages == expected
