@@ -59,6 +59,8 @@ class Controller:
         self.session: Session | None = None
         self.backend: Backend | None = None
         self.turn_running = False
+        self.carried_session: str | None = None
+        """The session of this kernel before the extension was reloaded: the next turn resumes it."""
         """True while an agent turn runs: the agent's own code must not start another, or compact."""
         self.pending_cells: list[CellRecord] = []
         self.listeners: list[Callable[[Event], None]] = []
@@ -172,6 +174,9 @@ class Controller:
         if self.session is None and backend.offline:
             notes.append(backend.notice)
         sid = self._resume_target(resume) if resume is not None else None
+        carried, self.carried_session = self.carried_session, None
+        if sid is None and not new and carried and (self.storage_dir() / "sessions" / carried).is_dir():
+            sid = carried  # the extension was reloaded in this kernel: the same conversation goes on
         model_client = self._model_client(self.settings.model)
         model_client.limits()
         if self.session is not None:
@@ -188,6 +193,12 @@ class Controller:
         if sid is not None:
             notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
         return session, notes
+
+    def carry_on(self, session_id: str | None, pending: Sequence[CellRecord]) -> None:
+        """After `%reload_ext`: resume this session at the next turn, with the cells recorded
+        before the reload."""
+        self.carried_session = session_id
+        self.pending_cells = [*pending, *self.pending_cells]
 
     def _model_client(self, name: str) -> AnthropicModel:
         backend = self._backend()

@@ -9,6 +9,9 @@ from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.magics import AgentMagics
 
 _CONTROLLER_ATTR = "_ctx_magic_controller"
+_CARRIED_ATTR = "_ctx_magic_carried"
+"""What an unload leaves on the shell for the next load in this kernel: the session id and the
+cells recorded since the last turn, so `%reload_ext ctx_magic` goes on with the same session."""
 
 
 def load(shell: Any) -> Controller:
@@ -16,6 +19,10 @@ def load(shell: Any) -> Controller:
     if existing is not None:
         return existing
     controller = Controller(shell)
+    carried = getattr(shell, _CARRIED_ATTR, None)
+    if carried:
+        controller.carry_on(carried.get("session_id"), carried.get("pending") or [])
+        delattr(shell, _CARRIED_ATTR)
     shell.register_magics(AgentMagics(shell, controller))
     shell.configurables.append(controller.settings)
     shell.events.register("pre_run_cell", controller.pre_run_cell)
@@ -41,6 +48,8 @@ def unload(shell: Any) -> None:
         for name in names:
             magics[kind].pop(name, None)
     atexit.unregister(controller.close)
+    session_id = controller.session.session_id if controller.session is not None else controller.carried_session
+    setattr(shell, _CARRIED_ATTR, {"session_id": session_id, "pending": list(controller.pending_cells)})
     controller.close()
     delattr(shell, _CONTROLLER_ATTR)
 

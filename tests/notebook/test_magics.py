@@ -406,3 +406,21 @@ def test_a_failure_inside_the_cell_hooks_is_one_line_and_later_cells_are_recorde
     cell(shell, "print('recorded')")
     assert [r.source for r in ctl.pending_cells] == ["print('recorded')"]
 
+
+
+def test_reloading_the_extension_goes_on_with_the_same_session_and_the_cells_run_before(shell):
+    run(shell, "%%agent\nfirst\n```python\nx = 41\n```")
+    sid = status(shell)["session_id"]
+    cell(shell, "print('user cell A')")
+    shell.run_line_magic("reload_ext", "ctx_magic")
+    _, shown = run(shell, "%%agent\nafter the reload")
+    assert f"Resumed session {sid}" in shown and status(shell)["session_id"] == sid
+    session = controller(shell).session
+    sources = [b["input"]["source"] for m in session.messages for b in m.blocks("tool_use")
+               if b["name"] == "notebook_cell"]
+    assert sources == ["print('user cell A')"]
+    shell.run_line_magic("unload_ext", "ctx_magic")
+    shell.run_line_magic("load_ext", "ctx_magic")
+    run(shell, "%%agent\nand again")
+    assert status(shell)["session_id"] == sid
+    check_invariants(controller(shell).session.messages)
