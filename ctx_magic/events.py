@@ -199,6 +199,14 @@ class ToolFinished(Event):
 
 
 @dataclass(frozen=True)
+class ToolOutputDelta(Event):
+    """Text a running tool just printed (progress while it runs; the result comes at the end)."""
+
+    name: ClassVar[str] = "tool_output_delta"
+    text: str
+
+
+@dataclass(frozen=True)
 class Notice(Event):
     """A line for the user: backend chosen, a retry, an error that ended the turn."""
 

@@ -205,8 +205,10 @@ def _run_tools(session: Session, reply: ModelReply, *, may_compact: bool = True)
     outputs: list[Block] = []
     compact_request: str | None = None
     calls = [ToolCall(b["id"], b["name"], b.get("input") or {}) for b in reply.tool_uses]
+    current: ToolCall | None = None
     try:
         for call in calls:
+            current = call
             session.emit(ToolStarted(call.id, call.name, dict(call.input)))
             session.emit(Status("running", call.name))
             if call.name == "compact" and may_compact:
@@ -218,9 +220,17 @@ def _run_tools(session: Session, reply: ModelReply, *, may_compact: bool = True)
                 output = dispatch(session, call)
             outputs.append(tool_result_block(call.id, output.content or "(no output)", is_error=output.is_error))
             session.emit(ToolFinished(call.id, call.name, result_text(outputs[-1]), output.is_error))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         done = {b["tool_use_id"] for b in outputs}
-        outputs += [tool_result_block(c.id, INTERRUPTED_RESULT, is_error=True) for c in calls if c.id not in done]
+        partial = getattr(interrupt, "partial", "")
+        for call in calls:
+            if call.id in done:
+                continue
+            text = INTERRUPTED_RESULT
+            if partial and current is not None and call.id == current.id:
+                text += f"\n\n[output before the interrupt]\n{partial}"  # nothing it printed is lost
+                session.emit(ToolFinished(call.id, call.name, text, True))
+            outputs.append(tool_result_block(call.id, text, is_error=True))
         session.append(Message("user", tuple(outputs), timestamp=session.clock()))
         raise
     session.append(Message("user", tuple(outputs), timestamp=session.clock()))

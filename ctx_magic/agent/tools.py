@@ -26,6 +26,14 @@ class ToolCall:
     input: Mapping[str, Any]
 
 
+class ToolInterrupted(KeyboardInterrupt):
+    """The user interrupted a running tool; what it had output by then goes into its result."""
+
+    def __init__(self, partial: str = "") -> None:
+        super().__init__(partial)
+        self.partial = partial
+
+
 @dataclass(frozen=True)
 class ToolOutput:
     content: str | list[Block]

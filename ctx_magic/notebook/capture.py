@@ -23,6 +23,8 @@ OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%loa
               "%reload_ext ctx_magic", "%unload_ext ctx_magic")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 TEXT_TYPES = ("text/markdown", "text/plain")
+OWN_DISPLAY = {"ctx_magic": {"own": True}}
+"""Metadata on ctx_magic's own displays (status, progress): never recorded as the code's output."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -119,13 +121,15 @@ class OutputRecorder:
         self._restore: list[Callable[[], None]] = []
         self._lock = threading.RLock()
 
-    def start(self, source: str, *, quiet: bool = False) -> CellRecord:
+    def start(self, source: str, *, quiet: bool = False,
+              on_output: Callable[[str], None] | None = None) -> CellRecord:
+        """Begin recording; `on_output` hears each piece printed while it runs (progress)."""
         with self._lock:
             self._stop_locked()
             record = CellRecord(source)
             self.current = record
             for stream, sink in ((sys.stdout, record.stdout), (sys.stderr, record.stderr)):
-                self._patch_write(stream, sink, quiet)
+                self._patch_write(stream, sink, quiet, on_output)
             pub = getattr(self.shell, "display_pub", None)
             if pub is not None:
                 self._patch(pub, "publish", self._publisher(pub.publish, record, quiet))
@@ -150,12 +154,18 @@ class OutputRecorder:
 
         self._restore.append(restore)
 
-    def _patch_write(self, stream: Any, sink: list[str], quiet: bool) -> None:
+    def _patch_write(self, stream: Any, sink: list[str], quiet: bool,
+                     on_output: Callable[[str], None] | None = None) -> None:
         original = stream.write
 
         def write(data: str, *args: Any, **kwargs: Any) -> Any:
             if isinstance(data, str) and data:
                 sink.append(data)
+                if on_output is not None:
+                    try:
+                        on_output(data)
+                    except Exception:  # noqa: BLE001 - progress display must never break the run
+                        pass
             return len(data) if quiet else original(data, *args, **kwargs)
 
         try:
@@ -166,6 +176,9 @@ class OutputRecorder:
     @staticmethod
     def _publisher(original: Callable[..., Any], record: CellRecord, quiet: bool) -> Callable[..., Any]:
         def publish(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            metadata = kwargs.get("metadata", args[0] if args else None)
+            if isinstance(metadata, dict) and "ctx_magic" in metadata:
+                return original(data, *args, **kwargs)  # our own status line, shown as it is
             if isinstance(data, dict):
                 record.displays.append(dict(data))
             return None if quiet else original(data, *args, **kwargs)

@@ -21,7 +21,7 @@ from ctx_magic.agent.model import AnthropicModel, Backend, choose_backend
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.engine import snip_now
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, Status, notify
+from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, Status, ToolOutputDelta, notify
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import Message, notebook_cell_id, user_text
@@ -56,6 +56,7 @@ class Controller:
             image_max_bytes=lambda: self.settings.image_max_bytes,
             notebook_path=self.notebook_path,
         )
+        self.executor.on_output = self._tool_output
         self.session: Session | None = None
         self.backend: Backend | None = None
         self.turn_running = False
@@ -114,6 +115,10 @@ class Controller:
             self.pending_cells.append(self.recorder.finish(record, result))
         except Exception as error:  # noqa: BLE001 - as above: one line, the cell is left out
             self.report_internal_error(error)
+
+    def _tool_output(self, text: str) -> None:
+        if self.session is not None:
+            self.session.emit(ToolOutputDelta(text))
 
     def report_internal_error(self, error: BaseException) -> None:
         """A bug of ours: one line in the cell, the traceback in errors.log when it can be written."""

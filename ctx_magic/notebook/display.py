@@ -24,9 +24,10 @@ from ctx_magic.events import (
     Status,
     TextDelta,
     ToolFinished,
+    ToolOutputDelta,
     ToolStarted,
 )
-from ctx_magic.notebook.capture import IMAGE_TYPES, CellRecord, strip_ansi
+from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, strip_ansi
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
 STATUS_TEXT = {
@@ -37,6 +38,7 @@ STATUS_TEXT = {
 }
 NOTICE_COLOURS = {"info": "#555", "warning": "#a15c00", "error": "#b00020"}
 TOOL_INPUT_CHARS = 2_000
+PROGRESS_CHARS = 160  # the latest printed line shown beside the status while code runs
 TOOL_OUTPUT_CHARS = 20_000
 
 
@@ -46,17 +48,17 @@ class Output:
     def __init__(self, data: dict[str, str]) -> None:
         from IPython.display import display
 
-        self.handle = display(data, raw=True, display_id=True)
+        self.handle = display(data, raw=True, display_id=True, metadata=OWN_DISPLAY)
 
     def update(self, data: dict[str, str]) -> None:
         if self.handle is not None:
-            self.handle.update(data, raw=True)
+            self.handle.update(data, raw=True, metadata=OWN_DISPLAY)
 
 
 def show(data: dict[str, str]) -> None:
     from IPython.display import display
 
-    display(data, raw=True)
+    display(data, raw=True, metadata=OWN_DISPLAY)
 
 
 def rich(html_text: str, plain: str) -> dict[str, str]:
@@ -114,6 +116,8 @@ class TurnDisplay:
         self.text = ""
         self.last_update = 0.0
         self.pending_tools: dict[str, ToolStarted] = {}
+        self.status_line = ""
+        self.last_progress = float("-inf")  # the first line shows at once
 
     def __call__(self, event: Event) -> None:
         handler = getattr(self, f"_on_{event.name}", None)
@@ -152,16 +156,32 @@ class TurnDisplay:
 
     def _on_status(self, event: Status) -> None:
         template = STATUS_TEXT.get(event.state, event.state)
-        line = template.format(detail=event.detail or "code") if template else ""
-        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(line)}</div>',
-                    line)
+        self.status_line = template.format(detail=event.detail or "code") if template else ""
         if event.state == "idle":
             self._close_text()
+        self._show_status(self.status_line)
+
+    def _show_status(self, line: str) -> None:
+        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(line)}</div>',
+                    line)
         if self.status is None:
             if line:
                 self.status = Output(data)
         else:
             self.status.update(data)
+
+    def _on_tool_output_delta(self, event: ToolOutputDelta) -> None:
+        """Progress while the agent's code runs: its latest printed line after the status."""
+        if self.clock() - self.last_progress < STREAM_INTERVAL:
+            return  # cheap when code prints a lot: most pieces are not even looked at
+        lines = [line for line in strip_ansi(event.text[-4 * PROGRESS_CHARS:]).replace("\r", "\n").splitlines()
+                 if line.strip()]
+        if not lines:
+            return
+        self.last_progress = self.clock()
+        tail = lines[-1].strip()
+        tail = tail if len(tail) <= PROGRESS_CHARS else tail[: PROGRESS_CHARS - 1] + "…"
+        self._show_status(f"{self.status_line} {tail}".strip())
 
     def finish(self, summary_line: str) -> None:
         """The closing status line of the turn."""

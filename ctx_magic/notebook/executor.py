@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.agent.tools import PYTHON_TOOL, ToolCall, ToolOutput
+from ctx_magic.agent.tools import PYTHON_TOOL, ToolCall, ToolInterrupted, ToolOutput
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, strip_ansi
 
 NOTEBOOK_TOOL = {
@@ -62,6 +62,8 @@ class KernelExecutor:
         self.ask = ask or input
         self.show_code = show_code or (lambda code: None)
         self.running = False
+        self.on_output: Callable[[str], None] | None = None
+        """Hears what the agent's code prints while it runs (the turn's display shows progress)."""
         self.recent_code: list[str] = []
         self.last_record: CellRecord | None = None
 
@@ -102,7 +104,7 @@ class KernelExecutor:
         refused = self._allowed(code)
         if refused is not None:
             return refused
-        record = self.recorder.start(code, quiet=True)
+        record = self.recorder.start(code, quiet=True, on_output=self.on_output)
         self.running = True
         try:
             result = self.shell.run_cell(code, store_history=False, silent=False)
@@ -113,7 +115,9 @@ class KernelExecutor:
         self.recent_code = [*self.recent_code, code][-RECENT_CODE_KEPT:]
         self.last_record = record
         if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):
-            raise KeyboardInterrupt
+            record.error = None  # the interrupt's own traceback says nothing the note does not
+            printed = record.text() if (record.stdout or record.stderr or record.displays) else ""
+            raise ToolInterrupted(printed)
         return ToolOutput(record.content(self.image_max_bytes()), is_error=record.error is not None)
 
     def _notebook(self, call: ToolCall) -> ToolOutput:

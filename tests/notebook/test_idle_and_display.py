@@ -6,7 +6,19 @@ import pytest
 from builders import ManualClock
 from notebook_rig import captured, cell, clocked_shell, controller, run, texts
 
-from ctx_magic.events import Cleared, Compacted, Notice, ReplyRestarted, Status, TextDelta, ToolFinished, ToolStarted
+from ctx_magic.context.invariants import INTERRUPTED_RESULT
+from ctx_magic.events import (
+    Cleared,
+    Compacted,
+    Notice,
+    ReplyRestarted,
+    Status,
+    TextDelta,
+    ToolFinished,
+    ToolOutputDelta,
+    ToolStarted,
+)
+from ctx_magic.messages import result_text
 from ctx_magic.notebook.display import STREAM_INTERVAL, TurnDisplay
 
 
@@ -125,3 +137,32 @@ def test_tools_and_context_changes_are_rendered_as_collapsible_blocks(shell):
     assert "Cleared 1 old tool result(s) to make room" in plain
     assert "The API is overloaded." in plain
     assert "Thinking…" in plain and "Done" in plain
+
+
+def test_what_running_code_prints_shows_beside_the_status_a_few_times_a_second(shell):
+    clock = ManualClock(0.0)
+    with captured() as out:
+        display = TurnDisplay(clock=clock)
+        display(Status("running", "python"))
+        for n in range(50):
+            display(ToolOutputDelta(f"epoch {n}/50 loss={1 / (n + 1):.3f}\n"))
+            clock.now += STREAM_INTERVAL / 5
+        display.finish("done")
+    statuses = [o.data["text/plain"] for o in out.outputs if "ctx-magic-status" in o.data.get("text/html", "")]
+    progress = [s for s in statuses if "epoch" in s]
+    assert progress[0] == "Running python… epoch 0/50 loss=1.000"
+    assert 8 <= len(progress) <= 12  # 50 pieces over a second: about ten updates
+    assert statuses[-1] == "done"
+
+
+def test_an_interrupted_run_keeps_what_it_printed_for_the_agent_and_the_user(shell):
+    code = "print('epoch 1 done', flush=True)\nraise KeyboardInterrupt"
+    _, shown = run(shell, f"%%agent\ntrain\n```python\n{code}\n```")
+    session = controller(shell).session
+    results = [b for m in session.messages for b in m.blocks("tool_result")]
+    assert "Interrupted" in shown and "epoch 1 done" in shown and "Traceback" not in shown
+    assert results[-1]["is_error"] and result_text(results[-1]).startswith(INTERRUPTED_RESULT)
+    assert "epoch 1 done" in result_text(results[-1])
+    assert "Running python… epoch 1 done" in shown  # the progress line, while it ran
+    assert "Running python" not in result_text(results[-1])  # our own status is not the code's output
+    assert run(shell, "%%agent\nare you there?")[0].error_in_exec is None
