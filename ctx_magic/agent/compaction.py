@@ -236,11 +236,20 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
     A plain %compact (no instructions, the whole conversation) tries session memory first:
     notes cannot follow instructions, and a partial compaction has its own split.
     """
+    if index is not None and not 0 <= index <= len(session.messages):
+        option = "--from" if direction == "from" else "--up-to"
+        raise CompactionFailed(f"{option} {index} is outside the live context, which has {len(session.messages)} "
+                               "messages (numbered from 0).")
     result = None
     if trigger == "manual" and not instructions and direction == "full" and index is None:
         result = try_session_memory(session, auto=False)
     if result is None:
         result = _run_compaction(session, trigger, direction=direction, split_at=index, instructions=instructions)
+    e = result.event
+    if e.tokens_after >= e.tokens_before:
+        session.notice(f"The summary and the files re-read after it are larger than what they replaced "
+                       f"({e.tokens_before:,} -> {e.tokens_after:,} tokens): compaction pays off on longer "
+                       "conversations.", "info")
     if session.failures:
         session.failures = 0
         session.record_event(BreakerReset("a manual compaction succeeded"))

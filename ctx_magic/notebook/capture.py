@@ -209,9 +209,15 @@ class OutputRecorder:
     def _format(self, value: Any) -> dict[str, Any]:
         try:
             data, _ = self.shell.display_formatter.format(value)
-            return data
         except Exception:  # noqa: BLE001 - a broken repr must not break the capture
-            return {"text/plain": f"<{type(value).__name__} object>"}
+            data = {}
+        if "text/plain" not in data:  # IPython swallowed the repr's error: say it, as a cell would
+            try:
+                data = {**data, "text/plain": repr(value)}
+            except Exception as error:  # noqa: BLE001
+                data = {**data, "text/plain": f"<{type(value).__name__} object: its repr raised "
+                                              f"{type(error).__name__}: {error}>"}
+        return data
 
     def finish(self, record: CellRecord, result: Any) -> CellRecord:
         """Add the returned value and the error from IPython's ExecutionResult."""

@@ -107,6 +107,7 @@ def _memories_block(entries: Iterable[Mapping[str, Any]], tag: str = MEMORIES_TA
 
 # A compaction summary quotes the user's own words: a reader of the conversation sees them there.
 _SUMMARY_PREFIXES = ("This session is being continued", "The earlier part of this conversation was summarized")
+_CONTINUE_MARK = "\n\nContinue the work from where it stopped"
 
 
 def _user_texts(request: Request) -> list[str]:
@@ -119,6 +120,8 @@ def _user_texts(request: Request) -> list[str]:
         for block in content_blocks(message):
             text = block.get("text", "") if block.get("type") == "text" else ""
             summary = text.lstrip().startswith(_SUMMARY_PREFIXES)
+            if summary:  # the summary's body only: ctx_magic's framing around it is nobody's memory
+                text = text.split("\nSummary:\n", 1)[-1].split(_CONTINUE_MARK, 1)[0]
             if text.strip() and (summary or not is_background(text)) and not text.startswith(LONGTERM_HEADING):
                 found.append(text)
     return found

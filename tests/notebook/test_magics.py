@@ -424,3 +424,21 @@ def test_reloading_the_extension_goes_on_with_the_same_session_and_the_cells_run
     run(shell, "%%agent\nand again")
     assert status(shell)["session_id"] == sid
     check_invariants(controller(shell).session.messages)
+
+
+def test_compact_past_the_end_is_one_line_and_a_summary_bigger_than_the_chat_is_said(shell):
+    run(shell, "%%agent\nhi")
+    with captured() as out:
+        shell.run_line_magic("compact", "--up-to 999")
+    assert "--up-to 999 is outside the live context, which has 2 messages" in texts(out)
+    assert not controller(shell).session.boundaries
+    with captured() as out:
+        shell.run_line_magic("compact", "keep everything")
+    assert "larger than what they replaced" in texts(out) and controller(shell).session.boundaries
+
+
+def test_a_value_whose_repr_raises_is_named_with_its_error_for_the_agent(shell):
+    code = "class Bad:\n    def __repr__(self):\n        raise RuntimeError('no repr today')\nBad()"
+    run(shell, f"%%agent\nshow it\n```python\n{code}\n```")
+    results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
+    assert "its repr raised RuntimeError: no repr today" in results[-1]["content"]

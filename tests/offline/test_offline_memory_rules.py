@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ctx_magic.context.prompts import summary_message_text
 from ctx_magic.memory.longterm import Candidate, json_lines, parse_candidates, tagged_block
 from ctx_magic.memory.prompts import consolidate_prompt, entry_line, gather_prompt, longterm_prompt
 from ctx_magic.offline import OfflineAPI, Policy, offline_client
-from ctx_magic.offline.memory_rules import durable_entries
+from ctx_magic.offline.memory_rules import durable_entries, longterm_answer
 
 from .offline_support import MODEL, text_of, user
 
@@ -159,3 +160,13 @@ def test_the_server_counts_these_requests_as_memory_calls() -> None:
     }
     client.messages.create(**request(user("I prefer plotly over matplotlib.")))
     assert (api.model_calls("memory"), api.model_calls("normal")) == (1, 1)
+
+
+def test_a_summary_gives_its_body_but_not_ctx_magics_framing_to_extraction():
+    summary = summary_message_text("## 6. All User Messages\n- Always plot in UTC.", "/t/transcript.jsonl", auto=True)
+    request = {"messages": [{"role": "user", "content": [{"type": "text", "text": summary}]},
+                            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+                            {"role": "user", "content": [{"type": "text", "text": longterm_prompt([], 20)}]}]}
+    answer = longterm_answer(request)
+    assert "Always plot in UTC" in answer
+    assert "acknowledge" not in answer and "Continue the work" not in answer
