@@ -240,7 +240,7 @@ def profile_incremental(settings: ContextSettings, work: Workload, top: int = 10
         profiler.runcall(prepare, new, base.state, now_after(new), settings)
     stats = pstats.Stats(profiler)
     print(f"\ncProfile, 20 incremental passes (+1 exchange, snip_max_messages={settings.snip_max_messages:,}, "
-          f"clear_at_least={settings.clear_at_least:,}), top {top} by own time:\n")
+          f"clear_at_least={settings.microcompact.clear_at_least:,}), top {top} by own time:\n")
     print("| function | calls | own ms / pass | cumulative ms / pass |\n|---|---:|---:|---:|")
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
     for (path, line, func), (_, calls, own, cumulative, _) in rows:
