@@ -144,8 +144,13 @@ class CacheBroke(Event):
     previous_read: int
     cache_read: int
     cache_written: int
-    expected: bool  # explained (the cache expired while idle) rather than a surprise
+    expected: bool  # explained (expiry after an idle gap, a new system prompt or tool list), not a surprise
     reason: str
+
+    def summary(self) -> dict[str, Any]:
+        """What the status JSON and the panel show of it."""
+        return {"previous_read": self.previous_read, "cache_read": self.cache_read, "reason": self.reason,
+                "expected": self.expected}
 
 
 @dataclass(frozen=True)

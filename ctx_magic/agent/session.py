@@ -120,11 +120,6 @@ class UsageTotals:
         return self.cache_read_input_tokens / prompt if prompt else 0.0
 
 
-def cache_break_entry(event: CacheBroke) -> dict[str, Any]:
-    return {"previous_read": event.previous_read, "cache_read": event.cache_read, "reason": event.reason,
-            "expected": event.expected}
-
-
 class Session:
     """The live conversation of one agent and the store behind it."""
 
@@ -468,7 +463,7 @@ class Session:
             "consecutive_failures": self.failures,
             "turns": self.turns,
             "usage": {**dataclasses.asdict(self.usage), "cache_hit_ratio": round(self.usage.cache_hit_ratio, 4)},
-            "cache_breaks": [cache_break_entry(b) for b in self.cache_breaks],
+            "cache_breaks": [b.summary() for b in self.cache_breaks],
             "transcript": str(self.store.transcript_path),
         }
 

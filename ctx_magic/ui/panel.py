@@ -111,9 +111,7 @@ class ContextPanel(widgets.VBox):
         if isinstance(event, Status):
             return {"status": event.state}
         if isinstance(event, CacheBroke):
-            return {"cache_breaks": [*self._pending.get("cache_breaks", self.cache_breaks),
-                                     {"previous_read": event.previous_read, "cache_read": event.cache_read,
-                                      "reason": event.reason, "expected": event.expected}]}
+            return {"cache_breaks": [*self._pending.get("cache_breaks", self.cache_breaks), event.summary()]}
         if isinstance(event, Compacted):
             timeline.append({"kind": event.trigger, "tokens_before": event.tokens_before,
                              "tokens_after": event.tokens_after, "messages": event.messages_summarized,
