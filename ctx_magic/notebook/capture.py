@@ -14,15 +14,16 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from typing import Any
 
 from ctx_magic.messages import Block, Message, decode_output, text_block, tool_result_block, tool_use_block
 
 SKIP_MARKER = "# ctx: skip"
 OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%load_ext ctx_magic",
-              "%reload_ext ctx_magic", "%unload_ext ctx_magic")
+              "%reload_ext ctx_magic", "%unload_ext ctx_magic", "%config CtxMagic")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-TEXT_TYPES = ("text/markdown", "text/plain")
+_DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-f]+)?>$")
 OWN_DISPLAY = {"ctx_magic": {"own": True}}
 """Metadata on ctx_magic's own displays (status, progress): never recorded as the code's output."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -30,6 +31,65 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
+
+
+def printed(pieces: list[str]) -> str:
+    """Stream text as a terminal leaves it: ANSI codes out, and each carriage return rewrites its
+    line, so a progress bar is its last state, not thousands of them."""
+    text = strip_ansi("".join(pieces))
+    if "\r" not in text:
+        return text
+    lines = text.replace("\r\n", "\n").split("\n")
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
+
+
+class _HTMLText(HTMLParser):
+    """Just the text of an HTML display: rows on lines, cells apart, scripts and styles out."""
+
+    BREAKS = frozenset({"br", "p", "div", "tr", "li", "h1", "h2", "h3", "h4", "table", "thead", "tbody"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag in ("script", "style"):
+            self.skip += 1
+        elif tag in self.BREAKS:
+            self.parts.append("\n")
+        elif tag in ("td", "th"):
+            self.parts.append("\t")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style") and self.skip:
+            self.skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip:
+            self.parts.append(data)
+
+
+def html_text(markup: str) -> str:
+    parser = _HTMLText()
+    try:
+        parser.feed(markup)
+        parser.close()
+    except Exception:  # noqa: BLE001 - broken markup: the raw text is still better than nothing
+        return markup
+    lines = ("".join(parser.parts)).splitlines()
+    return "\n".join(line.strip("\t ") for line in lines if line.strip())
+
+
+def display_text(data: dict[str, Any]) -> tuple[str, str] | None:
+    """(mime type, text) the model gets for one display: markdown or plain text, or the text of
+    the HTML when the plain text is only an object's default repr (an HTML-only display)."""
+    plain = _as_text(data.get("text/plain", ""))
+    if "text/markdown" in data:
+        return "text/markdown", _as_text(data["text/markdown"])
+    if "text/html" in data and (not plain or _DEFAULT_REPR.match(plain.strip())):
+        return "text/html", html_text(_as_text(data["text/html"]))
+    return ("text/plain", plain) if "text/plain" in data else None
 
 
 def is_own_or_skipped(source: str) -> bool:
@@ -58,13 +118,13 @@ class CellRecord:
         """What printed comes first as it is; every other part is labelled in brackets."""
         parts = []
         if self.stdout:
-            parts.append(strip_ansi("".join(self.stdout)).rstrip("\n"))
+            parts.append(printed(self.stdout).rstrip("\n"))
         if self.stderr:
-            parts.append("[stderr]\n" + strip_ansi("".join(self.stderr)).rstrip("\n"))
+            parts.append("[stderr]\n" + printed(self.stderr).rstrip("\n"))
         for data in self.displays:
-            kind = next((t for t in TEXT_TYPES if t in data), None)
-            if kind:
-                parts.append(f"[displayed {kind}]\n{_as_text(data[kind])}")
+            shown = display_text(data)
+            if shown:
+                parts.append(f"[displayed {shown[0]}]\n{shown[1]}")
         if self.result is not None:
             label = f"Out[{self.execution_count}]" if self.execution_count else "result"
             parts.append(f"[{label}]\n{_as_text(self.result.get('text/plain', ''))}")

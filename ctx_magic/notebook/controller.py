@@ -176,7 +176,7 @@ class Controller:
             self.settings.model = model
         if self.session is not None and not new and resume is None:
             return self.session, notes
-        if self.session is None and backend.offline:
+        if self.session is None and backend.offline and not self.carried_session:
             notes.append(backend.notice)
         sid = self._resume_target(resume) if resume is not None else None
         carried, self.carried_session = self.carried_session, None
@@ -340,6 +340,9 @@ class Controller:
             raise CtxMagicError(f"An agent turn is running: {what} cannot be used from inside it.")
 
     def require_session(self) -> Session:
+        if self.session is None and self.carried_session:
+            raise CtxMagicError(f"Session {self.carried_session} goes on at the next %%agent (the extension was "
+                                "reloaded).")
         if self.session is None:
             raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
         return self.session
@@ -396,7 +399,7 @@ class Controller:
             act()
         finally:
             session.listeners.remove(seen.append)
-        self.unshown += [e for e in seen if isinstance(e, (Cleared, Snipped, Persisted))]
+        self.unshown += [e for e in seen if isinstance(e, (Cleared, Snipped, Persisted, Notice))]
 
     def _flush_deferred(self, session: Session) -> None:
         if self.deferred:

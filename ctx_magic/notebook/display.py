@@ -27,7 +27,7 @@ from ctx_magic.events import (
     ToolOutputDelta,
     ToolStarted,
 )
-from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, strip_ansi
+from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
 STATUS_TEXT = {
@@ -40,6 +40,19 @@ NOTICE_COLOURS = {"info": "#555", "warning": "#a15c00", "error": "#b00020"}
 TOOL_INPUT_CHARS = 2_000
 PROGRESS_CHARS = 160  # the latest printed line shown beside the status while code runs
 TOOL_OUTPUT_CHARS = 20_000
+
+
+def latest_line(text: str) -> str:
+    """The line a terminal would show last: a progress bar's current state (after its last
+    carriage return), else the last complete line (a line still being printed may be half)."""
+    text = strip_ansi(text)
+    *done, current = text.split("\n")
+    if "\r" in current:
+        return current.rstrip("\r").rsplit("\r", 1)[-1].strip()
+    for line in reversed(done):
+        if line.strip():
+            return line.rsplit("\r", 1)[-1].strip()
+    return current.strip()
 
 
 class Output:
@@ -84,9 +97,9 @@ def record_html(record: CellRecord) -> str:
     """A python run's outputs as HTML: text, tracebacks, HTML tables and images."""
     parts = []
     if record.stdout:
-        parts.append(f"<pre>{html.escape(strip_ansi(''.join(record.stdout))[:TOOL_OUTPUT_CHARS])}</pre>")
+        parts.append(f"<pre>{html.escape(printed(record.stdout)[:TOOL_OUTPUT_CHARS])}</pre>")
     if record.stderr:
-        stderr = strip_ansi("".join(record.stderr))[:TOOL_OUTPUT_CHARS]
+        stderr = printed(record.stderr)[:TOOL_OUTPUT_CHARS]
         parts.append(f'<pre style="color:#a15c00">{html.escape(stderr)}</pre>')
     for data in [*record.displays, *([record.result] if record.result else [])]:
         image = next((m for m in IMAGE_TYPES if m in data), None)
@@ -117,6 +130,7 @@ class TurnDisplay:
         self.last_update = 0.0
         self.pending_tools: dict[str, ToolStarted] = {}
         self.status_line = ""
+        self.printed_tail = ""
         self.last_progress = float("-inf")  # the first line shows at once
 
     def __call__(self, event: Event) -> None:
@@ -155,6 +169,7 @@ class TurnDisplay:
     # -- status -------------------------------------------------------------------------------
 
     def _on_status(self, event: Status) -> None:
+        self.printed_tail = ""
         template = STATUS_TEXT.get(event.state, event.state)
         self.status_line = template.format(detail=event.detail or "code") if template else ""
         if event.state == "idle":
@@ -172,14 +187,13 @@ class TurnDisplay:
 
     def _on_tool_output_delta(self, event: ToolOutputDelta) -> None:
         """Progress while the agent's code runs: its latest printed line after the status."""
+        self.printed_tail = (self.printed_tail + event.text)[-4 * PROGRESS_CHARS:]  # print() writes in pieces
         if self.clock() - self.last_progress < STREAM_INTERVAL:
             return  # cheap when code prints a lot: most pieces are not even looked at
-        lines = [line for line in strip_ansi(event.text[-4 * PROGRESS_CHARS:]).replace("\r", "\n").splitlines()
-                 if line.strip()]
-        if not lines:
+        tail = latest_line(self.printed_tail)
+        if not tail:
             return
         self.last_progress = self.clock()
-        tail = lines[-1].strip()
         tail = tail if len(tail) <= PROGRESS_CHARS else tail[: PROGRESS_CHARS - 1] + "…"
         self._show_status(f"{self.status_line} {tail}".strip())
 

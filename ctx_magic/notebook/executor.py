@@ -7,6 +7,7 @@ each run, `auto` runs, `off` refuses with a tool error.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -101,7 +102,7 @@ class KernelExecutor:
         code = call.input.get("code")
         if not isinstance(code, str) or not code.strip():
             return ToolOutput("The python tool needs a non-empty 'code' string.", is_error=True)
-        refused = self._allowed(code)
+        refused = self._allowed(code) or self._no_await_here(code)
         if refused is not None:
             return refused
         record = self.recorder.start(code, quiet=True, on_output=self.on_output)
@@ -112,6 +113,7 @@ class KernelExecutor:
             self.running = False
             self.recorder.stop()
         self.recorder.finish(record, result)
+        record.execution_count = None  # run without history: no Out[n] of its own (n is the next cell's)
         self.recent_code = [*self.recent_code, code][-RECENT_CODE_KEPT:]
         self.last_record = record
         if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):
@@ -119,6 +121,21 @@ class KernelExecutor:
             printed = record.text() if (record.stdout or record.stderr or record.displays) else ""
             raise ToolInterrupted(printed)
         return ToolOutput(record.content(self.image_max_bytes()), is_error=record.error is not None)
+
+    def _no_await_here(self, code: str) -> ToolOutput | None:
+        """Top-level `await` needs the kernel's event loop, which is busy running this very turn."""
+        try:
+            asyncio.get_running_loop()
+            needs_loop = self.shell.should_run_async(code, transformed_cell=self.shell.transform_cell(code),
+                                                     preprocessing_exc_tuple=None)
+        except Exception:  # noqa: BLE001 - no running loop (a terminal), or code IPython cannot parse
+            return None
+        if not needs_loop:
+            return None
+        return ToolOutput(
+            "Top-level await cannot run here: the kernel's event loop is busy with this agent turn. Run the "
+            "coroutine on a loop of its own instead, e.g. `import asyncio, concurrent.futures; "
+            "concurrent.futures.ThreadPoolExecutor(1).submit(asyncio.run, main()).result()`.", is_error=True)
 
     def _notebook(self, call: ToolCall) -> ToolOutput:
         path = self.notebook_path()

@@ -166,3 +166,17 @@ def test_an_interrupted_run_keeps_what_it_printed_for_the_agent_and_the_user(she
     assert "Running python… epoch 1 done" in shown  # the progress line, while it ran
     assert "Running python" not in result_text(results[-1])  # our own status is not the code's output
     assert run(shell, "%%agent\nare you there?")[0].error_in_exec is None
+
+
+def test_progress_is_built_from_the_pieces_print_writes(shell):
+    clock = ManualClock(0.0)
+    with captured() as out:
+        display = TurnDisplay(clock=clock)
+        display(Status("running", "python"))
+        for i in range(3):
+            for piece in ("step", " ", str(i), "\n"):  # print('step', i) writes four times
+                display(ToolOutputDelta(piece))
+            clock.now += STREAM_INTERVAL
+    statuses = [o.data["text/plain"] for o in out.outputs if "ctx-magic-status" in o.data.get("text/html", "")]
+    progress = [s for s in statuses if "step" in s]
+    assert progress[-2:] == ["Running python… step 0", "Running python… step 1"]  # whole lines, not "step"

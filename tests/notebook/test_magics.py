@@ -442,3 +442,41 @@ def test_a_value_whose_repr_raises_is_named_with_its_error_for_the_agent(shell):
     run(shell, f"%%agent\nshow it\n```python\n{code}\n```")
     results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
     assert "its repr raised RuntimeError: no repr today" in results[-1]["content"]
+
+
+def test_top_level_await_in_the_agents_code_inside_a_running_loop_is_a_clear_tool_error(shell):
+    import asyncio
+
+    from ctx_magic.agent.tools import ToolCall
+
+    executor = controller(shell).executor
+
+    async def inside_the_kernels_loop():  # as in ipykernel, where the turn runs inside the event loop
+        return (executor.run(ToolCall("t1", "python", {"code": "import asyncio\nawait asyncio.sleep(0)"})),
+                executor.run(ToolCall("t2", "python", {"code": "print('plain code runs')"})))
+
+    awaiting, plain = asyncio.run(inside_the_kernels_loop())
+    assert awaiting.is_error and "Top-level await cannot run here" in awaiting.content
+    assert not plain.is_error and "plain code runs" in plain.content
+
+
+def test_a_session_folder_removed_from_a_cell_is_reported_at_the_next_turn(shell):
+    run(shell, "%%agent\nturn one")
+    cell(shell, "import shutil; shutil.rmtree('.ctx_magic')")
+    _, shown = run(shell, "%%agent\nturn two")
+    assert "was removed while the session ran" in shown
+    assert controller(shell).session.store.transcript_path.is_file()
+
+
+def test_after_a_reload_status_says_the_session_goes_on_and_config_cells_are_not_recorded(shell):
+    run(shell, "%%agent\nhello")
+    sid = status(shell)["session_id"]
+    shell.run_line_magic("reload_ext", "ctx_magic")
+    with captured() as out:
+        shell.run_line_magic("ctx", "status")
+    assert f"Session {sid} goes on at the next %%agent" in texts(out)
+    cell(shell, "%config CtxMagic.keep_recent = 4")
+    _, shown = run(shell, "%%agent\nagain")
+    assert "offline stand-in" not in shown.lower().split("resumed session")[0]  # said once, not per reload
+    assert not [b for m in controller(shell).session.messages for b in m.blocks("tool_use")
+                if b["name"] == "notebook_cell"]
