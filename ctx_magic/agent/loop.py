@@ -161,8 +161,9 @@ def _call(session: Session, count: ContextCount) -> ModelReply:
             session.emit(ReplyRestarted(attempt + 1, STREAM_ATTEMPTS, str(error)))
     session.record_usage(reply.usage)
     session.observe_cache(reply.usage)
-    freed = session.state.freed_tokens if count.anchor_index >= 0 else 0
-    actual_new = reply.usage.prompt_tokens - (count.anchor_tokens - freed)
+    # What the estimate stood for, as the API billed it: the prompt less the anchored part (and
+    # less what a clearing removed from that part, only while the same response anchors the count).
+    actual_new = reply.usage.prompt_tokens - (count.anchor_tokens - count.freed_tokens)
     estimated_prompt = count.tokens
     correction = session.state.correction.observe(count.estimated_tokens, actual_new)
     session.state = dataclasses.replace(session.state, correction=correction)

@@ -163,6 +163,7 @@ class ContextCount:
     anchor_tokens: int  # from the API's usage (0 when no response yet)
     estimated_tokens: int  # unpadded estimate of the messages after the anchor
     anchor_index: int  # index of the first message of the last response, -1 if none
+    freed_tokens: int = 0  # what layers removed from before the anchor since it was billed
 
 
 def find_anchor(messages: Sequence[Message]) -> int:
@@ -208,4 +209,4 @@ def count_context(
     api_id = messages[anchor].api_id
     estimated = estimate_messages([m for m in messages[anchor + 1 :] if m.api_id != api_id])
     tokens = usage.context_tokens + math.ceil(estimated * ratio) - freed_since_anchor
-    return ContextCount(max(0, tokens), usage.context_tokens, estimated, anchor)
+    return ContextCount(max(0, tokens), usage.context_tokens, estimated, anchor, freed_since_anchor)

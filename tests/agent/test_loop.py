@@ -275,3 +275,17 @@ def test_a_session_folder_deleted_mid_session_is_started_again_from_the_live_con
     assert loaded.problems == [] and problems == []
     assert [m.uuid for m in loaded.messages()] == [m.uuid for m in r.session.messages]  # each message once
     assert resumed.request().messages == expected
+
+
+def test_t2_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_path):
+    config = AgentConfig(context_window=8_000, clear_at_least=300, keep_recent=2)
+    with rig(tmp_path, window=8_000, config=config) as r:
+        ratios = []
+        for n in range(11):
+            code = f"for i in range(60): print('row', i, i * {n})"
+            assert run_turn(r.session, f"turn {n}\n```python\n{code}\n```").error is None
+            ratios.append(r.session.state.correction.ratio)
+            exact = r.session.exact_tokens()
+            assert exact is not None and abs(r.session.tokens() - exact) <= 0.05 * exact
+        assert r.session.state.cleared  # a pressure clearing happened on the way
+    assert max(ratios) < 1.2  # it went to 1.93 when a stale 'freed' figure was subtracted again
