@@ -235,12 +235,20 @@ class OutputRecorder:
 
     @staticmethod
     def _publisher(original: Callable[..., Any], record: CellRecord, quiet: bool) -> Callable[..., Any]:
+        shown_at: dict[str, int] = {}  # display_id -> index in record.displays
+
         def publish(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
             metadata = kwargs.get("metadata", args[0] if args else None)
             if isinstance(metadata, dict) and "ctx_magic" in metadata:
                 return original(data, *args, **kwargs)  # our own status line, shown as it is
             if isinstance(data, dict):
-                record.displays.append(dict(data))
+                display_id = (kwargs.get("transient") or {}).get("display_id")
+                if kwargs.get("update") and display_id in shown_at:
+                    record.displays[shown_at[display_id]] = dict(data)  # an update: its latest state only
+                else:
+                    if display_id:
+                        shown_at[display_id] = len(record.displays)
+                    record.displays.append(dict(data))
             return None if quiet else original(data, *args, **kwargs)
 
         return publish

@@ -480,3 +480,11 @@ def test_after_a_reload_status_says_the_session_goes_on_and_config_cells_are_not
     assert "offline stand-in" not in shown.lower().split("resumed session")[0]  # said once, not per reload
     assert not [b for m in controller(shell).session.messages for b in m.blocks("tool_use")
                 if b["name"] == "notebook_cell"]
+
+
+def test_a_display_updated_in_place_reaches_the_agent_as_its_latest_state(shell):
+    code = ("from IPython.display import display\nh = display('first', display_id=True)\nh.update('second')\n"
+            "h.update('third')\ndisplay('other')")
+    run(shell, f"%%agent\nshow\n```python\n{code}\n```")
+    result = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")][-1]["content"]
+    assert "'third'" in result and "'other'" in result and "'first'" not in result and "'second'" not in result
