@@ -95,3 +95,8 @@ class CompactionFailed(CtxMagicError):
 
 class StorageError(CtxMagicError):
     """The session folder could not be written (disk full, permissions)."""
+
+
+class SessionInUse(CtxMagicError):
+    """Another live kernel has this session open."""
+

@@ -479,5 +479,6 @@ def open_session(model: Model, executor: Executor, storage: Path, config: AgentC
     """A new session, or the named one resumed from its folder (problems found are returned)."""
     sid = session_id or new_session_id()
     session = Session(model, executor, SessionDir(storage, sid), config, **kwargs)
+    session.store.claim()
     problems = session.resume() if resume else []
     return session, problems

@@ -258,6 +258,7 @@ class Controller:
             return
         session.end_turn()
         session.transcript.close()
+        session.store.release()
         if extract and any(m.role == "user" and m.sent for m in session.messages):
             self.memory.extract_in_background(session)
 

@@ -3,14 +3,16 @@ session-memory.md, tool-results/} under the storage folder."""
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.errors import StorageError
+from ctx_magic.errors import SessionInUse, StorageError
 from ctx_magic.store.files import atomic_write_json, atomic_write_text, describe_os_error, read_json
 from ctx_magic.store.transcript import LoadedTranscript, Transcript
 
@@ -86,6 +88,46 @@ class SessionDir:
     @property
     def exists(self) -> bool:
         return self.transcript_path.exists() or self.state_path.exists()
+
+    # -- one kernel at a time --------------------------------------------------------------------
+
+    @property
+    def owner_path(self) -> Path:
+        return self.root / "owner.json"
+
+    def claim(self) -> None:
+        """Mark the session as open in this process. Two kernels appending to one transcript
+        would interleave two conversations: a session another live process holds is refused;
+        one left by a process that died is taken over."""
+        owner = read_json(self.owner_path, {})
+        pid = owner.get("pid") if isinstance(owner, dict) else None
+        if (isinstance(pid, int) and pid != os.getpid() and owner.get("host") == socket.gethostname()
+                and _alive(pid)):
+            raise SessionInUse(f"Session {self.session_id} is open in another kernel (process {pid}). Close that "
+                               "kernel, or start a new session with %agent --new.")
+        atomic_write_json(self.owner_path, {"pid": os.getpid(), "host": socket.gethostname()})
+
+    def release(self) -> None:
+        """The session is closed here: another kernel may resume it."""
+        owner = read_json(self.owner_path, {})
+        if isinstance(owner, dict) and owner.get("pid") == os.getpid():
+            try:
+                self.owner_path.unlink()
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but belongs to someone else
+        pass
+    try:  # a killed kernel its parent has not reaped yet is a zombie: dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def list_sessions(storage: Path) -> list[SessionDir]:

@@ -1,14 +1,18 @@
-"""SPEC M2-M3: transcript appends, fsync at turn end, corrupt lines skipped, atomic writes."""
+"""SPEC M2-M3: transcript appends, fsync at turn end, corrupt lines skipped, atomic writes, one
+kernel per session."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
-from ctx_magic.errors import StorageError
+from ctx_magic.errors import SessionInUse, StorageError
 from ctx_magic.events import Cleared
 from ctx_magic.messages import Message, Usage, tool_result_block, user_text
 from ctx_magic.store import files
@@ -144,3 +148,22 @@ def test_m3_session_ids_sort_by_time_and_latest_is_found(tmp_path):
     assert [s.session_id for s in list_sessions(tmp_path)] == [a, b]
     assert latest_session(tmp_path).session_id in (a, b)
     assert safe_name("a/b c") == "a_b_c"
+
+
+def test_a_session_open_in_another_live_process_is_refused_and_a_dead_ones_taken_over(tmp_path):
+    store = SessionDir(tmp_path, "s1").create()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        store.owner_path.write_text(json.dumps({"pid": other.pid, "host": socket.gethostname()}))
+        with pytest.raises(SessionInUse, match=f"open in another kernel \\(process {other.pid}\\)"):
+            store.claim()
+        store.release()  # not ours: left alone
+        assert json.loads(store.owner_path.read_text())["pid"] == other.pid
+    finally:
+        other.kill()
+        other.wait()
+    store.claim()  # its owner is gone: taken over
+    assert json.loads(store.owner_path.read_text())["pid"] == os.getpid()
+    store.claim()  # claiming again in the same process is fine
+    store.release()
+    assert not store.owner_path.exists()
