@@ -96,7 +96,7 @@ def _loop(session: Session, result: TurnResult) -> None:
         if prepared.zone == "blocked":
             raise ContextFull(
                 f"The context is full ({prepared.tokens:,} of {session.engine_settings().thresholds.window:,} "
-                "tokens) and could not be compacted. Run %compact, or start over with %%agent --new."
+                "tokens) and could not be compacted. Run %compact, or start over with %agent --new."
             )
         try:
             reply = _call(session, prepared.count)
@@ -104,7 +104,7 @@ def _loop(session: Session, result: TurnResult) -> None:
             if reactive_used:
                 raise CtxMagicError(
                     f"{error} It happened again after compacting; the conversation is kept as it was. "
-                    "Run %compact with instructions, or %%agent --new."
+                    "Run %compact with instructions, or %agent --new."
                 ) from error
             reactive_used = True
             session.notice(f"{error} Compacting and retrying once.", "warning")
