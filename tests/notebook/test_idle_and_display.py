@@ -139,16 +139,22 @@ def test_tools_and_context_changes_are_rendered_as_collapsible_blocks(shell):
     assert "Thinking…" in plain and "Done" in plain
 
 
-def test_what_running_code_prints_shows_beside_the_status_a_few_times_a_second(shell):
+def status_lines(ticks: list[list[str]], step: float) -> list[str]:
+    """The status lines a turn's display shows while code prints `ticks` (pieces per clock step)."""
     clock = ManualClock(0.0)
     with captured() as out:
         display = TurnDisplay(clock=clock)
         display(Status("running", "python"))
-        for n in range(50):
-            display(ToolOutputDelta(f"epoch {n}/50 loss={1 / (n + 1):.3f}\n"))
-            clock.now += STREAM_INTERVAL / 5
+        for pieces in ticks:
+            for piece in pieces:
+                display(ToolOutputDelta(piece))
+            clock.now += step
         display.finish("done")
-    statuses = [o.data["text/plain"] for o in out.outputs if "ctx-magic-status" in o.data.get("text/html", "")]
+    return [o.data["text/plain"] for o in out.outputs if "ctx-magic-status" in o.data.get("text/html", "")]
+
+
+def test_what_running_code_prints_shows_beside_the_status_a_few_times_a_second(shell):
+    statuses = status_lines([[f"epoch {n}/50 loss={1 / (n + 1):.3f}\n"] for n in range(50)], STREAM_INTERVAL / 5)
     progress = [s for s in statuses if "epoch" in s]
     assert progress[0] == "Running python… epoch 0/50 loss=1.000"
     assert 8 <= len(progress) <= 12  # 50 pieces over a second: about ten updates
@@ -169,14 +175,6 @@ def test_an_interrupted_run_keeps_what_it_printed_for_the_agent_and_the_user(she
 
 
 def test_progress_is_built_from_the_pieces_print_writes(shell):
-    clock = ManualClock(0.0)
-    with captured() as out:
-        display = TurnDisplay(clock=clock)
-        display(Status("running", "python"))
-        for i in range(3):
-            for piece in ("step", " ", str(i), "\n"):  # print('step', i) writes four times
-                display(ToolOutputDelta(piece))
-            clock.now += STREAM_INTERVAL
-    statuses = [o.data["text/plain"] for o in out.outputs if "ctx-magic-status" in o.data.get("text/html", "")]
+    statuses = status_lines([["step", " ", str(i), "\n"] for i in range(3)], STREAM_INTERVAL)  # print('step', i)
     progress = [s for s in statuses if "step" in s]
     assert progress[-2:] == ["Running python… step 0", "Running python… step 1"]  # whole lines, not "step"
