@@ -4,6 +4,9 @@ outputs say what the notebook promises (SPEC §9, notebook issue)."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -73,3 +76,18 @@ def test_long_session_shows_persisted_output_idle_clearing_and_auto_compaction(t
     assert "auto" in [b["trigger"] for b in status["boundaries"]]
     assert all(b["tokens_after"] < b["tokens_before"] for b in status["boundaries"])
     assert status["tool_results"]["persisted"] >= 0 and status["breaker_open"] is False
+
+
+def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_result(tmp_path, offline):
+    """`python -m ctx_magic.demo` as a person runs it (here on a copy, so the checkout stays clean)."""
+    shutil.copy(EXAMPLES / "quickstart.ipynb", tmp_path / "quickstart.ipynb")
+    done = subprocess.run([sys.executable, "-m", "ctx_magic.demo", str(tmp_path / "quickstart.ipynb")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2_000:] + done.stderr[-2_000:]
+    assert "Running" in done.stdout and "Out | " in done.stdout and "Compacted " in done.stdout
+    assert "Traceback" not in done.stdout
+    assert (tmp_path / "quickstart.out.ipynb").is_file()
+    assert "jupyter lab" in done.stdout.splitlines()[-1]
+    missing = subprocess.run([sys.executable, "-m", "ctx_magic.demo", str(tmp_path / "nope.ipynb")],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "No notebook at" in missing.stdout
