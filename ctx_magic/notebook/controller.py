@@ -60,9 +60,9 @@ class Controller:
         self.session: Session | None = None
         self.backend: Backend | None = None
         self.turn_running = False
+        """True while an agent turn runs: the agent's own code must not start another, or compact."""
         self.carried_session: str | None = None
         """The session of this kernel before the extension was reloaded: the next turn resumes it."""
-        """True while an agent turn runs: the agent's own code must not start another, or compact."""
         self.pending_cells: list[CellRecord] = []
         self.listeners: list[Callable[[Event], None]] = []
         self.lock = threading.RLock()
