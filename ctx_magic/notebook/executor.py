@@ -102,7 +102,7 @@ class KernelExecutor:
         code = call.input.get("code")
         if not isinstance(code, str) or not code.strip():
             return ToolOutput("The python tool needs a non-empty 'code' string.", is_error=True)
-        refused = self._allowed(code) or self._no_await_here(code)
+        refused = self._no_await_here(code) or self._allowed(code)  # never ask to approve what cannot run
         if refused is not None:
             return refused
         record = self.recorder.start(code, quiet=True, on_output=self.on_output)
