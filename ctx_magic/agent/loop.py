@@ -185,14 +185,8 @@ def _shrink_request(session: Session) -> None:
         session.record_event(event)
     if changed:
         session.record_event(ImagesStripped(tuple(changed)))
-    state = session.state
     session.replace_live(messages)
-    session.state = dataclasses.replace(
-        session.state,
-        decided=state.decided | {e.tool_use_id for e in persisted},
-        persisted={**state.persisted, **{e.tool_use_id: e.replacement for e in persisted}},
-        persisted_paths={**state.persisted_paths, **{e.tool_use_id: e.path for e in persisted}},
-    )
+    session.state = session.state.with_persisted(persisted)
 
 
 # -- tools ------------------------------------------------------------------------------------

@@ -65,6 +65,18 @@ def replace_result(block: Block, replacement: str) -> Block:
     return {**block, "content": new_content}
 
 
+def persist_result(block: Block, path_for: Callable[[str], str],
+                   preview_chars: int = PREVIEW_CHARS) -> tuple[Block, Persisted]:
+    """One tool_result moved to its file: the block with the `<persisted-output>` stand-in, and
+    the event that carries the full text for the code that writes the file."""
+    tool_use_id = block["tool_use_id"]
+    text = result_text(block)
+    path = path_for(tool_use_id)
+    replacement = persisted_block(path, len(text), preview(text, preview_chars))
+    freed = math.ceil(len(text) / 4) - math.ceil(len(replacement) / 4)
+    return replace_result(block, replacement), Persisted(tool_use_id, path, len(text), freed, replacement, text)
+
+
 def _choose(results: list[tuple[Block, str]], settings: BudgetSettings) -> set[int]:
     """Which of one message's undecided results to persist (the L1 rule), by block id()."""
     persistable = [b for b, tool in results if tool not in NEVER_PERSISTED_TOOLS]
@@ -129,13 +141,8 @@ def apply_tool_result_budget(
         blocks = []
         for block in message.content:
             if id(block) in chosen_ids:
-                tool_use_id = block["tool_use_id"]
-                text = result_text(block)
-                path = path_for(tool_use_id)
-                replacement = persisted_block(path, len(text), preview(text, settings.preview_chars))
-                freed = math.ceil(len(text) / 4) - math.ceil(len(replacement) / 4)
-                events.append(Persisted(tool_use_id, path, len(text), freed, replacement, text))
-                block = replace_result(block, replacement)
+                block, event = persist_result(block, path_for, settings.preview_chars)
+                events.append(event)
             blocks.append(block)
         out[index] = message.with_content(blocks)
     return out, decided | newly_decided, events

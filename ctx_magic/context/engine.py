@@ -38,7 +38,7 @@ from ctx_magic.context.tokens import (
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextMeasured, Event, Snipped
+from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped
 from ctx_magic.messages import Message, result_text
 from ctx_magic.store.session import safe_name
 
@@ -114,6 +114,17 @@ class ContextState:
     freed_tokens: int = 0
     """Tokens removed before the anchoring response since it was billed (T1 correction)."""
     correction: Correction = Correction()
+
+    def with_persisted(self, events: Sequence[Persisted]) -> ContextState:
+        """These results' decisions made and frozen: persisted, with their stand-ins and paths."""
+        if not events:
+            return self
+        return dataclasses.replace(
+            self,
+            decided=self.decided | {e.tool_use_id for e in events},
+            persisted={**self.persisted, **{e.tool_use_id: e.replacement for e in events}},
+            persisted_paths={**self.persisted_paths, **{e.tool_use_id: e.path for e in events}},
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -252,12 +263,7 @@ def _budget(messages: list[Message], state: ContextState, settings: ContextSetti
         return messages, dataclasses.replace(state, decided=decided), []
     anchor = find_anchor(messages)
     freed = _freed_before_anchor(old, messages, (state.positions[e.tool_use_id] for e in persisted), anchor)
-    state = dataclasses.replace(
-        state,
-        decided=decided,
-        persisted={**state.persisted, **{e.tool_use_id: e.replacement for e in persisted}},
-        persisted_paths={**state.persisted_paths, **{e.tool_use_id: e.path for e in persisted}},
-    )
+    state = dataclasses.replace(state, decided=decided).with_persisted(persisted)
     return messages, _with_freed(state, messages, freed), persisted
 
 

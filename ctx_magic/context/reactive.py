@@ -8,10 +8,9 @@ limit (read_file results, which L1 never persists), saved to disk the way L1 sav
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
-from ctx_magic.context.budget import MAX_RESULT_CHARS, PREVIEW_CHARS, persisted_block, preview, replace_result
+from ctx_magic.context.budget import MAX_RESULT_CHARS, PREVIEW_CHARS, persist_result
 from ctx_magic.context.snip import safe_cuts
 from ctx_magic.events import Persisted
 from ctx_magic.messages import Message, result_text
@@ -69,12 +68,9 @@ def persist_oversized(messages: Sequence[Message], path_for: Callable[[str], str
         for block in message.content:
             text = result_text(block) if block.get("type") == "tool_result" else ""
             if len(text) > max_chars:
-                tool_use_id = block["tool_use_id"]
-                path = path_for(tool_use_id)
-                replacement = persisted_block(path, len(text), preview(text, preview_chars))
-                freed = math.ceil(len(text) / 4) - math.ceil(len(replacement) / 4)
-                events.append(Persisted(tool_use_id, path, len(text), freed, replacement, text))
-                block, touched = replace_result(block, replacement), True
+                block, event = persist_result(block, path_for, preview_chars)
+                events.append(event)
+                touched = True
             blocks.append(block)
         out.append(message.with_content(blocks) if touched else message)
     return out, events
