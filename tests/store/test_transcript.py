@@ -152,7 +152,7 @@ def test_m3_session_ids_sort_by_time_and_latest_is_found(tmp_path):
 
 def test_a_session_open_in_another_live_process_is_refused_and_a_dead_ones_taken_over(tmp_path):
     store = SessionDir(tmp_path, "s1").create()
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         store.owner_path.write_text(json.dumps({"pid": other.pid, "host": socket.gethostname()}))
         with pytest.raises(SessionInUse, match=f"open in another kernel \\(process {other.pid}\\)"):
