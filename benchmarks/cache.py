@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.loop import run_turn
-from ctx_magic.agent.model import DEFAULT_MODEL, AnthropicModel, ModelLimits, ModelReply, ModelRequest
-from ctx_magic.agent.session import AgentConfig, Session, open_session
+from ctx_magic.agent.model import AnthropicModel, ModelReply, ModelRequest
+from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import LocalExecutor
 from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
 from ctx_magic.messages import Usage
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig, RecordedRequest
 from ctx_magic.offline.transport import offline_client
+from ctx_magic.settings import DEFAULT_MODEL, ModelLimits, Settings
 
 T0 = 1_767_225_600.0  # 2026-01-01: fixed, so every run sees the same timestamps
 THINK_SECONDS = (20.0, 90.0)  # the user reads the answer and types the next request
@@ -139,7 +140,7 @@ class Run:
     turn_errors: list[str | None]
 
 
-def run_session(turns: int, seed: int, window: int, config: AgentConfig, storage: Path) -> Run:
+def run_session(turns: int, seed: int, window: int, config: Settings, storage: Path) -> Run:
     """The scripted session. Paths and the session id end up in prompts (persisted-output blocks,
     summaries): keep them fixed so that token counts repeat from run to run."""
     clock = ManualClock()
@@ -156,7 +157,7 @@ def run_session(turns: int, seed: int, window: int, config: AgentConfig, storage
         clock.advance(IDLE_SECONDS if n == idle_turn and n else rng.uniform(*THINK_SECONDS))
         recorder.turn = n
         errors.append(run_turn(session, prompt(n, sizes[n])).error)
-    session.transcript.close()
+    session.recorder.close()
     requests = [r for r in api.requests if r.path == "/v1/messages"]
     assert len(requests) == len(recorder.calls), "one recorded request per model call"
     return Run(recorder, requests, session, sizes, errors)
@@ -300,7 +301,7 @@ def prefix_stability(run: Run, steps: Sequence[Transition]) -> None:
 
 def detector(session: Session) -> None:
     """What the session's own cache-break detector (C10) reported over the run."""
-    breaks = session.cache_breaks
+    breaks = session.meter.breaks
     reasons: dict[str, int] = {}
     for b in breaks:
         reasons[b.reason] = reasons.get(b.reason, 0) + 1
@@ -318,12 +319,12 @@ def main() -> None:
     parser.add_argument("--storage", type=Path, default=Path(tempfile.gettempdir()) / "ctx_magic-bench-cache",
                         help="session folder, emptied first and removed after (a fixed path: see run_session)")
     args = parser.parse_args()
-    config = AgentConfig(snip_max_messages=args.snip_max_messages)
+    config = Settings(snip_max_messages=args.snip_max_messages)
     storage: Path = args.storage
     shutil.rmtree(storage, ignore_errors=True)
     try:
         run = run_session(args.turns, args.seed, args.window, config, storage)
-        th = run.session.engine_settings().thresholds
+        th = run.session.context_settings().thresholds
         print(f"{args.turns} turns, seed {args.seed}, window {th.window:,}: warning {th.warning:,}, autocompact "
               f"{th.autocompact:,}; snip at {args.snip_max_messages} messages\n")
         steps = transitions(run.requests)

@@ -26,10 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ctx_magic.context.engine import ContextSettings, ContextState, Prepared, prepare
+from ctx_magic.context.engine import ContextSettings, Prepared, prepare
+from ctx_magic.context.state import ContextState
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Snipped
 from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
+from ctx_magic.settings import Settings
 
 T = TypeVar("T")
 SEED = 1234
@@ -240,7 +242,7 @@ def profile_incremental(settings: ContextSettings, work: Workload, top: int = 10
         profiler.runcall(prepare, new, base.state, now_after(new), settings)
     stats = pstats.Stats(profiler)
     print(f"\ncProfile, 20 incremental passes (+1 exchange, snip_max_messages={settings.snip_max_messages:,}, "
-          f"clear_at_least={settings.microcompact.clear_at_least:,}), top {top} by own time:\n")
+          f"clear_at_least={settings.clear_threshold:,}), top {top} by own time:\n")
     print("| function | calls | own ms / pass | cumulative ms / pass |\n|---|---:|---:|---:|")
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
     for (path, line, func), (_, calls, own, cumulative, _) in rows:
@@ -267,7 +269,7 @@ def main() -> None:
           f"{sum(s >= 100_000 for s in sizes)} of 100 KB-{sizes[-1] / 1e6:.2f} MB); built in {seconds:.1f} s")
 
     default = ContextSettings.create(200_000, 32_000, env={})
-    no_snip = ContextSettings.create(200_000, 32_000, env={}, snip_max_messages=10**9)
+    no_snip = ContextSettings.create(200_000, 32_000, Settings(snip_max_messages=10**9), env={})
     cases = [run_case("default (snip at 200)", default, work, args.repeat),
              run_case("snip off", no_snip, work, args.repeat)]
     peaks = [f"{peak_memory(s, work):,.1f}" for s in (default, no_snip)]

@@ -1,14 +1,40 @@
 """ctx_magic's own error types: every failure a user can meet maps to one of these, each with
 one clear line of text (SPEC N5). They sit at the bottom so the engine, the loop and the
-notebook can all raise and catch them."""
+notebook can all raise and catch them.
+
+Lower floors never name a magic: an error (or a notice) carries a `Remedy`, and the notebook
+layer words it with its own commands (notebook/wording.py).
+"""
 
 from __future__ import annotations
 
 import re
+from enum import Enum
+
+
+class Remedy(str, Enum):
+    """What the user can do next, said in the frontend's own words."""
+
+    NONE = ""
+    COMPACT = "compact"
+    """Compact by hand."""
+    COMPACT_OR_NEW = "compact_or_new"
+    """Compact by hand, or start a new session."""
+    COMPACT_WITH_INSTRUCTIONS_OR_NEW = "compact_with_instructions_or_new"
+    SNIP_OR_NEW = "snip_or_new"
+    """Snip without a summary, or start a new session."""
+    NEW_SESSION = "new_session"
+    RUN_AGAIN = "run_again"
+    """Send the next message: the conversation is intact."""
 
 
 class CtxMagicError(Exception):
-    """Base of every error ctx_magic reports to a user; str() is the one line shown."""
+    """Base of every error ctx_magic reports to a user; str() is the one line shown, and
+    `remedy` what the frontend adds about what to do next."""
+
+    def __init__(self, *args: object, remedy: Remedy = Remedy.NONE) -> None:
+        super().__init__(*args)
+        self.remedy = remedy
 
 
 class InvariantError(CtxMagicError, ValueError):
@@ -87,6 +113,10 @@ class StreamDropped(NetworkError):
 
 class UnknownModel(ModelError):
     pass
+
+
+class ContextFull(CtxMagicError):
+    """The context is past the blocking limit and could not be compacted."""
 
 
 class CompactionFailed(CtxMagicError):

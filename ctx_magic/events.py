@@ -28,6 +28,8 @@ class Event:
             value = getattr(self, f.name)
             if isinstance(value, Usage):
                 value = value.to_json()
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                value = dataclasses.asdict(value)
             elif isinstance(value, (tuple, frozenset)):
                 value = list(value)
             elif isinstance(value, Mapping):
@@ -107,10 +109,9 @@ class Compacted(Event):
 
 
 @dataclass(frozen=True)
-class ContextMeasured(Event):
-    """The engine's view of the context before a call: size, thresholds and zone."""
+class ContextFigures:
+    """The live context as the engine measured it: size, limits, zone and its tool results."""
 
-    name: ClassVar[str] = "measured"
     tokens: int
     threshold: int
     warning: int
@@ -122,6 +123,16 @@ class ContextMeasured(Event):
     live_results: int
     cleared_results: int
     persisted_results: int
+    plan: str = ""
+    """Why the last decision did what it did (context/decide.py)."""
+
+
+@dataclass(frozen=True)
+class ContextMeasured(Event):
+    """The engine's view of the context before a call."""
+
+    name: ClassVar[str] = "measured"
+    figures: ContextFigures
 
 
 @dataclass(frozen=True)
@@ -218,6 +229,8 @@ class Notice(Event):
     name: ClassVar[str] = "notice"
     level: str  # info | warning | error
     text: str
+    remedy: str = ""
+    """A `Remedy` value: what to do next, worded by the frontend."""
 
 
 @dataclass(frozen=True)

@@ -212,12 +212,13 @@ def decode_output(data: bytes | str) -> str:
     return f"[binary output: {len(data):,} bytes; first {len(head)} as hex]\n{hexdump}"
 
 
-_CELL_ID = re.compile(r"^cell_(\d+)_\d+$")
+_CELL_ID = re.compile(r"^cell_(\d+)_[0-9a-f]+$")
 
 
-def notebook_cell_id(execution_count: int | None, serial: int) -> str:
-    """The tool_use id of a notebook cell entering the context (its execution count inside)."""
-    return f"cell_{execution_count or 0}_{serial}"
+def notebook_cell_id(execution_count: int | None, unique: str | None = None) -> str:
+    """The tool_use id of a notebook cell entering the context: its execution count inside, and
+    a random part, because counts start again at 1 after a kernel restart and ids must not repeat."""
+    return f"cell_{execution_count or 0}_{unique or uuidlib.uuid4().hex[:12]}"
 
 
 def cell_of(tool_use_id: str) -> int | None:

@@ -12,13 +12,14 @@ import anthropic
 from builders import ManualClock
 
 from ctx_magic.agent.model import AnthropicModel
-from ctx_magic.agent.session import AgentConfig, Session, open_session
+from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import LocalExecutor
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.messages import Message
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.policy import Answer, Policy
 from ctx_magic.offline.server import serve_in_thread
+from ctx_magic.settings import Settings
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_retries: int = 0,
-        config: AgentConfig | None = None) -> Iterator[Rig]:
+        config: Settings | None = None) -> Iterator[Rig]:
     """A session talking to a live offline server on 127.0.0.1 through the real SDK; the
     server's prompt cache runs on the session's clock, so an idle gap also expires it."""
     clock = ManualClock()
@@ -39,10 +40,10 @@ def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_re
     with serve_in_thread(api) as (url, _stop):
         client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=max_retries)
         model = AnthropicModel(client, name="claude-sonnet-5-5")
-        session, _ = open_session(model, LocalExecutor(), tmp_path / ".ctx_magic", config or AgentConfig(),
+        session, _ = open_session(model, LocalExecutor(), tmp_path / ".ctx_magic", config or Settings(),
                                   root=tmp_path, clock=clock)
         yield Rig(api, session, clock, url)
-        session.transcript.close()
+        session.recorder.close()
 
 
 def request_messages(record) -> list[Message]:  # type: ignore[no-untyped-def]

@@ -10,46 +10,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ctx_magic.agent.files import ToolError
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.tools import ToolError
 from ctx_magic.context.autocompact import CompactionResult, compact_conversation
+from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
+from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
 from ctx_magic.context.reactive import reactive_split
 from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS, session_memory_compact
 from ctx_magic.context.tokens import count_context, count_text
-from ctx_magic.errors import CompactionFailed, ModelError
+from ctx_magic.errors import CompactionFailed, ModelError, Remedy
 from ctx_magic.events import BreakerReset, CompactionFailedEvent, Status
 from ctx_magic.messages import Message, user_text
 
-MAX_CONSECUTIVE_FAILURES = 3  # autoCompact.ts: 1,279 sessions once failed 50+ times in a row
 POST_COMPACT_MAX_FILES = 5
 POST_COMPACT_MAX_TOKENS_PER_FILE = 5_000
 POST_COMPACT_TOKEN_BUDGET = 50_000
-SUMMARY_MAX_OUTPUT = 20_000  # C3: the summary's output cap (p99.99 of summaries is 17,387)
-
-
-class ModelSummarizer:
-    """The compaction call: the main loop's system prompt and tools, tool use forbidden (C3)."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def summarize(self, messages: Sequence[Message], prompt: str) -> str:
-        session = self.session
-        request = session.request(
-            [*messages, user_text(prompt)],
-            purpose="compact",
-            tool_choice={"type": "none"},
-            max_tokens=min(SUMMARY_MAX_OUTPUT, session.max_output()),
-        )
-        session.in_side_call = True
-        try:
-            reply = session.model.stream(request)
-        finally:
-            session.in_side_call = False
-        session.record_usage(reply.usage)
-        if reply.tool_uses:
-            raise CompactionFailed("The summary reply tried to call a tool.")
-        return "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
 
 
 def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
@@ -81,7 +56,7 @@ def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
     notes = list(extra()) if callable(extra) else []
     if session.store.session_memory_path.exists():
         notes.append(f"Session notes are kept at {session.store.session_memory_path} (read_file to see them).")
-    tools = ", ".join(spec["name"] for spec in session.tool_specs())
+    tools = ", ".join(session.frame.tools().names())
     notes.append(f"Tools available: {tools}.")
     body = "\n\n".join(notes)
     attachments.append(user_text(f"<context-refresh>\n{body}\n</context-refresh>", kind="attachment", timestamp=now))
@@ -109,29 +84,34 @@ def _read_within(path: Path, max_tokens: int) -> str | None:
     return text[:cut] + f"\n[truncated to about {max_tokens:,} tokens; read_file shows the rest]"
 
 
+def _measure(session: Session):  # type: ignore[no-untyped-def]
+    overhead = session.frame.overhead_tokens()
+    correction = session.state.correction
+    return lambda msgs: count_context(msgs, overhead_tokens=overhead, correction=correction).tokens
+
+
 def _run_compaction(session: Session, trigger: str, *, direction: str = "full", split_at: int | None = None,
                     instructions: str | None = None) -> CompactionResult:
     for hook in session.hooks.pre_compact:
         added = hook(trigger, instructions)
         if added:
             instructions = f"{instructions}\n{added}" if instructions else added
-    settings = session.engine_settings()
-    overhead = session.overhead_tokens()
+    settings = session.context_settings()
     session.emit(Status("compacting", trigger))
     result = compact_conversation(
         session.messages,
-        ModelSummarizer(session),
+        session.side_calls,
         trigger=trigger,
         now=session.clock(),
         transcript_path=str(session.store.transcript_path),
         tokens_before=session.tokens(),
-        measure=lambda msgs: count_context(msgs, overhead_tokens=overhead, correction=session.state.correction).tokens,
+        measure=_measure(session),
         threshold=settings.thresholds.autocompact,
         direction=direction,
         split_at=split_at,
         instructions=instructions,
-        previous_boundary=session.boundaries[-1]["boundary_uuid"] if session.boundaries else None,
-        turns_since=session.turns - session.turns_at_boundary,
+        previous_boundary=session.compaction.previous_boundary,
+        turns_since=session.compaction.turns_since_boundary,
         attachments=lambda kept: rehydration(session, kept),
     )
     _apply(session, result)
@@ -140,21 +120,14 @@ def _run_compaction(session: Session, trigger: str, *, direction: str = "full", 
 
 def _apply(session: Session, result: CompactionResult) -> None:
     """Swap in the new context, record it, run the post-compact hooks and cleanup (C9, C10)."""
-    for message in result.new_messages:
-        session.record_message(message)
-    session.record_event(result.event)
-    session.replace_live(list(result.messages))
-    session.turns_at_boundary = session.turns
-    e = result.event
-    session.boundaries.append({"trigger": e.trigger, "tokens_before": e.tokens_before, "tokens_after": e.tokens_after,
-                               "messages_summarized": e.messages_summarized, "summary": e.summary,
-                               "boundary_uuid": e.boundary_uuid})
+    session.compacted(result.new_messages, result.messages, result.event)
     for hook in session.hooks.post_compact:
         hook(result.event)
     for hook in session.hooks.session_start:
         text = hook("compact")
         if text:
             session.append(user_text(text, kind="attachment", timestamp=session.clock(), hook="SessionStart"))
+    e = result.event
     if e.rebound:
         session.notice(f"After compaction the context is still {e.tokens_after:,} tokens, over the threshold.",
                        "warning")
@@ -175,7 +148,7 @@ def pending_prompt_index(messages: Sequence[Message]) -> int | None:
 def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResult | None:
     """Session-memory compaction (S3): the notes as the summary, zero model calls; None when
     there are no usable notes or the result would still be over the threshold."""
-    source = session.notes_source
+    source = session.plugins.notes
     if source is None:
         return None
     source.wait(WAIT_FOR_EXTRACTION_SECONDS)
@@ -183,7 +156,6 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
     if current is None:
         return None
     notes, covered = current
-    overhead = session.overhead_tokens()
     session.emit(Status("compacting", "session memory"))
     result = session_memory_compact(
         session.messages, notes, covered,
@@ -191,10 +163,10 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
         transcript_path=str(session.store.transcript_path),
         now=session.clock(),
         tokens_before=session.tokens(),
-        measure=lambda msgs: count_context(msgs, overhead_tokens=overhead, correction=session.state.correction).tokens,
-        threshold=session.engine_settings().thresholds.autocompact,
-        previous_boundary=session.boundaries[-1]["boundary_uuid"] if session.boundaries else None,
-        turns_since=session.turns - session.turns_at_boundary,
+        measure=_measure(session),
+        threshold=session.context_settings().thresholds.autocompact,
+        previous_boundary=session.compaction.previous_boundary,
+        turns_since=session.compaction.turns_since_boundary,
         attachments=lambda kept: rehydration(session, kept),
         auto=auto,
     )
@@ -203,29 +175,22 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
     return result
 
 
-def auto_compact(session: Session) -> bool:
-    """L4 with the recursion guard and the breaker; True when the context was compacted.
-
-    Session memory is tried first (no model call), the LLM summary second.
-    """
-    if session.in_side_call or session.breaker_open:
-        return False
-    if try_session_memory(session) is not None:
-        session.failures = 0
+def auto_compact(session: Session, plan: Plan) -> bool:
+    """L4, carried out as the plan says (notes first when it lists them, then a summary); True
+    when the context was compacted. A failed summary counts toward the breaker (L6)."""
+    if COMPACT_FROM_NOTES in plan.compact and try_session_memory(session) is not None:
         return True
     try:
         _run_compaction(session, "auto", split_at=pending_prompt_index(session.messages))
     except CompactionFailed as error:
-        session.failures += 1
-        open_now = session.breaker_open
-        session.record_event(CompactionFailedEvent("auto", str(error), session.failures, open_now))
-        if open_now:
-            session.notice(f"Auto-compaction failed {session.failures} times in a row and is off for this "
-                           "session; run %compact to compact by hand.", "warning")
+        state = session.compaction_failed()
+        session.record(CompactionFailedEvent("auto", str(error), state.failures, state.breaker_open))
+        if state.breaker_open:
+            session.notice(f"Auto-compaction failed {state.failures} times in a row (the limit is "
+                           f"{MAX_CONSECUTIVE_FAILURES}) and is off for this session.", "warning", Remedy.COMPACT)
         else:
             session.notice(f"Auto-compaction failed: {error}", "warning")
         return False
-    session.failures = 0
     return True
 
 
@@ -233,13 +198,13 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
                    index: int | None = None, trigger: str = "manual") -> CompactionResult:
     """%compact (C8) or the model's compact tool; a success resets the breaker (L6).
 
-    A plain %compact (no instructions, the whole conversation) tries session memory first:
+    A plain compaction (no instructions, the whole conversation) tries session memory first:
     notes cannot follow instructions, and a partial compaction has its own split.
     """
     if index is not None and not 0 <= index <= len(session.messages):
-        option = "--from" if direction == "from" else "--up-to"
-        raise CompactionFailed(f"{option} {index} is outside the live context, which has {len(session.messages)} "
+        raise CompactionFailed(f"Message {index} is outside the live context, which has {len(session.messages)} "
                                "messages (numbered from 0).")
+    failures = session.compaction.failures
     result = None
     if trigger == "manual" and not instructions and direction == "full" and index is None:
         result = try_session_memory(session, auto=False)
@@ -250,9 +215,8 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
         session.notice(f"The summary and the files re-read after it are larger than what they replaced "
                        f"({e.tokens_before:,} -> {e.tokens_after:,} tokens): compaction pays off on longer "
                        "conversations.", "info")
-    if session.failures:
-        session.failures = 0
-        session.record_event(BreakerReset("a manual compaction succeeded"))
+    if failures:
+        session.record(BreakerReset("a manual compaction succeeded"))
     return result
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolError, ToolOutput
 from ctx_magic.messages import decode_output
 
 READ_DEFAULT_LINES = 2_000
@@ -29,10 +30,6 @@ UNCHANGED_STUB = (
     "File unchanged since it was last read with the same offset and limit; its content is in "
     "the earlier read_file result ({tool_use_id}), still in context."
 )
-
-
-class ToolError(Exception):
-    """A tool failed in a way the model should read (becomes an is_error tool result)."""
 
 
 @dataclass(frozen=True)
@@ -185,3 +182,55 @@ class FileTools:
         rehydrate the files the work is about.
         """
         self.reads = {k: FileRead(r.path, r.mtime_ns, r.size, r.offset, r.limit, "") for k, r in self.reads.items()}
+
+
+READ_FILE_SPEC = {
+    "name": "read_file",
+    "description": (
+        "Read a text file under the session folder, with line numbers. Use offset (first line, "
+        "1-based) and limit (number of lines) to read part of a long file, e.g. a persisted output."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 1},
+            "limit": {"type": "integer", "minimum": 1},
+        },
+        "required": ["path"],
+    },
+}
+LIST_FILES_SPEC = {
+    "name": "list_files",
+    "description": "List files under a folder of the session (recursively), optionally matching a glob pattern.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "pattern": {"type": "string"}},
+    },
+}
+GREP_SPEC = {
+    "name": "grep",
+    "description": "Search files under the session folder for a regular expression; prints path:line: text.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+        "required": ["pattern"],
+    },
+}
+
+
+def file_tools(files: FileTools) -> list[Tool]:
+    """read_file, list_files and grep over `files`; their results can be read again, so cleared."""
+
+    def read_file(call: ToolCall, context: ToolContext) -> ToolOutput:
+        args = call.input
+        return ToolOutput(files.read_file(str(args.get("path", "")), args.get("offset"), args.get("limit"),
+                                          tool_use_id=call.id, is_live=context.is_live_result))
+
+    def list_files(call: ToolCall, _context: ToolContext) -> ToolOutput:
+        return ToolOutput(files.list_files(call.input.get("path"), call.input.get("pattern")))
+
+    def grep(call: ToolCall, _context: ToolContext) -> ToolOutput:
+        return ToolOutput(files.grep(str(call.input.get("pattern", "")), call.input.get("path")))
+
+    return [Tool(READ_FILE_SPEC, read_file), Tool(LIST_FILES_SPEC, list_files), Tool(GREP_SPEC, grep)]

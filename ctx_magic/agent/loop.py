@@ -1,5 +1,6 @@
-"""The turn loop: prepare (L1-L3) -> auto-compact if due (L4) -> call -> stream -> run tools ->
-append results -> repeat until the model ends its turn.
+"""The turn loop: prepare (L1, L2, the decision and its clearing) -> carry out the plan
+(compaction) -> call -> stream -> run tools -> append results -> repeat until the model ends
+its turn.
 
 A prompt-too-long from the API gets one reactive compaction per turn (L5); a 413 for bytes
 gets its images stripped once. Every error a user can meet ends the turn with one clear
@@ -8,30 +9,32 @@ message and a valid conversation (SPEC M5, N5); an interrupt closes any open too
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ctx_magic.agent import compaction
-from ctx_magic.agent.files import ToolError
 from ctx_magic.agent.model import ModelReply
-from ctx_magic.agent.session import MAX_MODEL_CALLS_PER_TURN, Session
-from ctx_magic.agent.tools import ToolCall, ToolOutput
+from ctx_magic.agent.session import Session
+from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
 from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_prompt, prompt_limit_tokens
-from ctx_magic.context.engine import Prepared, clear_now
+from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import persist_oversized, strip_images
 from ctx_magic.context.tokens import ContextCount
-from ctx_magic.errors import CompactionFailed, CtxMagicError, PromptTooLong, RequestTooLarge, StreamDropped
-from ctx_magic.events import ImagesStripped, ReplyRestarted, Status, TextDelta, ToolFinished, ToolStarted, UsageUpdated
+from ctx_magic.errors import (
+    CompactionFailed,
+    ContextFull,
+    CtxMagicError,
+    PromptTooLong,
+    Remedy,
+    RequestTooLarge,
+    StreamDropped,
+)
+from ctx_magic.events import ImagesStripped, ReplyRestarted, Status, TextDelta, ToolFinished, ToolStarted
 from ctx_magic.messages import Block, Message, result_text, tool_result_block
 
+MAX_MODEL_CALLS_PER_TURN = 50  # bounds one turn however the model behaves
 STREAM_ATTEMPTS = 3  # a reply whose connection broke mid-stream is asked for again, twice at most
-
-
-class ContextFull(CtxMagicError):
-    """The context is past the blocking limit and could not be compacted."""
 
 
 @dataclass
@@ -39,45 +42,63 @@ class TurnResult:
     prompt: str = ""
     text: str = ""
     error: str | None = None
+    remedy: Remedy = Remedy.NONE
     interrupted: bool = False
     model_calls: int = 0
     tool_calls: int = 0
     compactions: list[str] = field(default_factory=list)
 
 
+class Turn:
+    """One turn in progress: what its tools may ask of it (the ToolContext)."""
+
+    def __init__(self, session: Session, result: TurnResult) -> None:
+        self.session = session
+        self.result = result
+        self.compact_request: str | None = None
+
+    def is_live_result(self, tool_use_id: str) -> bool:
+        return self.session.is_live_result(tool_use_id)
+
+    def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
+        return self.session.clear_results(tool_use_ids, "model")
+
+    def ask_compaction(self, instructions: str) -> bool:
+        if "model" in self.result.compactions or self.compact_request is not None:
+            return False
+        self.compact_request = instructions
+        return True
+
+
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     """One turn of the conversation: the user's message and everything it leads to."""
     blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
     result = TurnResult(prompt="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text"))
-    session.turns += 1
+    session.begin_turn()
     try:
         session.append(Message("user", tuple(_fitted(session, blocks)), timestamp=session.clock()))
-        _loop(session, result)
+        _loop(session, Turn(session, result))
     except KeyboardInterrupt:
         result.interrupted = True
-        session.notice("Interrupted: the conversation is intact; run %%agent again to go on.", "warning")
+        session.notice("Interrupted: the conversation is intact.", "warning", Remedy.RUN_AGAIN)
     except CtxMagicError as error:
-        result.error = str(error)
-        session.notice(str(error), "error")
+        result.error, result.remedy = str(error), error.remedy
+        session.notice(str(error), "error", error.remedy)
     finally:
         session.emit(Status("idle"))
         session.end_turn()
-    for callback in list(session.after_turn):
-        try:
-            callback(session, result)
-        except Exception as error:  # noqa: BLE001 - a listener's failure must not fail the turn
-            session.notice(f"An after-turn task failed: {error}", "warning")
+    session.turn_ended(result)
     return result
 
 
 def _fitted(session: Session, blocks: list[Block]) -> list[Block]:
     """The user's text blocks, each too large for the conversation saved to a file first."""
-    threshold = session.engine_settings().thresholds.autocompact
+    threshold = session.context_settings().thresholds.autocompact
     out: list[Block] = []
     for n, block in enumerate(blocks):
         text = block.get("text", "") if block.get("type") == "text" else ""
         if text and oversized_prompt(text, threshold):
-            path = session.store.write_tool_result(f"prompt-{session.turns}-{n}", text)
+            path = session.store.write_tool_result(f"prompt-{session.compaction.turns}-{n}", text)
             preview_chars = min(PREVIEW_CHARS, prompt_limit_tokens(threshold) * 2)
             block = {"type": "text", "text": persisted_prompt(str(path), text, preview_chars)}
             session.notice(f"Your message ({len(text):,} characters) is too large for the conversation: it was "
@@ -86,32 +107,24 @@ def _fitted(session: Session, blocks: list[Block]) -> list[Block]:
     return out
 
 
-def _loop(session: Session, result: TurnResult) -> None:
+def _loop(session: Session, turn: Turn) -> None:
+    result = turn.result
     reactive_used = stripped = False
     for _ in range(MAX_MODEL_CALLS_PER_TURN):
-        prepared = _checked(session, session.prepare())
-        if prepared.compact_due and compaction.auto_compact(session):
-            result.compactions.append("auto")
-            prepared = session.prepare()
-        if prepared.zone == "blocked":
-            raise ContextFull(
-                f"The context is full ({prepared.tokens:,} of {session.engine_settings().thresholds.window:,} "
-                "tokens) and could not be compacted. Run %compact, or start over with %agent --new."
-            )
+        prepared = _ready(session, result)
         try:
             reply = _call(session, prepared.count)
         except PromptTooLong as error:
             if reactive_used:
-                raise CtxMagicError(
-                    f"{error} It happened again after compacting; the conversation is kept as it was. "
-                    "Run %compact with instructions, or %agent --new."
-                ) from error
+                raise CtxMagicError(f"{error} It happened again after compacting; the conversation is kept as it "
+                                    "was.", remedy=Remedy.COMPACT_WITH_INSTRUCTIONS_OR_NEW) from error
             reactive_used = True
             session.notice(f"{error} Compacting and retrying once.", "warning")
             try:
                 compaction.reactive_compact(session)
             except CompactionFailed as failure:
-                raise CtxMagicError(f"{error} Compaction to recover failed too: {failure}") from failure
+                raise CtxMagicError(f"{error} Compaction to recover failed too: {failure}",
+                                    remedy=failure.remedy) from failure
             result.compactions.append("reactive")
             continue
         except RequestTooLarge:
@@ -127,24 +140,34 @@ def _loop(session: Session, result: TurnResult) -> None:
         result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
         if not reply.tool_uses:
             return
-        compact_request = _run_tools(session, reply, may_compact="model" not in result.compactions)
-        if compact_request is not None:
-            compaction.manual_compact(session, compact_request or None, trigger="model")
+        _run_tools(session, reply, turn)
+        if turn.compact_request is not None:
+            compaction.manual_compact(session, turn.compact_request or None, trigger="model")
             result.compactions.append("model")
+            turn.compact_request = None
     session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
 
 
-def _checked(session: Session, prepared: Prepared) -> Prepared:
-    """Past the threshold, an estimate is checked against the API's exact count (T3): a
-    compaction the conversation does not need yet is a summary's worth of lost detail, and a
-    refusal to send it would be worse. Without an estimated part the count is the API's own."""
-    if not prepared.compact_due or prepared.count.estimated_tokens == 0:
-        return prepared
-    exact = session.exact_tokens()
-    if exact is None:
-        return prepared
-    thresholds = session.engine_settings().thresholds
-    return dataclasses.replace(prepared, compact_due=exact >= thresholds.autocompact, zone=thresholds.zone(exact))
+def _ready(session: Session, result: TurnResult) -> Prepared:
+    """The context prepared and the decision carried out: compacted when the plan says so.
+
+    Past the threshold by estimate, the API's exact count is asked first (T3): a compaction the
+    conversation does not need yet is a summary's worth of lost detail.
+    """
+    prepared = session.prepare()
+    plan = prepared.plan
+    if plan.check_exact:
+        exact = session.exact_tokens()
+        if exact is not None:
+            plan = session.replan(prepared, exact)
+    if plan.compact and compaction.auto_compact(session, plan):
+        result.compactions.append("auto")
+        prepared = session.prepare()
+        plan = prepared.plan
+    if plan.zone == "blocked":
+        raise ContextFull(f"The context is full ({plan.tokens_after:,} of {session.window.tokens:,} tokens) and could "
+                          "not be compacted.", remedy=Remedy.COMPACT_OR_NEW)
+    return prepared
 
 
 def _call(session: Session, count: ContextCount) -> ModelReply:
@@ -159,16 +182,7 @@ def _call(session: Session, count: ContextCount) -> ModelReply:
             if attempt == STREAM_ATTEMPTS:
                 raise
             session.emit(ReplyRestarted(attempt + 1, STREAM_ATTEMPTS, str(error)))
-    session.record_usage(reply.usage)
-    session.observe_cache(reply.usage)
-    # What the estimate stood for, as the API billed it: the prompt less the anchored part (and
-    # less what a clearing removed from that part, only while the same response anchors the count).
-    actual_new = reply.usage.prompt_tokens - (count.anchor_tokens - count.freed_tokens)
-    estimated_prompt = count.tokens
-    correction = session.state.correction.observe(count.estimated_tokens, actual_new)
-    session.state = dataclasses.replace(session.state, correction=correction)
-    session.emit(UsageUpdated(reply.usage, estimated_prompt, session.state.correction.ratio,
-                              dataclasses.asdict(session.usage), round(session.usage.cache_hit_ratio, 4)))
+    session.learn(reply, count)
     return reply
 
 
@@ -177,28 +191,21 @@ def _shrink_request(session: Session) -> None:
     session.notice("The request was larger than the API accepts; removing images, saving oversized outputs "
                    "to disk and retrying.", "warning")
     messages, changed = strip_images(session.messages)
-    settings = session.engine_settings()
+    settings = session.context_settings()
     messages, persisted = persist_oversized(messages, settings.persisted_path,
                                             max_chars=settings.budget.max_result_chars,
                                             preview_chars=settings.budget.preview_chars)
     for event in persisted:
-        session.record_event(event)
+        session.record(event)
     if changed:
-        session.record_event(ImagesStripped(tuple(changed)))
-    session.replace_live(messages)
-    session.state = session.state.with_persisted(persisted)
+        session.record(ImagesStripped(tuple(changed)))
+    session.replace_live(messages, session.state.with_persisted(persisted))
 
 
-# -- tools ------------------------------------------------------------------------------------
-
-
-def _run_tools(session: Session, reply: ModelReply, *, may_compact: bool = True) -> str | None:
-    """Run each tool call, append one results message; returns compact instructions if asked.
-
-    The model may compact once a turn: a second request would summarize a summary.
-    """
+def _run_tools(session: Session, reply: ModelReply, turn: Turn) -> None:
+    """Run each tool call and append one message with all their results."""
+    registry: ToolRegistry = session.frame.tools()
     outputs: list[Block] = []
-    compact_request: str | None = None
     calls = [ToolCall(b["id"], b["name"], b.get("input") or {}) for b in reply.tool_uses]
     current: ToolCall | None = None
     try:
@@ -206,13 +213,7 @@ def _run_tools(session: Session, reply: ModelReply, *, may_compact: bool = True)
             current = call
             session.emit(ToolStarted(call.id, call.name, dict(call.input)))
             session.emit(Status("running", call.name))
-            if call.name == "compact" and may_compact:
-                compact_request = str(call.input.get("instructions") or "")
-                output = ToolOutput("Compaction will run right after this step.")
-            elif call.name == "compact":
-                output = ToolOutput("The context was already compacted in this turn.", is_error=True)
-            else:
-                output = dispatch(session, call)
+            output: ToolOutput = registry.run(call, turn)
             outputs.append(tool_result_block(call.id, output.content or "(no output)", is_error=output.is_error))
             session.emit(ToolFinished(call.id, call.name, result_text(outputs[-1]), output.is_error))
     except KeyboardInterrupt as interrupt:
@@ -229,39 +230,3 @@ def _run_tools(session: Session, reply: ModelReply, *, may_compact: bool = True)
         session.append(Message("user", tuple(outputs), timestamp=session.clock()))
         raise
     session.append(Message("user", tuple(outputs), timestamp=session.clock()))
-    return compact_request
-
-
-def dispatch(session: Session, call: ToolCall) -> ToolOutput:
-    """Run one tool; any failure becomes an error result the model can read."""
-    args = call.input
-    try:
-        if call.name == "read_file":
-            return ToolOutput(session.files.read_file(
-                str(args.get("path", "")), args.get("offset"), args.get("limit"),
-                tool_use_id=call.id, is_live=session.is_live_result))
-        if call.name == "list_files":
-            return ToolOutput(session.files.list_files(args.get("path"), args.get("pattern")))
-        if call.name == "grep":
-            return ToolOutput(session.files.grep(str(args.get("pattern", "")), args.get("path")))
-        if call.name == "snip":
-            return _snip(session, args.get("tool_use_ids") or [])
-        return session.executor.run(call)
-    except ToolError as error:
-        return ToolOutput(str(error), is_error=True)
-    except (TypeError, ValueError) as error:
-        return ToolOutput(f"Bad input for {call.name}: {error}. Input was {json.dumps(dict(args))[:300]}",
-                          is_error=True)
-
-
-def _snip(session: Session, ids: list[str]) -> ToolOutput:
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        return ToolOutput("snip needs tool_use_ids: a list of tool_use id strings.", is_error=True)
-    messages, state, events, unknown = clear_now(session.messages, session.state, ids, "model")
-    session.apply_change(messages, state, events)
-    cleared = [i for e in events for i in e.replacements]
-    text = f"Cleared {len(cleared)} tool result(s) from the context; the transcript keeps them."
-    if unknown:
-        text += f" Not found, already cleared or protected: {', '.join(unknown)}."
-    return ToolOutput(text, is_error=not cleared and bool(unknown))
-

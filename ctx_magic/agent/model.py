@@ -6,7 +6,6 @@ the SDK can raise is mapped here to ctx_magic's own errors, each with one clear 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,9 +24,7 @@ from ctx_magic.errors import (
     is_prompt_too_long,
 )
 from ctx_magic.messages import Block, Usage
-
-DEFAULT_MODEL = "claude-sonnet-5-5"
-DEFAULT_MAX_OUTPUT = 16_384
+from ctx_magic.settings import DEFAULT_MODEL, ModelLimits
 
 # Used when the Models API cannot be asked (older servers, errors): (window, max output).
 MODEL_TABLE: tuple[tuple[str, int, int], ...] = (
@@ -40,14 +37,6 @@ MODEL_TABLE: tuple[tuple[str, int, int], ...] = (
     ("claude-3-5-sonnet", 200_000, 8_192),
 )
 FALLBACK_LIMITS = (200_000, 32_000)
-ONE_MILLION = 1_000_000  # models that allow it get this window with the long-context beta
-
-
-@dataclass(frozen=True)
-class ModelLimits:
-    window: int
-    max_output: int
-    source: str  # models-api | table | config
 
 
 @dataclass(frozen=True)
@@ -161,12 +150,10 @@ class AnthropicModel:
 
     client: Any  # anthropic.Anthropic
     name: str = DEFAULT_MODEL
-    window_override: int = 0
-    offline: bool = False
     _limits: ModelLimits | None = field(default=None, repr=False)
 
     def limits(self) -> ModelLimits:
-        """The window and output cap: config, else the Models API, else the built-in table."""
+        """The model's window and output cap: the Models API's, else the built-in table's."""
         if self._limits is None:
             self._limits = self._lookup_limits()
         return self._limits
@@ -186,8 +173,6 @@ class AnthropicModel:
             window = getattr(info, "max_input_tokens", None) or table_limits(self.name).window
             max_output = getattr(info, "max_tokens", None) or table_limits(self.name).max_output
             found = ModelLimits(int(window), int(max_output), "models-api")
-        if self.window_override:
-            return ModelLimits(self.window_override, min(found.max_output, self.window_override // 2), "config")
         return found
 
     def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None) -> ModelReply:
@@ -222,40 +207,3 @@ class AnthropicModel:
             return int(self.client.messages.count_tokens(**params).input_tokens)
         except Exception as error:  # noqa: BLE001
             raise map_error(error, self.name) from error
-
-
-@dataclass(frozen=True)
-class Backend:
-    """Which server answers: the Anthropic API (a key is set) or the offline stand-in."""
-
-    client: Any
-    offline: bool
-    notice: str
-    offline_api: Any = None
-    """The in-process offline server, when that is the backend (tests read its request log)."""
-
-
-OFFLINE_NOTICE = (
-    "No ANTHROPIC_API_KEY is set: ctx_magic is using its offline stand-in, a deterministic local "
-    "server that speaks the Messages API (not Claude). Set ANTHROPIC_API_KEY to talk to Claude."
-)
-
-
-def choose_backend(
-    env: Mapping[str, str] | None = None, *, max_retries: int = 2, offline_window: int = 200_000
-) -> Backend:
-    """The SDK client: real when ANTHROPIC_API_KEY is set (ANTHROPIC_BASE_URL honored), else offline."""
-    import anthropic
-
-    env = os.environ if env is None else env
-    key = env.get("ANTHROPIC_API_KEY", "").strip()
-    if key:
-        base_url = env.get("ANTHROPIC_BASE_URL") or None
-        client = anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=max_retries)
-        where = f" at {base_url}" if base_url else ""
-        return Backend(client, False, f"Using the Anthropic Messages API{where}.")
-    from ctx_magic.offline.app import OfflineAPI, OfflineConfig
-    from ctx_magic.offline.transport import offline_client
-
-    api = OfflineAPI(OfflineConfig(window=offline_window))
-    return Backend(offline_client(api, max_retries=max_retries), True, OFFLINE_NOTICE, api)

@@ -1,9 +1,10 @@
-"""Tools the model can call, and the Executor seam for the ones that touch the user's world.
+"""Tools the model can call, declared once each: what the model sees (the spec), what runs it,
+and whether microcompact may clear its old results.
 
-The loop handles the context tools itself (compact, snip) and the file tools (read_file,
-list_files, grep); an Executor runs code (`python`) and anything environment-specific (the
-notebook's `notebook` tool). The notebook plugs in a kernel executor; scripts and tests use
-`LocalExecutor`.
+`ToolRegistry` holds a session's tools and dispatches a call to its handler; any failure
+becomes an error result the model can read. An `Executor` brings the tools that touch the
+user's world (`python`, and the notebook's own); files.py brings the file tools and the loop
+brings the context tools (compact, snip).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import json
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,18 +36,86 @@ class ToolInterrupted(KeyboardInterrupt):
         self.partial = partial
 
 
+class ToolError(Exception):
+    """A tool failed in a way the model should read (becomes an is_error tool result)."""
+
+
 @dataclass(frozen=True)
 class ToolOutput:
     content: str | list[Block]
     is_error: bool = False
 
 
+class ToolContext(Protocol):
+    """What a handler may ask of the turn that called it."""
+
+    def is_live_result(self, tool_use_id: str) -> bool:
+        """Whether that result is still in the context, uncleared."""
+
+    def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
+        """Clear those results now: (cleared, unknown or protected)."""
+
+    def ask_compaction(self, instructions: str) -> bool:
+        """Compact right after this step; False when the turn already compacted."""
+
+
+Handler = Callable[[ToolCall, ToolContext], ToolOutput]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool: its spec as the API takes it, its handler, and whether its results may be cleared."""
+
+    spec: Mapping[str, Any]
+    run: Handler
+    clearable: bool = True
+    """Its output can be produced again (re-run, re-read): microcompact may clear old results."""
+    offered: bool = True
+    """False for tools the model cannot call but whose results are recorded (notebook cells)."""
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+
 class Executor(Protocol):
-    """Runs `python` (and any tool it declares) where the user's data lives."""
+    """Brings the tools that run where the user's data lives (`python`, and any of its own)."""
 
-    def tool_specs(self) -> list[dict[str, Any]]: ...
+    def tools(self) -> list[Tool]: ...
 
-    def run(self, call: ToolCall) -> ToolOutput: ...
+
+class ToolRegistry:
+    """A session's tools by name."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def specs(self) -> list[dict[str, Any]]:
+        """What the model is offered, in declaration order."""
+        return [dict(t.spec) for t in self._tools.values() if t.offered]
+
+    def names(self) -> list[str]:
+        return [t.name for t in self._tools.values() if t.offered]
+
+    def clearable(self) -> frozenset[str]:
+        return frozenset(name for name, t in self._tools.items() if t.clearable)
+
+    def run(self, call: ToolCall, context: ToolContext) -> ToolOutput:
+        """Run one call; any failure becomes an error result the model can read."""
+        tool = self._tools.get(call.name)
+        if tool is None or not tool.offered:
+            return ToolOutput(f"Unknown tool {call.name!r}; the tools are: {', '.join(self.names())}.", is_error=True)
+        try:
+            return tool.run(call, context)
+        except ToolError as error:
+            return ToolOutput(str(error), is_error=True)
+        except (TypeError, ValueError) as error:
+            return ToolOutput(f"Bad input for {call.name}: {error}. Input was {json.dumps(dict(call.input))[:300]}",
+                              is_error=True)
 
 
 PYTHON_TOOL = {
@@ -60,66 +130,6 @@ PYTHON_TOOL = {
         "required": ["code"],
     },
 }
-
-FILE_TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "read_file",
-        "description": (
-            "Read a text file under the session folder, with line numbers. Use offset (first line, "
-            "1-based) and limit (number of lines) to read part of a long file, e.g. a persisted output."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "offset": {"type": "integer", "minimum": 1},
-                "limit": {"type": "integer", "minimum": 1},
-            },
-            "required": ["path"],
-        },
-    },
-    {
-        "name": "list_files",
-        "description": "List files under a folder of the session (recursively), optionally matching a glob pattern.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "pattern": {"type": "string"}},
-        },
-    },
-    {
-        "name": "grep",
-        "description": "Search files under the session folder for a regular expression; prints path:line: text.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
-            "required": ["pattern"],
-        },
-    },
-]
-
-CONTEXT_TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "compact",
-        "description": (
-            "Summarize the conversation so far to free context, e.g. at the end of a phase of work. "
-            "Optional instructions say what the summary must keep."
-        ),
-        "input_schema": {"type": "object", "properties": {"instructions": {"type": "string"}}},
-    },
-    {
-        "name": "snip",
-        "description": (
-            "Mark old tool results as no longer needed: their content is cleared from the context "
-            "(the transcript keeps it). Give the tool_use ids of the results."
-        ),
-        "input_schema": {
-            "type": "object",
-            "properties": {"tool_use_ids": {"type": "array", "items": {"type": "string"}}},
-            "required": ["tool_use_ids"],
-        },
-    },
-]
-
 
 def run_python_source(code: str, namespace: dict[str, Any]) -> tuple[str, bool]:
     """Execute `code` like a notebook cell: output, the last expression's repr, errors."""
@@ -152,12 +162,10 @@ class LocalExecutor:
 
     namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__agent__"})
 
-    def tool_specs(self) -> list[dict[str, Any]]:
-        return [PYTHON_TOOL]
+    def tools(self) -> list[Tool]:
+        return [Tool(PYTHON_TOOL, lambda call, _context: self.run_python(call))]
 
-    def run(self, call: ToolCall) -> ToolOutput:
-        if call.name != "python":
-            return ToolOutput(f"Unknown tool {call.name!r}.", is_error=True)
+    def run_python(self, call: ToolCall) -> ToolOutput:
         code = call.input.get("code")
         if not isinstance(code, str):
             return ToolOutput("The python tool needs a 'code' string.", is_error=True)

@@ -16,7 +16,7 @@ from typing import Protocol
 from ctx_magic.context.prompts import PTL_RETRY_MARKER, compact_prompt, extract_summary, summary_message_text
 from ctx_magic.context.snip import safe_cuts, snipped_count
 from ctx_magic.context.tokens import message_tokens
-from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong
+from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong, Remedy
 from ctx_magic.events import Compacted
 from ctx_magic.messages import Block, Message, text_block, user_text
 
@@ -126,8 +126,8 @@ def summarize_with_retries(summarizer: Summarizer, messages: Sequence[Message], 
             shorter = truncate_head_for_ptl(attempt, error.gap) if retry < MAX_PTL_RETRIES else None
             if shorter is None:
                 raise CompactionFailed(
-                    "The conversation is too long to summarize even after dropping its oldest parts. "
-                    "Use %compact --snip, or %agent --new to start over."
+                    "The conversation is too long to summarize even after dropping its oldest parts.",
+                    remedy=Remedy.SNIP_OR_NEW,
                 ) from error
             attempt = shorter
             continue

@@ -14,49 +14,44 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget, replace_result
+from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget
+from ctx_magic.context.decide import Plan, Situation, decide
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.context.microcompact import (
-    CACHE_TTL_MINUTES,
-    CLEAR_AT_LEAST,
-    COMPACTABLE_TOOLS,
-    MicrocompactSettings,
-    clear_results,
-    clearable,
-    cleared_text,
-    idle_gap,
-    microcompact_trigger,
-)
-from ctx_magic.context.snip import DEFAULT_SNIP_MAX_MESSAGES, KEEP_HEAD, snip_middle
-from ctx_magic.context.thresholds import Thresholds, compute_thresholds
+from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
+from ctx_magic.context.snip import KEEP_HEAD, snip_middle
+from ctx_magic.context.state import ContextState, apply_decisions, result_counts
+from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
-    Correction,
     block_tokens,
     count_context,
     count_text,
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped
-from ctx_magic.messages import Message, result_text
+from ctx_magic.events import Cleared, ContextFigures, ContextMeasured, Event, Snipped
+from ctx_magic.messages import Message
+from ctx_magic.settings import CLEAR_AT_LEAST, DEFAULTS, Settings
 from ctx_magic.store.session import safe_name
 
 
 @dataclass(frozen=True)
 class ContextSettings:
-    """Everything the engine's rules depend on, one value per rule."""
+    """Everything the engine's rules depend on, one value per rule, derived from `Settings`."""
 
-    thresholds: Thresholds = field(default_factory=lambda: compute_thresholds(200_000, 32_000, env={}))
-    keep_recent: int = 5
+    thresholds: Thresholds = field(default_factory=lambda: compute_thresholds(
+        DEFAULT_WINDOW, DEFAULTS.max_output_tokens, env={}))
+    keep_recent: int = DEFAULTS.keep_recent
     """Compactable results that microcompact always keeps (the most recent ones)."""
-    idle_minutes: float = CACHE_TTL_MINUTES["5m"]
+    idle_minutes: float = DEFAULTS.idle_seconds / 60
     """Idle gap after which old results are cleared: the prompt-cache TTL by default."""
-    clear_at_least: int = 0
+    clear_at_least: int = DEFAULTS.clear_at_least
     """Pressure clearing only fires when it frees this much; 0 means 20,000 scaled for small
     windows like the other buffers (T5). A value someone set is used as it is."""
-    snip_max_messages: int = DEFAULT_SNIP_MAX_MESSAGES
+    snip_max_messages: int = DEFAULTS.snip_max_messages
     """Live messages past which the middle is snipped."""
+    compactable_tools: frozenset[str] = COMPACTABLE_TOOLS
+    """Tools whose results may be cleared (the loop's tool registry says which)."""
     budget: BudgetSettings = BudgetSettings()
     """Per-result and per-message character limits of L1."""
     tool_results_dir: str = "tool-results"
@@ -65,130 +60,52 @@ class ContextSettings:
     """Transcript named in snip markers."""
 
     @classmethod
-    def create(
-        cls,
-        window: int,
-        max_output: int,
-        *,
-        autocompact_pct: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cache_ttl: str = "5m",
-        idle_minutes: float | None = None,
-        **rules: object,
-    ) -> ContextSettings:
-        thresholds = compute_thresholds(window, max_output, autocompact_pct=autocompact_pct, env=env)
-        idle = idle_minutes if idle_minutes else CACHE_TTL_MINUTES.get(cache_ttl, 5.0)
-        return cls(thresholds=thresholds, idle_minutes=idle, **rules)  # type: ignore[arg-type]
+    def create(cls, window: int, reply_cap: int, settings: Settings | None = None, *,
+               env: Mapping[str, str] | None = None, **where: object) -> ContextSettings:
+        """The engine's settings for a window and reply cap; `where` sets the paths and the
+        compactable tools."""
+        settings = settings or Settings()
+        thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env)
+        return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_minutes=settings.idle_seconds / 60,
+                   clear_at_least=settings.clear_at_least, snip_max_messages=settings.snip_max_messages,
+                   **where)  # type: ignore[arg-type]
 
     @property
-    def microcompact(self) -> MicrocompactSettings:
-        return MicrocompactSettings(
-            keep_recent=self.keep_recent,
-            idle_minutes=self.idle_minutes,
-            clear_at_least=self.clear_at_least or max(1, round(CLEAR_AT_LEAST * self.thresholds.scale)),
-        )
+    def clear_threshold(self) -> int:
+        """What a pressure clearing must free: the setting, else 20,000 scaled to the window (T5)."""
+        return self.clear_at_least or max(1, round(CLEAR_AT_LEAST * self.thresholds.scale))
 
     def persisted_path(self, tool_use_id: str) -> str:
         return f"{self.tool_results_dir.rstrip('/')}/{safe_name(tool_use_id)}.txt"
 
 
 @dataclass(frozen=True)
-class ContextState:
-    """What the engine remembers between calls: frozen decisions and its index."""
-
-    decided: frozenset[str] = frozenset()
-    """tool_use_ids whose L1 decision is made (kept or persisted), never revisited."""
-    persisted: Mapping[str, str] = field(default_factory=dict)
-    """tool_use_id -> the persisted-output block that replaced it, byte for byte."""
-    persisted_paths: Mapping[str, str] = field(default_factory=dict)
-    cleared: Mapping[str, str] = field(default_factory=dict)
-    """tool_use_id -> the stub that replaced it (microcompact, snip tool, user)."""
-    tool_names: Mapping[str, str] = field(default_factory=dict)
-    compactable: tuple[str, ...] = ()
-    """Live compactable results not cleared yet, oldest first."""
-    positions: Mapping[str, int] = field(default_factory=dict)
-    """tool_use_id -> index of the message holding its result."""
-    indexed: int = 0
-    indexed_uuid: str | None = None
-    freed_anchor: str | None = None
-    freed_tokens: int = 0
-    """Tokens removed before the anchoring response since it was billed (T1 correction)."""
-    correction: Correction = Correction()
-
-    def with_persisted(self, events: Sequence[Persisted]) -> ContextState:
-        """These results' decisions made and frozen: persisted, with their stand-ins and paths."""
-        if not events:
-            return self
-        return dataclasses.replace(
-            self,
-            decided=self.decided | {e.tool_use_id for e in events},
-            persisted={**self.persisted, **{e.tool_use_id: e.replacement for e in events}},
-            persisted_paths={**self.persisted_paths, **{e.tool_use_id: e.path for e in events}},
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "persisted": dict(self.persisted),
-            "persisted_paths": dict(self.persisted_paths),
-            "cleared": dict(self.cleared),
-            "freed_anchor": self.freed_anchor,
-            "freed_tokens": self.freed_tokens,
-            "correction": {"ratio": self.correction.ratio, "observations": self.correction.observations},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ContextState:
-        corr = data.get("correction") or {}
-        return cls(
-            persisted=dict(data.get("persisted") or {}),  # type: ignore[arg-type]
-            persisted_paths=dict(data.get("persisted_paths") or {}),  # type: ignore[arg-type]
-            cleared=dict(data.get("cleared") or {}),  # type: ignore[arg-type]
-            freed_anchor=data.get("freed_anchor"),  # type: ignore[arg-type]
-            freed_tokens=int(data.get("freed_tokens") or 0),  # type: ignore[arg-type]
-            correction=Correction(float(corr.get("ratio", 4 / 3)), int(corr.get("observations", 0))),  # type: ignore[union-attr]
-        )
-
-
-@dataclass(frozen=True)
 class Prepared:
+    """The context ready for a call: the zero-call layers applied, the decision made."""
+
     messages: list[Message]
     state: ContextState
     events: list[Event]
     count: ContextCount
-    zone: str
-    compact_due: bool
+    situation: Situation
+    """What the decision saw after the clearing step (asked again with an exact count)."""
+    plan: Plan
 
     @property
     def tokens(self) -> int:
         return self.count.tokens
 
+    @property
+    def zone(self) -> str:
+        return self.plan.zone
+
 
 # -- the index ------------------------------------------------------------------------------
 
 
-def apply_decisions(message: Message, state: ContextState) -> Message:
-    """The message with every frozen decision on its results re-applied, byte for byte."""
-    if message.role != "user" or not (state.cleared or state.persisted):
-        return message
-    changed = False
-    blocks = []
-    for block in message.content:
-        tool_use_id = block.get("tool_use_id")
-        if block.get("type") == "tool_result":
-            if tool_use_id in state.cleared:
-                stub = state.cleared[tool_use_id]
-                if block.get("content") != stub:
-                    block, changed = {**block, "content": stub}, True
-            elif tool_use_id in state.persisted:
-                replacement = state.persisted[tool_use_id]
-                if result_text(block) != replacement:
-                    block, changed = replace_result(block, replacement), True
-        blocks.append(block)
-    return message.with_content(blocks) if changed else message
-
-
 def sync_index(
-    messages: Sequence[Message], state: ContextState, *, pending_ok: bool = False
+    messages: Sequence[Message], state: ContextState, *, pending_ok: bool = False,
+    compactable_tools: frozenset[str] = COMPACTABLE_TOOLS,
 ) -> tuple[list[Message], ContextState, int]:
     """Check and index what is new since the last call; re-apply frozen decisions to it.
 
@@ -209,7 +126,7 @@ def sync_index(
             names[block["id"]] = block["name"]
         for tool_use_id in message.tool_result_ids:
             positions[tool_use_id] = index
-            if names.get(tool_use_id) in COMPACTABLE_TOOLS and tool_use_id not in state.cleared:
+            if names.get(tool_use_id) in compactable_tools and tool_use_id not in state.cleared:
                 compactable.append(tool_use_id)
     new_state = dataclasses.replace(
         state,
@@ -280,7 +197,8 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
     marker = next(m for m in snipped if m.uuid == events[0].marker_uuid)
     if snipped.index(marker) < find_anchor(snipped):
         freed -= message_tokens(marker)
-    snipped, state, _ = sync_index(snipped, dataclasses.replace(state, indexed=0))
+    snipped, state, _ = sync_index(snipped, dataclasses.replace(state, indexed=0),
+                                   compactable_tools=settings.compactable_tools)
     return snipped, _with_freed(state, snipped, freed), events
 
 
@@ -311,28 +229,25 @@ def _result_tokens(messages: Sequence[Message], state: ContextState, tool_use_id
     return memo[tool_use_id]
 
 
-def _microcompact(messages: list[Message], state: ContextState, settings: ContextSettings, now: float,
-                  overhead_tokens: int, compaction_available: bool = True):
-    mc = settings.microcompact
-    older = clearable(state.compactable, mc.keep_recent)
-    if not older:
-        return messages, state, []
-    gap = idle_gap(messages, now)
-    idle = gap is not None and gap > mc.idle_minutes * 60
-    tokens = measure(messages, state, overhead_tokens).tokens
-    if not idle and tokens < settings.thresholds.warning:
-        return messages, state, []  # neither trigger can fire: no need to size the results
-    # A result smaller than its stub stays: clearing it would grow the context.
-    sizes = {i: _result_tokens(messages, state, i) - _stub_tokens(state.persisted_paths.get(i)) for i in older}
-    candidates = [i for i in older if sizes[i] > 0]
-    trigger = microcompact_trigger(
-        messages, candidates, sum(sizes[i] for i in candidates), now=now, tokens=tokens,
-        warning=settings.thresholds.warning, settings=mc,
-        threshold=settings.thresholds.autocompact if compaction_available else None,
+def _clearable_sizes(messages: list[Message], state: ContextState, settings: ContextSettings) -> dict[str, int]:
+    """Old compactable results and what clearing each would free (a result smaller than its
+    stub stays: clearing it would grow the context)."""
+    sizes = {i: _result_tokens(messages, state, i) - _stub_tokens(state.persisted_paths.get(i))
+             for i in clearable(state.compactable, settings.keep_recent)}
+    return {i: size for i, size in sizes.items() if size > 0}
+
+
+def situation(messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, *,
+              overhead_tokens: int = 0, clearable_tokens: int = 0, auto_compaction: bool = True,
+              breaker_open: bool = False, notes_ready: bool = False) -> Situation:
+    """What the decision looks at (decide.py), measured on the live context."""
+    count = measure(messages, state, overhead_tokens)
+    return Situation(
+        tokens=count.tokens, estimated_tokens=count.estimated_tokens, thresholds=settings.thresholds,
+        idle_seconds=idle_gap(messages, now), idle_limit_seconds=settings.idle_minutes * 60,
+        clearable_tokens=clearable_tokens, clear_at_least=settings.clear_threshold,
+        auto_compaction=auto_compaction, breaker_open=breaker_open, notes_ready=notes_ready,
     )
-    if trigger is None:
-        return messages, state, []
-    return _clear(messages, state, candidates, trigger, freed={i: sizes[i] for i in candidates})
 
 
 @functools.lru_cache(maxsize=1024)
@@ -340,11 +255,17 @@ def _stub_tokens(persisted_path: str | None) -> int:
     return count_text(cleared_text(persisted_path))
 
 
-def result_counts(state: ContextState) -> tuple[int, int, int]:
-    """(live, cleared, persisted) tool results in the live context."""
-    cleared = sum(1 for i in state.positions if i in state.cleared)
-    persisted = sum(1 for i in state.positions if i in state.persisted and i not in state.cleared)
-    return len(state.positions) - cleared - persisted, cleared, persisted
+def figures(messages: Sequence[Message], state: ContextState, settings: ContextSettings, tokens: int,
+            plan: str = "", counts: tuple[int, int, int] | None = None) -> ContextFigures:
+    """The context's figures for the status line and the panel; `counts` (live, cleared,
+    persisted results) when the state has no index yet."""
+    th = settings.thresholds
+    live, cleared, persisted = counts or result_counts(state)
+    return ContextFigures(
+        tokens=tokens, threshold=th.autocompact, warning=th.warning, blocking=th.blocking, window=th.window,
+        zone=th.zone(tokens), percent_left=th.percent_left(tokens), messages=sum(1 for m in messages if m.sent),
+        live_results=live, cleared_results=cleared, persisted_results=persisted, plan=plan,
+    )
 
 
 def prepare(
@@ -354,42 +275,48 @@ def prepare(
     settings: ContextSettings,
     *,
     overhead_tokens: int = 0,
-    compaction_available: bool = True,
+    auto_compaction: bool = True,
+    breaker_open: bool = False,
+    notes_ready: bool = False,
 ) -> Prepared:
-    """Run L1 (budget) -> L2 (snip) -> L3 (microcompact) and say whether L4 is due.
+    """Run L1 (budget) -> L2 (snip), let `decide` choose, carry out its clearing (L3).
 
-    `compaction_available` says whether auto-compaction could run next (breaker closed, not
-    inside a side call); when it can, a pressure clearing that cannot avoid it is skipped.
-
-    The order matters: the budget persists a large result before microcompact could replace
-    it by a stub, so its full text is always on disk (seeds: query.ts runs them so).
+    The loop carries out the rest of the plan (compaction). The order matters: the budget
+    persists a large result before microcompact could replace it by a stub, so its full text
+    is always on disk (seeds: query.ts runs them so).
     """
-    msgs, state, start = sync_index(messages, state)
+    msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
-    msgs, state, cleared = _microcompact(msgs, state, settings, now, overhead_tokens, compaction_available)
+    sizes = _clearable_sizes(msgs, state, settings) if state.compactable else {}
+    seen = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens,
+                     clearable_tokens=sum(sizes.values()), auto_compaction=auto_compaction,
+                     breaker_open=breaker_open, notes_ready=notes_ready)
+    plan = decide(seen)
+    cleared: list[Cleared] = []
+    if plan.clear:
+        msgs, state, cleared = _clear(msgs, state, list(sizes), plan.clear, freed=sizes)
     count = measure(msgs, state, overhead_tokens)
-    th = settings.thresholds
-    live, n_cleared, n_persisted = result_counts(state)
-    measured = ContextMeasured(
-        tokens=count.tokens, threshold=th.autocompact, warning=th.warning, blocking=th.blocking,
-        window=th.window, zone=th.zone(count.tokens), percent_left=th.percent_left(count.tokens),
-        messages=sum(1 for m in msgs if m.sent), live_results=live,
-        cleared_results=n_cleared, persisted_results=n_persisted,
-    )
+    seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens, may_clear=False,
+                               clearable_tokens=0 if cleared else seen.clearable_tokens)
+    if cleared:  # what follows the clearing is decided on the context as it now is
+        plan = decide(seen).after(plan)
+    measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
     events: list[Event] = [*persisted, *snipped, *cleared, measured]
-    return Prepared(msgs, state, events, count, measured.zone, count.tokens >= th.autocompact)
+    return Prepared(msgs, state, events, count, seen, plan)
 
 
 def clear_now(
-    messages: Sequence[Message], state: ContextState, tool_use_ids: Sequence[str], trigger: str
+    messages: Sequence[Message], state: ContextState, tool_use_ids: Sequence[str], trigger: str,
+    compactable_tools: frozenset[str] = COMPACTABLE_TOOLS,
 ) -> tuple[list[Message], ContextState, list[Cleared], list[str]]:
     """Clear named results at once (the model's snip tool, the user). Returns unknown ids too.
 
     Only results that are live and not cleared yet can be cleared; protected tools' results
     (memory, questions to the user) are refused like unknown ones.
     """
-    msgs, state, _ = sync_index(messages, state, pending_ok=True)  # called while tools run
+    msgs, state, _ = sync_index(messages, state, pending_ok=True,  # called while tools run
+                                compactable_tools=compactable_tools)
     live = set(state.compactable)
     ids = [i for i in tool_use_ids if i in live]
     unknown = [i for i in tool_use_ids if i not in live]
@@ -401,6 +328,6 @@ def snip_now(
     messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, keep_last: int
 ) -> tuple[list[Message], ContextState, list[Snipped]]:
     """Snip the middle at once, keeping the head and about `keep_last` recent messages."""
-    msgs, state, _ = sync_index(messages, state)
+    msgs, state, _ = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     keep = KEEP_HEAD + 1 + keep_last
     return _snip(msgs, state, settings, now, keep, trigger="user", target=keep)

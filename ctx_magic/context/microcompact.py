@@ -1,16 +1,14 @@
 """L3, microcompact (SPEC L3): 0 API calls.
 
 Results of compactable tools older than the `keep_recent` most recent are replaced by a
-short stub. Two triggers: the user was idle longer than the prompt-cache TTL (the cached
-prefix is gone, so rewriting it costs nothing), or the context is above the warning level
-and clearing would free at least `clear_at_least` tokens (so each cache break pays for
-itself). Results of tools whose output cannot be reproduced are never cleared.
+short stub. Whether to clear (after an idle gap, or under pressure) is decided in decide.py;
+this module finds what can be cleared and clears it. Results of tools whose output cannot be
+reproduced are never cleared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from ctx_magic.context.tokens import block_tokens, count_text
 from ctx_magic.events import Cleared
@@ -21,16 +19,6 @@ CLEARED_TEXT = "[Old tool result content cleared]"
 COMPACTABLE_TOOLS = frozenset(
     {"python", "notebook_cell", "notebook", "read_file", "list_files", "grep", "bash", "shell"}
 )
-KEEP_RECENT = 5  # timeBasedMCConfig: the five most recent results stay
-CLEAR_AT_LEAST = 20_000  # a cache break must free at least this much to be worth it
-CACHE_TTL_MINUTES = {"5m": 5.0, "1h": 60.0}
-
-
-@dataclass(frozen=True)
-class MicrocompactSettings:
-    keep_recent: int = KEEP_RECENT
-    idle_minutes: float = CACHE_TTL_MINUTES["5m"]
-    clear_at_least: int = CLEAR_AT_LEAST
 
 
 def cleared_text(persisted_path: str | None = None) -> str:
@@ -96,32 +84,3 @@ def clearable(compactable: Sequence[str], keep_recent: int) -> list[str]:
     """The compactable results older than the `keep_recent` most recent (at least one kept)."""
     keep = max(1, keep_recent)
     return list(compactable[:-keep]) if len(compactable) > keep else []
-
-
-def microcompact_trigger(
-    messages: Sequence[Message],
-    candidates: Sequence[str],
-    candidate_tokens: int,
-    *,
-    now: float,
-    tokens: int,
-    warning: int,
-    settings: MicrocompactSettings,
-    threshold: int | None = None,
-) -> str | None:
-    """Which trigger fires now, if any: 'idle', 'pressure' or None (a pure decision).
-
-    Beyond the seeds: when `threshold` is given (auto-compaction can run), pressure clearing
-    that would leave the context at or over it is skipped. The compaction happens anyway, and
-    the clearing would only have broken the cached prefix its summary call could read.
-    """
-    if not candidates:
-        return None
-    gap = idle_gap(messages, now)
-    if gap is not None and gap > settings.idle_minutes * 60:
-        return "idle"
-    if tokens >= warning and candidate_tokens >= settings.clear_at_least:
-        if threshold is not None and tokens - candidate_tokens >= threshold:
-            return None
-        return "pressure"
-    return None

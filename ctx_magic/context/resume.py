@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ctx_magic.context.autocompact import without_usage
-from ctx_magic.context.engine import ContextState, apply_decisions
 from ctx_magic.context.reactive import strip_images
+from ctx_magic.context.state import ContextState, apply_decisions
 from ctx_magic.events import (
     DURABLE_EVENTS,
     Cleared,

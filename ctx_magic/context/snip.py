@@ -15,7 +15,6 @@ from ctx_magic.events import Snipped
 from ctx_magic.messages import Message, user_text
 
 KEEP_HEAD = 3  # the opening request and the first exchange carry the task's setting
-DEFAULT_SNIP_MAX_MESSAGES = 200
 # Cutting back to half the limit, not to the limit itself, means the next snip is far away:
 # the marker and the head stay a stable prompt-cache prefix for many turns (a cut to exactly
 # the limit would snip again at every new message and rewrite the cache each turn).

@@ -19,8 +19,6 @@ REFERENCE_WINDOW = 200_000
 DEFAULT_WINDOW = 200_000
 ENV_AUTOCOMPACT_PCT = "CTX_MAGIC_AUTOCOMPACT_PCT"
 
-ZONES = ("ok", "warning", "compacting", "blocked")
-
 
 @dataclass(frozen=True)
 class Thresholds:

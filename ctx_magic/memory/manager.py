@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ctx_magic.agent.session import Session
 from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
 from ctx_magic.memory.longterm import extract_memories
 from ctx_magic.memory.store import (
@@ -25,6 +26,7 @@ from ctx_magic.memory.store import (
     utc_now,
 )
 from ctx_magic.messages import Message
+from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
 EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20, X2)
 JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
@@ -33,11 +35,11 @@ JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extractio
 class SessionTextModel:
     """A session's side call as the memory package's TextModel."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
 
     def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        return self.session.side_call(messages, prompt, purpose="memory")
+        return self.session.side_calls.text(messages, prompt, purpose="memory")
 
 
 @dataclass
@@ -45,7 +47,7 @@ class MemoryManager:
     storage_dir: Path
     user_dir: Path | None = None
     """The user scope's data folder; None is platformdirs' per-user folder."""
-    budget_tokens: int = 2_000
+    budget_tokens: int = MEMORY_BUDGET_TOKENS
     clock: Callable[[], datetime] = utc_now
     background: list[threading.Thread] = field(default_factory=list)
     last_error: str | None = None
@@ -81,18 +83,18 @@ class MemoryManager:
 
     # -- extraction (X2) -----------------------------------------------------------------------
 
-    def extract(self, session: Any, messages: Sequence[Message] | None = None) -> list[Memory]:
+    def extract(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
         """Store the session's durable facts now; counts toward its 20."""
         snapshot = [m for m in (messages if messages is not None else session.messages) if m.sent]
         if not any(m.role == "user" for m in snapshot):
             return []
-        already = int(session.extra_state.get(EXTRACTED_KEY, 0))
+        already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
         added = extract_memories(SessionTextModel(session), snapshot, self.project, now=self.clock(),
                                  session_id=session.session_id, already_extracted=already)
-        session.extra_state[EXTRACTED_KEY] = already + len(added)
+        session.plugins.remember(EXTRACTED_KEY, already + len(added))
         return added
 
-    def extract_in_background(self, session: Any) -> threading.Thread:
+    def extract_in_background(self, session: Session) -> threading.Thread:
         """At session end: extraction in a thread that reads a snapshot only."""
         snapshot = list(session.messages)
 
@@ -115,13 +117,13 @@ class MemoryManager:
 
     # -- dreaming (X4) -------------------------------------------------------------------------
 
-    def dream(self, session: Any, *, force: bool) -> DreamResult:
+    def dream(self, session: Session, *, force: bool) -> DreamResult:
         run = dream if force else maybe_dream
         kwargs = {"force": True} if force else {}
         return run(self.storage_dir, SessionTextModel(session), now=self.clock(),
                    current_session=session.session_id, **kwargs)
 
-    def maybe_dream_in_background(self, session: Any) -> None:
+    def maybe_dream_in_background(self, session: Session) -> None:
         """The gates are cheap (checked at most every 10 minutes); a dream runs in a thread."""
         def run() -> None:
             try:

@@ -1,4 +1,4 @@
-"""The prompts of long-term memory (SPEC X2, X4), in our own words.
+"""The prompts of memory: session notes (SPEC S2) and long-term memory (X2, X4), in our own words.
 
 Each prompt opens with a fixed heading line so that the offline stand-in
 (ctx_magic.offline.memory_rules) can tell it apart from anything a user would type. Answers
@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ctx_magic.context.session_memory import MAX_SECTION_TOKENS, MAX_TOTAL_TOKENS, SECTIONS, oversized_sections
+from ctx_magic.context.tokens import count_text
 
 LONGTERM_HEADING = "ctx_magic long-term memory extraction."
 GATHER_HEADING = "ctx_magic memory consolidation (dream), gather phase."
@@ -125,3 +128,25 @@ Write one JSON object per line inside a <{CONSOLIDATED_TAG}> block, and nothing 
 </{CONSOLIDATED_TAG}>
 Anything you do not mention stays as it is (candidates you leave out are stored as new entries),
 so only write the entries that change. If nothing needs to change: <{CONSOLIDATED_TAG}></{CONSOLIDATED_TAG}>"""
+
+
+def notes_prompt(current: str) -> str:
+    """Ask for the whole notes file, updated with what the conversation above adds."""
+    listing = "\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS)
+    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: condense it."
+                 for title in oversized_sections(current)]
+    if count_text(current) > MAX_TOTAL_TOKENS:
+        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: shorten them aggressively.")
+    return "\n\n".join([
+        "IMPORTANT: answer with plain text only; do not call any tool.",
+        "You keep the session notes of the conversation above: a markdown file that lets anyone (you, after "
+        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, in "
+        "this order, each a '# Title' heading followed by its italic description line:\n" + listing,
+        "Update the current notes below with everything the conversation adds: the user's requests in their "
+        "own words, decisions and corrections, file and variable names, commands, exact results, errors and "
+        f"their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file under "
+        f"{MAX_TOTAL_TOKENS:,}. Keep the headings and description lines exactly as they are.",
+        *reminders,
+        "Answer with the whole updated file between <notes> and </notes>.",
+        f"<current-notes>\n{current}\n</current-notes>",
+    ])

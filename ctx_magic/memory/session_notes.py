@@ -14,6 +14,7 @@ import re
 import threading
 from typing import Any
 
+from ctx_magic.agent.session import Session
 from ctx_magic.context.session_memory import (
     MAX_SECTION_TOKENS,
     MAX_TOTAL_TOKENS,
@@ -23,38 +24,16 @@ from ctx_magic.context.session_memory import (
     extraction_due,
     is_correction_or_decision,
     is_empty,
-    oversized_sections,
     rebaselined,
     sections,
 )
 from ctx_magic.context.tokens import count_text
+from ctx_magic.memory.prompts import notes_prompt
 from ctx_magic.store.files import atomic_write_text
 
 NOTES_MAX_OUTPUT = 16_000  # room for a full 12,000-token file and its closing tag
 STATE_KEY = "session_memory"
 _NOTES = re.compile(r"<notes>\s*(.*?)\s*(?:</notes>|\Z)", re.DOTALL)
-
-
-def notes_prompt(current: str) -> str:
-    """Ask for the whole notes file, updated with what the conversation above adds."""
-    listing = "\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS)
-    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: condense it."
-                 for title in oversized_sections(current)]
-    if count_text(current) > MAX_TOTAL_TOKENS:
-        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: shorten them aggressively.")
-    return "\n\n".join([
-        "IMPORTANT: answer with plain text only; do not call any tool.",
-        "You keep the session notes of the conversation above: a markdown file that lets anyone (you, after "
-        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, in "
-        "this order, each a '# Title' heading followed by its italic description line:\n" + listing,
-        "Update the current notes below with everything the conversation adds: the user's requests in their "
-        "own words, decisions and corrections, file and variable names, commands, exact results, errors and "
-        f"their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file under "
-        f"{MAX_TOTAL_TOKENS:,}. Keep the headings and description lines exactly as they are.",
-        *reminders,
-        "Answer with the whole updated file between <notes> and </notes>.",
-        f"<current-notes>\n{current}\n</current-notes>",
-    ])
 
 
 def parse_notes(reply: str) -> str | None:
@@ -87,23 +66,23 @@ class NotesKeeper:
     """Plugs into a Session: decides at turn ends, extracts in the background, serves the notes
     to session-memory compaction (the session's `notes_source`)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
         self.path = session.store.session_memory_path
-        saved = (session.store.load_state().get("extra") or {}).get(STATE_KEY) or {}
+        saved = session.plugins.recalled(STATE_KEY) or {}
         self.state = ExtractionState(**{f.name: saved[f.name] for f in dataclasses.fields(ExtractionState)
                                         if f.name in saved})
         self.last_error: str | None = None
         self.extractions = 0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        session.notes_source = self
-        session.after_turn.append(self.after_turn)
-        session.extra_state[STATE_KEY] = dataclasses.asdict(self.state)
+        session.plugins.attach_notes(self)
+        session.plugins.on_turn_end(self.after_turn)
+        session.plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
 
     # -- deciding (main thread) ----------------------------------------------------------------
 
-    def after_turn(self, session: Any, result: Any) -> None:
+    def after_turn(self, session: Session, result: Any) -> None:
         correction = bool(getattr(result, "prompt", "")) and is_correction_or_decision(result.prompt)
         tool_calls = int(getattr(result, "tool_calls", 0))
         tokens = session.tokens()
@@ -136,8 +115,8 @@ class NotesKeeper:
     def _extract(self, snapshot: list[Any], tokens: int, reason: str) -> None:
         try:
             current = self.path.read_text(encoding="utf-8") if self.path.exists() else empty_template()
-            reply = self.session.side_call(snapshot, notes_prompt(current), purpose="memory",
-                                           max_tokens=NOTES_MAX_OUTPUT)
+            reply = self.session.side_calls.text(snapshot, notes_prompt(current), purpose="memory",
+                                                 max_tokens=NOTES_MAX_OUTPUT)
             notes = parse_notes(reply)
             if notes is None:
                 raise ValueError("the reply had no <notes> file with the ten sections")
@@ -147,7 +126,7 @@ class NotesKeeper:
             return
         with self._lock:
             self.state = ExtractionState(True, tokens, 0, snapshot[-1].uuid)
-            self.session.extra_state[STATE_KEY] = dataclasses.asdict(self.state)
+            self.session.plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
             self.extractions += 1
             self.last_error = None
 

@@ -21,6 +21,7 @@ from typing import Literal, get_args
 from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.secrets import find_secret
+from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 from ctx_magic.store.files import atomic_write_text
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
@@ -33,7 +34,6 @@ BASE_RELEVANCE = 1.0  # seeds 000: a new memory starts at relevanceScore = 1.0
 AGE_NOTE_AFTER_DAYS = 30  # one half-life (seeds 000): past it, the prompt says the memory may be stale
 NEAR_DUPLICATE_RATIO = 0.9  # difflib ratio of normalized texts at which two memories say the same thing
 SAME_WORD_RATIO = 0.75  # a replaced word this close to the original is a typo or an inflection, not a new word
-PROMPT_BUDGET_TOKENS = 2_000  # memories in the system prompt: the size of one session-notes section (seeds 004)
 INDEX_NAME = "MEMORY.md"
 INDEX_FIRST_LINE_CHARS = 100  # the index shows this much of each memory's first line
 SECONDS_PER_DAY = 86_400
@@ -235,7 +235,7 @@ def prompt_line(memory: Memory, now: datetime) -> str:
 
 
 def select_for_prompt(
-    memories: Iterable[Memory], now: datetime, budget_tokens: int = PROMPT_BUDGET_TOKENS
+    memories: Iterable[Memory], now: datetime, budget_tokens: int = MEMORY_BUDGET_TOKENS
 ) -> list[Memory]:
     """The most relevant memories whose prompt lines fit in `budget_tokens` together (SPEC X3).
 

@@ -1,84 +1,68 @@
-"""`CtxMagic`: every setting a typed, documented trait, settable with `%config CtxMagic.x = y`."""
+"""`CtxMagic`: ctx_magic's settings as traitlets, settable with `%config CtxMagic.x = y`.
+
+One trait per field of `ctx_magic.settings.Settings`, built from it: the same name, type,
+default and help. A value outside a setting's bounds is refused at `%config` time with one line.
+"""
 
 from __future__ import annotations
 
-from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Unicode, validate
+import ast
+import dataclasses
+import inspect
+from typing import Any
+
+from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, TraitType, Unicode, validate
 from traitlets.config import Configurable
 
-from ctx_magic.agent.model import DEFAULT_MAX_OUTPUT, DEFAULT_MODEL
-from ctx_magic.agent.session import AgentConfig
+from ctx_magic import settings as settings_module
+from ctx_magic.settings import Settings, setting_problem
+
+_TRAIT_TYPES: dict[type, type[TraitType]] = {bool: Bool, int: Int, float: Float, str: Unicode}
 
 
-class CtxMagic(Configurable):
+def field_help() -> dict[str, str]:
+    """Each Settings field's docstring (the string literal under it in settings.py)."""
+    try:
+        tree = ast.parse(inspect.getsource(settings_module))
+    except (OSError, TypeError):  # no source shipped: the traits go without help
+        return {}
+    body = next(node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Settings")
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
+            docs[node.target.id] = " ".join(str(following.value.value).split())
+    return docs
+
+
+def _trait(spec: dataclasses.Field, help_text: str) -> TraitType:
+    if "choices" in spec.metadata:
+        return CaselessStrEnum(list(spec.metadata["choices"]), default_value=spec.default, help=help_text).tag(
+            config=True)
+    return _TRAIT_TYPES[type(spec.default)](spec.default, help=help_text).tag(config=True)
+
+
+class _CtxMagicBase(Configurable):
     """ctx_magic's settings for this kernel (see `%ctx config`)."""
 
-    model = Unicode(DEFAULT_MODEL, help="Model id sent to the Messages API.").tag(config=True)
-    context_window = Int(0, help="Context window in tokens; 0 asks the Models API.").tag(config=True)
-    max_output_tokens = Int(DEFAULT_MAX_OUTPUT, help="Cap on each reply, in tokens.").tag(config=True)
-    autocompact_pct = Float(
-        0.0, help="Auto-compact at this percent of the effective window (0 = the default threshold)."
-    ).tag(config=True)
-    keep_recent = Int(5, help="Most recent tool results that microcompact always keeps.").tag(config=True)
-    idle_minutes = Float(0.0, help="Idle minutes after which old tool results are cleared (0 = the cache TTL).").tag(
-        config=True
-    )
-    cache_ttl = CaselessStrEnum(["5m", "1h"], default_value="5m", help="Prompt-cache TTL: '5m' or '1h'.").tag(
-        config=True
-    )
-    storage_dir = Unicode(
-        "", help="Folder for sessions and memories; empty = .ctx_magic beside the notebook (or the working folder)."
-    ).tag(config=True)
-    permission = CaselessStrEnum(
-        ["ask", "auto", "off"], default_value="ask",
-        help="Running code: 'ask' before each run, 'auto' runs, 'off' refuses.",
-    ).tag(config=True)
-    snip_max_messages = Int(200, help="Live messages past which the middle of the conversation is snipped.").tag(
-        config=True
-    )
-    clear_at_least = Int(0, help="Tokens a pressure microcompact must free to be worth a cache break; "
-                         "0 = 20,000 scaled to small windows.").tag(
-        config=True
-    )
-    image_max_bytes = Int(1_000_000, help="Largest image (bytes, base64) a cell output may send to the model.").tag(
-        config=True
-    )
-    user_memory_dir = Unicode(
-        "", help="Folder of the user-scope long-term memories; empty = the per-user data folder (platformdirs)."
-    ).tag(config=True)
-    memory_budget_tokens = Int(2_000, help="Tokens of long-term memories put in the system prompt.").tag(config=True)
-    idle_timer = Bool(True, help="Also check for an idle gap from a timer thread (in memory only).").tag(config=True)
-    max_retries = Int(2, help="Retries the anthropic SDK makes on 429, 5xx and failed connections.").tag(config=True)
-    show_tool_output = Bool(True, help="Show the agent's tool calls and their outputs in the cell.").tag(config=True)
-
-    @validate("context_window", "max_output_tokens", "keep_recent", "snip_max_messages", "clear_at_least",
-              "image_max_bytes", "max_retries", "idle_minutes", "memory_budget_tokens")
-    def _non_negative(self, proposal):  # type: ignore[no-untyped-def]
-        if proposal["value"] < 0:
-            raise TraitError(f"{proposal['trait'].name} must be 0 or more, got {proposal['value']}")
+    @validate(*(f.name for f in dataclasses.fields(Settings)))
+    def _within_bounds(self, proposal: dict[str, Any]) -> Any:
+        problem = setting_problem(proposal["trait"].name, proposal["value"])
+        if problem:
+            raise TraitError(problem)
         return proposal["value"]
 
-    @validate("autocompact_pct")
-    def _percent(self, proposal):  # type: ignore[no-untyped-def]
-        value = proposal["value"]
-        if not 0 <= value <= 100:
-            raise TraitError(f"autocompact_pct is a percentage (0-100), got {value}")
-        return value
-
-    def agent_config(self, system_prompt: str | None = None) -> AgentConfig:
-        config = AgentConfig(
-            model=self.model,
-            context_window=self.context_window,
-            max_output_tokens=self.max_output_tokens,
-            autocompact_pct=self.autocompact_pct,
-            keep_recent=self.keep_recent,
-            idle_minutes=self.idle_minutes,
-            cache_ttl=self.cache_ttl,
-            snip_max_messages=self.snip_max_messages,
-            clear_at_least=self.clear_at_least,
-        )
-        if system_prompt:
-            config.system_prompt = system_prompt
-        return config
+    def to_settings(self) -> Settings:
+        """The current values as one frozen Settings."""
+        return Settings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Settings)})
 
     def describe(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in sorted(self.trait_names(config=True))}
+
+
+_HELP = field_help()
+CtxMagic = type("CtxMagic", (_CtxMagicBase,), {
+    "__doc__": _CtxMagicBase.__doc__,
+    "__module__": __name__,
+    **{f.name: _trait(f, _HELP.get(f.name, "")) for f in dataclasses.fields(Settings)},
+})

@@ -28,6 +28,7 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
+from ctx_magic.notebook.wording import with_remedy
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
 STATUS_TEXT = {
@@ -259,12 +260,12 @@ class TurnDisplay:
 
     def _on_notice(self, event: Notice) -> None:
         colour = NOTICE_COLOURS.get(event.level, "#555")
-        show(rich(f'<div class="ctx-magic-notice" style="color:{colour}">{html.escape(event.text)}</div>',
-                  event.text))
+        text = with_remedy(event.text, event.remedy)
+        show(rich(f'<div class="ctx-magic-notice" style="color:{colour}">{html.escape(text)}</div>', text))
 
 
-def notice(text: str, level: str = "info") -> None:
-    TurnDisplay()(Notice(level, text))
+def notice(text: str, level: str = "info", remedy: str = "") -> None:
+    TurnDisplay()(Notice(level, text, remedy))
 
 
 def plain_or_rich(value: Any) -> None:

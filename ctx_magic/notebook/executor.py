@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.agent.tools import PYTHON_TOOL, ToolCall, ToolInterrupted, ToolOutput
+from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall, ToolContext, ToolInterrupted, ToolOutput
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, strip_ansi
 
 NOTEBOOK_TOOL = {
@@ -31,6 +31,8 @@ NOTEBOOK_TOOL = {
         },
     },
 }
+NOTEBOOK_CELL_TOOL = {"name": "notebook_cell"}
+"""A cell the user ran, recorded as a tool call (SPEC N2); never offered to the model."""
 NOTEBOOK_OUTPUT_CHARS = 500  # each cell's outputs, shortened: the notebook tool is for orientation
 NOTEBOOK_MAX_CELLS = 60
 RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (C7)
@@ -68,18 +70,13 @@ class KernelExecutor:
         self.recent_code: list[str] = []
         self.last_record: CellRecord | None = None
 
-    def tool_specs(self) -> list[dict[str, Any]]:
-        specs = [PYTHON_TOOL]
+    def tools(self) -> list[Tool]:
+        """`python`, and `notebook` when the notebook's path is known; cells the user runs are
+        recorded as `notebook_cell` results the model cannot call but that may be cleared."""
+        tools = [Tool(PYTHON_TOOL, self._python)]
         if self.notebook_path() is not None:
-            specs.append(NOTEBOOK_TOOL)
-        return specs
-
-    def run(self, call: ToolCall) -> ToolOutput:
-        if call.name == "python":
-            return self._python(call)
-        if call.name == "notebook":
-            return self._notebook(call)
-        return ToolOutput(f"Unknown tool {call.name!r}.", is_error=True)
+            tools.append(Tool(NOTEBOOK_TOOL, self._notebook))
+        return [*tools, Tool(NOTEBOOK_CELL_TOOL, _not_callable, offered=False)]
 
     def _allowed(self, code: str) -> ToolOutput | None:
         mode = self.permission()
@@ -98,7 +95,7 @@ class KernelExecutor:
             return ToolOutput("The user chose not to run this code.", is_error=True)
         return None
 
-    def _python(self, call: ToolCall) -> ToolOutput:
+    def _python(self, call: ToolCall, _context: ToolContext | None = None) -> ToolOutput:
         code = call.input.get("code")
         if not isinstance(code, str) or not code.strip():
             return ToolOutput("The python tool needs a non-empty 'code' string.", is_error=True)
@@ -137,7 +134,7 @@ class KernelExecutor:
             "coroutine on a loop of its own instead, e.g. `import asyncio, concurrent.futures; "
             "concurrent.futures.ThreadPoolExecutor(1).submit(asyncio.run, main()).result()`.", is_error=True)
 
-    def _notebook(self, call: ToolCall) -> ToolOutput:
+    def _notebook(self, call: ToolCall, _context: ToolContext | None = None) -> ToolOutput:
         path = self.notebook_path()
         if path is None:
             return ToolOutput("The notebook's path is not known in this kernel.", is_error=True)
@@ -168,6 +165,10 @@ class KernelExecutor:
             return []
         shown = "\n\n".join(f"```python\n{code}\n```" for code in self.recent_code)
         return [f"The most recent code you ran in the notebook's kernel:\n{shown}"]
+
+
+def _not_callable(call: ToolCall, _context: ToolContext) -> ToolOutput:
+    return ToolOutput(f"{call.name} records the user's cells; it cannot be called.", is_error=True)
 
 
 def _outputs_text(cell: Any) -> str:

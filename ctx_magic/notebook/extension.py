@@ -48,8 +48,8 @@ def unload(shell: Any) -> None:
         for name in names:
             magics[kind].pop(name, None)
     atexit.unregister(controller.close)
-    session_id = controller.session.session_id if controller.session is not None else controller.carried_session
-    setattr(shell, _CARRIED_ATTR, {"session_id": session_id, "pending": list(controller.pending_cells)})
+    session_id = controller.session.session_id if controller.session is not None else controller.host.carried
+    setattr(shell, _CARRIED_ATTR, {"session_id": session_id, "pending": list(controller.cells.pending)})
     controller.close()
     delattr(shell, _CONTROLLER_ATTR)
 

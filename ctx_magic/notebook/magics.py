@@ -22,8 +22,7 @@ from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.export import export_transcript
-
-MEMORY_LATER = "Long-term memory arrives with the memory issue; `%memory {command}` does nothing yet."
+from ctx_magic.notebook.wording import error_line, status_text
 
 
 def one_line_errors(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -36,7 +35,7 @@ def one_line_errors(method: Callable[..., Any]) -> Callable[..., Any]:
         except UsageError:
             raise
         except CtxMagicError as error:
-            notice(str(error), "error")
+            notice(error_line(error), "error")
         except KeyboardInterrupt:
             notice("Interrupted.", "warning")
         except Exception as error:  # noqa: BLE001 - a bug of ours: one line here, details on disk
@@ -129,11 +128,7 @@ class AgentMagics(Magics):
         args = parse_argstring(self.memory, line)
         args.no_decay = "--no-decay" in args.rest
         args.rest = [word for word in args.rest if word != "--no-decay"]
-        handler = getattr(self.controller, "memory_command", None)
-        if handler is None:
-            notice(MEMORY_LATER.format(command=args.command))
-            return
-        handler(args)
+        self.controller.memory_command(args)
 
     @magic_arguments()
     @argument("command", nargs="?", default="status", choices=["status", "config", "export", "sidebar", "count"],
@@ -153,9 +148,9 @@ class AgentMagics(Magics):
         if args.command == "status":
             status = session.status()
             if args.json:
-                print(json.dumps(status))
+                print(json.dumps(status.to_json(), indent=1))
             else:
-                plain_or_rich(status_text(status))
+                plain_or_rich({"text/plain": status_text(status)})
         elif args.command == "export":
             target = Path(args.path) if args.path else session.store.root / "transcript.ipynb"
             written = export_transcript(session.store.load_transcript().records, session.session_id, target)
@@ -164,24 +159,3 @@ class AgentMagics(Magics):
             notice(self.controller.count_line())
         elif args.command == "sidebar":
             self.controller.show_sidebar(inline=args.inline)
-
-
-def cache_breaks_text(breaks: list[dict[str, Any]]) -> str:
-    if not breaks:
-        return ""
-    unexplained = sum(1 for b in breaks if not b["expected"])
-    return f" · {len(breaks)} cache break(s), {unexplained} unexplained"
-
-
-def status_text(status: dict[str, Any]) -> dict[str, str]:
-    results = status["tool_results"]
-    lines = [
-        f"session {status['session_id']} · {status['model']} ({status['backend']})",
-        f"context {status['tokens']:,} tokens · zone {status['zone']} · {status['percent_left']}% left before "
-        f"compaction at {status['threshold']:,} (window {status['window']:,})",
-        f"{status['messages']} messages · tool results {results['live']} live, {results['cleared']} cleared, "
-        f"{results['persisted']} persisted",
-        f"{len(status['boundaries'])} compaction(s) · breaker {'OPEN' if status['breaker_open'] else 'closed'} · "
-        f"cache hit ratio {status['usage']['cache_hit_ratio']:.0%}" + cache_breaks_text(status["cache_breaks"]),
-    ]
-    return {"text/plain": "\n".join(lines)}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.errors import SessionInUse, StorageError
+from ctx_magic.errors import Remedy, SessionInUse, StorageError
 from ctx_magic.store.files import atomic_write_json, atomic_write_text, describe_os_error, read_json
 from ctx_magic.store.transcript import LoadedTranscript, Transcript
 
@@ -104,7 +104,7 @@ class SessionDir:
         if (isinstance(pid, int) and pid != os.getpid() and owner.get("host") == socket.gethostname()
                 and _alive(pid)):
             raise SessionInUse(f"Session {self.session_id} is open in another kernel (process {pid}). Close that "
-                               "kernel, or start a new session with %agent --new.")
+                               "kernel first.", remedy=Remedy.NEW_SESSION)
         atomic_write_json(self.owner_path, {"pid": os.getpid(), "host": socket.gethostname()})
 
     def release(self) -> None:

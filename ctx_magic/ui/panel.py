@@ -8,6 +8,7 @@ the same traits for the status bar and the notebook's cell marks.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,12 +17,15 @@ from typing import Any
 import ipywidgets as widgets
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 
+from ctx_magic.agent.status import StatusSnapshot
+from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
 from ctx_magic.events import (
     BreakerReset,
     CacheBroke,
     Cleared,
     Compacted,
     CompactionFailedEvent,
+    ContextFigures,
     ContextMeasured,
     Event,
     Persisted,
@@ -33,6 +37,11 @@ from ctx_magic.messages import cell_of
 
 FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn streams
 ZONE_COLOURS = {"ok": "#2e7d32", "warning": "#f9a825", "compacting": "#ef6c00", "blocked": "#c62828"}
+# Everything that describes one session (all synced traits but the status line).
+PER_SESSION_TRAITS = ("tokens", "threshold", "warning", "blocking", "window", "zone", "percent_left", "messages",
+                      "live_results", "cleared_results", "persisted_results", "cache_hit_ratio", "cache_breaks",
+                      "spend", "timeline", "persisted", "session_memory", "memories", "cell_marks", "breaker_open",
+                      "session_id")
 CLEARED_WHY = {"idle": "after an idle gap", "pressure": "to make room", "model": "at the agent's request",
                "user": "at your request"}
 
@@ -101,11 +110,7 @@ class ContextPanel(widgets.VBox):
     def _changes(self, event: Event) -> dict[str, Any]:
         timeline = list(self._pending.get("timeline", self.timeline))
         if isinstance(event, ContextMeasured):
-            return {"tokens": event.tokens, "threshold": event.threshold, "warning": event.warning,
-                    "blocking": event.blocking, "window": event.window, "zone": event.zone,
-                    "percent_left": event.percent_left, "messages": event.messages,
-                    "live_results": event.live_results, "cleared_results": event.cleared_results,
-                    "persisted_results": event.persisted_results}
+            return context_traits(event.figures)
         if isinstance(event, UsageUpdated):
             return {"spend": dict(event.totals), "cache_hit_ratio": event.cache_hit_ratio}
         if isinstance(event, Status):
@@ -148,9 +153,20 @@ class ContextPanel(widgets.VBox):
                 marks[str(cell)] = f"The agent no longer sees this cell's output in full: {why}."
         return marks
 
-    def load(self, snapshot: Mapping[str, Any]) -> None:
-        """Set every figure at once (a new panel on a running or resumed session)."""
-        self._pending.update({k: v for k, v in snapshot.items() if self.has_trait(k)})
+    def load(self, status: StatusSnapshot, *, session_memory: str = "",
+             memories: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Set every figure at once from the session's status (turn ends, a resumed session)."""
+        usage = dataclasses.asdict(status.usage)
+        self._pending.update({
+            **context_traits(status.context), "session_id": status.session_id, "breaker_open": status.breaker_open,
+            "spend": usage, "cache_hit_ratio": round(status.usage.cache_hit_ratio, 4),
+            "cache_breaks": list(status.cache_breaks), "session_memory": session_memory, "memories": list(memories),
+        })
+        self.flush()
+
+    def reset(self) -> None:
+        """Forget the figures and the timeline of the previous session (a new or resumed one follows)."""
+        self._pending = {name: self.trait_defaults(name) for name in PER_SESSION_TRAITS}
         self.flush()
 
     def flush(self) -> None:
@@ -179,8 +195,8 @@ class ContextPanel(widgets.VBox):
             f"{spend.get('cache_read_input_tokens', 0):,} read from cache, "
             f"{spend.get('output_tokens', 0):,} generated</div>"
             + cache_breaks_html(self.cache_breaks)
-            + ('<div style="color:#c62828">auto-compaction is off after 3 failures: run %compact</div>'
-               if self.breaker_open else ""))
+            + ('<div style="color:#c62828">auto-compaction is off after '
+               f'{MAX_CONSECUTIVE_FAILURES} failures in a row: run %compact</div>' if self.breaker_open else ""))
         self._render_timeline()
         self.persisted_html.value = persisted_html(self.persisted)
         self.memory_html.value = memory_html(self.session_memory, self.memories)
@@ -211,6 +227,14 @@ class ContextPanel(widgets.VBox):
         accordion.set_title(0, entry_title(entry))
         accordion.add_class("ctx-magic-boundary")
         return accordion
+
+
+def context_traits(c: ContextFigures) -> dict[str, Any]:
+    """The engine's figures under the panel's trait names."""
+    return {"tokens": c.tokens, "threshold": c.threshold, "warning": c.warning, "blocking": c.blocking,
+            "window": c.window, "zone": c.zone, "percent_left": c.percent_left, "messages": c.messages,
+            "live_results": c.live_results, "cleared_results": c.cleared_results,
+            "persisted_results": c.persisted_results}
 
 
 def entry_title(entry: Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ def test_c10_a_lost_cache_is_reported_once_as_unexplained(tmp_path):
         assert seen == []
         r.api.cache.clear()  # the server lost the cached prefix for no reason the client knows
         turns(r, [3, 4])
-        status = r.session.status()
+        status = r.session.status().to_json()
     assert len(seen) == 1 and seen[0].reason == "unexplained" and not seen[0].expected
     assert seen[0].previous_read > 2_000 and seen[0].cache_read < seen[0].previous_read * 0.95
     assert status["cache_breaks"] == [{"previous_read": seen[0].previous_read, "cache_read": seen[0].cache_read,
@@ -36,7 +36,7 @@ def test_c10_an_idle_gap_past_the_ttl_is_reported_as_expiry(tmp_path):
         turns(r, range(3))  # three results: fewer than keep_recent, so the idle clearing has nothing to do
         r.clock.advance(10 * 60)
         turns(r, [3])
-    assert [(b.reason, b.expected) for b in r.session.cache_breaks] == [("the cache expired after 10 min idle", True)]
+    assert [(b.reason, b.expected) for b in r.session.meter.breaks] == [("the cache expired after 10 min idle", True)]
 
 
 def test_c10_a_compaction_resets_the_baseline_so_its_drop_is_not_a_break(tmp_path):
@@ -48,4 +48,4 @@ def test_c10_a_compaction_resets_the_baseline_so_its_drop_is_not_a_break(tmp_pat
         r.clock.advance(10 * 60)  # idle: the clearing rewrites the prefix on purpose
         turns(r, range(12, 14))
         assert len(r.session.state.cleared) > cleared_before
-    assert r.session.boundaries and r.session.cache_breaks == []
+    assert r.session.compaction.boundaries and r.session.meter.breaks == []

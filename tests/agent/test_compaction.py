@@ -10,8 +10,8 @@ from agent_rig import request_messages, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
-from ctx_magic.agent.session import AgentConfig, open_session
-from ctx_magic.agent.tools import ToolCall
+from ctx_magic.agent.session import open_session
+from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall
 from ctx_magic.context.invariants import INTERRUPTED_RESULT, check_invariants
 from ctx_magic.context.microcompact import CLEARED_TEXT
 from ctx_magic.context.prompts import PTL_RETRY_MARKER
@@ -19,6 +19,7 @@ from ctx_magic.events import Cleared, Compacted
 from ctx_magic.messages import result_text
 from ctx_magic.offline.conversation import asked_text
 from ctx_magic.offline.policy import Answer, Policy, Rule
+from ctx_magic.settings import Settings
 
 
 def code_turn(n: int, lines: int = 200) -> str:
@@ -50,7 +51,7 @@ def test_c4_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tm
     assert sizes[0] > sizes[1] > sizes[2]
     texts = [json.dumps(q.body["messages"]) for q in compactions]
     assert texts[2].count(PTL_RETRY_MARKER) <= 1
-    assert r.session.boundaries[-1]["trigger"] == "manual"
+    assert r.session.compaction.boundaries[-1].trigger == "manual"
 
 
 def test_c8_partial_up_to_and_from_through_the_session(tmp_path):
@@ -135,7 +136,7 @@ def test_the_model_can_compact_with_its_own_tool(tmp_path):
         result = run_turn(r.session, "wrap up this phase please")
         compaction_prompt = [q for q in r.api.requests if q.kind == "compaction"][-1].body
     assert result.error is None and result.compactions == ["model"]
-    assert r.session.boundaries[-1]["trigger"] == "model"
+    assert r.session.compaction.boundaries[-1].trigger == "model"
     assert "keep totals" in compaction_prompt["messages"][-1]["content"][-1]["text"]
     check_invariants(r.session.messages)
 
@@ -158,7 +159,7 @@ def test_the_model_can_snip_old_results(tmp_path):
 
 
 def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
-    config = AgentConfig(snip_max_messages=30)
+    config = Settings(snip_max_messages=30)
     with rig(tmp_path, window=200_000, config=config) as r:
         for n in range(10):
             run_turn(r.session, code_turn(n, lines=300 if n != 2 else 4_000))  # turn 2: persisted
@@ -168,7 +169,7 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
         run_turn(r.session, code_turn(10, lines=50))
         expected = r.session.request().messages
         live_results = {i for m in r.session.messages for i in m.tool_result_ids}
-        assert r.session.boundaries and live_results & set(r.session.state.cleared)
+        assert r.session.compaction.boundaries and live_results & set(r.session.state.cleared)
         assert r.session.state.persisted
         assert any(m.meta.get("snipped_count") for m in r.session.store.load_transcript().messages())
         sid = r.session.session_id
@@ -180,8 +181,8 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
         r.session.prepare()  # the next turn starts with the zero-call layers, on both sides
         resumed.prepare()
         assert resumed.request().messages == r.session.request().messages
-        assert resumed.status()["boundaries"] == r.session.status()["boundaries"]
-        assert resumed.status()["tokens"] == r.session.status()["tokens"]
+        assert resumed.status().to_json()["boundaries"] == r.session.status().to_json()["boundaries"]
+        assert resumed.status().to_json()["tokens"] == r.session.status().to_json()["tokens"]
 
 
 def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(tmp_path):
@@ -189,14 +190,14 @@ def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(tmp
         def __init__(self, inner):
             self.inner, self.armed = inner, True
 
-        def tool_specs(self):
-            return self.inner.tool_specs()
+        def tools(self):
+            return [Tool(PYTHON_TOOL, self.run)]
 
-        def run(self, call: ToolCall):
+        def run(self, call: ToolCall, _context):
             if self.armed:
                 self.armed = False
                 raise KeyboardInterrupt
-            return self.inner.run(call)
+            return self.inner.run_python(call)
 
     with rig(tmp_path) as r:
         r.session.executor = Interrupting(r.session.executor)
@@ -243,7 +244,7 @@ def test_consecutive_calls_read_the_previous_prefix_from_the_cache(tmp_path):
     with rig(tmp_path, window=200_000) as r:
         for n in range(3):
             run_turn(r.session, code_turn(n, lines=30))
-    usage = r.session.usage
+    usage = r.session.meter.totals
     assert usage.cache_read_input_tokens > 0
     assert usage.cache_hit_ratio > 0.5
 
@@ -261,10 +262,10 @@ def test_s3_compaction_waits_up_to_fifteen_seconds_for_a_running_extraction(tmp_
 
     with rig(tmp_path) as r:
         run_turn(r.session, code_turn(0, lines=10))
-        r.session.notes_source = source = Source()
+        r.session.plugins.attach_notes(source := Source())
         manual_compact(r.session)
     assert source.waited == [15.0]
-    assert r.session.boundaries[-1]["trigger"] == "manual"
+    assert r.session.compaction.boundaries[-1].trigger == "manual"
 
 
 def test_t3_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_path):
@@ -273,12 +274,10 @@ def test_t3_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_p
 
     with rig(tmp_path, window=30_000) as r:
         run_turn(r.session, code_turn(0, lines=200))
-        threshold = r.session.engine_settings().thresholds.autocompact
+        threshold = r.session.context_settings().thresholds.autocompact
         exact = r.session.exact_tokens()
         assert exact is not None and exact < threshold
         # Make the padded estimate cross the threshold while the real size stays well under it.
-        import dataclasses
-
-        r.session.state = dataclasses.replace(r.session.state, correction=Correction(threshold / 300, 1))
+        r.session.conversation = r.session.conversation.learned(Correction(threshold / 300, 1))
         result = run_turn(r.session, "and a short question")
     assert result.compactions == [] and r.api.model_calls("compaction") == 0

@@ -14,11 +14,12 @@ from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
-from ctx_magic.agent.session import AgentConfig, open_session
+from ctx_magic.agent.session import open_session
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.events import CompactionFailedEvent, Notice, ReplyRestarted, Status, ToolStarted
 from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block
 from ctx_magic.offline.policy import Policy
+from ctx_magic.settings import Settings
 
 
 def test_thirty_turns_in_a_small_window_compact_repeatedly_and_keep_working(tmp_path):
@@ -31,8 +32,8 @@ def test_thirty_turns_in_a_small_window_compact_repeatedly_and_keep_working(tmp_
     assert [res.error for res in results] == [None] * 32
     assert all(res.model_calls >= 2 for res in results)  # each turn ran its code and answered
     assert len(compactions) >= 3, f"expected several compactions, saw {len(compactions)}"
-    assert {b["trigger"] for b in r.session.boundaries} == {"auto"}
-    assert r.session.cache_breaks == []  # every compaction reset the cache-break baseline (C10)
+    assert {b.trigger for b in r.session.compaction.boundaries} == {"auto"}
+    assert r.session.meter.breaks == []  # every compaction reset the cache-break baseline (C10)
     assert all(q.status == 200 for q in records), [q.status for q in records]
     assert all(q.input_tokens <= window for q in records)
     for record in records:
@@ -59,7 +60,7 @@ def test_prompt_too_long_the_estimate_missed_recovers_with_one_compaction(tmp_pa
         assert result.error is None
         assert result.compactions == ["reactive"]
         assert r.api.model_calls("compaction") == before + 1
-        assert r.session.boundaries[-1]["trigger"] == "reactive"
+        assert r.session.compaction.boundaries[-1].trigger == "reactive"
         check_invariants(r.session.messages)
         assert run_turn(r.session, prompt(4)).error is None
 
@@ -79,7 +80,7 @@ def test_second_prompt_too_long_in_a_turn_ends_in_a_clear_error_and_a_valid_sess
 
 def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(tmp_path):
     # Trigger at 20% of the effective window: far from blocking, so turns go on while failing.
-    config = AgentConfig(autocompact_pct=20)
+    config = Settings(autocompact_pct=20)
     with rig(tmp_path, window=40_000, config=config) as r:
         failures: list[CompactionFailedEvent] = []
 
@@ -97,7 +98,7 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
         r.session.listeners.append(next_failure_mode)
         r.api.policy = CompactionMisbehaves("tool_call")
         turns = 0
-        while not r.session.breaker_open and turns < 12:
+        while not r.session.compaction.breaker_open and turns < 12:
             assert run_turn(r.session, prompt(turns)).error is None
             turns += 1
 
@@ -105,17 +106,17 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
         assert "tool" in failures[0].reason
         assert "<summary>" in failures[1].reason
         assert "500" in failures[2].reason
-        assert failures[2].breaker_open and r.session.status()["breaker_open"]
-        assert r.session.tokens() > r.session.engine_settings().thresholds.autocompact
+        assert failures[2].breaker_open and r.session.status().to_json()["breaker_open"]
+        assert r.session.tokens() > r.session.context_settings().thresholds.autocompact
 
         calls = r.api.model_calls("compaction")
         assert run_turn(r.session, prompt(20)).error is None
         assert r.api.model_calls("compaction") == calls  # open breaker: no more attempts
 
         manual_compact(r.session, "keep the sensor names")
-        assert not r.session.breaker_open and r.session.failures == 0
-        assert r.session.boundaries[-1]["trigger"] == "manual"
-        assert not r.session.status()["breaker_open"]
+        assert not r.session.compaction.breaker_open and r.session.compaction.failures == 0
+        assert r.session.compaction.boundaries[-1].trigger == "manual"
+        assert not r.session.status().to_json()["breaker_open"]
 
 
 def test_compaction_request_reuses_system_and_tools_with_tools_forbidden(tmp_path):
@@ -175,7 +176,7 @@ def test_one_overload_is_retried_by_the_sdk_transparently(tmp_path):
 def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_is_room(tmp_path):
     with rig(tmp_path) as r:
         assert run_turn(r.session, prompt(0)).error is None
-        transcript = r.session.transcript
+        transcript = r.session.recorder.transcript
         disk = {"full": False}
         real_open = transcript._open
 
@@ -201,10 +202,10 @@ def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_
         r.session.listeners.pop()
         failed = run_turn(r.session, "still full?")  # the prompt itself cannot be written
         assert failed.error is not None and "disk is full" in failed.error and failed.model_calls == 0
-        assert len(r.session.unwritten) == 2  # the code's results, then this prompt, in order
+        assert len(r.session.recorder.unwritten) == 2  # the code's results, then this prompt, in order
         disk["full"] = False
         assert run_turn(r.session, prompt(2)).error is None
-        assert r.session.unwritten == []
+        assert r.session.recorder.unwritten == []
         check_invariants(r.session.messages)
         loaded = r.session.store.load_transcript()
     assert loaded.problems == []  # no partial line was left behind
@@ -228,7 +229,7 @@ def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_ret
         sent = [q for q in r.api.requests if q.path == "/v1/messages"][-1]
         sid, expected = r.session.session_id, r.session.request().messages
         resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
-                                         AgentConfig(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
+                                         Settings(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
     assert len(read) > 100_000
     assert result.error is None and sent.status == 200
     body = request_text(sent)
@@ -256,7 +257,7 @@ def test_a_message_too_large_for_the_window_is_saved_to_a_file_and_the_session_g
         assert any("too large for the conversation" in n for n in notices)
         assert r.session.files.read_file(str(saved), limit=3).count("\n") >= 2  # the agent can read it
         assert run_turn(r.session, "just print 2\n```python\nprint(2)\n```").error is None
-        assert r.session.status()["zone"] == "ok"
+        assert r.session.status().to_json()["zone"] == "ok"
 
 
 def test_a_session_folder_deleted_mid_session_is_started_again_from_the_live_context(tmp_path):
@@ -271,14 +272,14 @@ def test_a_session_folder_deleted_mid_session_is_started_again_from_the_live_con
         expected, sid = r.session.request().messages, r.session.session_id
         loaded = r.session.store.load_transcript()
         resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
-                                         AgentConfig(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
+                                         Settings(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
     assert loaded.problems == [] and problems == []
     assert [m.uuid for m in loaded.messages()] == [m.uuid for m in r.session.messages]  # each message once
     assert resumed.request().messages == expected
 
 
 def test_t2_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_path):
-    config = AgentConfig(context_window=8_000, clear_at_least=300, keep_recent=2)
+    config = Settings(context_window=8_000, clear_at_least=300, keep_recent=2)
     with rig(tmp_path, window=8_000, config=config) as r:
         ratios = []
         for n in range(11):

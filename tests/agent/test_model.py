@@ -11,11 +11,8 @@ import pytest
 
 from ctx_magic.agent.model import (
     FALLBACK_LIMITS,
-    OFFLINE_NOTICE,
     AnthropicModel,
-    ModelLimits,
     ModelRequest,
-    choose_backend,
     map_error,
     table_limits,
 )
@@ -35,6 +32,7 @@ from ctx_magic.errors import (
 from ctx_magic.messages import Message, text_block, user_text
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
+from ctx_magic.settings import ModelLimits, Settings
 
 WINDOW = 20_000  # small, so a prompt-too-long is cheap to reach
 MAX_OUTPUT = 8_192
@@ -190,16 +188,16 @@ def test_limits_are_asked_once(model: AnthropicModel, api: OfflineAPI) -> None:
     assert sum(1 for r in api.requests if r.path.startswith("/v1/models")) == 1
 
 
-def test_window_override_wins_over_the_models_api(url: str) -> None:
-    assert AnthropicModel(sdk(url), name=MODEL, window_override=50_000).limits() == ModelLimits(
-        50_000, MAX_OUTPUT, "config"
-    )
+def test_a_configured_window_wins_over_the_models_api(model: AnthropicModel) -> None:
+    window = Settings(context_window=50_000).resolve(model.limits())
+    assert (window.tokens, window.reply_cap, window.source) == (50_000, MAX_OUTPUT, "config")
 
 
-def test_small_window_override_caps_output_at_half_the_window(url: str) -> None:
-    assert AnthropicModel(sdk(url), name=MODEL, window_override=10_000).limits() == ModelLimits(
-        10_000, 5_000, "config"
-    )
+def test_the_reply_cap_is_the_setting_capped_by_the_model_and_a_quarter_of_the_window(model: AnthropicModel) -> None:
+    assert Settings(context_window=10_000).resolve(model.limits()).reply_cap == 2_500
+    assert Settings(max_output_tokens=1_000).resolve(model.limits()).reply_cap == 1_000
+    assert Settings(context_window=100_000).resolve(model.limits()).reply_cap == MAX_OUTPUT
+    assert Settings().resolve(model.limits()).source == "models-api"
 
 
 def test_limits_fall_back_to_the_table_when_the_server_cannot_be_reached() -> None:
@@ -450,56 +448,3 @@ def test_tool_choice_none_is_honored_by_the_server(model: AnthropicModel) -> Non
     ask = request(user_text("```python\nprint(1)\n```"), tools=[PYTHON_TOOL])
     forbidden = ModelRequest(ask.system, ask.tools, ask.messages, ask.max_tokens, tool_choice={"type": "none"})
     assert model.stream(forbidden).tool_uses == []
-
-
-# --- choose_backend -------------------------------------------------------------------------
-
-
-def test_choose_backend_without_a_key_is_the_offline_stand_in() -> None:
-    backend = choose_backend(env={})
-    assert backend.offline is True
-    assert backend.notice == OFFLINE_NOTICE
-    assert "offline stand-in" in backend.notice and "not Claude" in backend.notice
-    assert "ANTHROPIC_API_KEY" in backend.notice
-    reply = AnthropicModel(backend.client, name=MODEL, offline=True).stream(request(user_text("hi")))
-    assert text_of(reply.content).startswith("Offline stand-in")
-
-
-def test_choose_backend_offline_window_is_what_the_models_api_reports() -> None:
-    backend = choose_backend(env={}, offline_window=30_000)
-    assert AnthropicModel(backend.client, name=MODEL).limits().window == 30_000
-
-
-def test_choose_backend_blank_key_is_still_offline() -> None:
-    assert choose_backend(env={"ANTHROPIC_API_KEY": "  "}).offline is True
-
-
-def test_choose_backend_with_a_key_and_base_url_talks_to_that_server(url: str, api: OfflineAPI) -> None:
-    backend = choose_backend(env={"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": url}, max_retries=1)
-    assert backend.offline is False
-    assert url in backend.notice and "offline" not in backend.notice
-    assert str(backend.client.base_url).rstrip("/") == url
-    assert backend.client.max_retries == 1
-    reply = AnthropicModel(backend.client, name=MODEL).stream(request(user_text("hello from a real client")))
-    assert "hello from a real client" in text_of(reply.content)
-    assert api.model_calls() == 1
-
-
-def test_choose_backend_with_only_a_key_uses_the_anthropic_api() -> None:
-    backend = choose_backend(env={"ANTHROPIC_API_KEY": "sk-test"})
-    assert backend.offline is False
-    assert backend.notice == "Using the Anthropic Messages API."
-    assert "api.anthropic.com" in str(backend.client.base_url)
-
-
-def test_choose_backend_reads_the_process_environment_by_default(
-    monkeypatch: pytest.MonkeyPatch, url: str, api: OfflineAPI
-) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
-    backend = choose_backend()
-    assert backend.offline is False
-    AnthropicModel(backend.client, name=MODEL).count_tokens(request(user_text("hi")))
-    assert api.requests[-1].path == "/v1/messages/count_tokens"
-    monkeypatch.delenv("ANTHROPIC_API_KEY")
-    assert choose_backend().offline is True

@@ -4,11 +4,37 @@ from __future__ import annotations
 
 import pytest
 
-from ctx_magic.agent.tools import PYTHON_TOOL, LocalExecutor, ToolCall, ToolOutput, run_python_source
+from ctx_magic.agent.tools import (
+    PYTHON_TOOL,
+    LocalExecutor,
+    Tool,
+    ToolCall,
+    ToolError,
+    ToolOutput,
+    ToolRegistry,
+    run_python_source,
+)
+
+
+class NoContext:
+    """A turn that nothing is asked of."""
+
+    def is_live_result(self, tool_use_id: str) -> bool:
+        return False
+
+    def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
+        return [], list(tool_use_ids)
+
+    def ask_compaction(self, instructions: str) -> bool:
+        return False
+
+
+def call(executor: LocalExecutor, tool_call: ToolCall) -> ToolOutput:
+    return ToolRegistry(executor.tools()).run(tool_call, NoContext())
 
 
 def run(executor: LocalExecutor, code: str) -> ToolOutput:
-    return executor.run(ToolCall("toolu_1", "python", {"code": code}))
+    return call(executor, ToolCall("toolu_1", "python", {"code": code}))
 
 
 @pytest.fixture
@@ -158,22 +184,22 @@ def test_run_python_source_uses_the_given_namespace() -> None:
 
 
 def test_executor_offers_only_the_python_tool(executor: LocalExecutor) -> None:
-    assert executor.tool_specs() == [PYTHON_TOOL]
+    assert ToolRegistry(executor.tools()).specs() == [PYTHON_TOOL]
     assert PYTHON_TOOL["input_schema"]["required"] == ["code"]
 
 
 def test_non_python_tool_is_an_error(executor: LocalExecutor) -> None:
-    out = executor.run(ToolCall("toolu_1", "bash", {"command": "ls"}))
-    assert out == ToolOutput("Unknown tool 'bash'.", is_error=True)
+    out = call(executor, ToolCall("toolu_1", "bash", {"command": "ls"}))
+    assert out == ToolOutput("Unknown tool 'bash'; the tools are: python.", is_error=True)
 
 
 def test_missing_code_is_an_error(executor: LocalExecutor) -> None:
-    out = executor.run(ToolCall("toolu_1", "python", {}))
+    out = call(executor, ToolCall("toolu_1", "python", {}))
     assert out.is_error is True and "'code' string" in str(out.content)
 
 
 def test_non_string_code_is_an_error_and_runs_nothing(executor: LocalExecutor) -> None:
-    out = executor.run(ToolCall("toolu_1", "python", {"code": ["x = 1"]}))
+    out = call(executor, ToolCall("toolu_1", "python", {"code": ["x = 1"]}))
     assert out.is_error is True
     assert "x" not in executor.namespace
 
@@ -200,3 +226,39 @@ def test_binary_ish_output_does_not_crash(executor: LocalExecutor) -> None:
 
 def test_unicode_output_is_kept_as_is(executor: LocalExecutor) -> None:
     assert run(executor, "print('naïve ∑ 日本')").content == "naïve ∑ 日本\n"
+
+
+# --- the registry: a tool declared once ------------------------------------------------------
+
+
+def test_the_registry_refuses_two_tools_of_one_name(executor: LocalExecutor) -> None:
+    with pytest.raises(ValueError, match="two tools are named 'python'"):
+        ToolRegistry([*executor.tools(), *executor.tools()])
+
+
+def test_the_registry_says_which_results_may_be_cleared_and_offers_only_offered_tools() -> None:
+    def ok(_call: ToolCall, _context: object) -> ToolOutput:
+        return ToolOutput("ok")
+
+    registry = ToolRegistry([Tool({"name": "a"}, ok), Tool({"name": "b"}, ok, clearable=False),
+                             Tool({"name": "c"}, ok, offered=False)])
+    assert registry.clearable() == frozenset({"a", "c"})
+    assert registry.names() == ["a", "b"]
+    assert call_one(registry, "c").is_error
+
+
+def test_a_handler_failure_becomes_an_error_result_the_model_can_read() -> None:
+    def broken(_call: ToolCall, _context: object) -> ToolOutput:
+        raise ToolError("the file is gone")
+
+    def bad_input(tool_call: ToolCall, _context: object) -> ToolOutput:
+        return ToolOutput(str(int(tool_call.input["n"])))
+
+    registry = ToolRegistry([Tool({"name": "broken"}, broken), Tool({"name": "count"}, bad_input)])
+    assert call_one(registry, "broken") == ToolOutput("the file is gone", is_error=True)
+    out = call_one(registry, "count", {"n": "many"})
+    assert out.is_error and str(out.content).startswith("Bad input for count: invalid literal")
+
+
+def call_one(registry: ToolRegistry, name: str, tool_input: dict | None = None) -> ToolOutput:
+    return registry.run(ToolCall("toolu_9", name, tool_input or {}), NoContext())

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from builders import assistant, call, results, text
 
-from ctx_magic.context.engine import ContextSettings, ContextState, prepare
+from ctx_magic.context.engine import ContextSettings, prepare
 from ctx_magic.context.invariants import (
     INTERRUPTED_RESULT,
     check_invariants,
     close_dangling_tool_uses,
 )
+from ctx_magic.context.state import ContextState
 from ctx_magic.errors import InvariantError
 from ctx_magic.messages import Message, tool_result_block, user_text
 

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from builders import exchange
 
-from ctx_magic.context.engine import ContextSettings, ContextState, prepare
-from ctx_magic.context.microcompact import (
-    CLEAR_AT_LEAST,
-    CLEARED_TEXT,
-    COMPACTABLE_TOOLS,
-    KEEP_RECENT,
-    idle_gap,
-)
+from ctx_magic.context.engine import ContextSettings, prepare
+from ctx_magic.context.microcompact import CLEARED_TEXT, COMPACTABLE_TOOLS, idle_gap
+from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import compute_thresholds
 from ctx_magic.events import Cleared
 from ctx_magic.messages import Usage, result_text, user_text
+from ctx_magic.settings import CLEAR_AT_LEAST, KEEP_RECENT, Settings
 
 MINUTE = 60.0
 
@@ -37,8 +33,8 @@ def settings(**kw):
 def test_l3_defaults_are_the_seeds():
     assert KEEP_RECENT == 5 and CLEAR_AT_LEAST == 20_000
     assert CLEARED_TEXT == "[Old tool result content cleared]"
-    assert ContextSettings.create(200_000, 32_000, cache_ttl="5m").idle_minutes == 5
-    assert ContextSettings.create(200_000, 32_000, cache_ttl="1h").idle_minutes == 60
+    assert ContextSettings.create(200_000, 32_000, Settings(cache_ttl="5m")).idle_minutes == 5
+    assert ContextSettings.create(200_000, 32_000, Settings(cache_ttl="1h")).idle_minutes == 60
 
 
 def outputs(count: int) -> list[str]:
@@ -71,7 +67,7 @@ def test_l3_results_smaller_than_the_stub_stay():
 
 def test_l3_one_hour_cache_waits_an_hour():
     msgs = session(outputs(8))
-    hour = ContextSettings.create(200_000, 32_000, cache_ttl="1h", env={})
+    hour = ContextSettings.create(200_000, 32_000, Settings(cache_ttl="1h"), env={})
     assert not [e for e in prepare(msgs, ContextState(), 30 * MINUTE, hour).events if isinstance(e, Cleared)]
     assert [e for e in prepare(msgs, ContextState(), 61 * MINUTE + 10, hour).events if isinstance(e, Cleared)]
 
@@ -138,14 +134,14 @@ def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():
     big = "word " * 6_000
     msgs = session([big] * 10, usage=Usage(190_000, 100))  # over the threshold even after clearing
     out = prepare(msgs, ContextState(), 1.0, settings())
-    assert not [e for e in out.events if isinstance(e, Cleared)] and out.compact_due
-    breaker_open = prepare(msgs, ContextState(), 1.0, settings(), compaction_available=False)
+    assert not [e for e in out.events if isinstance(e, Cleared)] and out.plan.compact
+    breaker_open = prepare(msgs, ContextState(), 1.0, settings(), breaker_open=True)
     assert [e.trigger for e in breaker_open.events if isinstance(e, Cleared)] == ["pressure"]
 
 
 def test_l3_clear_at_least_default_scales_with_a_small_window_but_a_set_value_is_kept():
     small = compute_thresholds(30_000, 8_192, env={})
-    assert ContextSettings(thresholds=small).microcompact.clear_at_least == round(20_000 * small.scale) == 3_000
-    assert ContextSettings(thresholds=small, clear_at_least=5_000).microcompact.clear_at_least == 5_000
+    assert ContextSettings(thresholds=small).clear_threshold == round(20_000 * small.scale) == 3_000
+    assert ContextSettings(thresholds=small, clear_at_least=5_000).clear_threshold == 5_000
     full = compute_thresholds(200_000, 32_000, env={})
-    assert ContextSettings(thresholds=full).microcompact.clear_at_least == 20_000
+    assert ContextSettings(thresholds=full).clear_threshold == 20_000

@@ -15,9 +15,10 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctx_magic.context.engine import ContextSettings, ContextState, measure, prepare
+from ctx_magic.context.engine import ContextSettings, measure, prepare
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.resume import fold_transcript
+from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import compute_thresholds
 from ctx_magic.events import Compacted, Persisted
 from ctx_magic.messages import (

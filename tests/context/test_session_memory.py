@@ -29,7 +29,8 @@ from ctx_magic.context.session_memory import (
     truncate_for_compact,
 )
 from ctx_magic.context.tokens import estimate_messages, message_tokens
-from ctx_magic.memory.session_notes import enforce_caps, notes_prompt, parse_notes
+from ctx_magic.memory.prompts import notes_prompt
+from ctx_magic.memory.session_notes import enforce_caps, parse_notes
 from ctx_magic.messages import user_text
 
 NOTES = empty_template().replace("_what is being worked on right now, pending tasks, the next steps_",

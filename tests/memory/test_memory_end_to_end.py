@@ -32,7 +32,7 @@ def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(
     shell.run_line_magic("config", "CtxMagic.clear_at_least = 10000000")  # reach the threshold
     run(shell, "%%agent\nI prefer plots in dark mode. Always label the axes in millimetres.")
     ctl = controller(shell)
-    api = ctl.backend.offline_api
+    api = ctl.host.backend.stand_in
     calls: dict[str, int] = {}
 
     def count(event):
@@ -43,11 +43,11 @@ def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(
 
     ctl.listeners.append(count)
     n = 0
-    while not ctl.session.boundaries and n < 40:
+    while not ctl.session.compaction.boundaries and n < 40:
         run(shell, batch(n))
         n += 1
-    assert ctl.notes.extractions >= 1 and ctl.notes.last_error is None
-    assert "I prefer plots in dark mode" in ctl.notes.text()
+    assert ctl.memory.notes.extractions >= 1 and ctl.memory.notes.last_error is None
+    assert "I prefer plots in dark mode" in ctl.memory.notes.text()
     assert status(shell)["boundaries"][-1]["trigger"] == "session-memory"
     assert calls["after"] == calls["before"], "session-memory compaction made a model call"
     assert api.model_calls("compaction") == 0
@@ -60,7 +60,7 @@ def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(
     assert "# Long-term memory" in system and "dark mode" in system
     _, listing = run(shell, "%memory show")
     assert "dark mode" in listing and "relevance 1.00" in listing
-    assert any("dark mode" in row["text"] for row in ctl.panel.memories)
+    assert any("dark mode" in row["text"] for row in ctl.panel.widget.memories)
 
 
 def test_memory_magics_add_show_forget_and_refuse_secrets(shell):

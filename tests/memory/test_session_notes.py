@@ -7,11 +7,11 @@ from agent_rig import rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
-from ctx_magic.agent.session import AgentConfig
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.session_memory import sections
 from ctx_magic.events import Compacted, Status
 from ctx_magic.memory.session_notes import NotesKeeper
+from ctx_magic.settings import Settings
 
 
 def turn(n: int) -> str:
@@ -57,7 +57,7 @@ def test_a_correction_is_noted_at_once(tmp_path):
 
 
 def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_path):
-    config = AgentConfig(clear_at_least=10**7)  # no pressure clearing: let the threshold be reached
+    config = Settings(clear_at_least=10**7)  # no pressure clearing: let the threshold be reached
     with keeper_rig(tmp_path, window=40_000, config=config) as r:
         NotesKeeper(r.session)
         calls_at: dict[str, int] = {}
@@ -70,11 +70,11 @@ def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_p
 
         r.session.listeners.append(count_calls)
         n = 0
-        while not r.session.boundaries and n < 40:
+        while not r.session.compaction.boundaries and n < 40:
             run_turn(r.session, turn(n))
             n += 1
-        assert r.session.boundaries, "the threshold was never reached"
-        assert r.session.boundaries[-1]["trigger"] == "session-memory"
+        assert r.session.compaction.boundaries, "the threshold was never reached"
+        assert r.session.compaction.boundaries[-1].trigger == "session-memory"
         assert calls_at["end"] == calls_at["start"]  # zero model calls for the compaction
         assert r.api.model_calls("compaction") == 0
         summary = next(m for m in r.session.messages if m.kind == "summary")
@@ -85,7 +85,7 @@ def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_p
 
 
 def test_manual_compact_uses_the_notes_unless_given_instructions(tmp_path):
-    with keeper_rig(tmp_path, window=200_000, config=AgentConfig()) as r:
+    with keeper_rig(tmp_path, window=200_000, config=Settings()) as r:
         keeper = NotesKeeper(r.session)
         n = 0
         while keeper.extractions == 0 and n < 30:
@@ -96,10 +96,10 @@ def test_manual_compact_uses_the_notes_unless_given_instructions(tmp_path):
             run_turn(r.session, turn(m))
             keeper.wait(15)
         manual_compact(r.session)
-        assert r.session.boundaries[-1]["trigger"] == "session-memory"
+        assert r.session.compaction.boundaries[-1].trigger == "session-memory"
         assert r.api.model_calls("compaction") == 0
         summary = next(m for m in r.session.messages if m.kind == "summary")
         assert "without asking" not in summary.text  # the user asked for it: no "continue unasked" (C5)
         manual_compact(r.session, "keep the row counts")
-        assert r.session.boundaries[-1]["trigger"] == "manual"
+        assert r.session.compaction.boundaries[-1].trigger == "manual"
         assert r.api.model_calls("compaction") == 1

@@ -36,8 +36,8 @@ def shown(cell) -> str:
 
 
 def status_json(cell) -> dict:
-    line = next(text for text in shown(cell).splitlines() if text.startswith("{"))
-    return json.loads(line)
+    text = shown(cell)
+    return json.loads(text[text.index("{"):])
 
 
 @pytest.fixture

@@ -63,13 +63,13 @@ def test_timer_thread_clears_in_memory_and_the_next_cell_writes_it(shell):
     seen = cleared_events(shell)
     before = ctl.session.store.transcript_path.read_text()
     shell.user_ns["_clock"].now += 6 * 60
-    ctl._timer_fired()  # what the timer thread runs
+    ctl.idle._fired()  # what the timer thread runs
     assert seen and seen[0].trigger == "idle"
     assert ctl.session.store.transcript_path.read_text() == before  # nothing written from the thread
-    assert ctl.deferred
+    assert ctl.idle.deferred
     cell(shell, "b = 2")
     assert '"event":"cleared"' in ctl.session.store.transcript_path.read_text()
-    assert not ctl.deferred
+    assert not ctl.idle.deferred
 
 
 def test_timer_is_scheduled_after_a_turn_when_enabled(shell):
@@ -77,10 +77,10 @@ def test_timer_is_scheduled_after_a_turn_when_enabled(shell):
     ctl.settings.idle_timer = True
     run(shell, "%%agent\nhello")
     try:
-        assert ctl.timer is not None and ctl.timer.daemon
-        assert ctl.timer.interval == 5 * 60 + 1
+        assert ctl.idle.timer is not None and ctl.idle.timer.daemon
+        assert ctl.idle.timer.interval == 5 * 60 + 1
     finally:
-        ctl.cancel_timer()
+        ctl.idle.cancel()
 
 
 def test_idle_clearing_is_shown_at_the_next_agent_turn(shell):

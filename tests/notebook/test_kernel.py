@@ -21,7 +21,7 @@ SETUP = "%load_ext ctx_magic\n%config CtxMagic.permission = 'auto'\n%config CtxM
 
 def status(kernel: Kernel) -> dict:
     text = kernel.execute("%ctx status --json")
-    return json.loads(next(line for line in text.splitlines() if line.startswith("{")))
+    return json.loads(text[text.index("{"):])
 
 
 def live_messages(tmp_path, session_id):
@@ -44,7 +44,7 @@ def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(ker
     shown = kernel.execute(loop, when=lambda text: "Running python" in text, then=kernel.interrupt)
     assert "Interrupted" in shown and "Traceback" not in shown
     after = kernel.execute("%%agent\nare you still there?")
-    assert "Done · 1 model call(s)" in after
+    assert "Done · 1 model call ·" in after
     sid = status(kernel)["session_id"]
     live = live_messages(tmp_path, sid)
     check_invariants(live)
@@ -63,7 +63,7 @@ def test_interrupt_while_the_reply_streams_keeps_the_conversation_valid(tmp_path
                                    when=lambda text: text.startswith("Offline stand-in"), then=kernel.interrupt)
             api.stall_release.set()
             assert "Interrupted" in shown and "Traceback" not in shown
-            assert "Done · 1 model call(s)" in kernel.execute("%%agent\nshorter, please")
+            assert "Done · 1 model call ·" in kernel.execute("%%agent\nshorter, please")
             sid = status(kernel)["session_id"]
         finally:
             kernel.close()

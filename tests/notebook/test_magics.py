@@ -74,7 +74,7 @@ def test_first_turn_says_the_offline_backend_is_used_and_runs_code(shell):
     assert result.error_in_exec is None
     assert "offline stand-in" in shown and "not Claude" in shown
     assert "42" in shown  # the tool ran in the user's namespace
-    assert "Done · 2 model call(s)" in shown
+    assert "Done · 2 model calls" in shown
     assert status(shell)["backend"] == "offline"
 
 
@@ -135,12 +135,12 @@ def test_every_config_name_reaches_the_session(shell):
         shell.run_line_magic("config", f"CtxMagic.{name} = {value!r}")
     run(shell, "%%agent\nhello")
     session = controller(shell).session
-    engine = session.engine_settings()
-    assert session.config.model == "claude-haiku-5-5" and session.model.name == "claude-haiku-5-5"
+    engine = session.context_settings()
+    assert session.settings.model == "claude-haiku-5-5" and session.model.name == "claude-haiku-5-5"
     assert engine.thresholds.window == 50_000 and engine.thresholds.max_output == 4_000
     assert engine.thresholds.autocompact == int((50_000 - 4_000) * 0.6)
     assert (engine.keep_recent, engine.idle_minutes, engine.snip_max_messages) == (3, 7.0, 50)
-    assert session.config.cache_ttl == "1h" and engine.clear_at_least == 5_000
+    assert session.settings.cache_ttl == "1h" and engine.clear_at_least == 5_000
     assert session.model.client.max_retries == 4
     data = status(shell)
     assert data["model"] == "claude-haiku-5-5" and data["window"] == 50_000
@@ -224,7 +224,7 @@ def test_switching_the_model_keeps_the_conversation(shell):
     run(shell, "%%agent --model claude-haiku-5-5\nand now?")
     data = status(shell)
     assert data["session_id"] == first and data["model"] == "claude-haiku-5-5" and data["turns"] == 2
-    api = controller(shell).backend.offline_api
+    api = controller(shell).host.backend.stand_in
     assert [r.body["model"] for r in api.requests if r.kind == "normal"][-1] == "claude-haiku-5-5"
 
 
@@ -283,7 +283,7 @@ def test_ctx_sidebar_shows_the_panel_inline_outside_jupyterlab(shell):
     run(shell, "%%agent\nhello")
     with captured() as out:
         shell.run_line_magic("ctx", "sidebar")
-    assert widget_ids(out) == [controller(shell).panel.model_id]
+    assert widget_ids(out) == [controller(shell).panel.widget.model_id]
 
 
 def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell):
@@ -292,16 +292,16 @@ def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell
     with captured() as out:
         cell(shell, "%%agent\nhello")  # the first turn shows the anchor by itself
     (anchor_id,) = widget_ids(out)
-    anchor = ctl.shown_widget
+    anchor = ctl.panel.shown_widget
     assert anchor.model_id == anchor_id
-    assert type(anchor).__name__ == "SidebarAnchor" and anchor.panel is ctl.panel
+    assert type(anchor).__name__ == "SidebarAnchor" and anchor.panel is ctl.panel.widget
     assert anchor._view_module == "@ctx-magic/labextension"
     with captured() as out:
         cell(shell, "%%agent\nagain")  # only once
     assert widget_ids(out) == []
     with captured() as out:
         shell.run_line_magic("ctx", "sidebar --inline")
-    assert widget_ids(out) == [ctl.panel.model_id]
+    assert widget_ids(out) == [ctl.panel.widget.model_id]
 
 
 def test_network_down_is_one_line_and_the_same_session_goes_on_when_it_is_back(tmp_path, monkeypatch):
@@ -350,16 +350,16 @@ def test_notebook_tool_reads_the_saved_notebook_when_its_path_is_known(shell, tm
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    from ctx_magic.agent.tools import ToolCall
+    from ctx_magic.agent.tools import ToolCall, ToolRegistry
 
     code = new_code_cell("df = load('sales.csv')\ndf.head()")
     code.outputs = [new_output("execute_result", data={"text/plain": "   region  total"}, execution_count=1)]
     nbformat.write(new_notebook(cells=[new_markdown_cell("# Sales"), code]), str(tmp_path / "sales.ipynb"))
     ctl = controller(shell)
-    assert "notebook" not in [spec["name"] for spec in ctl.executor.tool_specs()]
+    assert "notebook" not in [t.name for t in ctl.executor.tools() if t.offered]
     ctl.env["JPY_SESSION_NAME"] = "work/sales.ipynb"  # a path relative to the server's root
-    assert "notebook" in [spec["name"] for spec in ctl.executor.tool_specs()]
-    output = ctl.executor.run(ToolCall("t1", "notebook", {"search": "load("}))
+    assert "notebook" in [t.name for t in ctl.executor.tools() if t.offered]
+    output = ToolRegistry(ctl.executor.tools()).run(ToolCall("t1", "notebook", {"search": "load("}), None)
     assert not output.is_error
     assert "sales.ipynb: 2 cells" in output.content and "--- cell 1 (code) ---" in output.content
     assert "region  total" in output.content and "# Sales" not in output.content
@@ -372,7 +372,7 @@ def test_the_agents_own_code_cannot_start_a_turn_or_compact_inside_one(shell):
     session = controller(shell).session
     assert "%%agent cannot be used from inside it" in shown and "%compact cannot be used from inside it" in shown
     assert not any(m.text.strip() == "nested hello" for m in session.store.load_transcript().messages())
-    assert not session.boundaries
+    assert not session.compaction.boundaries
     check_invariants(session.messages)
     assert run(shell, "%%agent\nstill fine?")[0].error_in_exec is None
 
@@ -399,12 +399,12 @@ def test_a_failure_inside_the_cell_hooks_is_one_line_and_later_cells_are_recorde
     def broken() -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(ctl, "check_idle", broken)
+    monkeypatch.setattr(ctl.idle, "check", broken)
     _, shown = run(shell, "print('user cell')")
     assert "internal error (RecursionError" in shown and "Traceback" not in shown and "user cell" in shown
     monkeypatch.undo()
     cell(shell, "print('recorded')")
-    assert [r.source for r in ctl.pending_cells] == ["print('recorded')"]
+    assert [r.source for r in ctl.cells.pending] == ["print('recorded')"]
 
 
 
@@ -431,10 +431,10 @@ def test_compact_past_the_end_is_one_line_and_a_summary_bigger_than_the_chat_is_
     with captured() as out:
         shell.run_line_magic("compact", "--up-to 999")
     assert "--up-to 999 is outside the live context, which has 2 messages" in texts(out)
-    assert not controller(shell).session.boundaries
+    assert not controller(shell).session.compaction.boundaries
     with captured() as out:
         shell.run_line_magic("compact", "keep everything")
-    assert "larger than what they replaced" in texts(out) and controller(shell).session.boundaries
+    assert "larger than what they replaced" in texts(out) and controller(shell).session.compaction.boundaries
 
 
 def test_a_value_whose_repr_raises_is_named_with_its_error_for_the_agent(shell):
@@ -447,13 +447,13 @@ def test_a_value_whose_repr_raises_is_named_with_its_error_for_the_agent(shell):
 def test_top_level_await_in_the_agents_code_inside_a_running_loop_is_a_clear_tool_error(shell):
     import asyncio
 
-    from ctx_magic.agent.tools import ToolCall
+    from ctx_magic.agent.tools import ToolCall, ToolRegistry
 
-    executor = controller(shell).executor
+    tools = ToolRegistry(controller(shell).executor.tools())
 
     async def inside_the_kernels_loop():  # as in ipykernel, where the turn runs inside the event loop
-        return (executor.run(ToolCall("t1", "python", {"code": "import asyncio\nawait asyncio.sleep(0)"})),
-                executor.run(ToolCall("t2", "python", {"code": "print('plain code runs')"})))
+        return (tools.run(ToolCall("t1", "python", {"code": "import asyncio\nawait asyncio.sleep(0)"}), None),
+                tools.run(ToolCall("t2", "python", {"code": "print('plain code runs')"}), None))
 
     awaiting, plain = asyncio.run(inside_the_kernels_loop())
     assert awaiting.is_error and "Top-level await cannot run here" in awaiting.content

@@ -126,7 +126,7 @@ def test_sidebar_shows_the_quickstart_context_and_follows_the_notebook(lab_root:
         count = page.evaluate(f"""() => {NOTEBOOK}.content.widgets
             .find(c => c.model.sharedModel.getSource().startsWith('import math')).model.executionCount""")
         kernel_execute(page, "from ctx_magic.notebook.extension import controller_of\n"
-                             f"controller_of(get_ipython()).panel.cell_marks = {{'{count}': 'cleared (test)'}}")
+                             f"controller_of(get_ipython()).panel.widget.cell_marks = {{'{count}': 'cleared (test)'}}")
         marked = page.locator(".jp-CodeCell.ctx-magic-cell-hidden")
         marked.first.wait_for(state="attached", timeout=UI_TIMEOUT)
         assert marked.count() == 1

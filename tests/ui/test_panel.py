@@ -7,7 +7,16 @@ import pytest
 from builders import ManualClock
 from notebook_rig import cell, clocked_shell, controller, run
 
-from ctx_magic.events import CacheBroke, Cleared, Compacted, ContextMeasured, Persisted, TextDelta, UsageUpdated
+from ctx_magic.events import (
+    CacheBroke,
+    Cleared,
+    Compacted,
+    ContextFigures,
+    ContextMeasured,
+    Persisted,
+    TextDelta,
+    UsageUpdated,
+)
 from ctx_magic.messages import Usage, notebook_cell_id
 from ctx_magic.ui.panel import FLUSH_INTERVAL, ContextPanel
 
@@ -34,8 +43,8 @@ def scripted_session(shell) -> None:
 def test_panel_traits_hold_the_engine_figures_after_a_session(shell):
     scripted_session(shell)
     ctl = controller(shell)
-    panel, session = ctl.panel, ctl.session
-    status = session.status()
+    panel, session = ctl.panel.widget, ctl.session
+    status = session.status().to_json()
     assert panel.session_id == session.session_id
     assert (panel.window, panel.threshold, panel.warning, panel.blocking) == (
         status["window"], status["threshold"], status["warning"], status["blocking"])
@@ -50,12 +59,12 @@ def test_panel_traits_hold_the_engine_figures_after_a_session(shell):
 def test_panel_timeline_has_every_change_with_full_summaries(shell):
     scripted_session(shell)
     ctl = controller(shell)
-    kinds = [entry["kind"] for entry in ctl.panel.timeline]
+    kinds = [entry["kind"] for entry in ctl.panel.widget.timeline]
     assert "microcompact" in kinds and kinds[-1] == "manual"
-    compactions = [e for e in ctl.panel.timeline if e["kind"] not in ("microcompact", "snip")]
-    assert [e["summary"] for e in compactions] == [b["summary"] for b in ctl.session.boundaries]
+    compactions = [e for e in ctl.panel.widget.timeline if e["kind"] not in ("microcompact", "snip")]
+    assert [e["summary"] for e in compactions] == [b.summary for b in ctl.session.compaction.boundaries]
     assert "Primary Request and Intent" in compactions[-1]["summary"]
-    accordion = [c for c in ctl.panel.timeline_box.children if "ctx-magic-boundary" in c._dom_classes][-1]
+    accordion = [c for c in ctl.panel.widget.timeline_box.children if "ctx-magic-boundary" in c._dom_classes][-1]
     assert "manual compaction" in accordion.get_title(0)
     summary_html, button, originals = accordion.children[0].children
     assert "Primary Request and Intent" in summary_html.value
@@ -65,7 +74,7 @@ def test_panel_timeline_has_every_change_with_full_summaries(shell):
 
 def test_panel_lists_persisted_outputs_and_marks_cells_the_agent_cannot_see(shell):
     scripted_session(shell)
-    panel = controller(shell).panel
+    panel = controller(shell).panel.widget
     assert panel.persisted and panel.persisted[0]["chars"] > 50_000
     assert "<persisted-output>" in panel.persisted[0]["preview"]
     assert "Persisted outputs" in panel.persisted_html.value
@@ -76,14 +85,16 @@ def test_panel_lists_persisted_outputs_and_marks_cells_the_agent_cannot_see(shel
 def test_a_resumed_session_gets_a_panel_filled_from_its_transcript(shell):
     scripted_session(shell)
     ctl = controller(shell)
-    before = ctl.panel
+    panel = ctl.panel.widget
+    kinds = [e["kind"] for e in panel.timeline]
     sid = ctl.session.session_id
     run(shell, "%agent --new")
+    assert ctl.panel.widget is panel and panel.timeline == [] and panel.session_id == ctl.session.session_id
+    assert panel.persisted == [] and panel.cell_marks == {}  # nothing of the old session stays on show
     run(shell, f"%agent --resume {sid}")
-    after = ctl.panel
-    assert after is not before
-    assert [e["kind"] for e in after.timeline] == [e["kind"] for e in before.timeline]
-    assert after.tokens == ctl.session.status()["tokens"]
+    assert ctl.panel.widget is panel and panel.session_id == sid
+    assert [e["kind"] for e in panel.timeline] == kinds
+    assert panel.tokens == ctl.session.status().tokens
 
 
 def test_panel_updates_are_throttled_while_streaming():
@@ -92,7 +103,7 @@ def test_panel_updates_are_throttled_while_streaming():
     sent = []
     panel.observe(lambda change: sent.append(change["new"]), names="tokens")
     for n in range(40):
-        panel.handle(ContextMeasured(n, 100, 80, 90, 120, "ok", 50.0, 3, 1, 0, 0))
+        panel.handle(ContextMeasured(ContextFigures(n, 100, 80, 90, 120, "ok", 50.0, 3, 1, 0, 0)))
         panel.handle(TextDelta("x"))  # streaming text never touches the panel
         clock.now += FLUSH_INTERVAL / 8
     assert len(sent) <= 40 * (FLUSH_INTERVAL / 8) / FLUSH_INTERVAL + 2
@@ -106,7 +117,7 @@ def test_panel_is_driven_only_by_events():
                               {"calls": 1, "input_tokens": 10, "output_tokens": 5,
                                "cache_creation_input_tokens": 20, "cache_read_input_tokens": 70}, 0.7))
     panel.handle(Persisted("toolu_1", "/s/tool-results/toolu_1.txt", 90_000, 20_000, "<persisted-output>…"))
-    panel.handle(Cleared("pressure", {notebook_cell_id(4, 9): "[cleared]"}, 2_000))
+    panel.handle(Cleared("pressure", {notebook_cell_id(4, "9"): "[cleared]"}, 2_000))
     panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "the summary", summarized_uuids=("u1",)))
     panel.flush()
     assert panel.cache_hit_ratio == 0.7 and panel.spend["calls"] == 1

@@ -1,0 +1,77 @@
+"""What plugs into a session from above: the compaction hooks (SPEC C9), the session's notes
+(S1-S3) and whatever else listens at turn ends and keeps a little state in state.json."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ctx_magic.events import Compacted
+
+
+@dataclass
+class Hooks:
+    """PreCompact, PostCompact and SessionStart callables (SPEC C9)."""
+
+    pre_compact: list[Callable[[str, str | None], str | None]] = field(default_factory=list)
+    """(trigger, user instructions) -> extra instructions or None."""
+    post_compact: list[Callable[[Compacted], None]] = field(default_factory=list)
+    session_start: list[Callable[[str], str | None]] = field(default_factory=list)
+    """(source: 'compact' | 'resume' | 'new') -> text added to the context, or None."""
+
+    def add(self, name: str, fn: Callable[..., Any]) -> None:
+        lists = {"PreCompact": self.pre_compact, "PostCompact": self.post_compact,
+                 "SessionStart": self.session_start}
+        if name not in lists:
+            raise ValueError(f"unknown hook {name!r}; use one of {', '.join(lists)}")
+        lists[name].append(fn)
+
+
+class NotesSource(Protocol):
+    """The session's notes (SPEC S1-S3), kept by a background extractor."""
+
+    def wait(self, timeout: float) -> None:
+        """Block until a running extraction ends (at most `timeout` seconds)."""
+
+    def current(self) -> tuple[str, str | None] | None:
+        """(notes, uuid of the last message they cover), or None when there are none yet."""
+
+
+class Plugins:
+    """A session's plug-in slots. The notes keeper, for one, attaches here."""
+
+    def __init__(self) -> None:
+        self.notes: NotesSource | None = None
+        self._turn_listeners: list[Callable[[Any, Any], None]] = []
+        self._state: dict[str, Any] = {}
+
+    def attach_notes(self, source: NotesSource) -> None:
+        self.notes = source
+
+    def on_turn_end(self, callback: Callable[[Any, Any], None]) -> None:
+        """Called at each turn end with (session, turn result)."""
+        self._turn_listeners.append(callback)
+
+    def turn_ended(self, session: Any, result: Any) -> list[str]:
+        """Run the turn-end listeners; what failed, one line each (a listener never fails a turn)."""
+        problems = []
+        for callback in list(self._turn_listeners):
+            try:
+                callback(session, result)
+            except Exception as error:  # noqa: BLE001 - reported as a notice by the session
+                problems.append(f"An after-turn task failed: {error}")
+        return problems
+
+    def remember(self, key: str, value: Any) -> None:
+        """Keep a plug-in's small state in state.json under its own key."""
+        self._state[key] = value
+
+    def recalled(self, key: str, default: Any = None) -> Any:
+        return self._state.get(key, default)
+
+    def saved(self) -> dict[str, Any]:
+        return dict(self._state)
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self._state.update(state)

@@ -1,0 +1,77 @@
+"""What a session remembers about its compactions: the boundaries so far, the turns between
+them and the circuit breaker (SPEC L6). A frozen value: each change returns a new one."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ctx_magic.events import Compacted
+
+# autoCompact.ts: 1,279 sessions once failed 50+ times in a row; three failures stop the attempts.
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One compaction, as the status and the panel list it."""
+
+    trigger: str
+    tokens_before: int
+    tokens_after: int
+    messages_summarized: int
+    summary: str = ""
+    boundary_uuid: str | None = None
+
+    @classmethod
+    def of(cls, event: Compacted) -> Boundary:
+        return cls(event.trigger, event.tokens_before, event.tokens_after, event.messages_summarized, event.summary,
+                   event.boundary_uuid)
+
+    def figures(self) -> dict[str, Any]:
+        """The boundary without its summary text (for the status JSON)."""
+        return {"trigger": self.trigger, "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
+                "messages_summarized": self.messages_summarized}
+
+
+@dataclass(frozen=True)
+class CompactionState:
+    failures: int = 0
+    """Auto-compactions failed in a row; at MAX_CONSECUTIVE_FAILURES the breaker opens."""
+    boundaries: tuple[Boundary, ...] = ()
+    turns: int = 0
+    turns_at_boundary: int = 0
+
+    @property
+    def breaker_open(self) -> bool:
+        return self.failures >= MAX_CONSECUTIVE_FAILURES
+
+    @property
+    def previous_boundary(self) -> str | None:
+        return self.boundaries[-1].boundary_uuid if self.boundaries else None
+
+    @property
+    def turns_since_boundary(self) -> int:
+        return self.turns - self.turns_at_boundary
+
+    def turn_started(self) -> CompactionState:
+        return dataclasses.replace(self, turns=self.turns + 1)
+
+    def compacted(self, event: Compacted) -> CompactionState:
+        """A compaction succeeded: a new boundary, and the breaker closes (L6)."""
+        return dataclasses.replace(self, failures=0, boundaries=(*self.boundaries, Boundary.of(event)),
+                                   turns_at_boundary=self.turns)
+
+    def failed(self) -> CompactionState:
+        return dataclasses.replace(self, failures=self.failures + 1)
+
+    def to_json(self) -> dict[str, int]:
+        return {"failures": self.failures, "turns": self.turns, "turns_at_boundary": self.turns_at_boundary}
+
+    @classmethod
+    def from_json(cls, saved: Mapping[str, Any], compactions: Iterable[Compacted] = ()) -> CompactionState:
+        """The state saved in state.json, with the boundaries found in the transcript."""
+        return cls(int(saved.get("failures", 0)), tuple(Boundary.of(e) for e in compactions),
+                   int(saved.get("turns", 0)), int(saved.get("turns_at_boundary", 0)))

@@ -1,0 +1,99 @@
+"""What the engine remembers between calls (SPEC L1, L3, T1, T2): the frozen decisions on
+tool results (persisted, cleared) that are re-applied byte for byte, the index of what was
+already checked, and the learned estimate correction. A frozen value, saved in state.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ctx_magic.context.budget import replace_result
+from ctx_magic.context.tokens import Correction
+from ctx_magic.events import Persisted
+from ctx_magic.messages import Message, result_text
+
+
+@dataclass(frozen=True)
+class ContextState:
+    """What the engine remembers between calls: frozen decisions and its index."""
+
+    decided: frozenset[str] = frozenset()
+    """tool_use_ids whose L1 decision is made (kept or persisted), never revisited."""
+    persisted: Mapping[str, str] = field(default_factory=dict)
+    """tool_use_id -> the persisted-output block that replaced it, byte for byte."""
+    persisted_paths: Mapping[str, str] = field(default_factory=dict)
+    cleared: Mapping[str, str] = field(default_factory=dict)
+    """tool_use_id -> the stub that replaced it (microcompact, snip tool, user)."""
+    tool_names: Mapping[str, str] = field(default_factory=dict)
+    compactable: tuple[str, ...] = ()
+    """Live compactable results not cleared yet, oldest first."""
+    positions: Mapping[str, int] = field(default_factory=dict)
+    """tool_use_id -> index of the message holding its result."""
+    indexed: int = 0
+    indexed_uuid: str | None = None
+    freed_anchor: str | None = None
+    freed_tokens: int = 0
+    """Tokens removed before the anchoring response since it was billed (T1 correction)."""
+    correction: Correction = Correction()
+
+    def with_persisted(self, events: Sequence[Persisted]) -> ContextState:
+        """These results' decisions made and frozen: persisted, with their stand-ins and paths."""
+        if not events:
+            return self
+        return dataclasses.replace(
+            self,
+            decided=self.decided | {e.tool_use_id for e in events},
+            persisted={**self.persisted, **{e.tool_use_id: e.replacement for e in events}},
+            persisted_paths={**self.persisted_paths, **{e.tool_use_id: e.path for e in events}},
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "persisted": dict(self.persisted),
+            "persisted_paths": dict(self.persisted_paths),
+            "cleared": dict(self.cleared),
+            "freed_anchor": self.freed_anchor,
+            "freed_tokens": self.freed_tokens,
+            "correction": {"ratio": self.correction.ratio, "observations": self.correction.observations},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ContextState:
+        corr = data.get("correction") or {}
+        return cls(
+            persisted=dict(data.get("persisted") or {}),  # type: ignore[arg-type]
+            persisted_paths=dict(data.get("persisted_paths") or {}),  # type: ignore[arg-type]
+            cleared=dict(data.get("cleared") or {}),  # type: ignore[arg-type]
+            freed_anchor=data.get("freed_anchor"),  # type: ignore[arg-type]
+            freed_tokens=int(data.get("freed_tokens") or 0),  # type: ignore[arg-type]
+            correction=Correction(float(corr.get("ratio", 4 / 3)), int(corr.get("observations", 0))),  # type: ignore[union-attr]
+        )
+
+
+def apply_decisions(message: Message, state: ContextState) -> Message:
+    """The message with every frozen decision on its results re-applied, byte for byte."""
+    if message.role != "user" or not (state.cleared or state.persisted):
+        return message
+    changed = False
+    blocks = []
+    for block in message.content:
+        tool_use_id = block.get("tool_use_id")
+        if block.get("type") == "tool_result":
+            if tool_use_id in state.cleared:
+                stub = state.cleared[tool_use_id]
+                if block.get("content") != stub:
+                    block, changed = {**block, "content": stub}, True
+            elif tool_use_id in state.persisted:
+                replacement = state.persisted[tool_use_id]
+                if result_text(block) != replacement:
+                    block, changed = replace_result(block, replacement), True
+        blocks.append(block)
+    return message.with_content(blocks) if changed else message
+
+
+def result_counts(state: ContextState) -> tuple[int, int, int]:
+    """(live, cleared, persisted) tool results in the live context."""
+    cleared = sum(1 for i in state.positions if i in state.cleared)
+    persisted = sum(1 for i in state.positions if i in state.persisted and i not in state.cleared)
+    return len(state.positions) - cleared - persisted, cleared, persisted

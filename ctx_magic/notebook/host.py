@@ -1,0 +1,110 @@
+"""Which session this kernel talks to, and through which backend: a new one, a stored one
+resumed, or the same one again after `%reload_ext`; settings and model changes applied before
+each turn. The composition root for a session: the backend, the model client, the executor,
+the Jupyter system prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.session import Session, open_session
+from ctx_magic.agent.tools import Executor
+from ctx_magic.errors import CtxMagicError
+from ctx_magic.notebook.backend import Backend, choose_backend
+from ctx_magic.notebook.prompts import JUPYTER_SYSTEM_PROMPT
+from ctx_magic.settings import Settings
+from ctx_magic.store.session import latest_session
+
+
+class SessionHost:
+    def __init__(self, *, settings: Callable[[], Settings], env: Mapping[str, str], clock: Callable[[], float],
+                 executor: Executor, root: Callable[[], Path], storage_dir: Callable[[], Path],
+                 opened: Callable[[Session], None], closing: Callable[[Session, bool], None],
+                 backend: Backend | None = None) -> None:
+        self._settings = settings
+        self._env = env
+        self._clock = clock
+        self._executor = executor
+        self._root = root
+        self._storage_dir = storage_dir
+        self._opened = opened
+        self._closing = closing
+        self.backend = backend
+        self.session: Session | None = None
+        self.carried: str | None = None
+        """The session of this kernel before the extension was reloaded: the next turn resumes it."""
+
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            self.backend = choose_backend(self._env, max_retries=self._settings().max_retries)
+        return self.backend
+
+    def retries_changed(self, max_retries: int) -> None:
+        """A new retry count applies at once, to the backend and the live session's client."""
+        if self.backend is None:
+            return
+        self.backend = self.backend.with_retries(max_retries)
+        if self.session is not None and isinstance(self.session.model, AnthropicModel):
+            self.session.frame.reconfigure(self.session.settings, self._model(self.session.model.name))
+
+    def _model(self, name: str) -> AnthropicModel:
+        return AnthropicModel(self._backend().client, name=name)
+
+    def check_model(self, name: str) -> None:
+        """An unknown model says so now, in one line."""
+        self._model(name).limits()
+
+    def ensure(self, *, new: bool = False, resume: str | None = None) -> tuple[Session, list[str]]:
+        """The current session; a new one, or a stored one resumed (`resume` = id or 'latest')."""
+        notes: list[str] = []
+        backend = self._backend()
+        if self.session is not None and not new and resume is None:
+            return self.session, notes
+        if self.session is None and backend.offline and not self.carried:
+            notes.append(backend.notice)
+        sid = self._resume_target(resume) if resume is not None else None
+        carried, self.carried = self.carried, None
+        if sid is None and not new and carried and (self._storage_dir() / "sessions" / carried).is_dir():
+            sid = carried  # the extension was reloaded in this kernel: the same conversation goes on
+        settings = self._settings()
+        model = self._model(settings.model)
+        model.limits()
+        if self.session is not None:
+            self.end(extract=sid != self.session.session_id)
+        session, problems = open_session(model, self._executor, self._storage_dir(), settings, session_id=sid,
+                                         resume=sid is not None, system_prompt=JUPYTER_SYSTEM_PROMPT,
+                                         root=self._root(), clock=self._clock, backend=backend.name)
+        self.session = session
+        self._opened(session)
+        notes += problems
+        if sid is not None:
+            notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
+        return session, notes
+
+    def _resume_target(self, resume: str) -> str:
+        if resume == "latest":
+            found = latest_session(self._storage_dir())
+            if found is None:
+                raise CtxMagicError(f"No stored session to resume in {self._storage_dir()}.")
+            return found.session_id
+        if not (self._storage_dir() / "sessions" / resume).is_dir():
+            raise CtxMagicError(f"No session {resume!r} in {self._storage_dir() / 'sessions'}.")
+        return resume
+
+    def apply_settings(self, session: Session) -> None:
+        """`%config` changes take effect at the next turn."""
+        settings = self._settings()
+        model = None
+        if session.model.name != settings.model:
+            model = self._model(settings.model)
+        session.frame.reconfigure(settings, model)
+
+    def end(self, *, extract: bool = True) -> None:
+        """The current session ends (a new one, a resume, unload): saved and closed first."""
+        session, self.session = self.session, None
+        if session is None:
+            return
+        session.close()
+        self._closing(session, extract)

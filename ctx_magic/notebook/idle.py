@@ -1,0 +1,88 @@
+"""SPEC L3's idle trigger between turns. ipykernel runs no background asyncio task between
+cells, so the idle gap is checked lazily at the next cell (writes included) and, optionally,
+by a timer thread that changes only the in-memory context; its transcript writes wait for
+the kernel's main thread. Changes made between turns are shown at the next agent turn."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from ctx_magic.agent.session import Session
+from ctx_magic.errors import CtxMagicError
+from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped
+from ctx_magic.messages import Message
+
+IDLE_TIMER_SLACK = 1.0  # seconds after the TTL before the timer looks
+SHOWN_LATER = (Cleared, Snipped, Persisted, Notice)
+
+
+class IdleWatch:
+    def __init__(self, lock: threading.RLock, session: Callable[[], Session | None]) -> None:
+        self._lock = lock
+        self._session = session
+        self.timer: threading.Timer | None = None
+        self.deferred: list[Message | Event] = []
+        """Writes the timer thread's clearing left for the main thread."""
+        self._unshown: list[Event] = []
+
+    def check(self) -> bool:
+        """At the next cell: the zero-call layers run if the idle gap passed; True if they ran."""
+        session = self._session()
+        if session is None or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self.flush(session)
+            if any(m.sent for m in session.messages):
+                self._between_turns(session, session.prepare)
+                return True
+        except CtxMagicError:
+            pass
+        finally:
+            self._lock.release()
+        return False
+
+    def schedule(self, session: Session) -> None:
+        if not session.settings.idle_timer:
+            return
+        self.timer = threading.Timer(session.settings.idle_seconds + IDLE_TIMER_SLACK, self._fired)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _fired(self) -> None:
+        """From the timer thread: clear in memory only; the transcript is written at the next cell."""
+        session = self._session()
+        if session is None or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if any(m.sent for m in session.messages):
+                self._between_turns(session, lambda: self.deferred.extend(session.prepare_in_memory()))
+        except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
+            pass
+        finally:
+            self._lock.release()
+
+    def flush(self, session: Session) -> None:
+        """Write what the timer deferred (main thread only)."""
+        if self.deferred:
+            session.write_changes(self.deferred)
+            self.deferred = []
+
+    def take_unshown(self) -> list[Event]:
+        """Context changes made between turns, to show at the next agent turn."""
+        unshown, self._unshown = self._unshown, []
+        return unshown
+
+    def _between_turns(self, session: Session, act: Callable[[], object]) -> None:
+        seen: list[Event] = []
+        session.listeners.append(seen.append)
+        try:
+            act()
+        finally:
+            session.listeners.remove(seen.append)
+        self._unshown += [e for e in seen if isinstance(e, SHOWN_LATER)]

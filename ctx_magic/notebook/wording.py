@@ -1,0 +1,68 @@
+"""What the notebook says to its user: remedies in the notebook's own commands, the turn's
+closing line and `%ctx status`, all rendered from typed values (errors, StatusSnapshot)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ctx_magic.errors import CtxMagicError, Remedy
+
+if TYPE_CHECKING:
+    from ctx_magic.agent.loop import TurnResult
+    from ctx_magic.agent.status import StatusSnapshot
+
+REMEDIES: dict[str, str] = {
+    Remedy.COMPACT: "Run %compact to compact by hand.",
+    Remedy.COMPACT_OR_NEW: "Run %compact, or start over with %agent --new.",
+    Remedy.COMPACT_WITH_INSTRUCTIONS_OR_NEW: "Run %compact with instructions, or %agent --new.",
+    Remedy.SNIP_OR_NEW: "Use %compact --snip, or %agent --new to start over.",
+    Remedy.NEW_SESSION: "Start a new session with %agent --new.",
+    Remedy.RUN_AGAIN: "Run %%agent again to go on.",
+}
+
+
+def with_remedy(text: str, remedy: str = "") -> str:
+    """A line and what to do about it, in this frontend's commands."""
+    advice = REMEDIES.get(remedy, "")
+    return f"{text} {advice}" if advice else text
+
+
+def error_line(error: CtxMagicError) -> str:
+    return with_remedy(str(error), error.remedy)
+
+
+def count(n: int, one: str, many: str | None = None) -> str:
+    """'1 model call', '3 model calls'."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def summary_line(status: StatusSnapshot, result: TurnResult) -> str:
+    """The turn's closing line in the cell."""
+    state = "Interrupted" if result.interrupted else ("Stopped" if result.error else "Done")
+    return (f"{state} · {count(result.model_calls, 'model call')} · {status.tokens:,} tokens in context · "
+            f"{status.context.percent_left}% left before compaction")
+
+
+def compacted_line(status: StatusSnapshot) -> str:
+    return f"Context now {status.tokens:,} tokens · {status.context.percent_left}% left before compaction"
+
+
+def status_text(status: StatusSnapshot) -> str:
+    """`%ctx status` in a few lines."""
+    c = status.context
+    breaks = ""
+    if status.cache_breaks:
+        unexplained = sum(1 for b in status.cache_breaks if not b["expected"])
+        breaks = f" · {count(len(status.cache_breaks), 'cache break')}, {unexplained} unexplained"
+    lines = [
+        f"session {status.session_id} · {status.model} ({status.backend})",
+        f"context {c.tokens:,} tokens · zone {c.zone} · {c.percent_left}% left before compaction at "
+        f"{c.threshold:,} (window {c.window:,}, from {status.window_source})",
+        f"{count(c.messages, 'message')} · tool results {c.live_results} live, {c.cleared_results} cleared, "
+        f"{c.persisted_results} persisted",
+        f"{count(len(status.boundaries), 'compaction')} · breaker {'OPEN' if status.breaker_open else 'closed'} · "
+        f"cache hit ratio {status.usage.cache_hit_ratio:.0%}" + breaks,
+    ]
+    if c.plan:
+        lines.append(f"last decision: {c.plan}")
+    return "\n".join(lines)
