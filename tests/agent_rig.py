@@ -13,7 +13,7 @@ from builders import ManualClock
 
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.session import Session, open_session
-from ctx_magic.agent.tools import LocalExecutor
+from ctx_magic.agent.tools import Executor, LocalExecutor
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.messages import Message
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
@@ -32,7 +32,7 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_retries: int = 0,
-        config: Settings | None = None) -> Iterator[Rig]:
+        config: Settings | None = None, executor: Executor | None = None) -> Iterator[Rig]:
     """A session talking to a live offline server on 127.0.0.1 through the real SDK; the
     server's prompt cache runs on the session's clock, so an idle gap also expires it."""
     clock = ManualClock()
@@ -40,7 +40,7 @@ def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_re
     with serve_in_thread(api) as (url, _stop):
         client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=max_retries)
         model = AnthropicModel(client, name="claude-sonnet-5-5")
-        session, _ = open_session(model, LocalExecutor(), tmp_path / ".ctx_magic", config or Settings(),
+        session, _ = open_session(model, executor or LocalExecutor(), tmp_path / ".ctx_magic", config or Settings(),
                                   root=tmp_path, clock=clock)
         yield Rig(api, session, clock, url)
         session.recorder.close()

@@ -32,7 +32,7 @@ class RequestFrame:
         self.model = model
         self.settings = settings
         self.files = files
-        self._executor = executor
+        self.executor = executor
         self._base_prompt = system_prompt
         self.memory_section = ""
         """Long-term memories for the system prompt, set at the session's first turn (X3)."""
@@ -58,7 +58,7 @@ class RequestFrame:
         return self._base_prompt + (f"\n\n{self.memory_section}" if self.memory_section else "")
 
     def tools(self) -> ToolRegistry:
-        return ToolRegistry([*self._executor.tools(), *file_tools(self.files), *CONTEXT_TOOLS])
+        return ToolRegistry([*self.executor.tools(), *file_tools(self.files), *CONTEXT_TOOLS])
 
     def overhead_tokens(self) -> int:
         """What the system prompt and the tools add to every request."""

@@ -52,7 +52,6 @@ class Session:
                  system_prompt: str = DEFAULT_SYSTEM_PROMPT, root: Path | None = None,
                  clock: Callable[[], float] = time.time, hooks: Hooks | None = None,
                  backend: str = "anthropic") -> None:
-        self.executor = executor
         self.clock = clock
         self.hooks = hooks or Hooks()
         self.backend = backend
@@ -90,6 +89,10 @@ class Session:
     @property
     def model(self) -> Model:
         return self.frame.model
+
+    @property
+    def executor(self) -> Executor:
+        return self.frame.executor
 
     @property
     def settings(self) -> Settings:

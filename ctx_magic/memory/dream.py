@@ -47,7 +47,7 @@ from ctx_magic.memory.store import (
     parse_time,
     sort_by_relevance,
 )
-from ctx_magic.store.files import atomic_write_bytes, atomic_write_json, read_json
+from ctx_magic.store.files import atomic_write_json, read_json, restore_folder, snapshot_folder
 from ctx_magic.store.session import SessionDir, list_sessions
 
 MIN_HOURS_SINCE_DREAM = 24  # seeds 004: time gate, minHours = 24
@@ -152,37 +152,16 @@ def sessions_since(storage_dir: Path, since: datetime | None, exclude: str | Non
     ]
 
 
+def _is_lock_file(name: str) -> bool:
+    return name.startswith((LOCK_NAME, GUARD_NAME))
+
+
 def load_state(folder: Path) -> DreamState:
     return DreamState.from_json(read_json(folder / STATE_NAME, {}))
 
 
 def save_state(folder: Path, state: DreamState) -> None:
     atomic_write_json(folder / STATE_NAME, state.to_json())
-
-
-# -- snapshot and rollback ----------------------------------------------------------------
-
-
-def _is_lock_file(name: str) -> bool:
-    return name.startswith((LOCK_NAME, GUARD_NAME))
-
-
-def snapshot_folder(folder: Path) -> dict[str, bytes]:
-    """Every file of the memory folder (the lock aside), by name."""
-    if not folder.is_dir():
-        return {}
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not _is_lock_file(p.name)}
-
-
-def restore_folder(folder: Path, snapshot: Mapping[str, bytes]) -> None:
-    """Put the folder back as the snapshot saw it: new files removed, changed ones rewritten."""
-    for path in list(folder.iterdir()) if folder.is_dir() else []:
-        if path.is_file() and not _is_lock_file(path.name) and path.name not in snapshot:
-            path.unlink(missing_ok=True)
-    for name, data in snapshot.items():
-        path = folder / name
-        if not path.is_file() or path.read_bytes() != data:
-            atomic_write_bytes(path, data)
 
 
 # -- the phases -----------------------------------------------------------------------------
@@ -378,15 +357,15 @@ def dream(
     if isinstance(lock, Held):
         return DreamResult("locked", lock.reason)
     try:
-        snapshot = snapshot_folder(folder)
+        snapshot = snapshot_folder(folder, skip=_is_lock_file)
         try:
             result = run_phases(store, recent, model, now)
             save_state(folder, dataclasses.replace(load_state(folder), last_dream=now))
         except Exception as error:  # noqa: BLE001 - any failure (model, output, disk) rolls back
-            restore_folder(folder, snapshot)
+            restore_folder(folder, snapshot, skip=_is_lock_file)
             return DreamResult("failed", str(error) or type(error).__name__)
         except BaseException:
-            restore_folder(folder, snapshot)
+            restore_folder(folder, snapshot, skip=_is_lock_file)
             raise
     finally:
         release_lock(folder, lock)

@@ -17,11 +17,10 @@ from typing import Any
 from ctx_magic.agent.session import Session
 from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
 from ctx_magic.memory.longterm import extract_memories
+from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
 from ctx_magic.memory.store import (
     Memory,
     MemoryStore,
-    memory_prompt_section,
-    select_for_prompt,
     sort_by_relevance,
     utc_now,
 )

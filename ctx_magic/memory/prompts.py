@@ -8,12 +8,16 @@ come back as one JSON object per line inside a tagged block, which the callers p
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from ctx_magic.context.session_memory import MAX_SECTION_TOKENS, MAX_TOTAL_TOKENS, SECTIONS, oversized_sections
 from ctx_magic.context.tokens import count_text
+from ctx_magic.memory.store import Memory, sort_by_relevance
+from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
+AGE_NOTE_AFTER_DAYS = 30  # one half-life (seeds 000): past it, the prompt says the memory may be stale
 LONGTERM_HEADING = "ctx_magic long-term memory extraction."
 GATHER_HEADING = "ctx_magic memory consolidation (dream), gather phase."
 CONSOLIDATE_HEADING = "ctx_magic memory consolidation (dream), consolidate phase."
@@ -150,3 +154,46 @@ def notes_prompt(current: str) -> str:
         "Answer with the whole updated file between <notes> and </notes>.",
         f"<current-notes>\n{current}\n</current-notes>",
     ])
+
+
+# -- the system prompt's memory section (SPEC X3) ---------------------------------------------
+
+
+def age_note(memory: Memory, now: datetime) -> str:
+    days = memory.age_days(now)
+    return f" (noted {days} days ago; may be out of date)" if days > AGE_NOTE_AFTER_DAYS else ""
+
+
+def prompt_line(memory: Memory, now: datetime) -> str:
+    text = " ".join(memory.text.split())
+    return f"- [{memory.type}] {text}{age_note(memory, now)}"
+
+
+def select_for_prompt(
+    memories: Iterable[Memory], now: datetime, budget_tokens: int = MEMORY_BUDGET_TOKENS
+) -> list[Memory]:
+    """The most relevant memories whose prompt lines fit in `budget_tokens` together (SPEC X3).
+
+    Greedy by relevance: one that does not fit is passed over and smaller ones may still go in.
+    """
+    chosen: list[Memory] = []
+    left = budget_tokens
+    for memory in sort_by_relevance(memories, now):
+        cost = count_text(prompt_line(memory, now) + "\n")
+        if cost <= left:
+            chosen.append(memory)
+            left -= cost
+    return chosen
+
+
+def memory_prompt_section(selected: Sequence[Memory], now: datetime) -> str:
+    """The system prompt's memory section ("" when there is nothing to say)."""
+    if not selected:
+        return ""
+    lines = "\n".join(prompt_line(m, now) for m in selected)
+    return (
+        "# Long-term memory\n"
+        "Notes kept from earlier sessions, most relevant first. Older ones may have drifted from the\n"
+        "truth: check anything that matters before relying on it.\n"
+        f"{lines}"
+    )

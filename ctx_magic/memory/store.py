@@ -12,16 +12,14 @@ import difflib
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, get_args
 
-from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.secrets import find_secret
-from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 from ctx_magic.store.files import atomic_write_text
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
@@ -31,7 +29,6 @@ SCOPES: tuple[str, ...] = get_args(Scope)
 
 HALF_LIFE_DAYS = 30.0  # seeds 000: decayFactor = 0.5 ^ (days / 30): day 30 x0.5, 60 x0.25, 90 x0.125
 BASE_RELEVANCE = 1.0  # seeds 000: a new memory starts at relevanceScore = 1.0
-AGE_NOTE_AFTER_DAYS = 30  # one half-life (seeds 000): past it, the prompt says the memory may be stale
 NEAR_DUPLICATE_RATIO = 0.9  # difflib ratio of normalized texts at which two memories say the same thing
 SAME_WORD_RATIO = 0.75  # a replaced word this close to the original is a typo or an inflection, not a new word
 INDEX_NAME = "MEMORY.md"
@@ -222,46 +219,6 @@ def sort_by_relevance(memories: Iterable[Memory], now: datetime) -> list[Memory]
     """Most relevant first; ties go to the most recently updated, then by id (stable)."""
     by_id = sorted(memories, key=lambda m: m.id)
     return sorted(by_id, key=lambda m: (-m.current_relevance(now), -m.updated.timestamp()))
-
-
-def age_note(memory: Memory, now: datetime) -> str:
-    days = memory.age_days(now)
-    return f" (noted {days} days ago; may be out of date)" if days > AGE_NOTE_AFTER_DAYS else ""
-
-
-def prompt_line(memory: Memory, now: datetime) -> str:
-    text = _SPACE.sub(" ", memory.text).strip()
-    return f"- [{memory.type}] {text}{age_note(memory, now)}"
-
-
-def select_for_prompt(
-    memories: Iterable[Memory], now: datetime, budget_tokens: int = MEMORY_BUDGET_TOKENS
-) -> list[Memory]:
-    """The most relevant memories whose prompt lines fit in `budget_tokens` together (SPEC X3).
-
-    Greedy by relevance: one that does not fit is passed over and smaller ones may still go in.
-    """
-    chosen: list[Memory] = []
-    left = budget_tokens
-    for memory in sort_by_relevance(memories, now):
-        cost = count_text(prompt_line(memory, now) + "\n")
-        if cost <= left:
-            chosen.append(memory)
-            left -= cost
-    return chosen
-
-
-def memory_prompt_section(selected: Sequence[Memory], now: datetime) -> str:
-    """The system prompt's memory section ("" when there is nothing to say)."""
-    if not selected:
-        return ""
-    lines = "\n".join(prompt_line(m, now) for m in selected)
-    return (
-        "# Long-term memory\n"
-        "Notes kept from earlier sessions, most relevant first. Older ones may have drifted from the\n"
-        "truth: check anything that matters before relying on it.\n"
-        f"{lines}"
-    )
 
 
 def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now: datetime) -> str:

@@ -11,7 +11,7 @@ from agent_rig import request_messages, rig
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.session import open_session
-from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall
+from ctx_magic.agent.tools import PYTHON_TOOL, LocalExecutor, Tool, ToolCall
 from ctx_magic.context.invariants import INTERRUPTED_RESULT, check_invariants
 from ctx_magic.context.microcompact import CLEARED_TEXT
 from ctx_magic.context.prompts import PTL_RETRY_MARKER
@@ -199,8 +199,7 @@ def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(tmp
                 raise KeyboardInterrupt
             return self.inner.run_python(call)
 
-    with rig(tmp_path) as r:
-        r.session.executor = Interrupting(r.session.executor)
+    with rig(tmp_path, executor=Interrupting(LocalExecutor())) as r:
         result = run_turn(r.session, code_turn(0, lines=5))
         assert result.interrupted
         last = r.session.messages[-1]

@@ -10,6 +10,7 @@ import platformdirs
 import pytest
 
 from ctx_magic.context.tokens import count_text
+from ctx_magic.memory.prompts import memory_prompt_section, prompt_line, select_for_prompt
 from ctx_magic.memory.store import (
     INDEX_NAME,
     NEAR_DUPLICATE_RATIO,
@@ -17,11 +18,8 @@ from ctx_magic.memory.store import (
     MemoryStore,
     SecretRefused,
     memory_id,
-    memory_prompt_section,
     project_memory_dir,
-    prompt_line,
     relevance,
-    select_for_prompt,
     user_memory_dir,
 )
 
