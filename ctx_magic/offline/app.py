@@ -4,8 +4,10 @@
 whose body is an iterator of byte chunks, so a stream goes out event by event. The in-process
 transport (transport.py) and the real HTTP server (server.py) both run it. Endpoints:
 
-- POST /v1/messages, plain JSON or `"stream": true` server-sent events; the answer comes from
-  the deterministic policy (policy.py), usage from counting.py and the prompt cache (cache.py);
+- POST /v1/messages, plain JSON or `"stream": true` server-sent events; the request is checked
+  by the API's rules first (validate.py: a 400 naming the place; a body over 32 MB is a 413);
+  the answer comes from the deterministic policy (policy.py), opened by a signed thinking block
+  when thinking is on (thinking.py); usage from counting.py and the prompt cache (cache.py);
 - POST /v1/messages/count_tokens -> {"input_tokens": N}, the same count the usage reports;
 - GET /v1/models and /v1/models/{id} (any id starting with "claude-" is known);
 - GET /_offline/requests (every request recorded, counts by kind), DELETE it to reset,

@@ -24,8 +24,11 @@ each one stored under the hash of everything up to and including its last block.
   not used for its TTL is gone. A longer lifetime already held is never shortened.
 - **Invalidation** follows from the hashes: a change in the tools changes every prefix; a
   change in the system prompt, every system and message prefix; a change of tool_choice, of the
-  thinking settings, or adding or removing the prompt's only images, every message prefix
+  thinking settings, or of whether the prompt holds images at all, every message prefix
   (counting.message_context), while tools and system stay cached.
+
+Not modelled: the API drops the thinking blocks of earlier turns once a new user turn starts,
+which changes the prefix after them; here they stay part of it (and are counted).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The rules on `messages`, as the API applies them: roles, content blocks, tool pairs, ids.
 
 - every message has the role user or assistant and non-empty content (only a final assistant
-  message may be empty); the first one is a user message;
+  message may be empty); the first one is a user message (SPEC M5; Bedrock and Vertex refuse
+  anything else, while Anthropic's own API has accepted an assistant first since late 2024);
 - text blocks hold text that is not empty and not whitespace only, in messages and inside
   tool results; a final assistant message (a prefill) does not end in whitespace;
 - tool_use blocks only in assistant messages, with an id of letters, digits, `_` and `-`,
