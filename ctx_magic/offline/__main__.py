@@ -1,4 +1,4 @@
-"""`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--max-seconds S]`.
+"""`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--max-seconds S]`.
 
 Runs the offline stand-in for the Anthropic Messages API on 127.0.0.1 and prints one line
 with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key.
@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from ctx_magic.offline.app import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineAPI
+from ctx_magic.offline.app import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import start_server
 
 
@@ -24,11 +24,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="context window in tokens")
     parser.add_argument("--max-output", type=int, default=DEFAULT_MAX_OUTPUT, help="largest max_tokens accepted")
     parser.add_argument(
+        "--min-cacheable", type=int, default=None,
+        help="shortest prefix the prompt cache stores, in tokens (default: the model's own minimum, e.g. 1024)",
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop by itself after this many seconds (tests use it)"
     )
     args = parser.parse_args(argv)
     if args.window < 1 or args.max_output < 1:
         parser.error("--window and --max-output must be positive")
+    if args.min_cacheable is not None and args.min_cacheable < 0:
+        parser.error("--min-cacheable must not be negative")
     if args.max_seconds is not None and args.max_seconds <= 0:
         parser.error("--max-seconds must be positive")
     return args
@@ -36,7 +42,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    api = OfflineAPI(window=args.window, max_output=args.max_output)
+    config = OfflineConfig(window=args.window, max_output=args.max_output, min_cacheable_tokens=args.min_cacheable)
+    api = OfflineAPI(config)
     server, stop = start_server(api, args.port)
     print(
         f"{server.url} offline stand-in for the Anthropic Messages API (deterministic policy, not a model; "

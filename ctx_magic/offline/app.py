@@ -4,8 +4,10 @@
 whose body is an iterator of byte chunks, so a stream goes out event by event. The in-process
 transport (transport.py) and the real HTTP server (server.py) both run it. Endpoints:
 
-- POST /v1/messages, plain JSON or `"stream": true` server-sent events; the answer comes from
-  the deterministic policy (policy.py), usage from counting.py and the prompt cache (cache.py);
+- POST /v1/messages, plain JSON or `"stream": true` server-sent events; the request is checked
+  by the API's rules first (validate.py: a 400 naming the place; a body over 32 MB is a 413);
+  the answer comes from the deterministic policy (policy.py), opened by a signed thinking block
+  when thinking is on (thinking.py); usage from counting.py and the prompt cache (cache.py);
 - POST /v1/messages/count_tokens -> {"input_tokens": N}, the same count the usage reports;
 - GET /v1/models and /v1/models/{id} (any id starting with "claude-" is known);
 - GET /_offline/requests (every request recorded, counts by kind), DELETE it to reset,
@@ -17,27 +19,31 @@ the cache's clock is injected.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
 import time
 import urllib.parse
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ctx_magic.offline.cache import Clock, PromptCache
+from ctx_magic.offline.cache import Clock, PromptCache, minimum_cacheable_tokens
 from ctx_magic.offline.counting import fit_output, output_tokens, request_segments
 from ctx_magic.offline.faults import (
-    STALL_SECONDS,
+    HTML_PAGE,
     STATUS_FAULTS,
+    STREAM_ONLY_FAULTS,
     ApiError,
-    ConnectionDropped,
     check_faults,
+    faulty_content,
     prompt_too_long,
+    stream_body,
 )
 from ctx_magic.offline.policy import Policy
+from ctx_magic.offline.thinking import should_think, thinking_blocks
 from ctx_magic.offline.validate import InvalidRequest, check_request
 from ctx_magic.offline.wire import error_json, message_json, stream_events
 
@@ -47,8 +53,8 @@ MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 req
 KNOWN_MODEL_PREFIX = "claude-"
 LISTED_MODELS = ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5")
 MODEL_CREATED_AT = "1970-01-01T00:00:00Z"  # the SDK's epoch value for "release date unknown"
-DROP_AFTER_MIN_CHUNKS = 4  # a dropped stream still sends message_start, ping, a block start, a delta
 JSON_HEADERS = (("content-type", "application/json"),)
+HTML_HEADERS = (("content-type", "text/html; charset=utf-8"),)
 SSE_HEADERS = (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
 
 
@@ -88,6 +94,13 @@ class OfflineConfig:
     """Largest max_tokens accepted; reported as the model's max_tokens."""
     listed_models: tuple[str, ...] = LISTED_MODELS
     """Ids returned by GET /v1/models (any claude- id is known)."""
+    min_cacheable_tokens: int | None = None
+    """Shortest prefix the prompt cache stores, in tokens; None: the model's own minimum
+    (cache.minimum_cacheable_tokens, e.g. 1,024 for Sonnet). Tests with tiny prompts set 0."""
+
+    def cache_minimum(self, model: str) -> int:
+        """The minimum cacheable length in force for `model`."""
+        return minimum_cacheable_tokens(model) if self.min_cacheable_tokens is None else self.min_cacheable_tokens
 
 
 @dataclass(frozen=True)
@@ -111,21 +124,6 @@ def _kinds(records: Iterable[RecordedRequest]) -> Counter[str]:
     return Counter(r.kind for r in records)
 
 
-def _stalling(chunks: list[bytes], release: threading.Event) -> Iterator[bytes]:
-    """Send the start of a stream, then wait (bounded) until released before the rest."""
-    cut = min(DROP_AFTER_MIN_CHUNKS, len(chunks) - 1)
-    yield from chunks[:cut]
-    release.wait(STALL_SECONDS)
-    yield from chunks[cut:]
-
-
-def _dropping(chunks: list[bytes]) -> Iterator[bytes]:
-    """Send about half of a stream (never its end), then drop the connection."""
-    cut = min(max(DROP_AFTER_MIN_CHUNKS, len(chunks) // 2), len(chunks) - 2)
-    yield from chunks[:cut]
-    raise ConnectionDropped("offline fault injection: connection dropped mid-stream")
-
-
 @dataclass
 class _Counters:
     """The sequence numbers ids are made of (deterministic, never random)."""
@@ -147,10 +145,10 @@ class OfflineAPI:
         policy: Policy | None = None,
     ) -> None:
         config = config or OfflineConfig()
-        self.config = OfflineConfig(
+        self.config = dataclasses.replace(
+            config,
             window=window if window is not None else config.window,
             max_output=max_output if max_output is not None else config.max_output,
-            listed_models=config.listed_models,
         )
         self.policy = policy or Policy()
         self.cache = PromptCache(clock)
@@ -285,26 +283,32 @@ class OfflineAPI:
         segments = request_segments(request)
         tokens = sum(s.tokens for s in segments)
         fault = self._faults.popleft() if self._faults else None
+        streaming = bool(request.get("stream"))
         failed = STATUS_FAULTS.get(fault or "")
+        if fault == "overloaded_midstream" and not streaming:
+            failed = STATUS_FAULTS["529"]  # no stream to break: the overload comes as a status
         if failed is None and (fault == "ptl" or tokens > self.config.window):
             failed = prompt_too_long(max(tokens, self.config.window + 1), self.config.window)
         if failed is not None:
             return _Outcome(_error_reply(failed), kind, tokens, fault, request)
-        message = self._message(request, self.cache.account(segments).to_json())
-        if request.get("stream"):
-            chunks = stream_events(message)
-            if fault == "stall":
-                stream = _stalling(chunks, self.stall_release)
-            else:
-                stream = _dropping(chunks) if fault == "drop" else iter(chunks)
+        if fault == "html_body":
+            return _Outcome(HttpReply(200, HTML_HEADERS, [HTML_PAGE]), kind, tokens, fault, request)
+        usage = self.cache.account(segments, self.config.cache_minimum(request["model"]))
+        message = self._message(request, usage.to_json(), fault)
+        if streaming:
+            stream = stream_body(fault, stream_events(message), self.stall_release)
             return _Outcome(HttpReply(200, SSE_HEADERS, stream), kind, tokens, fault, request)
-        reply = HttpReply(200, (), [], dropped=True) if fault == "drop" else _json_reply(200, message)
-        return _Outcome(reply, kind, tokens, fault, request)
+        if fault == "drop" or fault in STREAM_ONLY_FAULTS:  # a plain body cut short is a dropped one
+            return _Outcome(HttpReply(200, (), [], dropped=True), kind, tokens, fault, request)
+        return _Outcome(_json_reply(200, message), kind, tokens, fault, request)
 
-    def _message(self, request: Mapping[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-        """The policy's answer, cut to max_tokens, with ids and usage: a whole Message."""
+    def _message(self, request: Mapping[str, Any], usage: dict[str, Any], fault: str | None) -> dict[str, Any]:
+        """The policy's answer (after its thinking), cut to max_tokens, with ids and usage."""
         answer = self.policy.answer(request)
-        content, cut = fit_output([dict(b) for b in answer.content], int(request["max_tokens"]))
+        thinking = thinking_blocks(request, redacted=fault == "redacted_thinking") if should_think(request) else []
+        content, cut = fit_output([*thinking, *(dict(b) for b in answer.content)], int(request["max_tokens"]))
+        if fault in ("empty_reply", "whitespace_reply"):
+            content, cut = faulty_content(fault, content), False
         # Ids come from a digest of the request: deterministic (whatever side calls ran in
         # between), and unique across server runs (a session resumed in a new kernel must not get
         # the tool ids its history already holds). The message id adds the server's counter, so
@@ -316,7 +320,7 @@ class OfflineAPI:
             if block["type"] == "tool_use":
                 calls += 1
                 block["id"] = f"toolu_offline_{digest}_{calls:02d}"
-        stop = "max_tokens" if cut else ("tool_use" if calls else answer.stop_reason)
+        stop = "max_tokens" if cut else "tool_use" if calls else answer.stop_reason.replace("tool_use", "end_turn")
         usage = {**usage, "output_tokens": output_tokens(content)}
         return message_json(f"msg_offline_{digest}_{self._counters.message:06d}", request["model"], content, stop,
                             usage)

@@ -6,6 +6,11 @@ its token count (through `ctx_magic.context.tokens.count_text` on a canonical te
 a running hash of the prefix that ends with it (cache_control left out, so marking a block does
 not change what it is) and its cache breakpoint, if any. The input tokens of a request are the
 sum over its segments, so `count_tokens` and the usage of a reply always agree.
+
+The hash of every message block also covers three request-level facts (`message_context`):
+the tool_choice, the thinking settings and whether the prompt holds any image. Anthropic's
+prompt-caching docs say a change in any of them invalidates every cached message block while
+tools and system stay cached; folding them in where the messages start gives exactly that.
 """
 
 from __future__ import annotations
@@ -81,12 +86,77 @@ def block_count(block: Block) -> int:
     return tokens
 
 
-def breakpoint_ttl(block: Mapping[str, Any]) -> str | None:
-    control = block.get("cache_control")
+def control_ttl(control: Any) -> str | None:
+    """The lifetime a cache_control asks for ("5m" unless it says "1h"), None without one."""
     if not isinstance(control, Mapping):
         return None
     ttl = control.get("ttl", DEFAULT_TTL)
     return ttl if ttl in TTL_SECONDS else DEFAULT_TTL
+
+
+def breakpoint_ttl(block: Mapping[str, Any]) -> str | None:
+    """A block's breakpoint: its own cache_control, or one on a block nested in its content
+    (a tool_result's text), which marks the same boundary."""
+    own = control_ttl(block.get("cache_control"))
+    if own is not None:
+        return own
+    nested = block.get("content")
+    if isinstance(nested, list):
+        for inner in nested:
+            if isinstance(inner, Mapping) and control_ttl(inner.get("cache_control")) is not None:
+                return control_ttl(inner.get("cache_control"))
+    return None
+
+
+def _normalized_choice(request: Request) -> Any:
+    choice = request.get("tool_choice")
+    return {"type": "auto"} if choice is None else choice  # leaving it out means auto
+
+
+def _normalized_thinking(request: Request) -> Any:
+    thinking = request.get("thinking")
+    return {"type": "disabled"} if thinking is None else thinking  # leaving it out means disabled
+
+
+def has_images(request: Request) -> bool:
+    """Whether any message (or tool result in one) holds an image."""
+    for message in messages(request):
+        for block in content_blocks(message):
+            if block.get("type") == "image":
+                return True
+            nested = block.get("content")
+            if isinstance(nested, list) and any(isinstance(b, Mapping) and b.get("type") == "image" for b in nested):
+                return True
+    return False
+
+
+def message_context(request: Request) -> str:
+    """The request-level facts every cached message prefix depends on (see the module doc)."""
+    facts = {"tool_choice": _normalized_choice(request), "thinking": _normalized_thinking(request),
+             "images": has_images(request)}
+    return "context:" + json.dumps(facts, sort_keys=True)
+
+
+def _units(request: Request) -> list[tuple[str, int, str | None]]:
+    """(hash key, tokens, breakpoint) per block in cache order: tools, system, messages."""
+    units: list[tuple[str, int, str | None]] = []
+    for tool in request.get("tools") or []:
+        units.append((f"tool:{canonical(tool)}", _count(render_tool(tool)), breakpoint_ttl(tool)))
+    for block in system_blocks(request):
+        units.append((f"system:{canonical(block)}", _count(str(block.get("text", ""))), breakpoint_ttl(block)))
+    context = message_context(request)  # folded into the first message block, so into all after it
+    for message in messages(request):
+        role = str(message.get("role", ""))
+        for i, block in enumerate(content_blocks(message)):
+            marker = _count(f"{role}:") if i == 0 else 0
+            key = f"{context}\n{role}:{i}:{canonical(block)}"
+            context = ""
+            units.append((key, marker + block_count(block), breakpoint_ttl(block)))
+    automatic = control_ttl(request.get("cache_control"))
+    if automatic is not None and units:  # top-level cache_control: a breakpoint on the last block
+        key, tokens, own = units[-1]
+        units[-1] = (key, tokens, own or automatic)
+    return units
 
 
 def request_segments(request: Request) -> list[Segment]:
@@ -94,22 +164,12 @@ def request_segments(request: Request) -> list[Segment]:
 
     The first block of each message also counts its role marker, as the API frames messages.
     """
-    units: list[tuple[str, int, Mapping[str, Any]]] = []
-    for tool in request.get("tools") or []:
-        units.append((f"tool:{canonical(tool)}", _count(render_tool(tool)), tool))
-    for block in system_blocks(request):
-        units.append((f"system:{canonical(block)}", _count(str(block.get("text", ""))), block))
-    for message in messages(request):
-        role = str(message.get("role", ""))
-        for i, block in enumerate(content_blocks(message)):
-            marker = _count(f"{role}:") if i == 0 else 0
-            units.append((f"{role}:{i}:{canonical(block)}", marker + block_count(block), block))
     segments: list[Segment] = []
     running = hashlib.sha256()
-    for key, tokens, block in units:
+    for key, tokens, ttl in _units(request):
         data = key.encode("utf-8")
         running.update(len(data).to_bytes(8, "big") + data)  # length-prefixed: no ambiguous joins
-        segments.append(Segment(tokens, running.copy().hexdigest(), breakpoint_ttl(block)))
+        segments.append(Segment(tokens, running.copy().hexdigest(), ttl))
     return segments
 
 

@@ -1,19 +1,55 @@
 """Injected faults: the failures of the real API, on demand, one per call to /v1/messages.
 
-`OfflineAPI.inject("529", "drop")` makes the next call answer 529 overloaded and the one after
-lose its connection mid-stream. Each name is a failure ctx_magic must survive (SPEC N5, L5).
+`OfflineAPI.inject("529", "drop")` (or POST /_offline/faults {"faults": [...]}) makes the next
+call answer 529 overloaded and the one after lose its connection mid-stream. Each name is a
+failure ctx_magic must survive (SPEC N5, L5; issue 11), answered as the API or the network
+would answer it:
+
+- "ok": answers normally (aims a fault at the second or third call from now);
+- "429", "500", "529", "401", "413": that HTTP status with the API's error body;
+- "ptl": the 400 prompt-too-long, whatever the prompt's size;
+- "drop": the connection closes mid-stream (or, for a plain request, before any answer);
+- "stall": a stream starts, then waits (bounded) before the rest: a slow model to interrupt;
+- "empty_reply": 200, stop_reason end_turn, zero content blocks;
+- "whitespace_reply": 200, end_turn, the only text is whitespace ("\\n\\n");
+- "overloaded_midstream": a stream sends some deltas, then an `error` event of type
+  overloaded_error, and ends (a plain request gets the 529 it would have had);
+- "early_close": a stream ends cleanly, without error, before message_delta and message_stop;
+- "early_close_tool": a stream ends cleanly right after a tool_use block starts (after the first
+  block start when the answer calls no tool);
+  (a plain request cannot end early without breaking its framing: both are "drop" there)
+- "html_body": 200 with an HTML page as body (a proxy's error page), stream or not;
+- "redacted_thinking": with thinking on, the answer's thinking comes as a redacted_thinking
+  block (without thinking, the answer is normal).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-# "ok" answers normally: it lets a test aim a fault at the second or third call from now.
-# "stall" starts a stream and then waits (bounded) before the rest: a slow model to interrupt.
-Fault = Literal["ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall"]
-FAULTS: frozenset[str] = frozenset({"ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall"})
+from ctx_magic.offline.conversation import Block
+from ctx_magic.offline.wire import error_event
+
+Fault = Literal[
+    "ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall", "empty_reply", "whitespace_reply",
+    "overloaded_midstream", "early_close", "early_close_tool", "html_body", "redacted_thinking",
+]
+FAULTS: frozenset[str] = frozenset({
+    "ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall", "empty_reply", "whitespace_reply",
+    "overloaded_midstream", "early_close", "early_close_tool", "html_body", "redacted_thinking",
+})
+STREAM_ONLY_FAULTS = frozenset({"overloaded_midstream", "early_close", "early_close_tool"})
 STALL_SECONDS = 60.0  # the longest a stalled stream waits to be released or cut
+DROP_AFTER_MIN_CHUNKS = 4  # a cut stream still sends message_start, ping, a block start, a delta
+DELTAS_BEFORE_ERROR = 2  # "overloaded_midstream" lets this many deltas through first
+WHITESPACE_TEXT = "\n\n"  # what a whitespace-only reply says
+HTML_PAGE = (  # what a proxy in front of the API answers with when something upstream broke
+    b"<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n"
+    b"<body><h1>Bad Gateway</h1><p>The upstream server returned an invalid response.</p></body></html>\n"
+)
 
 # The SDK waits `retry-after` seconds before a retry, but treats 0 as "no advice" and backs
 # off ~0.5 s instead; `retry-after-ms`, read first, makes the wait one millisecond.
@@ -49,7 +85,75 @@ class ConnectionDropped(Exception):
     """Raised by a reply's body to say: close the connection now, mid-response."""
 
 
-def check_faults(names: tuple[str, ...]) -> None:
+def check_faults(names: Sequence[str]) -> None:
     unknown = [n for n in names if n not in FAULTS]
     if unknown:
         raise ValueError(f"unknown fault(s) {unknown}; known: {sorted(FAULTS)}")
+
+
+def faulty_content(fault: str | None, content: list[Block]) -> list[Block]:
+    """The answer's blocks as a reply fault changes them (thinking kept for whitespace)."""
+    if fault == "empty_reply":
+        return []
+    if fault == "whitespace_reply":
+        kept = [b for b in content if b["type"] in ("thinking", "redacted_thinking")]
+        return [*kept, {"type": "text", "text": WHITESPACE_TEXT}]
+    return content
+
+
+# --- streams ---
+
+
+def event_name(chunk: bytes) -> str:
+    """The SSE event name a chunk carries (each chunk is one `event: ...\\ndata: ...` pair)."""
+    first = chunk.split(b"\n", 1)[0]
+    return first.removeprefix(b"event: ").decode("ascii", "replace")
+
+
+def stalling(chunks: list[bytes], release: threading.Event) -> Iterator[bytes]:
+    """Send the start of a stream, then wait (bounded) until released before the rest."""
+    cut = min(DROP_AFTER_MIN_CHUNKS, len(chunks) - 1)
+    yield from chunks[:cut]
+    release.wait(STALL_SECONDS)
+    yield from chunks[cut:]
+
+
+def dropping(chunks: list[bytes]) -> Iterator[bytes]:
+    """Send about half of a stream (never its end), then drop the connection."""
+    cut = min(max(DROP_AFTER_MIN_CHUNKS, len(chunks) // 2), len(chunks) - 2)
+    yield from chunks[:cut]
+    raise ConnectionDropped("offline fault injection: connection dropped mid-stream")
+
+
+def error_midstream(chunks: list[bytes]) -> list[bytes]:
+    """The stream up to a few deltas, then an overloaded `error` event; nothing after it."""
+    deltas = [i for i, c in enumerate(chunks) if event_name(c) == "content_block_delta"]
+    cut = deltas[DELTAS_BEFORE_ERROR - 1] + 1 if len(deltas) >= DELTAS_BEFORE_ERROR else 2
+    return [*chunks[:cut], error_event("overloaded_error", "Overloaded")]
+
+
+def closed_early(chunks: list[bytes]) -> list[bytes]:
+    """About half of the stream, ending cleanly: never message_delta nor message_stop."""
+    ends = [i for i, c in enumerate(chunks) if event_name(c) == "message_delta"]
+    last = ends[0] if ends else len(chunks)
+    return chunks[: min(max(DROP_AFTER_MIN_CHUNKS, len(chunks) // 2), last)]
+
+
+def closed_after_tool_start(chunks: list[bytes]) -> list[bytes]:
+    """The stream up to the first tool_use block start (or the first block start), then the end."""
+    starts = [i for i, c in enumerate(chunks) if event_name(c) == "content_block_start"]
+    tools = [i for i in starts if b'"type": "tool_use"' in chunks[i]]
+    cut = (tools or starts or [1])[0] + 1
+    return chunks[:cut]
+
+
+def stream_body(fault: str | None, chunks: list[bytes], release: threading.Event) -> Iterator[bytes]:
+    """A stream's chunks as the fault shapes them (all of them, in order, without one)."""
+    if fault == "stall":
+        return stalling(chunks, release)
+    if fault == "drop":
+        return dropping(chunks)
+    shapers = {"overloaded_midstream": error_midstream, "early_close": closed_early,
+               "early_close_tool": closed_after_tool_start}
+    shaper = shapers.get(fault or "")
+    return iter(shaper(chunks) if shaper else chunks)

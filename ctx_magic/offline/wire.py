@@ -2,8 +2,10 @@
 
 The shapes are the Messages API's, as the anthropic SDK parses them: a stream is
 message_start, ping, then per content block a content_block_start, several
-content_block_delta (text_delta or input_json_delta) and a content_block_stop, then a
-message_delta with the stop reason and the output tokens, and message_stop.
+content_block_delta (text_delta, input_json_delta, or for thinking thinking_delta then one
+signature_delta) and a content_block_stop, then a message_delta with the stop reason and the
+output tokens, and message_stop. A redacted_thinking block arrives whole in its
+content_block_start. An `error` event carries an error body, as mid-stream failures do.
 """
 
 from __future__ import annotations
@@ -50,19 +52,40 @@ def pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
+def error_event(error_type: str, message: str) -> bytes:
+    """The `error` event a stream carries when the API fails after the stream began."""
+    return sse("error", error_json(error_type, message))
+
+
+def _delta(index: int, delta: Mapping[str, Any]) -> bytes:
+    return sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+def _start(index: int, block: Mapping[str, Any]) -> bytes:
+    return sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+
+
+def _thinking_events(index: int, block: Block) -> Iterator[bytes]:
+    if block["type"] == "redacted_thinking":
+        yield _start(index, block)
+        return
+    yield _start(index, {"type": "thinking", "thinking": "", "signature": ""})
+    for part in pieces(block.get("thinking", ""), TEXT_PIECE_CHARS):
+        yield _delta(index, {"type": "thinking_delta", "thinking": part})
+    yield _delta(index, {"type": "signature_delta", "signature": block.get("signature", "")})
+
+
 def _block_events(index: int, block: Block) -> Iterator[bytes]:
-    if block["type"] == "tool_use":
-        start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        yield sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+    if block["type"] in ("thinking", "redacted_thinking"):
+        yield from _thinking_events(index, block)
+    elif block["type"] == "tool_use":
+        yield _start(index, {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}})
         for part in pieces(json.dumps(block["input"], ensure_ascii=False), JSON_PIECE_CHARS):
-            delta = {"type": "input_json_delta", "partial_json": part}
-            yield sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            yield _delta(index, {"type": "input_json_delta", "partial_json": part})
     else:
-        start = {"type": "text", "text": ""}
-        yield sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+        yield _start(index, {"type": "text", "text": ""})
         for part in pieces(block.get("text", ""), TEXT_PIECE_CHARS):
-            delta = {"type": "text_delta", "text": part}
-            yield sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            yield _delta(index, {"type": "text_delta", "text": part})
     yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
 
 

@@ -33,3 +33,21 @@ def user(text: str) -> dict[str, Any]:
 
 def text_of(message: Any) -> str:
     return "".join(block.text for block in message.content if block.type == "text")
+
+
+def words(n: int, word: str = "alpha") -> str:
+    """A text of exactly `n` tokens (each `word` after the first is " word": one token)."""
+    return " ".join([word] * n)
+
+
+def marked(text: str, ttl: str | None = "5m") -> dict[str, Any]:
+    """A text block carrying a cache breakpoint (no ttl key when ttl is None)."""
+    control: dict[str, Any] = {"type": "ephemeral"} if ttl is None else {"type": "ephemeral", "ttl": ttl}
+    return {"type": "text", "text": text, "cache_control": control}
+
+
+def api_message(client: Any, body: dict[str, Any]) -> Any:
+    """POST a raw body to /v1/messages through the SDK (no client-side shaping of the body)."""
+    import anthropic
+
+    return client.post("/v1/messages", body=body, cast_to=anthropic.types.Message)

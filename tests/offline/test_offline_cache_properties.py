@@ -30,6 +30,7 @@ steps = st.lists(
         st.lists(st.sampled_from(WORDS), min_size=1, max_size=6),
         st.lists(st.sampled_from([None, None, "5m", "1h"]), min_size=6, max_size=6),
         st.sampled_from([0.0, 60.0, 299.0, 301.0, 3_601.0]),
+        st.sampled_from([0, 2, 5]),
     ),
     min_size=1,
     max_size=12,
@@ -41,10 +42,10 @@ steps = st.lists(
 def test_usage_parts_are_non_negative_and_sum_to_input_tokens(sequence: list[Any]) -> None:
     clock = FakeClock()
     cache = PromptCache(clock)
-    for texts, marks, gap in sequence:
+    for texts, marks, gap, minimum in sequence:
         clock.advance(gap)
         request = _request(texts, marks[: len(texts)])
-        usage = cache.account(request_segments(request))
+        usage = cache.account(request_segments(request), minimum)
         parts = (usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens)
         assert min(parts) >= 0
         assert sum(parts) == input_tokens(request)

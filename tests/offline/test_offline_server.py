@@ -87,3 +87,12 @@ def test_max_seconds_makes_the_server_exit_on_its_own() -> None:
     finished = subprocess.run(command, capture_output=True, text=True, timeout=CLI_MAX_SECONDS)
     assert finished.returncode == 0
     assert finished.stdout.startswith("http://127.0.0.1:")
+
+
+def test_command_line_sets_the_minimum_cacheable_length() -> None:
+    from ctx_magic.offline.__main__ import parse_args
+
+    assert parse_args(["--min-cacheable", "0"]).min_cacheable == 0
+    assert parse_args([]).min_cacheable is None  # the model's own minimum
+    with pytest.raises(SystemExit):
+        parse_args(["--min-cacheable", "-1"])

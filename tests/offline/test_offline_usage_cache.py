@@ -11,14 +11,17 @@ from ctx_magic.offline.counting import input_tokens
 
 from .offline_support import MODEL, PYTHON_TOOL, FakeClock, user
 
-LONG_SYSTEM = "You are a careful data analyst working in a notebook. " * 40
+# Over 1,024 tokens: the shortest prefix the model caches (shorter ones are never written).
+LONG_SYSTEM = "You are a careful data analyst working in a notebook. " * 100
+LONG_TOOL = {**PYTHON_TOOL, "description": "Run Python code in the notebook's kernel. " * 150}
 CACHED_SYSTEM = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
 
 
 def _conversation(turns: int) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for n in range(turns):
-        messages += [user(f"question {n}: " + "details " * 30), {"role": "assistant", "content": f"answer {n}"}]
+        paste = LONG_SYSTEM if n == 0 else ""  # the first question pastes enough text to be cacheable
+        messages += [user(f"question {n}: {paste}" + "details " * 30), {"role": "assistant", "content": f"answer {n}"}]
     return [*messages, user("the latest question")]
 
 
@@ -120,7 +123,7 @@ def test_one_hour_ttl_survives_past_five_minutes(client: anthropic.Anthropic, cl
 
 
 def test_cache_control_on_tool_definition_caches_tools(client: anthropic.Anthropic) -> None:
-    tool = {**PYTHON_TOOL, "cache_control": {"type": "ephemeral"}}
+    tool = {**LONG_TOOL, "cache_control": {"type": "ephemeral"}}
     first = client.messages.create(model=MODEL, max_tokens=500, tools=[tool], messages=[user("one")])
     second = client.messages.create(model=MODEL, max_tokens=500, tools=[tool], messages=[user("two")])
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens > 0

@@ -1,0 +1,88 @@
+"""Image blocks as the API checks them: media type, base64, what the bytes are, size, count.
+
+An image is taken only as base64 (`source.type: "base64"`); the stand-in cannot fetch URLs or
+files. The declared media type must be one the API reads and must match the bytes' own
+signature (a JPEG declared as image/png is refused, as by the API). The size limit is applied
+to the base64 text: reports of the API's "image exceeds 5 MB maximum" show it counts the
+encoded form, which is the stricter reading.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ctx_magic.offline.invalid import InvalidRequest, Located, at
+
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # the API's per-image limit, 5 MB, on the base64 payload
+MAX_IMAGES = 100  # the API's limit of images in one request
+MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # what the API reads
+SNIFF_BYTES = 16  # enough leading bytes to recognise every accepted format
+
+
+def sniff(data: bytes) -> str | None:
+    """The media type the bytes' own signature says, None for none of the accepted four."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _leading_bytes(data: str) -> bytes:
+    """Decode only the start of a (validated) base64 text: enough to sniff, cheap for 5 MB."""
+    head = data[: 4 * ((SNIFF_BYTES + 2) // 3)]
+    return base64.b64decode(head, validate=True)
+
+
+def check_image(located: Located) -> None:
+    path, block = located.path, located.block
+    if located.role != "user":
+        raise at(path, "image content blocks are only allowed in user messages")
+    source = block.get("source")
+    if not isinstance(source, Mapping):
+        raise at(f"{path}.source", "Field required")
+    if source.get("type") != "base64":
+        raise at(f"{path}.source.type", "the offline stand-in only takes base64 image sources")
+    media_type = source.get("media_type")
+    if media_type not in MEDIA_TYPES:
+        raise at(f"{path}.source.base64.media_type", "Input should be " + ", ".join(f"'{m}'" for m in MEDIA_TYPES))
+    data = source.get("data")
+    if not isinstance(data, str) or not data:
+        raise at(f"{path}.source.base64.data", "image data must be a non-empty base64 string")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise at(f"{path}.source.base64", f"image exceeds 5 MB maximum: {len(data)} bytes > {MAX_IMAGE_BYTES} bytes")
+    try:
+        base64.b64decode(data, validate=True)
+        actual = sniff(_leading_bytes(data))
+    except (binascii.Error, ValueError) as error:
+        raise at(f"{path}.source.base64.data", "the image data is not valid base64") from error
+    if actual is None:
+        raise at(f"{path}.source.base64", "Could not process image: the data is not a JPEG, PNG, GIF or WebP image")
+    if actual != media_type:
+        raise at(f"{path}.source.base64",
+                 f"The image was specified using the {media_type} media type, but the image appears to be a "
+                 f"{actual} image")
+
+
+def check_images(blocks: Iterable[Located]) -> None:
+    """Every image block valid, and no more than MAX_IMAGES of them."""
+    count = 0
+    for located in blocks:
+        if located.block.get("type") == "image":
+            check_image(located)
+            count += 1
+    if count > MAX_IMAGES:
+        raise InvalidRequest(f"messages: too many images in this request ({count} > {MAX_IMAGES} maximum)")
+
+
+def image_block(data: bytes, media_type: str) -> dict[str, Any]:
+    """An image content block with `data` base64-encoded (for tests and examples)."""
+    encoded = base64.b64encode(data).decode("ascii")
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": encoded}}

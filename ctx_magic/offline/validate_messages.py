@@ -1,0 +1,180 @@
+"""The rules on `messages`, as the API applies them: roles, content blocks, tool pairs, ids.
+
+- every message has the role user or assistant and non-empty content (only a final assistant
+  message may be empty); the first one is a user message (SPEC M5; Bedrock and Vertex refuse
+  anything else, while Anthropic's own API has accepted an assistant first since late 2024);
+- text blocks hold text that is not empty and not whitespace only, in messages and inside
+  tool results; a final assistant message (a prefill) does not end in whitespace;
+- tool_use blocks only in assistant messages, with an id of letters, digits, `_` and `-`,
+  unique across the request; tool_result blocks only in user messages, before anything else
+  in their message, each answering a tool_use of the message just before, every tool_use
+  answered in the next message; a tool_result's content is not an empty string, and not
+  empty at all when `is_error` is true;
+- images and thinking blocks have their own modules (images.py, thinking.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ctx_magic.offline.conversation import content_blocks
+from ctx_magic.offline.images import check_images
+from ctx_magic.offline.invalid import InvalidRequest, Located, all_blocks, at, message_content
+from ctx_magic.offline.thinking import THINKING_BLOCK_TYPES, check_thinking_block
+
+TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")  # the API's pattern for tool_use ids
+# Block types a request may carry (the API's, including server-tool and context blocks).
+MESSAGE_BLOCK_TYPES = frozenset({
+    "text", "image", "document", "search_result", "tool_use", "tool_result", "thinking", "redacted_thinking",
+    "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+    "bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "mcp_tool_use",
+    "mcp_tool_result", "container_upload", "compaction",
+})
+TOOL_RESULT_CONTENT_TYPES = frozenset({"text", "image", "document", "search_result"})
+
+
+def check_text(path: str, block: Mapping[str, Any]) -> None:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise at(f"{path}.text", "Input should be a valid string")
+    if not text:
+        raise at(path, "text content blocks must be non-empty")
+    if not text.strip():
+        raise at(path, "text content blocks must contain non-whitespace text")
+
+
+def _check_tool_use(located: Located) -> None:
+    path, block = located.path, located.block
+    if located.role != "assistant":
+        raise at(path, "`tool_use` blocks are only allowed in assistant messages")
+    if not isinstance(block.get("id"), str) or not TOOL_USE_ID.match(block["id"]):
+        raise at(f"{path}.id", f"String should match pattern '{TOOL_USE_ID.pattern}'")
+    if not isinstance(block.get("name"), str) or not block["name"]:
+        raise at(f"{path}.name", "Field required")
+    if not isinstance(block.get("input"), Mapping):
+        raise at(f"{path}.input", "Input should be a valid dictionary")
+
+
+def _check_tool_result(located: Located) -> None:
+    path, block = located.path, located.block
+    if located.role != "user":
+        raise at(path, "`tool_result` blocks are only allowed in user messages")
+    if not isinstance(block.get("tool_use_id"), str):
+        raise at(f"{path}.tool_use_id", "Field required")
+    content = block.get("content")
+    if block.get("is_error") and not content:
+        raise at(f"{path}.tool_result", "content cannot be empty if `is_error` is true")
+    if isinstance(content, str):
+        if not content:
+            raise at(f"{path}.tool_result", "content cannot be an empty string; leave it out for an empty result")
+        if not content.strip():
+            raise at(f"{path}.content", "text content blocks must contain non-whitespace text")
+    elif content is not None and not isinstance(content, list):
+        raise at(f"{path}.content", "Input should be a valid string or list of content blocks")
+
+
+def _check_nested(located: Located) -> None:
+    if located.block.get("type") not in TOOL_RESULT_CONTENT_TYPES:
+        raise at(f"{located.path}.type", "tool_result content may only hold text, image, document or search_result")
+    if located.block.get("type") == "text":
+        check_text(located.path, located.block)
+
+
+def _check_block(located: Located) -> None:
+    if located.parent is not None:
+        _check_nested(located)
+        return
+    kind = located.block.get("type")
+    if kind not in MESSAGE_BLOCK_TYPES:
+        raise at(f"{located.path}.type", f"Input tag '{kind}' found using 'type' does not match the expected tags")
+    if kind == "text":
+        check_text(located.path, located.block)
+    elif kind == "tool_use":
+        _check_tool_use(located)
+    elif kind == "tool_result":
+        _check_tool_result(located)
+    elif kind in THINKING_BLOCK_TYPES:
+        check_thinking_block(located)
+
+
+def _check_message(index: int, message: Any, is_last: bool) -> None:
+    if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant"):
+        raise at(f"messages.{index}", "each message needs a role of 'user' or 'assistant'")
+    if index == 0 and message["role"] != "user":
+        raise at("messages.0.role", "the first message must use the `user` role")
+    content = message.get("content")
+    if not isinstance(content, (str, list)):
+        raise at(f"messages.{index}.content", "Input should be a valid string or list of content blocks")
+    if isinstance(content, list) and not content and not (is_last and message["role"] == "assistant"):
+        raise at(f"messages.{index}",
+                 "all messages must have non-empty content except for the optional final assistant message")
+    blocks = list(message_content(message, index))
+    if isinstance(content, list) and len(blocks) != len(content):
+        raise at(f"messages.{index}.content", "every content block must be an object with a `type`")
+    seen_other = False
+    for located in blocks:
+        if located.block.get("type") == "tool_result" and seen_other:
+            raise at(located.path, "`tool_result` blocks must come first in a user message, before any other content")
+        seen_other = seen_other or located.block.get("type") != "tool_result"
+    if is_last and message["role"] == "assistant" and blocks and blocks[-1].block.get("type") == "text":
+        text = str(blocks[-1].block.get("text", ""))
+        if text and text != text.rstrip():
+            raise at(blocks[-1].path, "final assistant content cannot end with trailing whitespace")
+
+
+def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
+    return [str(b.get("id")) for b in content_blocks(message) if b.get("type") == "tool_use"]
+
+
+def _answered(message: Mapping[str, Any]) -> set[str]:
+    if message.get("role") != "user":
+        return set()
+    return {str(b.get("tool_use_id")) for b in content_blocks(message) if b.get("type") == "tool_result"}
+
+
+def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
+    for index, message in enumerate(history):
+        previous = history[index - 1] if index else None
+        offered = _tool_use_ids(previous) if previous and previous.get("role") == "assistant" else []
+        answered = [str(b.get("tool_use_id")) for b in content_blocks(message) if b.get("type") == "tool_result"]
+        stray = [i for i in answered if i not in offered]
+        if stray:
+            raise InvalidRequest(
+                f"messages.{index}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{stray[0]}. Each `tool_result` block must have a corresponding `tool_use` block in "
+                "the previous message."
+            )
+        if len(set(answered)) != len(answered):
+            raise at(f"messages.{index}.content", "each `tool_use` may be answered by only one `tool_result`")
+        if message.get("role") == "assistant" and index + 1 < len(history):
+            missing = [i for i in _tool_use_ids(message) if i not in _answered(history[index + 1])]
+            if missing:
+                raise InvalidRequest(
+                    f"messages.{index}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                    "corresponding `tool_result` block in the next message."
+                )
+
+
+def _check_unique_ids(history: list[Any]) -> None:
+    seen: set[str] = set()
+    for located in all_blocks(history):
+        if located.block.get("type") == "tool_use":
+            tool_id = str(located.block.get("id"))
+            if tool_id in seen:
+                raise at(located.path, f"`tool_use` ids must be unique: {tool_id} appears more than once")
+            seen.add(tool_id)
+
+
+def check_messages(history: list[Any]) -> None:
+    """Every rule of this module, in the order the API reports them."""
+    for index, message in enumerate(history):
+        _check_message(index, message, index == len(history) - 1)
+    for located in all_blocks(history):
+        _check_block(located)
+    check_images(all_blocks(history))
+    _check_unique_ids(history)
+    _check_tool_pairs(history)
+
