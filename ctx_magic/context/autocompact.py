@@ -13,7 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ctx_magic.context.prompts import PTL_RETRY_MARKER, compact_prompt, extract_summary, summary_message_text
+from ctx_magic.context.prompts import (
+    FROM_MARKER,
+    PTL_RETRY_MARKER,
+    compact_prompt,
+    extract_summary,
+    summary_message_text,
+)
 from ctx_magic.context.snip import safe_cuts, snipped_count
 from ctx_magic.context.tokens import message_tokens
 from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong, Remedy
@@ -203,6 +209,8 @@ def compact_conversation(
     to_summarize = summary_input(split.to_summarize)
     if not any(m.role == "user" for m in to_summarize):
         raise CompactionFailed("There is nothing to summarize yet.")
+    if to_summarize[0].role == "assistant":
+        to_summarize.insert(0, user_text(FROM_MARKER))
     if summary_text is None:
         prompt_kind = "from" if direction == "from" else ("up_to" if direction == "up_to" else "full")
         summary_text = summarize_with_retries(summarizer, to_summarize, compact_prompt(prompt_kind, instructions))

@@ -125,3 +125,5 @@ def summary_message_text(summary: str, transcript_path: str, *, auto: bool, part
 
 
 PTL_RETRY_MARKER = "[earlier conversation truncated for compaction retry]"
+# A partial compaction `--from N` can start at an assistant message; the API's first message is a user one.
+FROM_MARKER = "[the earlier conversation stays as it is; what follows is the part to summarize]"

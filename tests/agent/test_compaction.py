@@ -242,7 +242,7 @@ def test_l3_idle_gap_clears_old_results_before_the_next_call(tmp_path):
 def test_consecutive_calls_read_the_previous_prefix_from_the_cache(tmp_path):
     with rig(tmp_path, window=200_000) as r:
         for n in range(3):
-            run_turn(r.session, code_turn(n, lines=30))
+            run_turn(r.session, code_turn(n, lines=300))  # prefixes over the minimum cacheable length
     usage = r.session.meter.totals
     assert usage.cache_read_input_tokens > 0
     assert usage.cache_hit_ratio > 0.5

@@ -123,7 +123,7 @@ def test_without_tools_offered_no_tool_call_comes_back(model: AnthropicModel, ap
 
 
 def test_usage_reports_cache_write_then_cache_read(model: AnthropicModel) -> None:
-    ask = request(user_text("summarize the dataset " * 50))
+    ask = request(user_text("summarize the dataset " * 400))  # over the model's minimum cacheable length
     first = model.stream(ask).usage
     second = model.stream(ask).usage
     assert first.cache_creation_input_tokens > 0 and first.cache_read_input_tokens == 0
@@ -134,7 +134,7 @@ def test_usage_reports_cache_write_then_cache_read(model: AnthropicModel) -> Non
 
 
 def test_a_grown_conversation_reads_its_earlier_prefix_from_cache(model: AnthropicModel) -> None:
-    opening = user_text("load the csv and look at it " * 40)
+    opening = user_text("load the csv and look at it " * 200)  # over the minimum cacheable length
     first = model.stream(request(opening))
     answer = Message("assistant", first.content, api_id=first.api_id)
     later = model.stream(request(opening, answer, user_text("now plot it"))).usage
