@@ -37,6 +37,8 @@ class RequestFrame:
         self.memory_section = ""
         """Long-term memories for the system prompt, set at the session's first turn (X3)."""
         self._window: Window | None = None
+        self.cached_tail: str | None = None
+        """The last message the previous main call sent: the cache holds the prefix ending there."""
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
         """New settings (and model) for the next turns; the window is resolved again."""
@@ -72,7 +74,11 @@ class RequestFrame:
               tool_choice: Mapping[str, Any] | None = None, max_tokens: int | None = None) -> ModelRequest:
         return build_request(messages, system=self.system_prompt(), tools=self.tools().specs(),
                              max_tokens=max_tokens or self.window.reply_cap, cache_ttl=self.settings.cache_ttl,
-                             tool_choice=tool_choice, purpose=purpose)
+                             tool_choice=tool_choice, purpose=purpose, cached_tail=self.cached_tail)
+
+    def sent(self, messages: Sequence[Message]) -> None:
+        """A main call went out with `messages`: the cache now holds the prefix ending with them."""
+        self.cached_tail = next((m.uuid for m in reversed(messages) if m.sent), None)
 
 
 def cache_control(ttl: str) -> dict[str, str]:
@@ -87,13 +93,25 @@ def _api_block(block: Block) -> Block:
     return {k: v for k, v in block.items() if not k.startswith("_") and k != "cache_control"}
 
 
-def to_api_messages(messages: Sequence[Message], *, cache_ttl: str | None = CACHE_TTL) -> list[dict[str, Any]]:
-    """Sendable messages, same-role runs merged, tool results first in each user turn."""
+def to_api_messages(messages: Sequence[Message], *, cache_ttl: str | None = CACHE_TTL,
+                    cached_tail: str | None = None) -> list[dict[str, Any]]:
+    """Sendable messages, same-role runs merged, tool results first in each user turn, and the
+    cache breakpoints: on the last block, and on the last block of `cached_tail` (the message
+    the previous request ended with) when it is still there.
+
+    The API looks for an earlier cache entry only about 20 blocks back from a breakpoint; a
+    user who ran many cells between two turns adds more than that, and the whole cached
+    conversation would be written again. A breakpoint where the previous request ended finds
+    its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
+    """
     turns: list[dict[str, Any]] = []
+    tail_block: dict[str, Any] | None = None
     for message in messages:
         if not message.sent:
             continue
         blocks = [_api_block(b) for b in message.content]
+        if message.uuid == cached_tail and blocks:
+            tail_block = blocks[-1]
         if turns and turns[-1]["role"] == message.role:
             turns[-1]["content"].extend(blocks)
         else:
@@ -105,8 +123,10 @@ def to_api_messages(messages: Sequence[Message], *, cache_ttl: str | None = CACH
             others = [b for b in turn["content"] if b.get("type") != "tool_result"]
             turn["content"] = results + others
     if cache_ttl and turns:
-        last = turns[-1]["content"][-1]
-        turns[-1]["content"][-1] = {**last, "cache_control": cache_control(cache_ttl)}
+        marked = [turns[-1]["content"][-1]] + ([tail_block] if tail_block is not None else [])
+        for turn in turns:
+            turn["content"] = [{**b, "cache_control": cache_control(cache_ttl)} if any(b is m for m in marked) else b
+                               for b in turn["content"]]
     return turns
 
 
@@ -118,12 +138,13 @@ def system_blocks(system_prompt: str, *, cache_ttl: str | None = CACHE_TTL) -> l
 
 
 def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
-                  cache_ttl: str, tool_choice: Mapping[str, Any] | None = None, purpose: str = "main") -> ModelRequest:
+                  cache_ttl: str, tool_choice: Mapping[str, Any] | None = None, purpose: str = "main",
+                  cached_tail: str | None = None) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages."""
     return ModelRequest(
         system=system_blocks(system, cache_ttl=cache_ttl),
         tools=list(tools),
-        messages=to_api_messages(messages, cache_ttl=cache_ttl),
+        messages=to_api_messages(messages, cache_ttl=cache_ttl, cached_tail=cached_tail),
         max_tokens=max_tokens,
         tool_choice=tool_choice,
         purpose=purpose,

@@ -217,6 +217,7 @@ class Session:
     def learn(self, reply: ModelReply, count: ContextCount) -> None:
         """A main-loop response: its usage, the cache watch, and the estimate's correction (T2)."""
         self.meter.add(reply.usage)
+        self.frame.sent(self.messages)
         broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=self.settings.cache_ttl_seconds,
                                    signature=self.frame.signature())
         if broke is not None:
@@ -262,7 +263,8 @@ class Session:
             "session_id": self.session_id, "model": self.settings.model, **self.compaction.to_json(),
             "engine": self.state.to_json(), "usage": self.meter.snapshot().to_json(),
             "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
-            "system_extra": self.frame.memory_section, "extra": self.plugins.saved(),
+            "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
+            "extra": self.plugins.saved(),
         }
 
     def resume(self) -> list[str]:
@@ -272,6 +274,7 @@ class Session:
         self.compaction = saved.compaction
         self.meter = UsageMeter(saved.usage)
         self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before (M4)
+        self.frame.cached_tail = saved.cached_tail  # and the same breakpoints
         self.plugins.restore(saved.plugin_state)
         self.files.reads.update({r.path: r for r in saved.reads})
         problems = list(saved.problems)
