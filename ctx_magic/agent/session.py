@@ -27,7 +27,8 @@ from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.conversation import Conversation
-from ctx_magic.context.decide import Plan, decide
+from ctx_magic.context.costs import Prices
+from ctx_magic.context.decide import Plan, SessionFacts, decide
 from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, figures, measure, prepare, snip_now
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.state import ContextState
@@ -149,10 +150,20 @@ class Session:
 
     def _prepared(self) -> Prepared:
         prepared = prepare(self.messages, self.state, self.clock(), self.context_settings(),
-                           overhead_tokens=self.frame.overhead_tokens(), auto_compaction=not self.side_calls.busy,
-                           breaker_open=self.compaction.breaker_open, notes_ready=self.plugins.notes is not None)
+                           overhead_tokens=self.frame.overhead_tokens(), facts=self._facts())
         self.plan = prepared.plan
         return prepared
+
+    def _facts(self) -> SessionFacts:
+        """What the decision needs to know about the session beyond its messages (decide.py)."""
+        notes = self.plugins.notes
+        last = self.compaction.boundaries[-1] if self.compaction.boundaries else None
+        return SessionFacts(
+            auto_compaction=not self.side_calls.busy, breaker_open=self.compaction.breaker_open,
+            notes_tokens=notes.tokens() if notes is not None else 0, calls=self.meter.totals.main_calls,
+            growth=self.meter.growth(), summary_tokens=last.summary_tokens if last is not None else 0,
+            after_compaction=last.tokens_after if last is not None else 0,
+            prices=Prices.for_ttl(self.settings.cache_ttl))
 
     def replan(self, prepared: Prepared, exact_tokens: int) -> Plan:
         """The decision again, once the API counted the context itself (T3)."""
@@ -217,6 +228,7 @@ class Session:
     def learn(self, reply: ModelReply, count: ContextCount) -> None:
         """A main-loop response: its usage, the cache watch, and the estimate's correction (T2)."""
         self.meter.add(reply.usage)
+        self.meter.main_call(reply.usage.prompt_tokens)
         self.frame.sent(self.messages)
         broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=self.settings.cache_ttl_seconds,
                                    signature=self.frame.signature())

@@ -7,7 +7,9 @@ thread; only main-loop responses are compared with the previous one for cache br
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import threading
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,8 @@ from ctx_magic.messages import Usage
 @dataclass
 class UsageTotals:
     calls: int = 0
+    main_calls: int = 0
+    """Calls of the conversation itself (the others are side calls: summaries, notes, memories)."""
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
@@ -41,6 +45,9 @@ class UsageTotals:
         return dataclasses.asdict(self)
 
 
+GROWTH_WINDOW = 8  # the recent calls whose growth predicts the next ones
+
+
 class UsageMeter:
     """The session's usage totals and the cache-break watch over its main calls."""
 
@@ -49,11 +56,25 @@ class UsageMeter:
         self.breaks: list[CacheBroke] = []
         self._baseline = CacheBaseline()
         self._lock = threading.Lock()
+        self._last_prompt: int | None = None
+        self._growths: deque[int] = deque(maxlen=GROWTH_WINDOW)
 
     def add(self, usage: Usage) -> None:
         """One response's usage (side calls run in other threads)."""
         with self._lock:
             self.totals.add(usage)
+
+    def main_call(self, prompt_tokens: int) -> None:
+        """A call of the conversation went out with this many prompt tokens."""
+        with self._lock:
+            self.totals.main_calls += 1
+        if self._last_prompt is not None and prompt_tokens > self._last_prompt:
+            self._growths.append(prompt_tokens - self._last_prompt)  # a compaction's drop says nothing
+        self._last_prompt = prompt_tokens
+
+    def growth(self) -> int:
+        """Tokens a call has been adding to the context lately (0 before two calls)."""
+        return int(statistics.median(self._growths)) if self._growths else 0
 
     def snapshot(self) -> UsageTotals:
         with self._lock:

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget
-from ctx_magic.context.decide import Plan, Situation, decide
+from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, decide
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
+from ctx_magic.context.session_memory import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
@@ -237,16 +238,27 @@ def _clearable_sizes(messages: list[Message], state: ContextState, settings: Con
     return {i: size for i, size in sizes.items() if size > 0}
 
 
+def _tokens_before(messages: Sequence[Message], state: ContextState, ids: Sequence[str], overhead: int) -> int:
+    """What the request holds before the first of these results: a clearing leaves it cached."""
+    if not ids:
+        return 0
+    first = min(state.positions[i] for i in ids)
+    return overhead + sum(message_tokens(m) for m in messages[:first] if m.sent)
+
+
 def situation(messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, *,
-              overhead_tokens: int = 0, clearable_tokens: int = 0, auto_compaction: bool = True,
-              breaker_open: bool = False, notes_ready: bool = False) -> Situation:
+              overhead_tokens: int = 0, clearable: Mapping[str, int] | None = None,
+              facts: SessionFacts = NO_FACTS) -> Situation:
     """What the decision looks at (decide.py), measured on the live context."""
     count = measure(messages, state, overhead_tokens)
+    clearable = clearable or {}
     return Situation(
         tokens=count.tokens, estimated_tokens=count.estimated_tokens, thresholds=settings.thresholds,
         idle_seconds=idle_gap(messages, now), idle_limit_seconds=settings.idle_minutes * 60,
-        clearable_tokens=clearable_tokens, clear_at_least=settings.clear_threshold,
-        auto_compaction=auto_compaction, breaker_open=breaker_open, notes_ready=notes_ready,
+        clearable_tokens=sum(clearable.values()),
+        clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens),
+        clear_at_least=settings.clear_threshold, overhead=overhead_tokens,
+        notes_tail=tail_limits(settings.thresholds.autocompact)[0] if facts.notes_tokens else 0, facts=facts,
     )
 
 
@@ -275,9 +287,7 @@ def prepare(
     settings: ContextSettings,
     *,
     overhead_tokens: int = 0,
-    auto_compaction: bool = True,
-    breaker_open: bool = False,
-    notes_ready: bool = False,
+    facts: SessionFacts = NO_FACTS,
 ) -> Prepared:
     """Run L1 (budget) -> L2 (snip), let `decide` choose, carry out its clearing (L3).
 
@@ -289,9 +299,7 @@ def prepare(
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
     sizes = _clearable_sizes(msgs, state, settings) if state.compactable else {}
-    seen = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens,
-                     clearable_tokens=sum(sizes.values()), auto_compaction=auto_compaction,
-                     breaker_open=breaker_open, notes_ready=notes_ready)
+    seen = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens, clearable=sizes, facts=facts)
     plan = decide(seen)
     cleared: list[Cleared] = []
     if plan.clear:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
 from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
 from ctx_magic.memory.longterm import extract_memories
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
@@ -29,16 +30,19 @@ from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
 EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20, X2)
 JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
+# 20 memories of a sentence or two each (X2): output is billed at five times input, so no more.
+EXTRACTION_MAX_OUTPUT = 2_000
 
 
 class SessionTextModel:
     """A session's side call as the memory package's TextModel."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> None:
         self.session = session
+        self.max_tokens = max_tokens
 
     def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        return self.session.side_calls.text(messages, prompt, purpose="memory")
+        return self.session.side_calls.text(messages, prompt, purpose="memory", max_tokens=self.max_tokens)
 
 
 @dataclass
@@ -88,7 +92,8 @@ class MemoryManager:
         if not any(m.role == "user" for m in snapshot):
             return []
         already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
-        added = extract_memories(SessionTextModel(session), snapshot, self.project, now=self.clock(),
+        added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
+                                 now=self.clock(),
                                  session_id=session.session_id, already_extracted=already)
         session.plugins.remember(EXTRACTED_KEY, already + len(added))
         return added

@@ -134,24 +134,33 @@ Anything you do not mention stays as it is (candidates you leave out are stored 
 so only write the entries that change. If nothing needs to change: <{CONSOLIDATED_TAG}></{CONSOLIDATED_TAG}>"""
 
 
+NOTES_UPDATE_TAG = "notes-update"
+
+
 def notes_prompt(current: str) -> str:
-    """Ask for the whole notes file, updated with what the conversation above adds."""
+    """Ask for what the conversation above changes in the notes, and only that: rewritten
+    sections whole, additions to a section as lines to append. The whole file back at every
+    update was the costliest part of keeping notes (output is billed at five times input)."""
     listing = "\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS)
-    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: condense it."
+    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: rewrite it shorter."
                  for title in oversized_sections(current)]
     if count_text(current) > MAX_TOTAL_TOKENS:
-        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: shorten them aggressively.")
+        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: rewrite the longest sections "
+                         "much shorter.")
     return "\n\n".join([
         "IMPORTANT: answer with plain text only; do not call any tool.",
         "You keep the session notes of the conversation above: a markdown file that lets anyone (you, after "
-        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, in "
-        "this order, each a '# Title' heading followed by its italic description line:\n" + listing,
-        "Update the current notes below with everything the conversation adds: the user's requests in their "
-        "own words, decisions and corrections, file and variable names, commands, exact results, errors and "
-        f"their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file under "
-        f"{MAX_TOTAL_TOKENS:,}. Keep the headings and description lines exactly as they are.",
+        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, each "
+        "a '# Title' heading followed by its italic description line:\n" + listing,
+        "Bring the current notes below up to date with everything the conversation adds: the user's requests "
+        "in their own words, decisions and corrections, file and variable names, commands, exact results, "
+        f"errors and their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file "
+        f"under {MAX_TOTAL_TOKENS:,}.",
         *reminders,
-        "Answer with the whole updated file between <notes> and </notes>.",
+        f"Answer with only what changes, inside <{NOTES_UPDATE_TAG}>: for a section that needs rewriting, "
+        '<section title="Title">its new text</section>; for a section that only grows, '
+        '<append title="Title">the lines to add at its end</append>. Leave out every section that does not '
+        f"change; if nothing changes, answer <{NOTES_UPDATE_TAG}></{NOTES_UPDATE_TAG}>.",
         f"<current-notes>\n{current}\n</current-notes>",
     ])
 
