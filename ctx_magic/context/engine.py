@@ -121,8 +121,10 @@ def sync_index(
     names = dict(state.tool_names)
     positions = dict(state.positions) if start else {}
     compactable = list(state.compactable) if start else []
+    sent = state.sent_messages if start else 0
     for index in range(start, len(out)):
         message = out[index] = apply_decisions(out[index], state)
+        sent += message.sent
         for block in message.blocks("tool_use"):
             names[block["id"]] = block["name"]
         for tool_use_id in message.tool_result_ids:
@@ -136,6 +138,7 @@ def sync_index(
         compactable=tuple(compactable),
         indexed=len(out),
         indexed_uuid=out[-1].uuid if out else None,
+        sent_messages=sent,
     )
     return out, new_state, start
 
@@ -247,19 +250,24 @@ def _tokens_before(messages: Sequence[Message], state: ContextState, ids: Sequen
 
 
 def situation(messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, *,
-              overhead_tokens: int = 0, clearable: Mapping[str, int] | None = None,
-              facts: SessionFacts = NO_FACTS) -> Situation:
-    """What the decision looks at (decide.py), measured on the live context."""
+              overhead_tokens: int = 0, facts: SessionFacts = NO_FACTS) -> tuple[Situation, dict[str, int]]:
+    """What the decision looks at (decide.py), measured on the live context, and the results a
+    clearing would change with what each frees (sized only when a clearing can happen: after an
+    idle gap, or past the warning level)."""
     count = measure(messages, state, overhead_tokens)
-    clearable = clearable or {}
-    return Situation(
+    gap = idle_gap(messages, now)
+    idle = gap is not None and gap > settings.idle_minutes * 60
+    warm_pressure = not idle and count.tokens >= settings.thresholds.warning
+    clearable = _clearable_sizes(messages, state, settings) if state.compactable and (idle or warm_pressure) else {}
+    seen = Situation(
         tokens=count.tokens, estimated_tokens=count.estimated_tokens, thresholds=settings.thresholds,
-        idle_seconds=idle_gap(messages, now), idle_limit_seconds=settings.idle_minutes * 60,
+        idle_seconds=gap, idle_limit_seconds=settings.idle_minutes * 60,
         clearable_tokens=sum(clearable.values()),
-        clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens),
+        clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens) if warm_pressure else 0,
         clear_at_least=settings.clear_threshold, overhead=overhead_tokens,
         notes_tail=tail_limits(settings.thresholds.autocompact)[0] if facts.notes_tokens else 0, facts=facts,
     )
+    return seen, clearable
 
 
 @functools.lru_cache(maxsize=1024)
@@ -273,9 +281,11 @@ def figures(messages: Sequence[Message], state: ContextState, settings: ContextS
     persisted results) when the state has no index yet."""
     th = settings.thresholds
     live, cleared, persisted = counts or result_counts(state)
+    indexed = state.indexed == len(messages) and (not messages or messages[-1].uuid == state.indexed_uuid)
+    sent = state.sent_messages if indexed else sum(1 for m in messages if m.sent)
     return ContextFigures(
         tokens=tokens, threshold=th.autocompact, warning=th.warning, blocking=th.blocking, window=th.window,
-        zone=th.zone(tokens), percent_left=th.percent_left(tokens), messages=sum(1 for m in messages if m.sent),
+        zone=th.zone(tokens), percent_left=th.percent_left(tokens), messages=sent,
         live_results=live, cleared_results=cleared, persisted_results=persisted, plan=plan,
     )
 
@@ -298,8 +308,7 @@ def prepare(
     msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
-    sizes = _clearable_sizes(msgs, state, settings) if state.compactable else {}
-    seen = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens, clearable=sizes, facts=facts)
+    seen, sizes = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens, facts=facts)
     plan = decide(seen)
     cleared: list[Cleared] = []
     if plan.clear:

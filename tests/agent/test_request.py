@@ -214,15 +214,16 @@ def test_input_messages_are_not_mutated() -> None:
     assert [m.content for m in messages] == before
 
 
-def test_changing_the_request_does_not_change_the_messages() -> None:
+def test_building_requests_never_changes_the_messages() -> None:
+    """Blocks are shared between the conversation and its requests (copying them each turn
+    cost more than JSON-encoding the request): a breakpoint goes on a copy, never on them."""
     messages = conversation()
     before = copy.deepcopy([m.content for m in messages])
-    turns = to_api_messages(messages)
-    for turn in turns:
-        for block in turn["content"]:
-            block["mutated"] = True
-        turn["content"].append(text("extra"))
+    for tail in (None, messages[2].uuid, messages[-1].uuid):
+        turns = to_api_messages(messages, cached_tail=tail)
+        turns[0]["content"].append(text("extra"))  # a request's lists are its own
     assert [m.content for m in messages] == before
+    assert not any("cache_control" in b for m in messages for b in m.content)
 
 
 def test_bookkeeping_keys_starting_with_underscore_are_stripped() -> None:
