@@ -86,10 +86,11 @@ class RecordingModel:
     def count_tokens(self, request: ModelRequest) -> int:
         return self.inner.count_tokens(request)
 
-    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None) -> ModelReply:
+    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
+               on_thinking: Callable[[str], None] | None = None) -> ModelReply:
         usage = Usage()  # a refused call (e.g. prompt too long) bills nothing
         try:
-            reply = self.inner.stream(request, on_text)
+            reply = self.inner.stream(request, on_text, on_thinking=on_thinking)
             usage = reply.usage
         finally:
             self.calls.append(Call(self.turn, request.purpose, usage, self.clock(), self.changed))

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ctx_magic.context.thresholds import Thresholds
+from ctx_magic.prices import Prices
 
 COMPACT_FROM_NOTES = "notes"
 COMPACT_WITH_SUMMARY = "summary"
@@ -45,6 +46,10 @@ class Situation:
     """Auto-compaction failed too many times in a row (L6)."""
     notes_ready: bool = False
     """The session keeps notes that a compaction could use instead of a summary call (S3)."""
+    prices: Prices | None = None
+    """The model's prices, USD per million tokens (input, 5m / 1h cache writes, cache reads,
+    output, and the long-prompt rates of the models that have them): what carrying `tokens`
+    costs on each call against what a summary costs, for windows far larger than a summary."""
 
     @property
     def idle(self) -> bool:

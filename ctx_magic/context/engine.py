@@ -1,5 +1,8 @@
 """`prepare()`: the zero-call layers in their order, L1 -> L2 -> L3, before every model call.
 
+Idle thinking clearing (context/thinking.py) is a fixed rule like L1 and L2: after an idle gap
+over the cache TTL only the last thinking turn stays, before the decision looks at the count.
+
 Everything here is a pure function of (messages, state, clock, settings): it returns the new
 messages, the new state and the events that describe the change; writing files and the
 transcript is the caller's job. The state carries the frozen decisions (what was persisted,
@@ -20,6 +23,7 @@ from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
 from ctx_magic.context.snip import KEEP_HEAD, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
+from ctx_magic.context.thinking import clear_old_thinking
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
@@ -31,6 +35,7 @@ from ctx_magic.context.tokens import (
 )
 from ctx_magic.events import Cleared, ContextFigures, ContextMeasured, Event, Snipped
 from ctx_magic.messages import Message
+from ctx_magic.prices import Prices
 from ctx_magic.settings import CLEAR_AT_LEAST, DEFAULTS, Settings
 from ctx_magic.store.session import safe_name
 
@@ -58,14 +63,19 @@ class ContextSettings:
     """Folder named in persisted-output blocks (where read_file finds the full text)."""
     transcript_path: str = "transcript.jsonl"
     """Transcript named in snip markers."""
+    clear_idle_thinking: bool = True
+    """After an idle gap, keep only the last thinking turn (seeds' thinking clearing)."""
+    prices: Prices | None = None
+    """The model's prices, for the decision (what carrying the context costs per call)."""
 
     @classmethod
     def create(cls, window: int, reply_cap: int, settings: Settings | None = None, *,
-               env: Mapping[str, str] | None = None, **where: object) -> ContextSettings:
-        """The engine's settings for a window and reply cap; `where` sets the paths and the
-        compactable tools."""
+               env: Mapping[str, str] | None = None, thinking_budget: int = 0, **where: object) -> ContextSettings:
+        """The engine's settings for a window, reply cap and thinking budget; `where` sets the
+        paths, the compactable tools and the prices."""
         settings = settings or Settings()
-        thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env)
+        thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env,
+                                        thinking_budget=thinking_budget)
         return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_minutes=settings.idle_seconds / 60,
                    clear_at_least=settings.clear_at_least, snip_max_messages=settings.snip_max_messages,
                    **where)  # type: ignore[arg-type]
@@ -202,6 +212,22 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
     return snipped, _with_freed(state, snipped, freed), events
 
 
+def _clear_thinking(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
+    """Seeds' thinking clearing: after an idle gap longer than the cache TTL, only the last
+    thinking turn stays (the cache is cold, so removing the rest costs nothing)."""
+    gap = idle_gap(messages, now)
+    if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_minutes * 60:
+        return messages, state, []
+    old = messages
+    messages, event = clear_old_thinking(messages)
+    if event is None:
+        return old, state, []
+    changed = {u for u in event.message_uuids}
+    indices = [i for i, m in enumerate(old) if m.uuid in changed]
+    freed = _freed_before_anchor(old, messages, indices, find_anchor(messages))
+    return messages, _with_freed(state, messages, freed), [event]
+
+
 def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], trigger: str,
            freed: Mapping[str, int] | None = None):
     old = messages
@@ -239,7 +265,7 @@ def _clearable_sizes(messages: list[Message], state: ContextState, settings: Con
 
 def situation(messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, *,
               overhead_tokens: int = 0, clearable_tokens: int = 0, auto_compaction: bool = True,
-              breaker_open: bool = False, notes_ready: bool = False) -> Situation:
+              breaker_open: bool = False, notes_ready: bool = False, may_clear: bool = True) -> Situation:
     """What the decision looks at (decide.py), measured on the live context."""
     count = measure(messages, state, overhead_tokens)
     return Situation(
@@ -247,6 +273,7 @@ def situation(messages: Sequence[Message], state: ContextState, now: float, sett
         idle_seconds=idle_gap(messages, now), idle_limit_seconds=settings.idle_minutes * 60,
         clearable_tokens=clearable_tokens, clear_at_least=settings.clear_threshold,
         auto_compaction=auto_compaction, breaker_open=breaker_open, notes_ready=notes_ready,
+        may_clear=may_clear, prices=settings.prices,
     )
 
 
@@ -278,6 +305,7 @@ def prepare(
     auto_compaction: bool = True,
     breaker_open: bool = False,
     notes_ready: bool = False,
+    may_clear: bool = True,
 ) -> Prepared:
     """Run L1 (budget) -> L2 (snip), let `decide` choose, carry out its clearing (L3).
 
@@ -288,10 +316,11 @@ def prepare(
     msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
+    msgs, state, thinned = _clear_thinking(msgs, state, settings, now)
     sizes = _clearable_sizes(msgs, state, settings) if state.compactable else {}
     seen = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens,
                      clearable_tokens=sum(sizes.values()), auto_compaction=auto_compaction,
-                     breaker_open=breaker_open, notes_ready=notes_ready)
+                     breaker_open=breaker_open, notes_ready=notes_ready, may_clear=may_clear)
     plan = decide(seen)
     cleared: list[Cleared] = []
     if plan.clear:
@@ -302,7 +331,7 @@ def prepare(
     if cleared:  # what follows the clearing is decided on the context as it now is
         plan = decide(seen).after(plan)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
-    events: list[Event] = [*persisted, *snipped, *cleared, measured]
+    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, measured]
     return Prepared(msgs, state, events, count, seen, plan)
 
 

@@ -94,12 +94,13 @@ class SessionHost:
         return resume
 
     def apply_settings(self, session: Session) -> None:
-        """`%config` changes take effect at the next turn."""
+        """`%config` changes take effect at the next turn; a new model drops the thinking blocks
+        it cannot take from the live context."""
         settings = self._settings()
-        model = None
         if session.model.name != settings.model:
-            model = self._model(settings.model)
-        session.frame.reconfigure(settings, model)
+            session.switch_model(settings, self._model(settings.model))
+        else:
+            session.frame.reconfigure(settings)
 
     def end(self, *, extract: bool = True) -> None:
         """The current session ends (a new one, a resume, unload): saved and closed first."""

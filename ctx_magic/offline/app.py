@@ -97,6 +97,10 @@ class OfflineConfig:
     min_cacheable_tokens: int | None = None
     """Shortest prefix the prompt cache stores, in tokens; None: the model's own minimum
     (cache.minimum_cacheable_tokens, e.g. 1,024 for Sonnet). Tests with tiny prompts set 0."""
+    thinking_types: tuple[str, ...] = ("enabled", "adaptive")
+    """The thinking types the Models API reports the model takes."""
+    context_edits: tuple[str, ...] = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
+    """The context-management strategies the Models API reports the model takes."""
 
     def cache_minimum(self, model: str) -> int:
         """The minimum cacheable length in force for `model`."""
@@ -336,6 +340,7 @@ class OfflineAPI:
             "lifecycle": "active",
             "max_input_tokens": self.config.window,
             "max_tokens": self.config.max_output,
+            "capabilities": capabilities(self.config.thinking_types, self.config.context_edits),
         }
 
     def _model(self, model_id: str) -> HttpReply:
@@ -349,3 +354,23 @@ class OfflineAPI:
         page = {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None}
         page["last_id"] = data[-1]["id"] if data else None
         return _json_reply(200, page)
+
+
+def _support(flag: bool) -> dict[str, bool]:
+    return {"supported": flag}
+
+
+def capabilities(thinking_types: tuple[str, ...], context_edits: tuple[str, ...]) -> dict[str, Any]:
+    """The Models API's `capabilities` object, as the stand-in's model has them."""
+    edits = ("clear_thinking_20251015", "clear_tool_uses_20250919", "compact_20260112")
+    return {
+        "batch": _support(False), "citations": _support(False), "code_execution": _support(False),
+        "context_management": {"supported": bool(context_edits), **{e: _support(e in context_edits) for e in edits}},
+        "effort": {"supported": False, **{level: _support(False) for level in ("low", "medium", "high", "max")}},
+        "image_input": _support(True), "pdf_input": _support(False),
+        "server_tools": {"supported": False, "code_execution": _support(False), "web_search": _support(False)},
+        "structured_outputs": _support(False),
+        "thinking": {"supported": bool(thinking_types), "types": {
+            "adaptive": _support("adaptive" in thinking_types), "enabled": _support("enabled" in thinking_types),
+            "disabled": _support(True), "between_tools": _support(False)}},
+    }
