@@ -148,7 +148,7 @@ def _loop(session: Session, turn: Turn) -> None:
         result.model_calls += 1
         result.tool_calls += len(reply.tool_uses)
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
-                         usage=reply.usage, meta={"model": session.model.name})
+                         usage=reply.usage, meta=written_by(session))
         session.append(answer)
         if session.server_compacted(answer) is not None:
             result.compactions.append("server")
@@ -161,6 +161,15 @@ def _loop(session: Session, turn: Turn) -> None:
             result.compactions.append("model")
             turn.compact_request = None
     session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
+
+
+def written_by(session: Session) -> dict[str, str]:
+    """Which model, on which provider, wrote an answer (its thinking blocks are bound to them)."""
+    meta = {"model": session.model.name}
+    provider = getattr(session.model, "provider", "anthropic")
+    if provider != "anthropic":
+        meta["provider"] = provider
+    return meta
 
 
 def _ready(session: Session, result: TurnResult) -> Prepared:

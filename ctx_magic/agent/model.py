@@ -234,6 +234,10 @@ class AnthropicModel:
         CountTokens operation, which its SDK client does not wrap, through the same signed client)."""
         params = request.params(self.wire_name)
         params.pop("max_tokens", None)
+        if params["messages"] and params["messages"][-1].get("role") == "assistant":
+            # Between turns the context ends with the model's answer, which the API would read as a
+            # prefill that must open with thinking; the thinking setting does not change the count.
+            params.pop("thinking", None)
         try:
             if self.provider == "bedrock":
                 return _bedrock_count(self.client, self.wire_name, params, request.betas)

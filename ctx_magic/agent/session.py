@@ -335,11 +335,14 @@ class Session:
         self.meter.freed("compacted", tokens_before - tokens_after)
         return event
 
-    def switch_model(self, settings: Settings, model: Model) -> ThinkingCleared | None:
-        """Another model for the next turns: the thinking blocks other models wrote leave the
-        live context (their signatures are bound to the model that made them)."""
+    def switch_model(self, settings: Settings, model: Model, *, backend: str | None = None) -> ThinkingCleared | None:
+        """Another model (or provider) for the next turns: the thinking blocks other models wrote
+        leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
-        messages, event = clear_foreign_thinking(self.messages, model.name, lambda m: m.meta.get("model"))
+        self.backend = backend or self.backend
+        here = (model.name, getattr(model, "provider", "anthropic"))
+        messages, event = clear_foreign_thinking(
+            self.messages, lambda m: (m.meta.get("model"), m.meta.get("provider", "anthropic")) == here)
         if event is not None:
             self.adopt(messages, self.state, [event])
         return event

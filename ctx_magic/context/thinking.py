@@ -96,10 +96,10 @@ def clear_old_thinking(messages: Sequence[Message], keep_turns: int = KEEP_THINK
     return strip_thinking(messages, old, trigger)
 
 
-def clear_foreign_thinking(messages: Sequence[Message], model: str,
-                           made_by: Callable[[Message], str | None]) -> tuple[list[Message], ThinkingCleared | None]:
-    """The thinking of every answer `model` did not write, removed (a model switch)."""
-    foreign = [i for i, m in enumerate(messages) if has_thinking(m) and made_by(m) != model]
+def clear_foreign_thinking(messages: Sequence[Message], written_here: Callable[[Message], bool]
+                           ) -> tuple[list[Message], ThinkingCleared | None]:
+    """The thinking of every answer the new model (on its provider) did not write, removed."""
+    foreign = [i for i, m in enumerate(messages) if has_thinking(m) and not written_here(m)]
     return strip_thinking(messages, foreign, "model-switch")
 
 
