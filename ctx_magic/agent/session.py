@@ -85,6 +85,8 @@ class Session:
         self.plugins = Plugins()
         self.plan = Plan()
         """The last decision made before a call (context/decide.py), with its reason."""
+        self._server_cleared: tuple[tuple[Any, Any], ...] = ()
+        """What the server's edits last cleared (a new ServerEdited is recorded when it changes)."""
 
     # -- identity, settings, what every request carries ------------------------------------------
 
@@ -141,6 +143,12 @@ class Session:
                            thinking=self.window.thinking != "off" or self._has_thinking(),
                            supported=self.model.limits().context_edits, tools=tools.names(),
                            clearable_tools=tools.clearable())
+
+    def server_compacts(self) -> bool:
+        """Whether the API compacts this session's requests (the 'server' strategy, where the
+        model takes it): then ctx_magic neither auto-compacts nor refuses a request as blocked."""
+        plan = self.server_plan()
+        return plan is not None and plan.server_compacts
 
     def _has_thinking(self) -> bool:
         return any(b.get("type") in ("thinking", "redacted_thinking") for m in self.messages for b in m.content)
@@ -284,8 +292,7 @@ class Session:
             cost += self.meter.add(part, call=False)
         server_cleared = cleared_tokens(reply.applied_edits)
         self.meter.count_savings(server_cleared)
-        if reply.applied_edits:
-            self.record(ServerEdited(tuple(dict(e) for e in reply.applied_edits), server_cleared, reply.api_id))
+        self._server_edited(reply)
         broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=self.settings.cache_ttl_seconds,
                                    signature=self.frame.signature())
         if broke is not None:
@@ -298,6 +305,19 @@ class Session:
         totals = self.meter.snapshot()
         self.emit(UsageUpdated(reply.usage, count.tokens, self.state.correction.ratio, totals.to_json(),
                                round(totals.cache_hit_ratio, 4), round(cost, 6)))
+
+    def _server_edited(self, reply: ModelReply) -> None:
+        """The server's edits, recorded when they changed: the API re-applies them to every request
+        while the client sends its full history, so the same clearing comes back each call."""
+        cleared = tuple((e.get("type"), e.get("cleared_tool_uses", e.get("cleared_thinking_turns")))
+                        for e in reply.applied_edits)
+        if cleared == self._server_cleared:
+            return
+        self._server_cleared = cleared
+        if reply.applied_edits:
+            self.record(ServerEdited(tuple(dict(e) for e in reply.applied_edits), cleared_tokens(reply.applied_edits),
+                                     reply.api_id))
+            self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
 
     # -- compactions -------------------------------------------------------------------------------
 
