@@ -168,8 +168,10 @@ class Settings:
         budget = 0
         if mode != "off":
             budget = max(MIN_THINKING_BUDGET, min(self.thinking_budget, quarter))
-            cap = max(MIN_REPLY_TOKENS, min(cap, limits.max_output - budget))
-            budget = max(0, min(budget, limits.max_output - cap))
+            if cap + budget > limits.max_output:  # short of room: thinking gets its minimum, the reply the rest
+                budget = max(MIN_THINKING_BUDGET, limits.max_output - cap)
+                cap = max(MIN_REPLY_TOKENS, min(cap, limits.max_output - budget))
+                budget = max(0, min(budget, limits.max_output - cap))
             mode = mode if budget >= MIN_THINKING_BUDGET or mode == "adaptive" else "off"
         return Window(window, cap, source, mode, budget if mode != "off" else 0, betas)
 

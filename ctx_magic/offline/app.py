@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -64,6 +65,9 @@ from ctx_magic.offline.validate import InvalidRequest, check_request
 from ctx_magic.offline.wire import error_json, message_json, stream_events
 
 DEFAULT_WINDOW = 200_000  # the API's standard context window (SPEC T4)
+STANDARD_WINDOW = 200_000
+LONG_CONTEXT_BETA = "context-1m-2025-08-07"
+STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M only with the beta header
 DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
 MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
 KNOWN_MODEL_PREFIX = "claude-"
@@ -97,6 +101,8 @@ class RecordedRequest:
     fault: str | None = None
     provider: str = "anthropic"
     """anthropic | bedrock | vertex: whose paths and body the request came in."""
+    betas: tuple[str, ...] = ()
+    """The beta headers it carried (for Bedrock, its body's anthropic_beta)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -133,6 +139,7 @@ class _Outcome:
     fault: str | None = None
     body: Any = None
     provider: str = "anthropic"
+    betas: tuple[str, ...] = ()
 
 
 def _json_reply(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()) -> HttpReply:
@@ -240,7 +247,7 @@ class OfflineAPI:
             reply = outcome.reply
             record = RecordedRequest(
                 method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault,
-                outcome.provider,
+                outcome.provider, outcome.betas,
             )
             self._records.append(record)
             self._counters.request += 1
@@ -346,10 +353,11 @@ class OfflineAPI:
         failed = STATUS_FAULTS.get(fault or "")
         if fault == "overloaded_midstream" and not streaming:
             failed = STATUS_FAULTS["529"]  # no stream to break: the overload comes as a status
-        if failed is None and (fault == "ptl" or tokens > self.config.window):
-            failed = prompt_too_long(max(tokens, self.config.window + 1), self.config.window)
+        window = self._window(request["model"], betas)
+        if failed is None and (fault == "ptl" or tokens > window):
+            failed = prompt_too_long(max(tokens, window + 1), window)
         outcome = functools.partial(_Outcome, kind=kind, input_tokens=tokens, fault=fault, body=request,
-                                    provider=provider)
+                                    provider=provider, betas=betas)
         if failed is not None:
             return outcome(_provider_error(provider, failed))
         if fault == "html_body":
@@ -367,6 +375,13 @@ class OfflineAPI:
         if fault == "drop" or fault in STREAM_ONLY_FAULTS:  # a plain body cut short is a dropped one
             return outcome(HttpReply(200, (), [], dropped=True))
         return outcome(_json_reply(200, message))
+
+    def _window(self, model: str, betas: tuple[str, ...]) -> int:
+        """The window in force: Sonnet 4 and 4.5 keep the standard 200,000 unless the request
+        carries the 1M-context beta header."""
+        if STANDARD_WINDOW_MODELS.match(model) and LONG_CONTEXT_BETA not in betas:
+            return min(self.config.window, STANDARD_WINDOW)
+        return self.config.window
 
     def _message(self, request: Mapping[str, Any], usage: dict[str, Any], fault: str | None,
                  managed: Managed | None = None) -> dict[str, Any]:
@@ -407,7 +422,7 @@ class OfflineAPI:
             "display_name": f"{model_id} (offline stand-in)",
             "created_at": MODEL_CREATED_AT,
             "lifecycle": "active",
-            "max_input_tokens": self.config.window,
+            "max_input_tokens": self._window(model_id, ()),  # Sonnet 4 / 4.5: 200,000 without the 1M beta
             "max_tokens": self.config.max_output,
             "capabilities": capabilities(self.config.thinking_types, self.config.context_edits),
         }
