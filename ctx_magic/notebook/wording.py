@@ -77,7 +77,7 @@ def status_text(status: StatusSnapshot) -> str:
     thinking = "off" if status.thinking == "off" else (
         f"{status.thinking} ({status.thinking_budget:,} tokens reserved)")
     lines = [
-        f"session {status.session_id} · {status.model} ({status.backend}, {status.provider}) · thinking {thinking} · "
+        f"session {status.session_id} · {status.model} ({status.backend}) · thinking {thinking} · "
         f"context management: {status.strategy}",
         f"context {c.tokens:,} tokens · zone {c.zone} · {c.percent_left}% left before compaction at "
         f"{c.threshold:,} (window {c.window:,}, from {status.window_source})",

@@ -72,6 +72,7 @@ def test_sonnet_4_5_opens_its_1m_window_with_the_beta_header_only_when_asked():
     assert Settings(context_window=ONE_MILLION).resolve(table_limits("claude-sonnet-5-5")).betas == ()  # native
 
 
+@pytest.mark.filterwarnings("ignore:The model 'claude-sonnet-4-5' is deprecated:DeprecationWarning")  # the SDK's
 def test_the_stand_in_holds_sonnet_4_5_to_200k_without_the_header_and_the_session_sends_it(tmp_path):
     big = "Here is a long document. " + "lorem ipsum dolor sit amet " * 45_000  # about 250,000 tokens
     ask = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": big}]}
