@@ -10,6 +10,7 @@ loop issue), so each call reads the previous call's prefix from the cache.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -73,15 +74,31 @@ class RequestFrame:
         return hashlib.sha256((self.system_prompt() + json.dumps(self.tools().specs())).encode()).hexdigest()
 
     def build(self, messages: Sequence[Message], *, purpose: str = "main",
-              tool_choice: Mapping[str, Any] | None = None, max_tokens: int | None = None) -> ModelRequest:
-        return build_request(messages, system=self.system_prompt(), tools=self.tools().specs(),
-                             max_tokens=max_tokens or self.window.reply_cap, cache_ttl=self.settings.cache_ttl,
-                             tool_choice=tool_choice, purpose=purpose, cached_tail=self.cached_tail,
-                             turns=self._turns if purpose == "main" else None)  # side calls: other threads
+              tool_choice: Mapping[str, Any] | None = None, max_tokens: int | None = None,
+              context_management: Mapping[str, Any] | None = None, betas: Sequence[str] = ()) -> ModelRequest:
+        """Every call, main or side, carries the session's thinking settings (a change in them
+        would invalidate the cached messages) with the thinking budget on top of its reply cap."""
+        window = self.window
+        request = build_request(messages, system=self.system_prompt(), tools=self.tools().specs(),
+                                max_tokens=(max_tokens or window.reply_cap) + window.thinking_budget,
+                                cache_ttl=self.settings.cache_ttl, tool_choice=tool_choice, purpose=purpose,
+                                cached_tail=self.cached_tail,
+                                turns=self._turns if purpose == "main" else None)  # side calls: other threads
+        return dataclasses.replace(request, thinking=thinking_param(window), context_management=context_management,
+                                   betas=tuple(dict.fromkeys([*window.betas, *betas])))
 
     def sent(self, messages: Sequence[Message]) -> None:
         """A main call went out with `messages`: the cache now holds the prefix ending with them."""
         self.cached_tail = next((m.uuid for m in reversed(messages) if m.sent), None)
+
+
+def thinking_param(window: Window) -> dict[str, Any] | None:
+    """The `thinking` parameter for the window's thinking type (None: thinking is off)."""
+    if window.thinking == "enabled":
+        return {"type": "enabled", "budget_tokens": window.thinking_budget}
+    if window.thinking == "adaptive":
+        return {"type": "adaptive"}
+    return None
 
 
 def cache_control(ttl: str) -> dict[str, str]:

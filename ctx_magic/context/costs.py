@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ctx_magic.prices import Prices as ModelPrices
+
 READ_PRICE = 0.1  # cache read, per input token
 WRITE_PRICES = {"5m": 1.25, "1h": 2.0}  # cache write for each lifetime
 OUTPUT_PRICE = 5.0
@@ -30,6 +32,16 @@ class Prices:
     @classmethod
     def for_ttl(cls, ttl: str) -> Prices:
         return cls(write=WRITE_PRICES.get(ttl, WRITE_PRICES["5m"]))
+
+    @classmethod
+    def of_model(cls, dollars: ModelPrices, ttl: str) -> Prices:
+        """A model's list prices as multiples of its input price (Anthropic's usual ratios when
+        the price is not known): some models read from the cache at less than a tenth."""
+        if dollars.input <= 0:
+            return cls.for_ttl(ttl)
+        write = dollars.cache_write_1h if ttl == "1h" else dollars.cache_write_5m
+        return cls(read=dollars.cache_read / dollars.input, write=write / dollars.input,
+                   output=dollars.output / dollars.input)
 
 
 @dataclass(frozen=True)

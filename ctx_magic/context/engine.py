@@ -1,5 +1,8 @@
 """`prepare()`: the zero-call layers in their order, L1 -> L2 -> L3, before every model call.
 
+Idle thinking clearing (context/thinking.py) is a fixed rule like L1 and L2: after an idle gap
+over the cache TTL only the last thinking turn stays, before the decision looks at the count.
+
 Everything here is a pure function of (messages, state, clock, settings): it returns the new
 messages, the new state and the events that describe the change; writing files and the
 transcript is the caller's job. The state carries the frozen decisions (what was persisted,
@@ -21,6 +24,7 @@ from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, cle
 from ctx_magic.context.session_memory import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
+from ctx_magic.context.thinking import clear_old_thinking
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
@@ -59,14 +63,17 @@ class ContextSettings:
     """Folder named in persisted-output blocks (where read_file finds the full text)."""
     transcript_path: str = "transcript.jsonl"
     """Transcript named in snip markers."""
+    clear_idle_thinking: bool = True
+    """After an idle gap, keep only the last thinking turn (seeds' thinking clearing)."""
 
     @classmethod
     def create(cls, window: int, reply_cap: int, settings: Settings | None = None, *,
-               env: Mapping[str, str] | None = None, **where: object) -> ContextSettings:
-        """The engine's settings for a window and reply cap; `where` sets the paths and the
-        compactable tools."""
+               env: Mapping[str, str] | None = None, thinking_budget: int = 0, **where: object) -> ContextSettings:
+        """The engine's settings for a window, reply cap and thinking budget; `where` sets the
+        paths and the compactable tools."""
         settings = settings or Settings()
-        thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env)
+        thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env,
+                                        thinking_budget=thinking_budget)
         return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_minutes=settings.idle_seconds / 60,
                    clear_at_least=settings.clear_at_least, snip_max_messages=settings.snip_max_messages,
                    **where)  # type: ignore[arg-type]
@@ -206,6 +213,22 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
     return snipped, _with_freed(state, snipped, freed), events
 
 
+def _clear_thinking(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
+    """Seeds' thinking clearing: after an idle gap longer than the cache TTL, only the last
+    thinking turn stays (the cache is cold, so removing the rest costs nothing)."""
+    gap = idle_gap(messages, now)
+    if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_minutes * 60:
+        return messages, state, []
+    old = messages
+    messages, event = clear_old_thinking(messages)
+    if event is None:
+        return old, state, []
+    changed = {u for u in event.message_uuids}
+    indices = [i for i, m in enumerate(old) if m.uuid in changed]
+    freed = _freed_before_anchor(old, messages, indices, find_anchor(messages))
+    return messages, _with_freed(state, messages, freed), [event]
+
+
 def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], trigger: str,
            freed: Mapping[str, int] | None = None):
     old = messages
@@ -250,7 +273,8 @@ def _tokens_before(messages: Sequence[Message], state: ContextState, ids: Sequen
 
 
 def situation(messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, *,
-              overhead_tokens: int = 0, facts: SessionFacts = NO_FACTS) -> tuple[Situation, dict[str, int]]:
+              overhead_tokens: int = 0, facts: SessionFacts = NO_FACTS,
+              may_clear: bool = True) -> tuple[Situation, dict[str, int]]:
     """What the decision looks at (decide.py), measured on the live context, and the results a
     clearing would change with what each frees (sized only when a clearing can happen: after an
     idle gap, or past the warning level)."""
@@ -258,14 +282,16 @@ def situation(messages: Sequence[Message], state: ContextState, now: float, sett
     gap = idle_gap(messages, now)
     idle = gap is not None and gap > settings.idle_minutes * 60
     warm_pressure = not idle and count.tokens >= settings.thresholds.warning
-    clearable = _clearable_sizes(messages, state, settings) if state.compactable and (idle or warm_pressure) else {}
+    wanted = may_clear and state.compactable and (idle or warm_pressure)
+    clearable = _clearable_sizes(messages, state, settings) if wanted else {}
     seen = Situation(
         tokens=count.tokens, estimated_tokens=count.estimated_tokens, thresholds=settings.thresholds,
         idle_seconds=gap, idle_limit_seconds=settings.idle_minutes * 60,
         clearable_tokens=sum(clearable.values()),
         clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens) if warm_pressure else 0,
         clear_at_least=settings.clear_threshold, overhead=overhead_tokens,
-        notes_tail=tail_limits(settings.thresholds.autocompact)[0] if facts.notes_tokens else 0, facts=facts,
+        notes_tail=tail_limits(settings.thresholds.autocompact)[0] if facts.notes_tokens else 0,
+        may_clear=may_clear, facts=facts,
     )
     return seen, clearable
 
@@ -298,6 +324,7 @@ def prepare(
     *,
     overhead_tokens: int = 0,
     facts: SessionFacts = NO_FACTS,
+    may_clear: bool = True,
 ) -> Prepared:
     """Run L1 (budget) -> L2 (snip), let `decide` choose, carry out its clearing (L3).
 
@@ -308,7 +335,9 @@ def prepare(
     msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
-    seen, sizes = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens, facts=facts)
+    msgs, state, thinned = _clear_thinking(msgs, state, settings, now)
+    seen, sizes = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens, facts=facts,
+                            may_clear=may_clear)
     plan = decide(seen)
     cleared: list[Cleared] = []
     if plan.clear:
@@ -319,7 +348,7 @@ def prepare(
     if cleared:  # what follows the clearing is decided on the context as it now is
         plan = decide(seen).after(plan)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
-    events: list[Event] = [*persisted, *snipped, *cleared, measured]
+    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, measured]
     return Prepared(msgs, state, events, count, seen, plan)
 
 

@@ -175,11 +175,16 @@ class Controller:
         with self.lock:
             self.idle.cancel()
             session = self.require_session()
-            self._before_command(session)
+            before: list[Event] = []  # what the settings did (a model switch drops thinking blocks)
+            session.listeners.append(before.append)
+            try:
+                self._before_command(session)
+            finally:
+                session.listeners.remove(before.append)
             self.memory.before_turn(session)
             display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
                                              record_for=lambda _id: self.executor.last_record)
-            for event in self.idle.take_unshown():
+            for event in [*self.idle.take_unshown(), *before]:
                 display(event)
             if not self.panel.anchor_shown and self.in_jupyter_server():
                 self.panel.show(sidebar=True)

@@ -20,9 +20,13 @@ from ctx_magic.events import (
     Notice,
     Persisted,
     ReplyRestarted,
+    ServerCompacted,
+    ServerEdited,
     Snipped,
     Status,
     TextDelta,
+    ThinkingCleared,
+    ThinkingDelta,
     ToolFinished,
     ToolOutputDelta,
     ToolStarted,
@@ -79,6 +83,23 @@ def rich(html_text: str, plain: str) -> dict[str, str]:
     return {"text/html": html_text, "text/plain": plain}
 
 
+def server_edit_line(event: ServerEdited) -> str:
+    parts = []
+    for edit in event.applied_edits:
+        if edit.get("type") == "clear_thinking_20251015":
+            parts.append(f"{edit.get('cleared_thinking_turns', 0)} thinking turn(s)")
+        else:
+            parts.append(f"{edit.get('cleared_tool_uses', 0)} tool result(s)")
+    return f"The API cleared {' and '.join(parts)} from this request: {event.tokens_cleared:,} tokens"
+
+
+def thinking_html(text: str) -> dict[str, str]:
+    """A collapsed block with the thinking so far (closed unless the user opens it)."""
+    return rich(f'<details class="ctx-magic-thinking"><summary>Thinking</summary>'
+                f'<pre style="white-space:pre-wrap;color:#666">{html.escape(text)}</pre></details>',
+                f"[thinking]\n{text}")
+
+
 def compaction_line(event: Compacted) -> str:
     return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
             f"{event.tokens_after:,} tokens ({event.trigger})")
@@ -128,6 +149,9 @@ class TurnDisplay:
         self.status: Output | None = None
         self.text_output: Output | None = None
         self.text = ""
+        self.thinking_output: Output | None = None
+        self.thinking = ""
+        self.last_thinking_update = 0.0
         self.last_update = 0.0
         self.pending_tools: dict[str, ToolStarted] = {}
         self.status_line = ""
@@ -141,7 +165,26 @@ class TurnDisplay:
 
     # -- text ---------------------------------------------------------------------------------
 
+    def _on_thinking(self, event: ThinkingDelta) -> None:
+        """The model's thinking streams into a collapsed "Thinking" block of its own."""
+        self.thinking += event.text
+        if self.thinking_output is None:
+            self.thinking_output = Output(thinking_html(self.thinking))
+            self.last_thinking_update = self.clock()
+        elif self.clock() - self.last_thinking_update >= STREAM_INTERVAL:
+            self._flush_thinking()
+
+    def _flush_thinking(self) -> None:
+        if self.thinking_output is not None:
+            self.thinking_output.update(thinking_html(self.thinking))
+            self.last_thinking_update = self.clock()
+
+    def _close_thinking(self) -> None:
+        self._flush_thinking()
+        self.thinking_output, self.thinking = None, ""
+
     def _on_text(self, event: TextDelta) -> None:
+        self._close_thinking()
         self.text += event.text
         if self.text_output is None:
             self.text_output = Output({"text/markdown": self.text, "text/plain": self.text})
@@ -156,14 +199,17 @@ class TurnDisplay:
 
     def _on_reply_restarted(self, event: ReplyRestarted) -> None:
         """What the broken stream showed is withdrawn; the new attempt streams in its place."""
-        self.text = ""
+        self.text = self.thinking = ""
         if self.text_output is not None:
             self.text_output.update({"text/markdown": "", "text/plain": ""})
+        if self.thinking_output is not None:
+            self.thinking_output.update(thinking_html(""))
         line = f"The connection broke mid-reply; asking again (attempt {event.attempt} of {event.attempts})."
         show(rich(f'<div class="ctx-magic-notice" style="color:{NOTICE_COLOURS["warning"]}">{html.escape(line)}'
                   "</div>", line))
 
     def _close_text(self) -> None:
+        self._close_thinking()
         self.flush()
         self.text_output, self.text = None, ""
 
@@ -254,6 +300,23 @@ class TurnDisplay:
     def _on_snipped(self, event: Snipped) -> None:
         line = f"Snipped {event.count:,} messages from the middle of the conversation (the transcript keeps them)"
         show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+
+    def _on_thinking_cleared(self, event: ThinkingCleared) -> None:
+        why = "after an idle gap" if event.trigger == "idle" else "that the new model cannot take"
+        line = (f"Cleared {event.blocks} old thinking block(s) {why}: about {event.tokens_freed:,} tokens freed "
+                "(the transcript keeps them)")
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+
+    def _on_server_edited(self, event: ServerEdited) -> None:
+        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(server_edit_line(event))}</div>',
+                  server_edit_line(event)))
+
+    def _on_server_compacted(self, event: ServerCompacted) -> None:
+        self._close_text()
+        line = (f"The API compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
+                f"{event.tokens_after:,} tokens (server)")
+        show(rich(f'<details class="ctx-magic-compaction"><summary>{html.escape(line)}</summary>'
+                  f'<pre style="white-space:pre-wrap">{html.escape(event.summary)}</pre></details>', line))
 
     def _on_compaction_failed(self, event: CompactionFailedEvent) -> None:
         return  # the loop's Notice says it in one line
