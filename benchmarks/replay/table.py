@@ -117,6 +117,23 @@ def window_tables(window: int, by_strategy: dict[str, dict[str, RunResult]]) -> 
     return (f"## Window {window:,}\n\n{main}\n\nBilled vs raw by source:\n\n{markdown(header, source_rows)}")
 
 
+CACHE_TTL_SECONDS = 300.0
+KEPT_PREFIX = 0.9  # a call "kept the cached conversation" when it read at least this much of the last request
+
+
+def warm_misses(runs: Iterable[RunResult]) -> tuple[int, int]:
+    """(main calls that read less than 90 % of the previous main request although it was sent
+    under 5 minutes before, main calls after the first): the cache lost while it was warm."""
+    misses = total = 0
+    for run in runs:
+        calls = [c for c in run.calls if c.kind == "normal" and c.status == 200]
+        for before, after in zip(calls, calls[1:]):
+            total += 1
+            warm = after.at - before.at < CACHE_TTL_SECONDS
+            misses += warm and after.read < KEPT_PREFIX * before.prompt_tokens
+    return misses, total
+
+
 def target_lines(grouped_results: dict[int, dict[str, dict[str, RunResult]]], name: str = "ctx_magic") -> list[str]:
     """Issue 10's bars for `name`, as measured (the bars, not timed tests)."""
     lines: list[str] = []
@@ -138,4 +155,10 @@ def target_lines(grouped_results: dict[int, dict[str, dict[str, RunResult]]], na
             bar = (f"total {total:.2f} (bar ≤ 1.00); sessions past 200k tokens below raw: {below} of {len(grown)} "
                    "(bar: all)")
         lines.append(f"- {window:,}: {name} {bar}")
+        notebooks = [r for r in runs.values() if r.source == "notebook"]
+        if notebooks:
+            misses, total = warm_misses(notebooks)
+            lines.append(f"  - notebook replays: {misses} of {total} main calls lost the cached conversation while "
+                         "it was warm (bar 0 for the block lookback; the stand-in does not model the 20-block "
+                         "lookback yet, so this counts the strategy's own rewrites)")
     return lines
