@@ -122,12 +122,15 @@ class ScriptedPolicy:
         self.base = base or Policy()
 
     def kind(self, request: Mapping[str, Any]) -> str:
+        """compaction (a summary request, whatever its tools), memory or side (a text-only call:
+        no tools, or tools forbidden), else normal. The default rules' memory detector is not
+        trusted on calls that may use tools: it reads words like "save" and "session memory" in
+        the last user message, which a recorded prompt next to ctx_magic's own notes pointer has."""
         kind = self.base.kind(request)
-        if kind != "normal":
+        if kind == "compaction":
             return kind
-        # A side call the default rules do not recognise (text only: no tools, or tools forbidden).
         if not request.get("tools") or (request.get("tool_choice") or {}).get("type") == "none":
-            return "side"
+            return "side" if kind == "normal" else kind
         return "normal"
 
     def rule(self, request: Mapping[str, Any]) -> str:

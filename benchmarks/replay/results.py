@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.replay.billing import Call, new_bench
 from benchmarks.replay.corpus import Replay
-from benchmarks.replay.harness import text_of
+from benchmarks.replay.harness import ReplayDesync, text_of
 from benchmarks.replay.strategies import FLOOR, strategy
 
 TAIL_OUTPUTS = 5  # the last tool outputs that should still be intact at the end
@@ -90,6 +90,9 @@ def run_one(name: str, replay: Replay, window: int) -> RunResult:
     started = time.perf_counter()
     outcome = strategy(name)(bench)
     seconds = time.perf_counter() - started
+    if not outcome.overflow and bench.policy.served != replay.steps:
+        raise ReplayDesync(f"{name} on {replay.name}: {bench.policy.served} recorded actions served, "
+                           f"{replay.steps} recorded")
     kept, users, intact, tail = fidelity(replay, bench.meter.final_request)
     largest = max((c.prompt_tokens for c in bench.meter.calls if c.status == 200), default=0)
     return RunResult(name, replay.name, replay.source, window, list(bench.meter.calls), outcome.overflow,

@@ -21,6 +21,7 @@ from benchmarks.replay.corpus import (  # noqa: E402
     BASH_TOOL,
     Action,
     Replay,
+    ToolRun,
     Turn,
     load_claude_code,
     load_corpus,
@@ -124,6 +125,16 @@ def test_compaction_requests_get_the_default_summary_and_main_calls_the_script()
     assert bench.meter.calls[-1].kind == "compaction" and bench.policy.served == 0  # no action consumed
     assert strategy("raw")(bench).overflow is False
     assert bench.policy.served == 3
+
+
+def test_a_main_call_that_talks_about_memory_still_gets_the_recorded_action() -> None:
+    # The default rules would answer this as a memory extraction (memory words and a verb).
+    prompt = "Update the session memory notes file, then save your memories."
+    replay = Replay("memory-words", "test", LONG_SYSTEM, (BASH_TOOL,),
+                    (Turn(prompt, (Action("Running it.", (ToolRun("bash", {"command": "ls"}, "a.txt"),)),
+                                   Action("Done."))),))
+    result = run_one("raw", replay, 200_000)
+    assert [c.kind for c in result.calls] == ["normal", "normal"]
 
 
 # -- overflow --------------------------------------------------------------------------------------

@@ -135,7 +135,6 @@ class S08(Context):
             summary = summarize(run, run.history)
             run.history[:] = [Msg("user", [{"type": "text", "text": f"[Compacted]\n\n{summary}"}])]
             run.events["auto"] += 1
-        run.forget_anchor()
 
     def after_call(self, run: Run, reply: object) -> None:
         self.reactive_retries = 0
