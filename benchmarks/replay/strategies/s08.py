@@ -16,7 +16,7 @@ rules reproduced in our own code. Before every main call, on the conversation it
    summary of everything, followed by the last 5 messages.
 
 Two departures, both needed to replay at all: the snip and the reactive tail keep tool_use /
-tool_result pairs together (as the lesson's later revision does; without it the first snip
+tool_result pairs together (as many later copies of the lesson do; without it the first snip
 sends an orphan result, which the API refuses), and main calls carry raw's two cache
 breakpoints (the lesson sends none, which would bill like raw-uncached). The summary prompt asks
 for <analysis> and numbered <summary> sections so that the stand-in answers it as a summary.
