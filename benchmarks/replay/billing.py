@@ -111,6 +111,10 @@ def stream_usage(chunks: Sequence[bytes]) -> dict[str, Any]:
     return usage
 
 
+PRECISE_RULES = frozenset({"compaction", "session-notes", "memory-longterm", "memory-dream-gather",
+                           "memory-dream-consolidate"})
+
+
 class ScriptedPolicy:
     """The stand-in's policy for a replay: main calls get the session's next recorded action,
     whatever the request holds; compaction, notes and memory requests get the default policy's
@@ -122,15 +126,17 @@ class ScriptedPolicy:
         self.base = base or Policy()
 
     def kind(self, request: Mapping[str, Any]) -> str:
-        """compaction (a summary request, whatever its tools), memory or side (a text-only call:
-        no tools, or tools forbidden), else normal. The default rules' memory detector is not
-        trusted on calls that may use tools: it reads words like "save" and "session memory" in
-        the last user message, which a recorded prompt next to ctx_magic's own notes pointer has."""
-        kind = self.base.kind(request)
-        if kind == "compaction":
-            return kind
+        """compaction or memory when a precise rule knows the prompt (the summary prompt, the
+        notes and memory prompts' own headings), side for any other text-only call (no tools, or
+        tools forbidden), else normal. Side calls may carry the main call's tools (they share its
+        cached prefix), so tools say nothing; the default rules' word-based memory detector is not
+        trusted: it reads words like "save" and "session memory" in the last user message, which
+        a recorded prompt next to ctx_magic's own notes pointer has."""
+        rule = self.base.rule_for(request)
+        if rule.name in PRECISE_RULES:
+            return rule.kind
         if not request.get("tools") or (request.get("tool_choice") or {}).get("type") == "none":
-            return "side" if kind == "normal" else kind
+            return "side" if rule.kind == "normal" else rule.kind
         return "normal"
 
     def rule(self, request: Mapping[str, Any]) -> str:

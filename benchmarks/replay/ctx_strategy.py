@@ -34,14 +34,15 @@ from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
-from ctx_magic.agent.session import AgentConfig, Session, open_session
-from ctx_magic.agent.tools import ToolCall, ToolOutput
+from ctx_magic.agent.session import Session, open_session
+from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.capture import CellRecord, cell_messages
 from ctx_magic.offline.transport import offline_client
+from ctx_magic.settings import Settings
 
 if TYPE_CHECKING:
     from benchmarks.replay.corpus import Cell
@@ -133,10 +134,13 @@ class ScriptedExecutor:
         self.clock = clock
         self.used = 0
 
-    def tool_specs(self) -> list[dict[str, Any]]:
-        return [dict(t) for t in self.replay.tools]
+    def tools(self) -> list[Tool]:
+        """The recorded session's tools (their outputs can be read again: clearable), and the
+        notebook cells it replays, recorded as ctx_magic records them."""
+        return [*(Tool(dict(t), self.run) for t in self.replay.tools),
+                Tool({"name": "notebook_cell"}, self.run, offered=False)]
 
-    def run(self, call: ToolCall) -> ToolOutput:
+    def run(self, call: ToolCall, _context: ToolContext | None = None) -> ToolOutput:
         if self.used >= len(self.runs):
             raise ReplayDesync(f"{self.replay.name}: a tool call past the recording: {call.name}")
         recorded = self.runs[self.used]
@@ -182,8 +186,8 @@ def storage_folder() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def agent_config(replay: Replay, window: int, options: CtxOptions) -> AgentConfig:
-    config = AgentConfig(model=MODEL, context_window=window, system_prompt=replay.system)
+def agent_config(window: int, options: CtxOptions) -> Settings:
+    config = Settings(model=MODEL, context_window=window)
     if not options.clearing:
         config = dataclasses.replace(config, clear_at_least=NEVER, idle_minutes=NEVER)
     if not options.snip:
@@ -214,7 +218,7 @@ def absorb_cells(session: Session, cells: list[Any], now: float) -> None:
     if cells and not any(m.sent for m in session.messages):
         session.append(user_text(CELLS_INTRO, timestamp=now))
     for cell in cells:
-        cell_id = notebook_cell_id(cell.execution_count, len(session.messages))
+        cell_id = notebook_cell_id(cell.execution_count, f"{len(session.messages):012x}")  # same ids every run
         for message in cell_messages(cell_record(cell), cell_id, IMAGE_MAX_BYTES, now):
             session.append(message)
 
@@ -245,8 +249,9 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
     with storage_folder() as root, lifted_call_limit():
         model = AnthropicModel(offline_client(bench.meter, max_retries=0), name=MODEL)  # type: ignore[arg-type]
         executor = ScriptedExecutor(bench.replay, bench.clock)
-        session, _ = open_session(model, executor, root / ".ctx_magic", agent_config(bench.replay, bench.window,
-                                  options), session_id="replay", root=root, clock=bench.clock, offline=True)
+        session, _ = open_session(model, executor, root / ".ctx_magic", agent_config(bench.window, options),
+                                  session_id="replay", system_prompt=bench.replay.system, root=root,
+                                  clock=bench.clock, backend="offline")
         session.listeners.append(lambda event: count_event(events, event))
         keeper = NotesKeeper(session) if options.notes else None
         try:
@@ -257,7 +262,7 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
         finally:
             if keeper is not None:
                 keeper.wait(NOTES_WAIT_SECONDS)
-            session.transcript.close()
+            session.recorder.close()
     outcome.events = events
     if keeper is not None and keeper.last_error:
         events["notes-failed"] += 1

@@ -170,7 +170,8 @@ def test_ctx_magic_ablations_send_fewer_side_calls() -> None:
     replay = load_swe(swe_paths(CORPUS)[0])
     full = run_one("ctx_magic", replay, 200_000)
     bare = run_one("ctx_magic+no-notes+no-memory", replay, 200_000)
-    assert full.side_calls()["memory"] >= 2 and not bare.side_calls()
+    # At 200,000 no compaction is in sight: no notes are kept, only the end-of-session extraction runs.
+    assert full.side_calls()["memory"] == 1 and not bare.side_calls()
     assert bare.cost < full.cost
 
 
