@@ -46,10 +46,11 @@ class LoadedPending:
 
 
 def _line(data: dict[str, Any]) -> bytes:
+    """One JSON line; a value JSON cannot hold is kept as its str() rather than failing the cell."""
     try:
-        return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        return (json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: \u escapes keep them exactly
-        return (json.dumps(data, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+        return (json.dumps(data, ensure_ascii=True, separators=(",", ":"), default=str) + "\n").encode("ascii")
 
 
 class PendingCells:
