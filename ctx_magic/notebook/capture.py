@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 from ctx_magic.images import API_MAX_BASE64_CHARS, SUPPORTED_TYPES, ImageCheck, check_image
@@ -117,6 +118,9 @@ class CellRecord:
     displays: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: str | None = None
+    pending_id: str | None = field(default=None, compare=False)
+    """Its id in a session's pending-cells.jsonl, once written there (store/pending.py)."""
+    pending_file: Path | None = field(default=None, compare=False, repr=False)
 
     def text(self) -> str:
         """What printed comes first as it is; every other part is labelled in brackets."""
