@@ -19,7 +19,7 @@ HASH_NAME_CHARS = 12  # of a sha256, in the name a replaced file is kept under: 
 
 
 def safe_name(name: str) -> str:
-    """`name` usable as one file name: no separators, no dots-only tricks beyond a plain name."""
+    """`name` as one file name: every character but letters, digits and `_.-` becomes `_`."""
     return _UNSAFE.sub("_", name)[:120] or "_"
 
 

@@ -30,9 +30,6 @@ def new_session_id(now: float | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-__all__ = ["SessionDir", "latest_session", "list_sessions", "new_session_id", "safe_name"]
-
-
 @dataclass
 class SessionDir:
     """Paths and writers of one session's folder."""
