@@ -14,6 +14,7 @@ from typing import Any
 
 from ctx_magic.context.session_memory import MAX_SECTION_TOKENS, MAX_TOTAL_TOKENS, SECTIONS, oversized_sections
 from ctx_magic.context.tokens import count_text
+from ctx_magic.memory.secrets import find_secret
 from ctx_magic.memory.store import Memory, sort_by_relevance
 from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
@@ -184,10 +185,13 @@ def select_for_prompt(
     """The most relevant memories whose prompt lines fit in `budget_tokens` together (SPEC X3).
 
     Greedy by relevance: one that does not fit is passed over and smaller ones may still go in.
+    A memory holding a secret (stored before the checks, or edited by hand) never goes in (X1).
     """
     chosen: list[Memory] = []
     left = budget_tokens
     for memory in sort_by_relevance(memories, now):
+        if find_secret(memory.text) is not None:
+            continue
         cost = count_text(prompt_line(memory, now) + "\n")
         if cost <= left:
             chosen.append(memory)
