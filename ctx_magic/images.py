@@ -209,14 +209,18 @@ def _map_images(messages: Sequence[Message], change: Callable[[int, Block], Bloc
                 block = change(ordinal, block)
                 ordinal += 1
             elif block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-                block = {**block, "content": blocks(block["content"])}
+                inner = blocks(block["content"])
+                if any(new is not old for new, old in zip(inner, block["content"])):
+                    block = {**block, "content": inner}
             out.append(block)
         return out
 
     result = []
     for message in messages:
         if message.sent and any(_holds_image(b) for b in message.content):
-            message = message.with_content(blocks(message.content))
+            changed = blocks(message.content)
+            if any(new is not old for new, old in zip(changed, message.content)):
+                message = message.with_content(changed)  # unchanged messages stay the same objects
         result.append(message)
     return result
 

@@ -22,6 +22,7 @@ from ctx_magic.agent.files import FileTools, file_tools
 from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.tools import Executor, ToolRegistry
 from ctx_magic.context.tokens import count_text
+from ctx_magic.images import limit_images
 from ctx_magic.messages import Block, Message
 from ctx_magic.settings import CACHE_TTL, Settings, Window
 
@@ -187,6 +188,7 @@ def to_api_messages(messages: Sequence[Message], *, cache_ttl: str | None = CACH
     conversation would be written again. A breakpoint where the previous request ended finds
     its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
     """
+    messages, _omitted = limit_images(messages)  # the API takes at most 100 images a request
     tail = next((m for m in messages if m.uuid == cached_tail), None) if cached_tail else None
     return _with_breakpoints(_add_turns([], messages), cache_ttl, tail)
 
@@ -220,7 +222,9 @@ def system_blocks(system_prompt: str, *, cache_ttl: str | None = CACHE_TTL) -> l
 def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
                   cache_ttl: str, tool_choice: Mapping[str, Any] | None = None, purpose: str = "main",
                   cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
-    """One Messages-API call: the system prompt and tools every call shares, then the messages."""
+    """One Messages-API call: the system prompt and tools every call shares, then the messages
+    (at most 100 images of them: the oldest become a line saying so)."""
+    messages, _omitted = limit_images(messages)
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
     built = turns.turns(messages) if turns is not None else _add_turns([], messages)
     return ModelRequest(

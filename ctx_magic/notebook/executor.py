@@ -62,7 +62,6 @@ class KernelExecutor:
         self.permission = permission
         self.image_max_bytes = image_max_bytes
         # The cells the recorder captures are held to the same cap (it names the images left out).
-        recorder.image_max_bytes = image_max_bytes
         self.notebook_path = notebook_path
         self.ask = ask or input
         self.show_code = show_code or (lambda code: None)

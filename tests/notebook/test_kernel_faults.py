@@ -161,7 +161,6 @@ def test_images_are_sent_as_their_bytes_say_and_those_the_api_refuses_are_named_
     assert "[image omitted: image/png of 5" in json.dumps(main_requests(offline)[-1])
 
 
-@pytest.mark.xfail(strict=True, reason="needs the lead's call of images.limit_images where requests are built")
 def test_a_request_carries_at_most_100_images(api, shared):
     offline, _ = api
     kernel, _ = shared
