@@ -27,6 +27,8 @@ MAX_RETRIES = 2  # the anthropic SDK's own default for 429, 5xx and failed conne
 MIN_REPLY_TOKENS = 256  # a reply cap below this cannot hold a useful answer
 REPLY_SHARE_OF_WINDOW = 4  # the reply cap is at most a quarter of the window, so a small one keeps room
 MIN_CONTEXT_WINDOW = 4_096  # below this not even the system prompt and tools fit beside a reply
+PIN_BUDGET_TOKENS = 2_000  # the size of one session-notes section (S1, seeds 004): pins never crowd a summary
+KERNEL_INVENTORY_TOKENS = 1_000  # the kernel's state after a compaction: a screen of names, shapes and columns
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,10 @@ class Settings:
     """Retries the anthropic SDK makes on 429, 5xx and failed connections."""
     show_tool_output: bool = True
     """Show the agent's tool calls and their outputs in the cell."""
+    pin_budget_tokens: int = field(default=PIN_BUDGET_TOKENS, metadata=_bounded(0))
+    """Tokens all pins together may take; a pin past it is refused (pins are re-injected after every summary)."""
+    kernel_inventory_tokens: int = field(default=KERNEL_INVENTORY_TOKENS, metadata=_bounded(0))
+    """Tokens of the kernel's live state (variables, shapes, columns) the agent gets after a compaction; 0 = none."""
 
     @property
     def idle_seconds(self) -> float:

@@ -19,7 +19,7 @@ from ctx_magic.context.reactive import reactive_split
 from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS, session_memory_compact
 from ctx_magic.context.tokens import count_context, count_text
 from ctx_magic.errors import CompactionFailed, ModelError, Remedy
-from ctx_magic.events import BreakerReset, CompactionFailedEvent, Status
+from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, Status
 from ctx_magic.messages import Message, user_text
 
 POST_COMPACT_MAX_FILES = 5
@@ -113,6 +113,7 @@ def _run_compaction(session: Session, trigger: str, *, direction: str = "full", 
         previous_boundary=session.compaction.previous_boundary,
         turns_since=session.compaction.turns_since_boundary,
         attachments=lambda kept: rehydration(session, kept),
+        pins=session.pins,
     )
     _apply(session, result)
     return result
@@ -128,9 +129,22 @@ def _apply(session: Session, result: CompactionResult) -> None:
         if text:
             session.append(user_text(text, kind="attachment", timestamp=session.clock(), hook="SessionStart"))
     e = result.event
+    if e.audit is not None and e.audit.added:
+        session.notice(audit_line(e.audit), "info")
     if e.rebound:
         session.notice(f"After compaction the context is still {e.tokens_after:,} tokens, over the threshold.",
                        "warning")
+
+
+def audit_line(report: AuditReport) -> str:
+    """One line on what the coverage audit appended after a summary."""
+    parts = [f"{len(items)} of {checked} {what}" for items, checked, what in (
+        (report.user_messages, report.user_messages_checked, "of your messages"),
+        (report.paths, report.paths_checked, "file paths"),
+        (report.errors, report.errors_checked, "error lines"),
+        (report.names, report.names_checked, "names the code defined"),
+    ) if items]
+    return f"The summary left out {', '.join(parts)}: they were added after it ({report.tokens:,} tokens)."
 
 
 def pending_prompt_index(messages: Sequence[Message]) -> int | None:
@@ -169,6 +183,7 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
         turns_since=session.compaction.turns_since_boundary,
         attachments=lambda kept: rehydration(session, kept),
         auto=auto,
+        pins=session.pins,
     )
     if result is not None:
         _apply(session, result)

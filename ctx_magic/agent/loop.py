@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctx_magic.agent import compaction
 from ctx_magic.agent.model import ModelReply
@@ -68,6 +69,9 @@ class Turn:
             return False
         self.compact_request = instructions
         return True
+
+    def search_transcript(self, **query: Any) -> str:
+        return self.session.search_transcript(**query)
 
 
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:

@@ -25,16 +25,18 @@ from ctx_magic.agent.side_calls import SideCalls
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
+from ctx_magic.context import recall
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.conversation import Conversation
 from ctx_magic.context.decide import Plan, decide
 from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, figures, measure, prepare, snip_now
 from ctx_magic.context.invariants import close_dangling_tool_uses
+from ctx_magic.context.pins import Pin, add_pin, pins_from_json, pins_message, remove_pin
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import Cleared, Compacted, Event, Notice, Snipped, UsageUpdated, notify
-from ctx_magic.messages import Message
+from ctx_magic.messages import Message, user_text
 from ctx_magic.settings import Settings, Window
 from ctx_magic.store.recorder import Recorder
 from ctx_magic.store.session import SessionDir, new_session_id
@@ -67,6 +69,8 @@ class Session:
         self.plugins = Plugins()
         self.plan = Plan()
         """The last decision made before a call (context/decide.py), with its reason."""
+        self.pins: tuple[Pin, ...] = pins_from_json(store.load_pins())
+        """What the user pinned (pins.json): re-injected after every summary, kept across resume."""
 
     # -- identity, settings, what every request carries ------------------------------------------
 
@@ -209,6 +213,20 @@ class Session:
         except CtxMagicError:
             return None
 
+    def search_transcript(self, **query: Any) -> str:
+        """The search_transcript tool's answer (context/recall.py) over this session's transcript and
+        the saved files it does not hold. ValueError for a bad regex or an empty search."""
+        records = self.store.load_transcript().records
+        folder = self.store.tool_results_dir
+        names = sorted(p.name for p in folder.glob("*.txt")) if folder.is_dir() else []
+        saved = {}
+        for name in recall.unrecorded_files(records, names):
+            try:
+                saved[str(folder / name)] = (folder / name).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+        return recall.answer(records, saved, **query)
+
     def is_live_result(self, tool_use_id: str) -> bool:
         return self.conversation.is_live_result(tool_use_id)
 
@@ -239,6 +257,28 @@ class Session:
         self.record(event)
         self.replace_live(live)
         self.compaction = self.compaction.compacted(event)
+
+    # -- pins ----------------------------------------------------------------------------------------
+
+    def pin(self, text: str, *, cell: int | None = None) -> Pin:
+        """Pin `text` (a cell's source when `cell` is its execution count): stored, and shown to the
+        model at once. PinRefused past the budget."""
+        pins, pin = add_pin(self.pins, text, budget=self.settings.pin_budget_tokens, cell=cell, now=self.clock())
+        self.store.save_pins([p.to_json() for p in pins])
+        self.pins = pins
+        self.append(pins_message([pin], self.clock(), intro="The user pinned this; it stays in view after every "
+                                                            "summary:"))
+        return pin
+
+    def unpin(self, pin_id: str) -> Pin | None:
+        """Remove a pin (not re-injected from the next compaction on); None when there is no such pin."""
+        pins, removed = remove_pin(self.pins, pin_id)
+        if removed is not None:
+            self.store.save_pins([p.to_json() for p in pins])
+            self.pins = pins
+            self.append(user_text(f"[The user removed {removed.label}; it no longer applies.]", kind="attachment",
+                                  timestamp=self.clock(), unpinned=removed.id))
+        return removed
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()

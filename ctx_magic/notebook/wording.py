@@ -18,6 +18,8 @@ REMEDIES: dict[str, str] = {
     Remedy.SNIP_OR_NEW: "Use %compact --snip, or %agent --new to start over.",
     Remedy.NEW_SESSION: "Start a new session with %agent --new.",
     Remedy.RUN_AGAIN: "Run %%agent again to go on.",
+    Remedy.UNPIN_OR_RAISE_PIN_BUDGET: ("Remove a pin with %pin --remove ID (%pin --list shows them), or raise "
+                                       "%config CtxMagic.pin_budget_tokens."),
 }
 
 
