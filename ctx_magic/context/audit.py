@@ -43,6 +43,11 @@ MAX_PATHS = 100
 MAX_ERRORS = 40
 MAX_NAMES = 200
 REF_CHARS = 8  # a message's ref: the start of its uuid (unique within a session in practice)
+STUB_CHARS = 120  # a message over the budget: its first line, cut to this
+# The user's messages appended after a summary stay under this share of the compaction threshold:
+# a session of hundreds of long messages must not make a summary that compacts again at once
+# (past it the oldest are stubs with their ref, one search away).
+MESSAGES_SHARE_OF_THRESHOLD = 0.25
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 _TOKEN = re.compile(r"[~\w./-]+")
@@ -304,6 +309,13 @@ def ref(uuid: str) -> str:
     return uuid[:REF_CHARS]
 
 
+def _stub(message: UserMessage) -> str:
+    first = next((line.strip() for line in message.text.splitlines() if line.strip()), "")
+    shown = first if len(first) <= STUB_CHARS else first[: STUB_CHARS - 1] + "…"
+    return (f'<user-message ref="{ref(message.uuid)}" cut="true">\n{shown}\n</user-message> '
+            f'[{SEARCH_TOOL} with ref "{ref(message.uuid)}" reads it whole]')
+
+
 def _message_block(message: UserMessage, transcript_path: str) -> str:
     if not is_long(message.text):
         return f'<user-message ref="{ref(message.uuid)}">\n{message.text}\n</user-message>'
@@ -326,12 +338,28 @@ def _listing(label: str, items: Sequence[str], limit: int, *, one_per_line: bool
     return [f"- {label}: {', '.join(shown)}{more}"]
 
 
-def addendum(gaps: SpanFacts, transcript_path: str) -> str:
-    """The text appended after a summary for what it left out ('' when nothing is missing)."""
+def message_blocks(messages: Sequence[UserMessage], transcript_path: str,
+                   budget: int | None = None) -> tuple[list[str], set[str]]:
+    """Each message verbatim (a long one as its head); past `budget` tokens, the oldest become a
+    one-line stub with its ref until the rest fits. Also the uuids of the messages shown cut."""
+    blocks = [_message_block(m, transcript_path) for m in messages]
+    cut = {m.uuid for m in messages if is_long(m.text)}
+    for index, message in enumerate(messages):
+        if budget is None or count_text("\n".join(blocks)) <= budget:
+            break
+        blocks[index] = _stub(message)
+        cut.add(message.uuid)
+    return blocks, cut
+
+
+def addendum(gaps: SpanFacts, transcript_path: str, message_budget: int | None = None) -> tuple[str, set[str]]:
+    """The text appended after a summary for what it left out ('' when nothing is missing), and
+    the uuids of the user's messages it shows cut."""
     parts: list[str] = []
-    if gaps.user_messages:
-        blocks = "\n".join(_message_block(m, transcript_path) for m in gaps.user_messages)
-        parts.append("The user's messages the summary above left out, word for word and in order:\n" + blocks)
+    blocks, cut = message_blocks(gaps.user_messages, transcript_path, message_budget)
+    if blocks:
+        parts.append("The user's messages the summary above left out, word for word and in order:\n"
+                     + "\n".join(blocks))
     lines = [
         *_listing("files", gaps.paths, MAX_PATHS),
         *_listing("errors", gaps.errors, MAX_ERRORS, one_per_line=True),
@@ -339,17 +367,19 @@ def addendum(gaps: SpanFacts, transcript_path: str) -> str:
     ]
     if lines:
         parts.append("Not in the summary above, but in the conversation it replaces:\n" + "\n".join(lines))
-    return "\n\n".join(parts)
+    return "\n\n".join(parts), cut
 
 
-def audit_summary(span: Sequence[Message], summary: str, *, transcript_path: str) -> Audit:
-    """Check `summary` against the span it replaces; what to append and what was found."""
+def audit_summary(span: Sequence[Message], summary: str, *, transcript_path: str,
+                  message_budget: int | None = None) -> Audit:
+    """Check `summary` against the span it replaces; what to append and what was found.
+    `message_budget` caps the tokens of the user's messages appended (see `message_blocks`)."""
     facts = span_facts(span)
     gaps = missing(facts, summary)
-    text = addendum(gaps, transcript_path)
+    text, cut = addendum(gaps, transcript_path, message_budget)
     report = AuditReport(
         user_messages=tuple(m.uuid for m in gaps.user_messages),
-        cut_messages=tuple(m.uuid for m in gaps.user_messages if is_long(m.text)),
+        cut_messages=tuple(m.uuid for m in gaps.user_messages if m.uuid in cut),
         paths=gaps.paths, errors=gaps.errors, names=gaps.names,
         user_messages_checked=len(facts.user_messages), paths_checked=len(facts.paths),
         errors_checked=len(facts.errors), names_checked=len(facts.names),

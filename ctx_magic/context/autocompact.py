@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ctx_magic.context.audit import audit_summary
+from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
 from ctx_magic.context.pins import Pin, pins_message
 from ctx_magic.context.prompts import (
     FROM_MARKER,
@@ -220,7 +220,8 @@ def compact_conversation(
         prompt_kind = "from" if direction == "from" else ("up_to" if direction == "up_to" else "full")
         summary_text = summarize_with_retries(summarizer, to_summarize, compact_prompt(prompt_kind, instructions))
     auto = trigger in AUTO_TRIGGERS if auto is None else auto
-    audit = audit_summary(split.to_summarize, summary_text, transcript_path=transcript_path)
+    audit = audit_summary(split.to_summarize, summary_text, transcript_path=transcript_path,
+                          message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
     summary = user_text(
         summary_message_text(summary_text, transcript_path, auto=auto, partial=direction, audit=audit.text),
         kind="summary", timestamp=now, user_messages=[[m.uuid, m.text] for m in audit.carried],

@@ -7,8 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.errors import CtxMagicError
 from ctx_magic.messages import notebook_cell_id, user_text
-from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
+from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped, pinned_source
+from ctx_magic.notebook.display import notice
+from ctx_magic.notebook.wording import with_remedy
 
 CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"
 
@@ -56,9 +59,21 @@ class CellCapture:
         if not self.pending:
             return
         if not any(m.sent for m in session.messages):
-            session.append(user_text(CELLS_INTRO, timestamp=self._clock()))
+            session.append(user_text(CELLS_INTRO, timestamp=self._clock(), synthetic=True))
         for record in self.pending:
             cell_id = notebook_cell_id(record.execution_count)
             for message in cell_messages(record, cell_id, self._image_max_bytes(), self._clock()):
                 session.append(message)
+            self._pin_if_marked(session, record)
         self.pending = []
+
+    @staticmethod
+    def _pin_if_marked(session: Session, record: CellRecord) -> None:
+        """A cell marked `# ctx: pin` is pinned as it enters the context; past the budget, a notice."""
+        source = pinned_source(record.source)
+        if source is None:
+            return
+        try:
+            session.pin(source, cell=record.execution_count)
+        except CtxMagicError as refused:  # said in the cell that absorbs it (the next %%agent's)
+            notice(with_remedy(f"Cell {record.execution_count} was not pinned: {refused}", refused.remedy), "warning")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ctx_magic.context.pins import pins_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
 
 if TYPE_CHECKING:
     from ctx_magic.agent.loop import TurnResult
+    from ctx_magic.agent.session import Session
     from ctx_magic.agent.status import StatusSnapshot
 
 REMEDIES: dict[str, str] = {
@@ -67,4 +69,20 @@ def status_text(status: StatusSnapshot) -> str:
     ]
     if c.plan:
         lines.append(f"last decision: {c.plan}")
+    return "\n".join(lines)
+
+
+def pins_listing(session: Session) -> str:
+    """`%pin --list`: each pin with its id, then what they take of their budget."""
+    pins = session.pins
+    if not pins:
+        return "No pins yet: %pin TEXT, %pin --cell N, or a cell starting with # ctx: pin."
+    lines = []
+    for pin in pins:
+        first = pin.text.strip().splitlines()[0] if pin.text.strip() else ""
+        more = " …" if len(pin.text.strip().splitlines()) > 1 or len(first) > 100 else ""
+        lines.append(f"{pin.id}{f' (cell {pin.cell})' if pin.cell is not None else ''}: {first[:100]}{more}")
+    used = pins_tokens(pins)
+    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {session.settings.pin_budget_tokens:,} tokens "
+                 "(CtxMagic.pin_budget_tokens)")
     return "\n".join(lines)

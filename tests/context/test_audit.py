@@ -12,7 +12,7 @@ from ctx_magic.context.audit import (
     span_facts,
 )
 from ctx_magic.context.autocompact import compact_conversation
-from ctx_magic.context.tokens import count_context
+from ctx_magic.context.tokens import count_context, count_text
 from ctx_magic.events import AuditReport, Compacted, event_from_json
 from ctx_magic.messages import Message, text_block, tool_result_block, tool_use_block, user_text
 
@@ -145,3 +145,13 @@ def test_compaction_appends_the_audit_after_the_summary_and_records_it_on_the_ev
     again = event_from_json(result.event.to_json())  # the transcript keeps the audit
     assert isinstance(again, Compacted) and again.audit == result.event.audit
     assert isinstance(again.audit, AuditReport)
+
+
+def test_past_the_message_budget_the_oldest_messages_become_stubs_with_their_ref():
+    messages = [user_text(f"Request {n}: " + "please keep this detail " * 30) for n in range(10)]
+    audit = audit_summary(messages, "nothing", transcript_path="t", message_budget=800)
+    blocks = audit.text.split("Not in the summary above")[0]
+    assert count_text(blocks) <= 800 + 50
+    assert messages[-1].text in audit.text  # the newest whole
+    assert messages[0].text not in audit.text and f'with ref "{messages[0].uuid[:8]}" reads it whole' in audit.text
+    assert messages[0].uuid in audit.report.cut_messages and messages[-1].uuid not in audit.report.cut_messages
