@@ -84,6 +84,19 @@ def _read_within(path: Path, max_tokens: int) -> str | None:
     return text[:cut] + f"\n[truncated to about {max_tokens:,} tokens; read_file shows the rest]"
 
 
+def first_written(session: Session, span: Sequence[Message]) -> list[Message]:
+    """The span's messages as the transcript first wrote them, where a layer changed them since
+    (a cleared or persisted result): what the coverage audit must also read."""
+    changed = {m.uuid for m in span if m.tool_result_ids and any(
+        i in session.state.cleared or i in session.state.persisted for i in m.tool_result_ids)}
+    if not changed:
+        return []
+    try:
+        return [m for m in session.store.load_transcript().messages() if m.uuid in changed]
+    except (OSError, ValueError):  # an unreadable transcript: the audit reads the live span alone
+        return []
+
+
 def _measure(session: Session):  # type: ignore[no-untyped-def]
     overhead = session.frame.overhead_tokens()
     correction = session.state.correction
@@ -114,6 +127,7 @@ def _run_compaction(session: Session, trigger: str, *, direction: str = "full", 
         turns_since=session.compaction.turns_since_boundary,
         attachments=lambda kept: rehydration(session, kept),
         pins=session.pins,
+        originals=lambda span: first_written(session, span),
     )
     _apply(session, result)
     return result
@@ -184,6 +198,7 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
         attachments=lambda kept: rehydration(session, kept),
         auto=auto,
         pins=session.pins,
+        originals=lambda span: first_written(session, span),
     )
     if result is not None:
         _apply(session, result)

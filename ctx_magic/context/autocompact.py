@@ -201,6 +201,7 @@ def compact_conversation(
     summary_text: str | None = None,
     auto: bool | None = None,
     pins: Sequence[Pin] = (),
+    originals: Callable[[Sequence[Message]], Sequence[Message]] = lambda span: (),
 ) -> CompactionResult:
     """Summarize and rebuild the live context. Raises CompactionFailed, leaving nothing changed.
 
@@ -208,7 +209,8 @@ def compact_conversation(
     `auto` (default: from the trigger) tells the model to go on without asking (C5); a
     compaction the user asked for never does, whatever served it. Whatever wrote the summary,
     the coverage audit appends what it left out (context/audit.py), and the user's `pins` follow
-    it word for word.
+    it word for word. `originals` gives the span's messages as first written (before clearing
+    or persisting changed them), so an error line in a cleared result is still audited.
     """
     split = plan_split(messages, direction, split_at)
     to_summarize = summary_input(split.to_summarize)
@@ -220,7 +222,8 @@ def compact_conversation(
         prompt_kind = "from" if direction == "from" else ("up_to" if direction == "up_to" else "full")
         summary_text = summarize_with_retries(summarizer, to_summarize, compact_prompt(prompt_kind, instructions))
     auto = trigger in AUTO_TRIGGERS if auto is None else auto
-    audit = audit_summary(split.to_summarize, summary_text, transcript_path=transcript_path,
+    audit = audit_summary([*split.to_summarize, *originals(split.to_summarize)], summary_text,
+                          transcript_path=transcript_path,
                           message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
     summary = user_text(
         summary_message_text(summary_text, transcript_path, auto=auto, partial=direction, audit=audit.text),

@@ -192,6 +192,7 @@ def session_memory_compact(
     attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
     auto: bool = True,
     pins: Sequence[Pin] = (),
+    originals: Callable[[Sequence[Message]], Sequence[Message]] = lambda span: (),
 ) -> CompactionResult | None:
     """The notes as the summary, zero model calls; None when the notes cannot be used or the
     result would still be over the threshold (it would compact again at once). `auto` is False
@@ -207,6 +208,7 @@ def session_memory_compact(
             tokens_before=tokens_before, measure=measure, threshold=threshold, split_at=start,
             previous_boundary=previous_boundary, turns_since=turns_since, attachments=attachments,
             summary_text=truncate_for_compact(notes, notes_path), auto=auto, pins=pins,
+            originals=originals,
         )
     except CompactionFailed:
         return None

@@ -189,3 +189,17 @@ def test_the_search_tool_finds_a_compacted_message_and_a_persisted_output(tmp_pa
     family, tail = results[-2], results[-1]
     assert "turn 1 · user · ref" in family and "The sensor ids are in the ZX-41 family" in family
     assert "turn 2 · tool results · ref" in tail and "saved at" in tail and "TAIL-MARKER-77" in tail
+
+
+def test_an_error_in_a_result_cleared_before_the_compaction_is_still_audited(tmp_path):
+    with rig(tmp_path, window=60_000, config=Settings(keep_recent=1)) as r:
+        r.api.policy = ForgetfulSummaries()
+        run_turn(r.session, "Try it.\n```python\nimport json\njson.loads('{bad')\n```")
+        for n in range(1, 4):
+            run_turn(r.session, code_turn(n))
+        r.clock.advance(3_600)  # idle: old results are cleared at the next prepare
+        r.session.prepare()
+        assert r.session.state.cleared  # the failed result's text is gone from the context
+        audit = manual_compact(r.session).event.audit
+    assert audit is not None
+    assert any(e.startswith("json.decoder.JSONDecodeError: Expecting property name") for e in audit.errors)
