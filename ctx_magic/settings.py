@@ -28,7 +28,7 @@ MIN_REPLY_TOKENS = 256  # a reply cap below this cannot hold a useful answer
 REPLY_SHARE_OF_WINDOW = 4  # the reply cap is at most a quarter of the window, so a small one keeps room
 MIN_CONTEXT_WINDOW = 4_096  # below this not even the system prompt and tools fit beside a reply
 PIN_BUDGET_TOKENS = 2_000  # the size of one session-notes section (S1, seeds 004): pins never crowd a summary
-KERNEL_INVENTORY_TOKENS = 1_000  # the kernel's state after a compaction: a screen of names, shapes and columns
+KERNEL_INVENTORY_TOKENS = 500  # a dozen tables and arrays with their columns: under 10% of a summarized context
 
 
 @dataclass(frozen=True)

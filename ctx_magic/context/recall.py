@@ -3,7 +3,7 @@
 A summary is lossy by design; the transcript is not (every message as first written, M2), and
 outputs too large for the conversation are saved beside it. The `search_transcript` tool reads
 them: a text (case-insensitive) or a regex, optionally within one turn or one notebook cell;
-each match comes with its turn and a ref, and a ref reads that message whole, page by page.
+each match comes with its turn and a ref (newest first), and a ref reads that message whole, page by page.
 
 Turns are counted the way the user sees them: each message the user wrote starts the next one;
 cells run before the first message are turn 0. Pure: records and file texts in, text out.
@@ -147,13 +147,14 @@ def read(found: Sequence[Entry], ref: str, offset: int = 0) -> str:
 
 def search(found: Sequence[Entry], query: str = "", *, regex: bool = False, turn: int | None = None,
            cell: int | None = None) -> str:
-    """Matches with their turn and ref, oldest first."""
+    """Matches with their turn and ref, newest first: what is looked for after a summary is most
+    often the recent work, and a line repeated all session long must not hide it."""
     if not query and turn is None and cell is None:
         raise ValueError("give a query, a turn or a cell to search for")
     pattern = _pattern(query, regex) if query else None
     lines: list[str] = []
     hits = 0
-    for entry in found:
+    for entry in reversed(found):
         if (turn is not None and entry.turn != turn) or (cell is not None and entry.cell != cell):
             continue
         if pattern is None:
@@ -178,7 +179,7 @@ def search(found: Sequence[Entry], query: str = "", *, regex: bool = False, turn
         return f"No match for {asked} in the transcript ({len(found):,} messages, turns 0-{last})."
     more = (f"\n[{hits - MAX_HITS:,} more matches: narrow the query, or give a turn or a cell]"
             if hits > MAX_HITS else "")
-    return (f"{hits:,} message(s) match {asked} (oldest first; ref reads one whole):\n" + "\n".join(lines) + more)
+    return (f"{hits:,} message(s) match {asked} (newest first; ref reads one whole):\n" + "\n".join(lines) + more)
 
 
 def answer(records: Iterable[Mapping[str, Any]], saved: Mapping[str, str] | None = None, *, query: str = "",

@@ -199,18 +199,25 @@ def inventory(namespace: Mapping[str, Any], budget_tokens: int, hidden: Mapping[
         ("Classes defined: " + ", ".join(classes), classes),
         ("Modules imported: " + ", ".join(modules), modules),
     ) if items]
-    lines = [HEADER]
-    used = count_text("\n".join([HEADER, *tail]))
-    left_out: list[str] = []
-    for item in variables:
-        cost = count_text(item.line) + 1
-        if used + cost > budget_tokens:
-            left_out.append(item.name)
-            continue
-        lines.append(item.line)
-        used += cost
-    if left_out:
-        lines.append(_cut(f"… {len(left_out):,} more variables not shown: {', '.join(left_out)}", MAX_TAIL_CHARS))
-    while tail and count_text("\n".join([*lines, *tail])) > budget_tokens:
-        tail.pop()  # the smallest budgets keep the variables, largest first
-    return "\n".join([*lines, *tail])
+    shown = list(variables)
+    text = _render(shown, variables, tail)
+    # What gives way first: the smallest variables (down to the largest one), then the modules,
+    # classes and functions lines, then that last variable.
+    while count_text(text) > budget_tokens and len(shown) > 1:
+        shown.pop()
+        text = _render(shown, variables, tail)
+    while count_text(text) > budget_tokens and tail:
+        tail.pop()
+        text = _render(shown, variables, tail)
+    while count_text(text) > budget_tokens and shown:
+        shown.pop()
+        text = _render(shown, variables, tail)
+    return text if count_text(text) <= budget_tokens else ""
+
+
+def _render(shown: list[Item], variables: list[Item], tail: list[str]) -> str:
+    listed = {item.name for item in shown}
+    left_out = [item.name for item in variables if item.name not in listed]
+    more = [_cut(f"… {len(left_out):,} more variables not shown: {', '.join(left_out)}", MAX_TAIL_CHARS)] \
+        if left_out else []
+    return "\n".join([HEADER, *(item.line for item in shown), *more, *tail])
