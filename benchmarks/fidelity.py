@@ -6,7 +6,7 @@ the in-process offline stand-in, which writes the summaries; recorded actions re
 policy rule, recorded outputs by a scripted executor; session notes kept as the notebook keeps
 them), and a long notebook session: `tools_pandas.ipynb` worked through in a real IPython shell
 with ctx_magic loaded (cells really run; `%%agent` turns, a `%pin`, a `# ctx: pin` cell, one
-`%compact`, one prompt-too-long answered by a reactive compaction).
+`%compact`, one `--up-to` and one `--from`, one prompt-too-long answered by a reactive compaction).
 
 After each compaction (a PostCompact hook), over the context the model gets next:
 
@@ -21,7 +21,7 @@ After each compaction (a PostCompact hook), over the context the model gets next
 - pins in the context, word for word;
 - tokens: what the audit appended, the kernel inventory (notebook only), the context after.
 
-    python benchmarks/fidelity.py [--windows 20000,32000] [--swe N] [--notebook-turns 50] [--each]
+    python benchmarks/fidelity.py [--windows 20000,32000] [--swe N] [--notebook-turns 100] [--each]
                                   [--no-claude-code] [--corpus DIR] [--storage DIR]
 """
 
@@ -49,7 +49,8 @@ from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolOutput
 from ctx_magic.context import recall
-from ctx_magic.context.audit import has_name, has_path, head, is_long, is_user_prompt, span_facts
+from ctx_magic.context.audit import has_name, has_path
+from ctx_magic.context.span_facts import is_user_prompt, span_facts
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Compacted
 from ctx_magic.memory.session_notes import NotesKeeper
@@ -72,6 +73,7 @@ NOTES_WAIT_SECONDS = 120.0  # a background notes extraction is waited for at eac
 REPLAY_PIN = "Keep every change minimal, and say which file and line it touches."
 NOTEBOOK_PIN = "Always give a DataFrame's shape when you describe it."
 PINNED_CELL = "# ctx: pin\nREPORT_COLUMNS = ['height', 'weight']  # the columns every summary table shows"
+PARTIAL_AT = {45: "--up-to", 60: "--from"}  # notebook turns at which the user compacts part of the context
 DUMP_CELL = "dump = np.random.RandomState(0).rand(3000, 4)\nprint(pd.DataFrame(dump).to_csv())"
 
 
@@ -113,7 +115,8 @@ class Figures:
     users_after: Share = field(default_factory=Share)
     users_recoverable: Share = field(default_factory=Share)
     users_head_only: int = 0
-    """(compaction, message) pairs where a long message is in the context as its head and ref only."""
+    """(compaction, message) pairs where a message is in the context as its first lines and ref only
+    (a long one, or an old one past the audit's budget)."""
     persisted_bytes: Share = field(default_factory=Share)
     persisted_search: Share = field(default_factory=Share)
     paths_before: Share = field(default_factory=Share)
@@ -210,7 +213,8 @@ class Measurer:
             f.users_before.add(in_before)
             f.users_after.add(in_after)
             f.users_recoverable.add(in_after or one_search_away(entries, message.text))
-            f.users_head_only += not in_after and is_long(message.text) and head(message.text) in after
+            first = next((line.strip() for line in message.text.splitlines() if line.strip()), "")[:100]
+            f.users_head_only += not in_after and first in after
         self._persisted(records, written, entries)
         span = [written[u] for u in event.summarized_uuids if u in written]
         facts = span_facts(span)
@@ -387,6 +391,8 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
                     cell(f"%pin {NOTEBOOK_PIN}")
                 if n == 20:
                     cell("%compact keep the DataFrames, their columns and what was computed from them")
+                if n in PARTIAL_AT:  # partial compactions (C8): the older half, then the newer half
+                    cell(f"%compact {PARTIAL_AT[n]} {len(session.messages) // 2}")
                 controller.memory.notes.wait(NOTES_WAIT_SECONDS)
     finally:
         os.chdir(cwd)
@@ -403,8 +409,13 @@ def _mean(values: Sequence[int]) -> str:
 
 
 def _share(f: Figures) -> str:
+    """All that the audit and the inventory added over all the contexts after, and the largest
+    share after one compaction."""
+    if not f.context_tokens:
+        return "–"
     added = sum(f.audit_tokens) + sum(f.inventory_tokens)
-    return f"{100 * added / sum(f.context_tokens):.1f}%" if f.context_tokens else "–"
+    worst = max((a + i) / c for a, i, c in zip(f.audit_tokens, f.inventory_tokens, f.context_tokens))
+    return f"{100 * added / sum(f.context_tokens):.1f}% (max {100 * worst:.0f}%)"
 
 
 def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -421,7 +432,7 @@ def tables(rows: Sequence[Figures]) -> str:
     """Two tables: what the context holds before and after the audit; recovery, pins and cost."""
     coverage = _markdown(
         ["workload", "window", "turns", "compactions", "user msgs: before audit", "after audit",
-         "long ones as head + ref", "recoverable (+ search)", "paths: before", "after", "errors: before", "after",
+         "first lines + ref", "recoverable (+ search)", "paths: before", "after", "errors: before", "after",
          "names: before", "after"],
         [[*_name(f), str(f.users_before), str(f.users_after), str(f.users_head_only), str(f.users_recoverable),
           str(f.paths_before), str(f.paths_after), str(f.errors_before), str(f.errors_after), str(f.names_before),
@@ -458,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--windows", default="20000,32000")
     parser.add_argument("--swe", type=int, default=100, help="mini-swe-agent trajectories (spread over the list; "
                         "all of them by default)")
-    parser.add_argument("--notebook-turns", type=int, default=50)
+    parser.add_argument("--notebook-turns", type=int, default=100, help="at most (the notebook makes 74)")
     parser.add_argument("--no-claude-code", action="store_true")
     parser.add_argument("--each", action="store_true", help="a row for each trajectory, not only their total")
     parser.add_argument("--corpus", type=Path, default=corpus.DEFAULT_CORPUS)
@@ -491,6 +502,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             rows += [f for f in done if args.each or f not in swe]
             if swe:
                 rows.append(total(swe, f"mini-swe-agent ({len(swe)} trajectories)"))
+                rows[-1].window = window
+            if len(done) > 1:
+                rows.append(total(done, "**all workloads**"))
                 rows[-1].window = window
     finally:
         if args.storage is None:

@@ -164,7 +164,7 @@ def _question(markdown: str, n: int) -> str:
     return first[:300] if first else f"Go on with step {n}."
 
 
-def notebook_turns(corpus: Path, cells_per_turn: int = 3) -> Iterator[NotebookTurn]:
+def notebook_turns(corpus: Path, cells_per_turn: int = 2) -> Iterator[NotebookTurn]:
     """A user working through the notebook beside the agent: each turn, the user runs the
     section's first cells, then asks the agent about the section (its own markdown) with the
     next cell as code to run. Cells that reach the Internet are left out (no network here)."""

@@ -16,13 +16,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctx_magic.context.audit import REF_CHARS, SEARCH_TOOL, is_user_prompt
+from ctx_magic.context.audit import REF_CHARS, SEARCH_TOOL
+from ctx_magic.context.span_facts import is_user_prompt
 from ctx_magic.messages import Message, cell_of, result_text
 
 MAX_HITS = 20  # matches listed at once: enough to choose from, small beside the context
 READ_CHARS = 8_000  # one page of a message read by its ref (about 2,000 tokens)
 LINE_CHARS = 200  # the part of a matching line shown
 SKIPPED_KINDS = frozenset({"boundary", "meta"})
+
 
 @dataclass(frozen=True)
 class Entry:

@@ -15,7 +15,7 @@ from ctx_magic.context.audit import SEARCH_TOOL
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.pins import PinRefused
 from ctx_magic.errors import Remedy
-from ctx_magic.events import Compacted
+from ctx_magic.events import Compacted, Notice
 from ctx_magic.messages import result_text
 from ctx_magic.offline.conversation import asked_text
 from ctx_magic.offline.policy import Answer, Policy, Rule
@@ -146,6 +146,8 @@ def test_the_audit_appends_what_a_model_summary_omitted_and_the_model_sees_it(tm
         r.api.policy = ForgetfulSummaries()
         run_turn(r.session, "Never overwrite data/raw.csv.\n```python\nrows = open('data/raw.csv').read()\n```")
         run_turn(r.session, code_turn(1))
+        notices: list[Notice] = []
+        r.session.listeners.append(lambda e: notices.append(e) if isinstance(e, Notice) else None)
         result = manual_compact(r.session)
         run_turn(r.session, "go on")
         sent = request_text([q for q in r.api.requests if q.kind == "normal"][-1])
@@ -156,6 +158,8 @@ def test_the_audit_appends_what_a_model_summary_omitted_and_the_model_sees_it(tm
     assert audit.names_checked == 2 and audit.names == ()
     assert any(e.startswith("FileNotFoundError") and "data/raw.csv" in e for e in audit.errors)
     assert json.dumps("Never overwrite data/raw.csv.")[1:-1] in sent and "batch_1" in sent
+    assert any(n.text.startswith("The summary left out 2 of 2 of your messages, 1 of 1 error lines: they were "
+                                 "added after it") for n in notices)
     transcript = [r for r in r.session.store.load_transcript().records if r.get("event") == "compacted"]
     assert transcript[-1]["audit"]["errors"] == list(audit.errors)  # recorded for the panel and a resume
 

@@ -3,63 +3,18 @@ after it; a complete summary gets nothing."""
 
 from __future__ import annotations
 
-from ctx_magic.context.audit import (
-    HEAD_LINES,
-    SEARCH_TOOL,
-    audit_summary,
-    defined_names,
-    paths_in_text,
-    span_facts,
-)
+from builders import summarized_span as span
+
+from ctx_magic.context.audit import HEAD_LINES, SEARCH_TOOL, audit_summary
 from ctx_magic.context.autocompact import compact_conversation
 from ctx_magic.context.tokens import count_context, count_text
 from ctx_magic.events import AuditReport, Compacted, event_from_json
-from ctx_magic.messages import Message, text_block, tool_result_block, tool_use_block, user_text
-
-CODE = """import pandas as pd
-df = pd.read_csv('data/sales.csv')
-total, count = df.price.sum(), len(df)
-def clean(frame):
-    return frame.dropna()
-class Model:
-    pass
-for i in range(3):
-    pass
-%matplotlib inline
-_private = 1
-"""
-TRACEBACK = (
-    "---------------------------------------------------------------------------\n"
-    "KeyError                                  Traceback (most recent call last)\n"
-    "Cell In[3], line 1\n----> 1 df['prices']\n\nKeyError: 'prices'"
-)
-
-
-def span() -> list[Message]:
-    return [
-        user_text("Load data/sales.csv and plot the price per region. Never use seaborn."),
-        Message("assistant", (text_block("Loading it."), tool_use_block("t1", "python", {"code": CODE}))),
-        Message("user", (tool_result_block("t1", "(no output)"),)),
-        Message("assistant", (tool_use_block("t2", "python", {"code": "df['prices']"}),)),
-        Message("user", (tool_result_block("t2", TRACEBACK, is_error=True),)),
-        Message("assistant", (tool_use_block("t3", "read_file", {"path": "notes/plan.md"}),)),
-        Message("user", (tool_result_block("t3", "notes/plan.md does not exist.", is_error=True),)),
-        user_text("The column is called price, not prices."),
-    ]
-
+from ctx_magic.messages import user_text
 
 COMPLETE = """The user asked: "Load data/sales.csv and plot the price per region. Never use seaborn."
 Then: "The column is called price, not prices."
 Code defined df, total, count, clean and Model. notes/plan.md was missing ("notes/plan.md does not exist.").
 Errors: KeyError: 'prices' (fixed by using price)."""
-
-
-def test_the_span_facts_are_the_users_messages_paths_errors_and_defined_names():
-    facts = span_facts(span())
-    assert [m.text for m in facts.user_messages] == [span()[0].text, span()[-1].text]
-    assert facts.paths == ("data/sales.csv", "notes/plan.md")
-    assert facts.errors == ("KeyError: 'prices'", "notes/plan.md does not exist.")
-    assert facts.names == ("df", "total", "count", "clean", "Model")  # no loop variable, no _private
 
 
 def test_a_complete_summary_gets_nothing_appended():
@@ -108,28 +63,6 @@ def test_user_messages_an_earlier_summary_answered_for_are_checked_again():
     assert [m.uuid for m in audit.carried][0] == "u-old" and len(audit.carried) == 2
 
 
-def test_tool_results_snip_markers_and_notes_are_not_user_messages():
-    facts = span_facts([
-        user_text("[40 earlier messages were snipped]", snipped_count=40),
-        user_text("(Notebook cells the user ran before this conversation started follow.)", synthetic=True),
-        user_text("<recent-file>", kind="attachment"),
-        Message("user", (tool_result_block("t", "hello"),)),
-    ])
-    assert facts.user_messages == ()
-
-
-def test_paths_in_text_skip_urls_numbers_and_prose_slashes():
-    text = ("See ./out/fig.png, /tmp/run and config.yaml; not https://x.org/a/b.csv, v1.2, e.g. 0.5 "
-            "and/or df.head or np.float64.")
-    assert paths_in_text(text) == ["./out/fig.png", "/tmp/run", "config.yaml"]
-
-
-def test_defined_names_survive_magics_and_give_up_on_code_that_is_not_python():
-    assert defined_names("%time x = 1\n!ls\ny = 2") == ["y"]
-    assert defined_names("%%bash\necho hi") == []
-    assert defined_names("def (") == []
-
-
 def test_compaction_appends_the_audit_after_the_summary_and_records_it_on_the_event():
     messages = span()
     result = compact_conversation(
@@ -147,11 +80,14 @@ def test_compaction_appends_the_audit_after_the_summary_and_records_it_on_the_ev
     assert isinstance(again.audit, AuditReport)
 
 
-def test_past_the_message_budget_the_oldest_messages_become_stubs_with_their_ref():
-    messages = [user_text(f"Request {n}: " + "please keep this detail " * 30) for n in range(10)]
+def test_past_the_message_budget_the_oldest_messages_become_first_lines_then_a_count():
+    messages = [user_text(f"Request {n}: keep detail {n}.\n" + "please keep this detail " * 30) for n in range(40)]
     audit = audit_summary(messages, "nothing", transcript_path="t", message_budget=800)
-    blocks = audit.text.split("Not in the summary above")[0]
-    assert count_text(blocks) <= 800 + 50
+    assert count_text(audit.text) <= 800 + 60  # the heading and the other lists aside
     assert messages[-1].text in audit.text  # the newest whole
-    assert messages[0].text not in audit.text and f'with ref "{messages[0].uuid[:8]}" reads it whole' in audit.text
-    assert messages[0].uuid in audit.report.cut_messages and messages[-1].uuid not in audit.report.cut_messages
+    assert messages[0].text not in audit.text
+    assert f"- ref {messages[-2].uuid[:8]}: Request 38: keep detail 38." in audit.text
+    assert "earlier messages are not shown here: search_transcript finds them" in audit.text
+    assert set(audit.report.cut_messages) == {m.uuid for m in messages[:-1]}
+    roomy = audit_summary(messages[:3], "nothing", transcript_path="t", message_budget=800)
+    assert all(m.text in roomy.text for m in messages[:3]) and roomy.report.cut_messages == ()
