@@ -40,7 +40,7 @@ STUB_CHARS = 100  # a message past the budget: its first line, cut to this
 # The user's messages appended after a summary stay under this share of the compaction threshold
 # (past it the oldest become their first line and ref, one search away): a summary that kept none
 # of them (session notes do not quote) must not leave a context that is mostly old messages.
-# benchmarks/fidelity.py: at 0.25 a notes compaction of a 74-turn notebook added 15% to the context.
+# benchmarks/fidelity.py: at 0.25, audit + inventory came to 15% of the notebook session's contexts.
 MESSAGES_SHARE_OF_THRESHOLD = 0.10
 
 @dataclass(frozen=True)
