@@ -33,6 +33,7 @@ IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython", "open"})
 SCALARS = (bool, int, float, complex)
 CONTAINERS = (list, tuple, dict, set, frozenset)
 SIZED_TEXT = (str, bytes, bytearray)
+LABELS = (str, int, float, bool)  # column labels whose str() is the built-in one
 _MISSING = object()
 
 
@@ -67,11 +68,24 @@ def _type_name(obj: Any) -> str:
     return str(name) if module in ("builtins", "__main__") else f"{module}.{name}"
 
 
+def _exact(kind: type, kinds: tuple[type, ...]) -> bool:
+    """`kind` is one of `kinds` itself: by identity, since `in` would call a metaclass's __eq__."""
+    return any(kind is k for k in kinds)
+
+
+def _module(name: str, module: Any) -> str:
+    try:
+        real = types.ModuleType.__dict__["__dict__"].__get__(module)["__name__"]
+    except Exception:  # noqa: BLE001 - a module object that resists: its name in the notebook
+        return name
+    return name if real == name else f"{name} ({real})"
+
+
 def _label(value: Any) -> str:
     """A column label as text, only for labels whose str() is the built-in one."""
-    if type(value) in (str, int, float, bool):
+    if _exact(type(value), LABELS):
         return _cut(str(value))
-    if type(value) is tuple and all(type(v) in (str, int, float, bool) for v in value):
+    if type(value) is tuple and all(_exact(type(v), LABELS) for v in value):
         return _cut(" / ".join(map(str, value)))
     return f"<{_type_name(value)}>"
 
@@ -109,10 +123,10 @@ def _ndarray(name: str, array: Any) -> Item:
 def _builtin(name: str, value: Any) -> Item:
     kind = type(value)
     size = sys.getsizeof(value)  # the built-in __sizeof__ of an exact built-in type
-    if kind in SCALARS:
+    if _exact(kind, SCALARS):
         text = repr(value) if kind is not int or abs(value) < 10**18 else f"an int of {value.bit_length()} bits"
         return Item(name, f"- {name}: {kind.__name__} = {_cut(text)}", size, 2)
-    if kind in SIZED_TEXT:
+    if _exact(kind, SIZED_TEXT):
         unit = "characters" if kind is str else "bytes"
         return Item(name, f"- {name}: {kind.__name__}, {len(value):,} {unit}", size, 1)
     return Item(name, f"- {name}: {kind.__name__}, {len(value):,} items ({_bytes(size)} shallow)", size, 1)
@@ -128,7 +142,7 @@ def describe(name: str, value: Any) -> Item:
             return _series(name, value)
         if kind is _module_class("numpy", "ndarray"):
             return _ndarray(name, value)
-        if kind in SCALARS or kind in CONTAINERS or kind in SIZED_TEXT:
+        if _exact(kind, (*SCALARS, *CONTAINERS, *SIZED_TEXT)):
             return _builtin(name, value)
         if value is None:
             return Item(name, f"- {name}: None", 0, 2)
@@ -182,14 +196,14 @@ def inventory(namespace: Mapping[str, Any], budget_tokens: int, hidden: Mapping[
     classes: list[str] = []
     modules: list[str] = []
     for name, value in user_names(namespace, hidden):
-        if isinstance(value, types.ModuleType):
-            real = value.__dict__.get("__name__", name)
-            modules.append(name if real == name else f"{name} ({real})")
-        elif isinstance(value, types.FunctionType) and _is_user_defined(value):
+        kind = type(value)  # never isinstance(): it may read a __class__ the user's class defines
+        if issubclass(kind, types.ModuleType):
+            modules.append(_module(name, value))
+        elif kind is types.FunctionType and _is_user_defined(value):
             functions.append(_function(name, value))
-        elif isinstance(value, type) and _is_user_defined(value):
+        elif issubclass(kind, type) and _is_user_defined(value):
             classes.append(name)
-        elif not callable(value) or type(value) in CONTAINERS:
+        elif not callable(value) or _exact(kind, CONTAINERS):
             variables.append(describe(name, value))
     if not (variables or functions or classes or modules):
         return ""

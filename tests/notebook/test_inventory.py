@@ -45,6 +45,23 @@ class Booby:
         raise RuntimeError(name)
 
 
+class Disguised:
+    """Claims another class through __class__ (as mocks and proxies do): isinstance() would ask it."""
+
+    @property
+    def __class__(self):  # type: ignore[override]
+        Booby.touched.append("__class__")
+        return list
+
+
+class Meta(type):
+    def __eq__(cls, other: object) -> bool:
+        Booby.touched.append("metaclass __eq__")
+        return False
+
+    __hash__ = type.__hash__
+
+
 class LazyList(list):
     """A list subclass whose len() is expensive: not an exact built-in, so never measured."""
 
@@ -64,7 +81,7 @@ def namespace() -> dict:
         "sales": sales, "grid": np.zeros((200, 50)), "prices": sales["price"], "rows": list(range(1000)),
         "threshold": 0.7, "label": "secret-ish text", "odd": Booby(), "lazy": LazyList([1, 2]),
         "clean": clean, "Model": booby_class, "pd": pd, "np": np, "json": json, "_private": 1, "In": [],
-        "types": types,
+        "types": types, "disguised": Disguised(), "meta_made": Meta("MetaMade", (), {})(),
     }
 
 
