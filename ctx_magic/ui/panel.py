@@ -29,11 +29,15 @@ from ctx_magic.events import (
     ContextMeasured,
     Event,
     Persisted,
+    ServerCompacted,
+    ServerEdited,
     Snipped,
     Status,
+    ThinkingCleared,
     UsageUpdated,
 )
 from ctx_magic.messages import cell_of
+from ctx_magic.prices import format_usd
 
 FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn streams
 ZONE_COLOURS = {"ok": "#2e7d32", "warning": "#f9a825", "compacting": "#ef6c00", "blocked": "#c62828"}
@@ -41,7 +45,7 @@ ZONE_COLOURS = {"ok": "#2e7d32", "warning": "#f9a825", "compacting": "#ef6c00", 
 PER_SESSION_TRAITS = ("tokens", "threshold", "warning", "blocking", "window", "zone", "percent_left", "messages",
                       "live_results", "cleared_results", "persisted_results", "cache_hit_ratio", "cache_breaks",
                       "spend", "timeline", "persisted", "session_memory", "memories", "cell_marks", "breaker_open",
-                      "session_id")
+                      "session_id", "cost")
 CLEARED_WHY = {"idle": "after an idle gap", "pressure": "to make room", "model": "at the agent's request",
                "user": "at your request"}
 
@@ -64,6 +68,8 @@ class ContextPanel(widgets.VBox):
     cache_breaks = List().tag(sync=True)
     """Prompt-cache breaks, oldest first: cache read before and after, and the reason."""
     spend = Dict().tag(sync=True)
+    cost = Dict().tag(sync=True)
+    """Dollars: the session's spend, the savings by kind of change, the prices used (StatusSnapshot.cost_json)."""
     timeline = List().tag(sync=True)
     """Context changes, oldest first: compactions with their summaries, microcompacts, snips."""
     persisted = List().tag(sync=True)
@@ -112,7 +118,22 @@ class ContextPanel(widgets.VBox):
         if isinstance(event, ContextMeasured):
             return context_traits(event.figures)
         if isinstance(event, UsageUpdated):
-            return {"spend": dict(event.totals), "cache_hit_ratio": event.cache_hit_ratio}
+            cost = {**dict(self._pending.get("cost", self.cost)), "session_usd": event.totals.get("cost_usd", 0.0)}
+            return {"spend": dict(event.totals), "cache_hit_ratio": event.cache_hit_ratio, "cost": cost}
+        if isinstance(event, ServerEdited):
+            timeline.append({"kind": "server-edit", "edits": [dict(e) for e in event.applied_edits],
+                             "tokens_freed": event.tokens_cleared})
+            return {"timeline": timeline}
+        if isinstance(event, ServerCompacted):
+            timeline.append({"kind": "server", "tokens_before": event.tokens_before,
+                             "tokens_after": event.tokens_after, "messages": event.messages_summarized,
+                             "summary": event.summary, "boundary_uuid": event.message_uuid,
+                             "replaced": list(event.summarized_uuids)})
+            return {"timeline": timeline, "tokens": event.tokens_after}
+        if isinstance(event, ThinkingCleared):
+            timeline.append({"kind": "thinking", "trigger": event.trigger, "results": event.blocks,
+                             "tokens_freed": event.tokens_freed})
+            return {"timeline": timeline}
         if isinstance(event, Status):
             return {"status": event.state}
         if isinstance(event, CacheBroke):
@@ -161,6 +182,7 @@ class ContextPanel(widgets.VBox):
             **context_traits(status.context), "session_id": status.session_id, "breaker_open": status.breaker_open,
             "spend": usage, "cache_hit_ratio": round(status.usage.cache_hit_ratio, 4),
             "cache_breaks": list(status.cache_breaks), "session_memory": session_memory, "memories": list(memories),
+            "cost": status.cost_json(),
         })
         self.flush()
 
@@ -194,6 +216,7 @@ class ContextPanel(widgets.VBox):
             f"{spend.get('input_tokens', 0) + spend.get('cache_creation_input_tokens', 0):,} tokens written, "
             f"{spend.get('cache_read_input_tokens', 0):,} read from cache, "
             f"{spend.get('output_tokens', 0):,} generated</div>"
+            + cost_html(self.cost)
             + cache_breaks_html(self.cache_breaks)
             + ('<div style="color:#c62828">auto-compaction is off after '
                f'{MAX_CONSECUTIVE_FAILURES} failures in a row: run %compact</div>' if self.breaker_open else ""))
@@ -204,7 +227,7 @@ class ContextPanel(widgets.VBox):
     def _render_timeline(self) -> None:
         entries = []
         for index, entry in enumerate(self.timeline):
-            if entry["kind"] in ("microcompact", "snip"):
+            if entry["kind"] in ("microcompact", "snip", "server-edit", "thinking"):
                 entries.append(widgets.HTML(f'<div class="ctx-magic-timeline-entry">{html.escape(entry_title(entry))}'
                                             "</div>"))
                 continue
@@ -242,12 +265,26 @@ def entry_title(entry: Mapping[str, Any]) -> str:
     if kind == "microcompact":
         return (f"microcompact ({entry.get('trigger')}): {entry.get('results')} results cleared, "
                 f"~{entry.get('tokens_freed', 0):,} tokens freed")
+    if kind == "server-edit":
+        return f"server edit: ~{entry.get('tokens_freed', 0):,} tokens cleared from the request by the API"
+    if kind == "thinking":
+        return (f"thinking cleared ({entry.get('trigger')}): {entry.get('results')} blocks, "
+                f"~{entry.get('tokens_freed', 0):,} tokens freed")
     if kind == "snip":
         if "messages" in entry:
             return f"snip: {entry['messages']:,} messages, ~{entry.get('tokens_freed', 0):,} tokens freed"
         return f"snip (by the agent): {entry.get('results')} results cleared"
     return (f"{kind} compaction: {entry.get('messages', 0):,} messages, "
             f"{entry.get('tokens_before', 0):,} → {entry.get('tokens_after', 0):,} tokens")
+
+
+def cost_html(cost: Mapping[str, Any]) -> str:
+    """The dollar line: spent, and saved (a lower bound) by the context changes."""
+    if not cost or cost.get("prices_source") == "unknown":
+        return ""
+    saved = cost.get("saved_usd", 0.0)
+    return (f'<div class="ctx-magic-cost">{format_usd(cost.get("session_usd", 0.0))} spent · '
+            f'saved at least {format_usd(saved)}</div>')
 
 
 def cache_breaks_html(breaks: Sequence[Mapping[str, Any]]) -> str:

@@ -14,6 +14,7 @@ from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.audit import SEARCH_TOOL
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.pins import PinRefused
+from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import Remedy
 from ctx_magic.events import Compacted, Notice
 from ctx_magic.messages import result_text
@@ -49,6 +50,9 @@ class Notes:
 
     def current(self) -> tuple[str, str | None]:
         return "# Session Title\nBatches of numbers\n\n# Current State\nPrinting batches.\n", self.covered
+
+    def tokens(self) -> int:
+        return count_text(self.current()[0])
 
 
 def compact_by(path: str, r) -> str:  # type: ignore[no-untyped-def]
