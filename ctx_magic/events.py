@@ -331,6 +331,9 @@ class ServerCompacted(Event):
     tokens_after: int
     messages_summarized: int
     summarized_uuids: tuple[str, ...] = ()
+    audit: AuditReport | None = field(default=None, metadata={"decode": AuditReport.from_json})
+    """What the coverage audit appended after the API's summary (as after ctx_magic's own)."""
+    pins: tuple[str, ...] = ()  # ids of the user's pins re-injected after it
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ from pathlib import Path
 
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolError
+from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
 from ctx_magic.context.autocompact import CompactionResult, compact_conversation
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
 from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
+from ctx_magic.context.pins import pins_message
 from ctx_magic.context.reactive import reactive_split
 from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS, session_memory_compact
 from ctx_magic.context.tokens import count_context, count_text
@@ -148,6 +150,33 @@ def _apply(session: Session, result: CompactionResult) -> None:
     if e.rebound:
         session.notice(f"After compaction the context is still {e.tokens_after:,} tokens, over the threshold.",
                        "warning")
+
+
+def server_compacted(session: Session, answer: Message) -> list[Message] | None:
+    """The API compacted (its compaction block opens `answer`): the session's live context starts
+    there, and what follows ctx_magic's own summaries follows the API's too (issue 12): what the
+    coverage audit finds missing from it, the pins word for word, the files and the kernel's state
+    (C7). Returned, not appended: they go after the answer's tool results, which must follow it.
+    None when `answer` holds no compaction."""
+    first = answer.content[0] if answer.content else {}
+    at = next((i for i, m in enumerate(session.messages) if m.uuid == answer.uuid), None)
+    if first.get("type") != "compaction" or at is None:
+        return None
+    before = [m for m in session.messages[:at] if m.sent]
+    threshold = session.context_settings().thresholds.autocompact
+    audit = audit_summary([*before, *first_written(session, before)], str(first.get("content") or ""),
+                          transcript_path=str(session.store.transcript_path),
+                          message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
+    event = session.server_compacted(answer, audit=audit.report, carried=[(m.uuid, m.text) for m in audit.carried],
+                                     pins=[p.id for p in session.pins])
+    if event is None:
+        return None
+    now = session.clock()
+    followup = [user_text(audit.text, kind="attachment", timestamp=now, audit=True)] if audit.text else []
+    followup += [pins_message(session.pins, now)] if session.pins else []
+    if audit.report.added:
+        session.notice(audit_line(audit.report), "info")
+    return [*followup, *rehydration(session, session.messages)]
 
 
 def audit_line(report: AuditReport) -> str:

@@ -154,12 +154,16 @@ def _loop(session: Session, turn: Turn) -> None:
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
                          usage=reply.usage, meta=written_by(session))
         session.append(answer)
-        if session.server_compacted(answer) is not None:
+        after_server = compaction.server_compacted(session, answer)
+        if after_server is not None:
             result.compactions.append("server")
         result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+        if reply.tool_uses:
+            _run_tools(session, reply, turn)
+        for message in after_server or ():  # after the results: they must follow the answer's tool uses
+            session.append(message)
         if not reply.tool_uses:
             return
-        _run_tools(session, reply, turn)
         if turn.compact_request is not None:
             compaction.manual_compact(session, turn.compact_request or None, trigger="model")
             result.compactions.append("model")

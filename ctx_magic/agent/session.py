@@ -40,6 +40,7 @@ from ctx_magic.context.thinking import clear_foreign_thinking, side_call_view
 from ctx_magic.context.tokens import ContextCount, message_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import (
+    AuditReport,
     Cleared,
     Compacted,
     Event,
@@ -361,24 +362,27 @@ class Session:
         self.compaction = self.compaction.compacted(event)
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
 
-    def server_compacted(self, message: Message) -> ServerCompacted | None:
+    def server_compacted(self, message: Message, *, audit: AuditReport | None = None,
+                         carried: Sequence[tuple[str, str]] = (), pins: Sequence[str] = ()) -> ServerCompacted | None:
         """An answer that opens with the API's compaction block: the live context now starts
         there (behind a user marker, as the first message must be a user's, M5); the messages
-        before it leave the live context, the transcript keeps them."""
+        before it leave the live context, the transcript keeps them. The marker carries the
+        user's messages the API's summary now answers for (`carried`, audited again next time)."""
         block = message.content[0] if message.content else {}
         if block.get("type") != "compaction" or message.uuid not in {m.uuid for m in self.messages}:
             return None
         live = list(self.messages)
         at = next(i for i, m in enumerate(live) if m.uuid == message.uuid)
         before = live[:at]
-        marker = user_text(SERVER_COMPACTION_MARKER, kind="normal", timestamp=self.clock(), server_compaction=True)
+        marker = user_text(SERVER_COMPACTION_MARKER, kind="normal", timestamp=self.clock(), server_compaction=True,
+                           **({"user_messages": [list(pair) for pair in carried]} if carried else {}))
         self.recorder.message(marker)
         kept = [marker, *live[at:]]
         tokens_before = sum(message_tokens(m) for m in live if m.sent)
         tokens_after = sum(message_tokens(m) for m in kept if m.sent)
         event = ServerCompacted(message.uuid, tuple(m.uuid for m in kept), str(block.get("content") or ""),
                                 tokens_before, tokens_after, sum(1 for m in before if m.sent),
-                                tuple(m.uuid for m in before if m.sent))
+                                tuple(m.uuid for m in before if m.sent), audit, tuple(pins))
         self.record(event)
         self.conversation = self.conversation.replaced(kept)
         self.files.invalidate_stubs()

@@ -62,7 +62,8 @@ def is_user_prompt(message: Message) -> bool:
     return (
         message.role == "user" and message.kind == "normal" and not message.tool_result_ids
         and bool(message.text.strip())
-        and not any(message.meta.get(k) for k in ("snipped_count", "ptl_retry_marker", "synthetic"))
+        and not any(message.meta.get(k) for k in ("snipped_count", "ptl_retry_marker", "synthetic",
+                                                  "server_compaction"))
     )
 
 
@@ -76,7 +77,7 @@ def carried_user_messages(message: Message) -> list[UserMessage]:
 def user_messages(span: Sequence[Message]) -> list[UserMessage]:
     seen: dict[str, UserMessage] = {}
     for message in span:
-        found = carried_user_messages(message) if message.kind == "summary" else (
+        found = carried_user_messages(message) if "user_messages" in message.meta else (
             [UserMessage(message.uuid, message.text)] if is_user_prompt(message) else [])
         for item in found:
             seen.setdefault(item.uuid, item)

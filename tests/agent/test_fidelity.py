@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from agent_rig import prompt, request_text, rig
+from agent_rig import assert_m5, prompt, request_text, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
@@ -16,8 +16,9 @@ from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.pins import PinRefused
 from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import Remedy
-from ctx_magic.events import Compacted, Notice
+from ctx_magic.events import Compacted, Notice, ServerCompacted
 from ctx_magic.messages import result_text
+from ctx_magic.offline import server_context
 from ctx_magic.offline.conversation import asked_text
 from ctx_magic.offline.policy import Answer, Policy, Rule
 from ctx_magic.settings import Settings
@@ -118,6 +119,42 @@ def test_pins_survive_a_resume_and_the_compaction_after_it(tmp_path):
     assert result.event.pins == (first.id,)
     assert any(m.meta.get("pins") == [first.id] and PIN in m.text for m in result.messages)
     assert not any("Plots go to out/figures/." in m.text for m in result.messages if m.meta.get("pins"))
+
+
+def big_turn(n: int) -> str:
+    """A turn whose code prints about 10,000 tokens (under L1's 50,000-character limit)."""
+    return (f"Turn {n}: dump batch {n}.\n```python\nbatch_{n} = [f'row {n}-{{i}}: ' + 'x' * 60 for i in range(600)]"
+            f"\nprint('\\n'.join(batch_{n}))\n```")
+
+
+def test_the_apis_own_summary_is_audited_and_followed_by_the_pins_and_a_resume_keeps_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(server_context, "server_summary", lambda history: "1. Primary Request: batches.")
+    config = Settings(strategy="server", keep_recent=100)  # no clearing frees enough: the API must compact
+    with rig(tmp_path, window=100_000, config=config) as r:
+        events: list[ServerCompacted] = []
+        r.session.listeners.append(lambda e: events.append(e) if isinstance(e, ServerCompacted) else None)
+        run_turn(r.session, big_turn(0))
+        pin = r.session.pin(PIN)
+        turns = 1
+        while not events and turns < 14:
+            assert run_turn(r.session, big_turn(turns)).error is None
+            turns += 1
+        run_turn(r.session, "what is the convention?")
+        sent = [q for q in r.api.requests if q.path == "/v1/messages" and q.kind == "normal"][-1]
+        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic", config,
+                                         session_id=r.session.session_id, resume=True, root=tmp_path, clock=r.clock)
+        live = list(r.session.messages)
+    assert len(events) == 1 and events[0].pins == (pin.id,)
+    audit = events[0].audit
+    assert audit is not None and audit.user_messages_checked == turns and len(audit.user_messages) == turns
+    assert audit.names == ()  # the code that defined batch_N is in the appended messages
+    assert_m5(sent)
+    messages = sent.body["messages"]
+    at = max(i for i, m in enumerate(messages) if any(b.get("type") == "compaction" for b in m["content"]))
+    kept = json.dumps(messages[at:], ensure_ascii=False)  # what the API reads: it drops what precedes the block
+    assert json.dumps(PIN)[1:-1] in kept and "<context-refresh>" in kept
+    assert all(f"Turn {n}: dump batch {n}." in kept for n in range(turns))
+    assert problems == [] and list(resumed.messages) == live
 
 
 def test_a_pin_past_the_budget_is_refused_with_one_clear_line(tmp_path):

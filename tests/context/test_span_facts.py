@@ -23,8 +23,17 @@ def test_tool_results_snip_markers_and_notes_are_not_user_messages():
         user_text("(Notebook cells the user ran before this conversation started follow.)", synthetic=True),
         user_text("<recent-file>", kind="attachment"),
         Message("user", (tool_result_block("t", "hello"),)),
+        user_text("(The conversation before this point was compacted by the API.)", server_compaction=True),
     ])
     assert facts.user_messages == ()
+
+
+def test_the_messages_an_earlier_summary_answered_for_are_carried_whatever_holds_them():
+    summary = user_text("Summary: batches.", kind="summary", user_messages=[["u1", "Plot in blue."]])
+    marker = user_text("(compacted by the API)", server_compaction=True, user_messages=[["u2", "Use kelvin."]])
+    facts = span_facts([summary, marker, user_text("Now the median.")])
+    assert [(m.uuid, m.text) for m in facts.user_messages][:2] == [("u1", "Plot in blue."), ("u2", "Use kelvin.")]
+    assert [m.text for m in facts.user_messages] == ["Plot in blue.", "Use kelvin.", "Now the median."]
 
 
 def test_paths_in_text_skip_urls_numbers_and_prose_slashes():
