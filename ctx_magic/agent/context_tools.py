@@ -7,8 +7,12 @@ search can be made again, so its old results may be.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
+from ctx_magic.context import recall
 from ctx_magic.context.audit import SEARCH_TOOL
+from ctx_magic.store.session import SessionDir
 
 COMPACT_SPEC = {
     "name": "compact",
@@ -70,6 +74,21 @@ def snip(call: ToolCall, context: ToolContext) -> ToolOutput:
     if unknown:
         text += f" Not found, already cleared or protected: {', '.join(unknown)}."
     return ToolOutput(text, is_error=not cleared and bool(unknown))
+
+
+def search_session(store: SessionDir, **query: Any) -> str:
+    """The search_transcript tool's answer (context/recall.py) over a session's transcript and the
+    saved files it does not hold. ValueError for a bad regex or an empty search."""
+    records = store.load_transcript().records
+    folder = store.tool_results_dir
+    names = sorted(p.name for p in folder.glob("*.txt")) if folder.is_dir() else []
+    saved = {}
+    for name in recall.unrecorded_files(records, names):
+        try:
+            saved[str(folder / name)] = (folder / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return recall.answer(records, saved, **query)
 
 
 def search_transcript(call: ToolCall, context: ToolContext) -> ToolOutput:

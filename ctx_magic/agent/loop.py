@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctx_magic.agent import compaction
+from ctx_magic.agent.context_tools import search_session
 from ctx_magic.agent.model import ModelReply
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
@@ -81,7 +82,7 @@ class Turn:
         return True
 
     def search_transcript(self, **query: Any) -> str:
-        return self.session.search_transcript(**query)
+        return search_session(self.session.store, **query)
 
 
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:

@@ -25,7 +25,6 @@ from ctx_magic.agent.side_calls import SideCalls
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
-from ctx_magic.context import recall
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.conversation import Conversation
 from ctx_magic.context.costs import Prices as CachePrices
@@ -294,20 +293,6 @@ class Session:
             return self.model.count_tokens(self.request())
         except CtxMagicError:
             return None
-
-    def search_transcript(self, **query: Any) -> str:
-        """The search_transcript tool's answer (context/recall.py) over this session's transcript and
-        the saved files it does not hold. ValueError for a bad regex or an empty search."""
-        records = self.store.load_transcript().records
-        folder = self.store.tool_results_dir
-        names = sorted(p.name for p in folder.glob("*.txt")) if folder.is_dir() else []
-        saved = {}
-        for name in recall.unrecorded_files(records, names):
-            try:
-                saved[str(folder / name)] = (folder / name).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-        return recall.answer(records, saved, **query)
 
     def is_live_result(self, tool_use_id: str) -> bool:
         return self.conversation.is_live_result(tool_use_id)
