@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from agent_rig import assert_m5, prompt, request_messages, request_text, rig
@@ -234,9 +235,17 @@ def test_the_search_tool_finds_a_compacted_message_and_a_persisted_output(tmp_pa
         run_turn(r.session, "what was at the tail of the dump?")
         results = [result_text(b) for m in r.session.messages for b in m.blocks("tool_result")
                    if result_text(b).split(" ", 1)[0].isdigit()]
+        (dumped, path), = r.session.state.persisted_paths.items()
+        written = next(result_text(b) for m in r.session.store.load_transcript().messages()
+                       for b in m.blocks("tool_result") if b.get("tool_use_id") == dumped)
+        ref = re.search(r"turn 2 · tool results · ref (\w+)", results[-1]).group(1)
+        read_back = read_whole(r.session.store, ref)
     family, tail = results[-2], results[-1]
     assert "turn 1 · user · ref" in family and "The sensor ids are in the ZX-41 family" in family
-    assert "turn 2 · tool results · ref" in tail and "saved at" in tail and "TAIL-MARKER-77" in tail
+    assert "turn 2 · tool results · ref" in tail and f"saved at {path}" in tail and "TAIL-MARKER-77" in tail
+    assert written.endswith("TAIL-MARKER-77\n") and len(written) == 4 * 20_000 + 15
+    assert Path(path).read_bytes() == written.encode("utf-8")  # the saved file: the output byte for byte
+    assert read_back.endswith(written)  # and read whole through the search tool
 
 
 def read_whole(store, ref: str) -> str:  # type: ignore[no-untyped-def]
