@@ -99,9 +99,17 @@ def ref(uuid: str) -> str:
     return uuid[:REF_CHARS]
 
 
-def _message_block(message: UserMessage, transcript_path: str) -> str:
+def head_quoted(message: UserMessage, summary: str) -> bool:
+    """A long message whose head the summary already quotes: appending the head again adds nothing."""
+    return is_long(message.text) and _normal(head(message.text)) in _normal(summary)
+
+
+def _message_block(message: UserMessage, transcript_path: str, quoted: bool = False) -> str:
     if not is_long(message.text):
         return f'<user-message ref="{ref(message.uuid)}">\n{message.text}\n</user-message>'
+    if quoted:
+        return (f'[The user\'s message ref="{ref(message.uuid)}" ({len(message.text):,} characters) is quoted above '
+                f'only in part: {SEARCH_TOOL} with ref "{ref(message.uuid)}" reads it whole]')
     shown = head(message.text)
     rest = len(message.text) - len(shown)
     return (
@@ -139,11 +147,11 @@ def _render_messages(messages: Sequence[UserMessage], whole: Sequence[str], stub
 
 
 def message_section(messages: Sequence[UserMessage], transcript_path: str,
-                    budget: int | None = None) -> tuple[str, set[str]]:
-    """The messages, each verbatim (a long one as its head). Past `budget` tokens the oldest become
-    their first line and ref, then, if even that is too much, a count: the newest stay whole.
-    Also the uuids of the messages not shown whole."""
-    whole = [_message_block(m, transcript_path) for m in messages]
+                    budget: int | None = None, quoted: frozenset[str] = frozenset()) -> tuple[str, set[str]]:
+    """The messages, each verbatim (a long one as its head, or only its ref when its head is
+    `quoted` already). Past `budget` tokens the oldest become their first line and ref, then, if
+    even that is too much, a count: the newest stay whole. Also the uuids of those not shown whole."""
+    whole = [_message_block(m, transcript_path, m.uuid in quoted) for m in messages]
     stubbed = dropped = 0
 
     def over() -> bool:
@@ -157,11 +165,12 @@ def message_section(messages: Sequence[UserMessage], transcript_path: str,
     return _render_messages(messages, whole, stubbed, dropped), cut
 
 
-def addendum(gaps: SpanFacts, transcript_path: str, message_budget: int | None = None) -> tuple[str, set[str]]:
+def addendum(gaps: SpanFacts, transcript_path: str, message_budget: int | None = None,
+             quoted: frozenset[str] = frozenset()) -> tuple[str, set[str]]:
     """The text appended after a summary for what it left out ('' when nothing is missing), and
     the uuids of the user's messages it shows cut."""
     parts: list[str] = []
-    section, cut = message_section(gaps.user_messages, transcript_path, message_budget)
+    section, cut = message_section(gaps.user_messages, transcript_path, message_budget, quoted)
     if section:
         parts.append("The user's messages the summary above left out, word for word and in order:\n" + section)
     lines = [
@@ -180,7 +189,8 @@ def audit_summary(span: Sequence[Message], summary: str, *, transcript_path: str
     `message_budget` caps the tokens of the user's messages appended (see `message_blocks`)."""
     facts = span_facts(span)
     gaps = missing(facts, summary)
-    text, cut = addendum(gaps, transcript_path, message_budget)
+    quoted = frozenset(m.uuid for m in gaps.user_messages if head_quoted(m, summary))
+    text, cut = addendum(gaps, transcript_path, message_budget, quoted)
     report = AuditReport(
         user_messages=tuple(m.uuid for m in gaps.user_messages),
         cut_messages=tuple(m.uuid for m in gaps.user_messages if m.uuid in cut),

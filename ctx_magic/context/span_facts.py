@@ -22,7 +22,7 @@ from ctx_magic.messages import Message, result_text
 
 MAX_ERROR_CHARS = 240  # one error line as shown; tracebacks are in the transcript
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
-_TOKEN = re.compile(r"[~\w./-]+")
+_TOKEN = re.compile(r"(?<!<)[~\w./-]+")  # not after '<': a closing tag such as </format_example> is no path
 _EXTENSION = re.compile(r"\.([A-Za-z][A-Za-z0-9]{0,5})$")
 # Bare file names are recognised by the extensions of data, code and documents; a name with a
 # folder in it needs only some extension (or an explicit /, ~/, ./ start).

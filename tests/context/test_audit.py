@@ -55,6 +55,17 @@ def test_a_long_user_message_is_appended_as_its_first_lines_and_where_to_read_th
     assert f'{SEARCH_TOOL} with ref "{message.uuid[:8]}"' in audit.text and "/s/transcript.jsonl" in audit.text
 
 
+def test_a_long_message_whose_start_the_summary_quotes_gets_only_its_ref():
+    message = user_text("Here is the log:\n" + "\n".join(f"row {i}: {'x' * 40}" for i in range(200)))
+    summary = "The user's messages:\n" + message.text[:1_500] + "…"  # quoted, cut past its first lines
+    audit = audit_summary([message], summary, transcript_path="/s/transcript.jsonl")
+    assert audit.report.user_messages == audit.report.cut_messages == (message.uuid,)
+    assert "row 1:" not in audit.text  # the head is not said twice
+    assert f'ref="{message.uuid[:8]}" ({len(message.text):,} characters) is quoted above only in part' in audit.text
+    assert f'{SEARCH_TOOL} with ref "{message.uuid[:8]}" reads it whole' in audit.text
+    assert audit.report.tokens < 60
+
+
 def test_user_messages_an_earlier_summary_answered_for_are_checked_again():
     earlier = user_text("summary text", kind="summary", user_messages=[["u-old", "Always plot in kelvin."]])
     audit = audit_summary([earlier, user_text("and now the mean")], "The user wants the mean.",

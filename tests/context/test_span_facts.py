@@ -40,6 +40,7 @@ def test_paths_in_text_skip_urls_numbers_and_prose_slashes():
     text = ("See ./out/fig.png, /tmp/run and config.yaml; not https://x.org/a/b.csv, v1.2, e.g. 0.5 "
             "and/or df.head or np.float64.")
     assert paths_in_text(text) == ["./out/fig.png", "/tmp/run", "config.yaml"]
+    assert paths_in_text("<format_example>Run it.</format_example> in /testbed") == ["/testbed"]
 
 
 def test_defined_names_survive_magics_and_give_up_on_code_that_is_not_python():
