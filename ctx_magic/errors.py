@@ -108,7 +108,23 @@ class NetworkError(ModelError):
 
 
 class StreamDropped(NetworkError):
-    """The connection broke after the reply had started: the SDK does not retry this itself."""
+    """The reply broke off before it was whole (the connection closed, the stream ended before
+    `message_stop`, or the body was not a reply at all): the SDK does not retry this itself,
+    the loop asks again."""
+
+    backoff = False
+    """Whether a wait should come before asking again (an overloaded server needs one)."""
+
+
+class StreamOverloaded(StreamDropped):
+    """The stream carried an `error` event mid-reply (overloaded, an API error): asked again,
+    after a wait, like a 529 the SDK would retry."""
+
+    backoff = True
+
+
+class EmptyReply(ModelError):
+    """The model answered with nothing usable (no blocks, or only whitespace), even when asked again."""
 
 
 class UnknownModel(ModelError):

@@ -10,10 +10,10 @@ comes back anyway is dropped, as Claude Code does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from ctx_magic.agent.model import Model, ModelRequest
+from ctx_magic.agent.model import Model, ModelReply, ModelRequest, stream_reply
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.thresholds import MAX_OUTPUT_TOKENS_FOR_SUMMARY
 from ctx_magic.errors import CompactionFailed
@@ -28,6 +28,7 @@ class Caller(Protocol):
 
     model: Model
     meter: UsageMeter
+    sleep: Callable[[float], None]
 
     @property
     def window(self) -> Window: ...
@@ -50,7 +51,7 @@ class SideCalls:
         session = self._session
         request = session.request([*messages, user_text(prompt)], purpose=purpose,
                                   max_tokens=min(max_tokens, session.window.reply_cap))
-        reply = session.model.stream(request)
+        reply = self._stream(request)
         session.meter.add(reply.usage)
         return _text(reply.content)
 
@@ -62,7 +63,7 @@ class SideCalls:
                                   max_tokens=min(MAX_OUTPUT_TOKENS_FOR_SUMMARY, session.window.reply_cap))
         self.busy = True
         try:
-            reply = session.model.stream(request)
+            reply = self._stream(request)
         finally:
             self.busy = False
         session.meter.add(reply.usage)
@@ -70,6 +71,10 @@ class SideCalls:
         if reply.tool_uses and not text.strip():
             raise CompactionFailed("The summary reply called a tool instead of writing the summary.")
         return text
+
+    def _stream(self, request: ModelRequest) -> ModelReply:
+        """A whole reply; a stream that broke off is asked for again, as in the main loop."""
+        return stream_reply(self._session.model, request, sleep=self._session.sleep)
 
 
 def _text(content: Sequence[Block]) -> str:
