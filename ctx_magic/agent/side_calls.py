@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest, stream_reply
 from ctx_magic.agent.usage import UsageMeter
+from ctx_magic.context.invariants import without_empty
 from ctx_magic.context.thresholds import MAX_OUTPUT_TOKENS_FOR_SUMMARY
 from ctx_magic.errors import CompactionFailed
 from ctx_magic.messages import Block, Message, user_text
@@ -49,7 +50,8 @@ class SideCalls:
         """A text-only answer to `prompt` after `messages`. Safe from any thread: it reads the
         given messages, never the live context."""
         session = self._session
-        request = session.request([*messages, user_text(prompt)], purpose=purpose,
+        sendable, _ = without_empty(messages)  # never an empty message, whatever the caller kept
+        request = session.request([*sendable, user_text(prompt)], purpose=purpose,
                                   max_tokens=min(max_tokens, session.window.reply_cap))
         reply = self._stream(request)
         session.meter.add(reply.usage)

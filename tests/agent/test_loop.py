@@ -27,7 +27,7 @@ from ctx_magic.events import (
     TextDelta,
     ToolStarted,
 )
-from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block
+from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
 from ctx_magic.offline.policy import Policy
 from ctx_magic.settings import Settings
 
@@ -245,6 +245,28 @@ def test_an_empty_reply_twice_ends_the_turn_with_a_warning_and_the_next_turn_wor
     assert "The model's reply was empty 2 times; nothing was stored." in warnings
     assert after.error is None
     assert all(m.content and all(b.get("text", "x").strip() for b in m.content) for m in r.session.messages)
+
+
+def test_an_empty_reply_an_earlier_version_stored_is_repaired_at_resume(tmp_path):
+    with rig(tmp_path) as r:
+        run_turn(r.session, prompt(0))
+        r.session.append(Message("assistant", (), timestamp=r.clock()))  # what the loop used to store
+        r.session.append(user_text("and then?", timestamp=r.clock()))
+        r.session.append(Message("assistant", ({"type": "text", "text": "\n\n"},), timestamp=r.clock()))
+        r.session.end_turn()
+        sid = r.session.session_id
+        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
+                                         Settings(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
+        assert problems == ["2 empty replies were left out of the live context (an earlier version stored them; "
+                            "the API refuses empty messages)"]
+        before = len(r.api.requests)
+        assert run_turn(resumed, prompt(1)).error is None
+        manual_compact(resumed)
+        assert run_turn(resumed, prompt(2)).error is None
+        resumed.snip(2)
+        assert run_turn(resumed, prompt(3)).error is None
+        sent = [q for q in r.api.requests[before:] if q.path == "/v1/messages"]
+    assert {q.kind for q in sent} == {"normal", "compaction"} and all(q.status == 200 for q in sent)
 
 
 def test_one_overload_is_retried_by_the_sdk_transparently(tmp_path):
