@@ -89,7 +89,7 @@ def prompt(n: int) -> str:
     return (
         f"Turn {n}: summarise batch {n} of the sensor data.\n"
         "```python\n"
-        f"rows = [f'sensor-{n}-{{i}}: {{(i * 37 + {n}) % 1000 / 10:.1f}} C' for i in range(300)]\n"
+        f"rows = [f'sensor-{n}-{{i}}: {{(i * 37 + {n}) % 1000 / 10:.1f}} C' for i in range(200)]\n"
         "print('\\n'.join(rows))\n"
         "```"
     )

@@ -14,9 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest, stream_reply
+from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.usage import UsageMeter
+from ctx_magic.context.fit import FIT_MARGIN_SHARE, fit_messages
 from ctx_magic.context.invariants import without_empty
+from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import MAX_OUTPUT_TOKENS_FOR_SUMMARY
+from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CompactionFailed
 from ctx_magic.messages import Block, Message, user_text
 from ctx_magic.settings import Window
@@ -31,8 +35,13 @@ class Caller(Protocol):
     meter: UsageMeter
     sleep: Callable[[float], None]
 
+    frame: RequestFrame
+
     @property
     def window(self) -> Window: ...
+
+    @property
+    def state(self) -> ContextState: ...
 
     def request(self, messages: Sequence[Message] | None = None, *, purpose: str = "main",
                 tool_choice: dict[str, Any] | None = None, max_tokens: int | None = None) -> ModelRequest: ...
@@ -50,9 +59,9 @@ class SideCalls:
         """A text-only answer to `prompt` after `messages`. Safe from any thread: it reads the
         given messages, never the live context."""
         session = self._session
-        sendable, _ = without_empty(messages)  # never an empty message, whatever the caller kept
-        request = session.request([*sendable, user_text(prompt)], purpose=purpose,
-                                  max_tokens=min(max_tokens, session.window.reply_cap))
+        reply_tokens = min(max_tokens, session.window.reply_cap)
+        request = session.request([*self._fitted(messages, reply_tokens, prompt), user_text(prompt)],
+                                  purpose=purpose, max_tokens=reply_tokens)
         reply = self._stream(request)
         session.meter.add(reply.usage)
         return _text(reply.content)
@@ -61,8 +70,9 @@ class SideCalls:
         """The compaction call (the engine's Summarizer); a reply with a tool call and no text is a
         failure (with text, the tool call is dropped and the text must hold the summary)."""
         session = self._session
-        request = session.request([*messages, user_text(prompt)], purpose="compact",
-                                  max_tokens=min(MAX_OUTPUT_TOKENS_FOR_SUMMARY, session.window.reply_cap))
+        reply_tokens = min(MAX_OUTPUT_TOKENS_FOR_SUMMARY, session.window.reply_cap)
+        request = session.request([*self._fitted(messages, reply_tokens, prompt), user_text(prompt)],
+                                  purpose="compact", max_tokens=reply_tokens)
         self.busy = True
         try:
             reply = self._stream(request)
@@ -73,6 +83,22 @@ class SideCalls:
         if reply.tool_uses and not text.strip():
             raise CompactionFailed("The summary reply called a tool instead of writing the summary.")
         return text
+
+    def _fitted(self, messages: Sequence[Message], reply_tokens: int, prompt: str) -> list[Message]:
+        """The messages as the call may send them: never an empty one, and cut to the room the
+        window leaves beside the prompt and the reply (unchanged when they fit, context/fit.py)."""
+        sendable, _ = without_empty(messages)
+        return fit_messages(sendable, self.room(reply_tokens, prompt))
+
+    def room(self, reply_tokens: int, prompt: str) -> int:
+        """What a side call's messages may take, by the local estimate: the window less the reply
+        (and thinking) it asks room for, the system prompt and tools, its own prompt, and a margin
+        for the estimate's error, padded as the main count is padded."""
+        session = self._session
+        window = session.window
+        free = window.tokens * (1 - FIT_MARGIN_SHARE) - reply_tokens - window.thinking_budget
+        ratio = max(1.0, session.state.correction.ratio)
+        return int(free / ratio) - session.frame.overhead_tokens() - count_text(prompt)
 
     def _stream(self, request: ModelRequest) -> ModelReply:
         """A whole reply; a stream that broke off is asked for again, as in the main loop."""

@@ -48,6 +48,7 @@ from ctx_magic.offline.faults import (
     check_faults,
     faulty_content,
     prompt_too_long,
+    reply_past_window,
     stream_body,
 )
 from ctx_magic.offline.models import capabilities
@@ -356,6 +357,8 @@ class OfflineAPI:
         window = self._window(request["model"], betas)
         if failed is None and (fault == "ptl" or tokens > window):
             failed = prompt_too_long(max(tokens, window + 1), window)
+        if failed is None and managed.compaction is None and tokens + int(request["max_tokens"]) > window:
+            failed = reply_past_window(tokens, int(request["max_tokens"]), window)
         outcome = functools.partial(_Outcome, kind=kind, input_tokens=tokens, fault=fault, body=request,
                                     provider=provider, betas=betas)
         if failed is not None:

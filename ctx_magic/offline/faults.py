@@ -81,6 +81,13 @@ def prompt_too_long(tokens: int, window: int) -> ApiError:
     return ApiError(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {window} maximum")
 
 
+def reply_past_window(tokens: int, max_tokens: int, window: int) -> ApiError:
+    """The API's 400 for a prompt that fits but leaves less than max_tokens for the reply, in its
+    exact wording (current models refuse it rather than cut the reply short)."""
+    return ApiError(400, "invalid_request_error", f"input length and `max_tokens` exceed context limit: {tokens} + "
+                    f"{max_tokens} > {window}, decrease input length or `max_tokens` and try again")
+
+
 class ConnectionDropped(Exception):
     """Raised by a reply's body to say: close the connection now, mid-response."""
 

@@ -277,6 +277,18 @@ def test_real_prompt_too_long_reports_the_gap(model: AnthropicModel) -> None:
     assert str(caught.value) == f"The prompt is too long: {counted:,} tokens > {WINDOW:,} maximum."
 
 
+def test_a_prompt_that_leaves_no_room_for_the_reply_is_refused_as_too_long(model: AnthropicModel) -> None:
+    ask = request(user_text("The quick brown fox jumps over the lazy dog. " * 1_600))
+    counted = model.count_tokens(ask)
+    assert counted <= WINDOW < counted + MAX_OUTPUT
+    tight = ModelRequest(system=ask.system, tools=ask.tools, messages=ask.messages, max_tokens=MAX_OUTPUT)
+    with pytest.raises(PromptTooLong) as caught:  # the API's rule: input + max_tokens within the window
+        model.stream(tight)
+    assert (caught.value.actual, caught.value.limit) == (counted + MAX_OUTPUT, WINDOW)
+    assert str(caught.value) == (f"The prompt and the room asked for the reply exceed the window: {counted:,} + "
+                                 f"{MAX_OUTPUT:,} tokens > {WINDOW:,}.")
+
+
 def test_dropped_stream_is_a_network_error(model: AnthropicModel, api: OfflineAPI) -> None:
     api.inject("drop")
     pieces: list[str] = []
