@@ -45,6 +45,7 @@ from ctx_magic.offline.faults import (
     STATUS_FAULTS,
     STREAM_ONLY_FAULTS,
     ApiError,
+    RandomFaults,
     check_faults,
     faulty_content,
     prompt_too_long,
@@ -195,6 +196,7 @@ class OfflineAPI:
         self.cache = PromptCache(clock)
         self._lock = threading.Lock()
         self._faults: deque[str] = deque()
+        self._random: RandomFaults | None = None
         self._records: list[RecordedRequest] = []
         self._counters = _Counters()
         self.stall_release = threading.Event()
@@ -228,6 +230,12 @@ class OfflineAPI:
         check_faults(faults)
         with self._lock:
             self._faults.extend(faults)
+
+    def random_faults(self, rate: float, seed: int, names: tuple[str, ...] | None = None) -> None:
+        """From now on a call meets a fault with probability `rate` (seeded), after any queued
+        one; a rate of 0 stops them."""
+        with self._lock:
+            self._random = RandomFaults(rate, seed, *([names] if names else [])) if rate > 0 else None
 
     @property
     def pending_faults(self) -> tuple[str, ...]:
@@ -349,7 +357,7 @@ class OfflineAPI:
         seen = managed.compacted_from or managed.request  # what the model reads before any compaction
         segments = request_segments(seen)
         tokens = sum(s.tokens for s in segments)
-        fault = self._faults.popleft() if self._faults else None
+        fault = self._faults.popleft() if self._faults else (self._random.draw() if self._random else None)
         streaming = bool(request.get("stream"))
         failed = STATUS_FAULTS.get(fault or "")
         if fault == "overloaded_midstream" and not streaming:
