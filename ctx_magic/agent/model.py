@@ -305,9 +305,9 @@ class AnthropicModel:
 
 def _incomplete(seen: set[str], response: Any) -> StreamDropped:
     """What a stream that never reached `message_stop` was: a reply cut short, or no reply at all."""
-    if "message_start" in seen:
-        return StreamDropped("The reply stream ended before the reply was complete (no message_stop).")
     kind = str(getattr(response, "headers", {}).get("content-type", "") or "no content type").split(";")[0]
+    if "message_start" in seen or kind == "text/event-stream":
+        return StreamDropped("The reply stream ended before the reply was complete (no message_stop).")
     return StreamDropped(f"The API answered with {kind} instead of a reply stream (HTTP "
                          f"{getattr(response, 'status_code', '?')}): a proxy or gateway on the way may have failed.")
 
