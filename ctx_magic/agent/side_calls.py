@@ -20,12 +20,13 @@ from ctx_magic.context.fit import FIT_MARGIN_SHARE, fit_messages
 from ctx_magic.context.invariants import without_empty
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import MAX_OUTPUT_TOKENS_FOR_SUMMARY
-from ctx_magic.context.tokens import count_text
+from ctx_magic.context.tokens import count_context, count_text
 from ctx_magic.errors import CompactionFailed
 from ctx_magic.messages import Block, Message, user_text
 from ctx_magic.settings import Window
 
 SIDE_CALL_MAX_OUTPUT = 8_000  # notes and memories: a few thousand tokens of text at most
+MEASURED_MARGIN_SHARE = 0.02  # of the window: what a count anchored on the API's usage (T1) may be off by
 
 
 class Caller(Protocol):
@@ -86,8 +87,17 @@ class SideCalls:
 
     def _fitted(self, messages: Sequence[Message], reply_tokens: int, prompt: str) -> list[Message]:
         """The messages as the call may send them: never an empty one, and cut to the room the
-        window leaves beside the prompt and the reply (unchanged when they fit, context/fit.py)."""
+        window leaves beside the prompt and the reply (context/fit.py). When the API's own count
+        of the last response (T1) says they fit, they go unchanged: the call then reads the main
+        call's cached prefix, which any cut would lose."""
         sendable, _ = without_empty(messages)
+        session = self._session
+        window = session.window
+        measured = count_context(sendable, overhead_tokens=session.frame.overhead_tokens(),
+                                 correction=session.state.correction).tokens
+        free = window.tokens * (1 - MEASURED_MARGIN_SHARE) - reply_tokens - window.thinking_budget
+        if measured + count_text(prompt) * max(1.0, session.state.correction.ratio) <= free:
+            return sendable
         return fit_messages(sendable, self.room(reply_tokens, prompt))
 
     def room(self, reply_tokens: int, prompt: str) -> int:
