@@ -26,6 +26,7 @@ from typing import Any
 from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
 from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
+from ctx_magic.offline.counting import has_images
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00Z: every run sees the same timestamps
 MODEL = "claude-sonnet-5-5"
@@ -73,6 +74,9 @@ class Call:
     extends: bool = False
     """A main call whose request starts with the whole previous main request (the same tools,
     system and messages, cache markers aside): the cache should hold all of it while warm."""
+    images: bool = False
+    """The request holds an image: a change of this from one call to the next invalidates every
+    cached message block on the real API (and in the stand-in)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -208,7 +212,8 @@ class Meter:
             rule = self.api.policy.rule(record.body) if hasattr(self.api.policy, "rule") and record.body else ""
             call = usage_call(record.kind, reply.status, self.clock(), usage, rule)
             if reply.status == 200 and record.kind == "normal":
-                call = dataclasses.replace(call, extends=extends(self.final_request, record.body))
+                call = dataclasses.replace(call, extends=extends(self.final_request, record.body),
+                                           images=has_images(record.body))
                 self.final_request = record.body
             self.calls.append(call)
             self.clock.advance(REPLY_SECONDS + call.output_tokens / OUTPUT_TOKENS_PER_SECOND

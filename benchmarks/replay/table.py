@@ -125,12 +125,14 @@ def warm_misses(runs: Iterable[RunResult]) -> tuple[int, int]:
     """(main calls that repeat the whole previous main request, sent under 5 minutes after it,
     and still read less than 90 % of it from the cache; main calls that repeat a cached previous
     one): the cached conversation lost to the block lookback, not to a rewrite the strategy
-    chose, nor to a prompt under the minimum cacheable length (which caches nothing)."""
+    chose, nor to a prompt under the minimum cacheable length (which caches nothing), nor to the
+    first image after none (the API then invalidates every cached message block)."""
     misses = total = 0
     for run in runs:
         calls = [c for c in run.calls if c.kind == "normal" and c.status == 200]
         for before, after in zip(calls, calls[1:]):
-            if not after.extends or before.read + before.write_5m + before.write_1h == 0:
+            if not after.extends or before.read + before.write_5m + before.write_1h == 0 or \
+                    before.images != after.images:
                 continue
             total += 1
             warm = after.at - before.at < CACHE_TTL_SECONDS

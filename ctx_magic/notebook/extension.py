@@ -44,7 +44,7 @@ def unload(shell: Any) -> None:
     if controller.settings in shell.configurables:
         shell.configurables.remove(controller.settings)
     magics = shell.magics_manager.magics
-    for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx"])):
+    for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx", "pin"])):
         for name in names:
             magics[kind].pop(name, None)
     atexit.unregister(controller.close)
