@@ -11,6 +11,7 @@ the calls made beside the conversation.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,14 +27,26 @@ from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.compaction_state import CompactionState
+from ctx_magic.context.composition import compose
 from ctx_magic.context.conversation import Conversation
 from ctx_magic.context.decide import Plan, decide
 from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, figures, measure, prepare, snip_now
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.tokens import ContextCount
+from ctx_magic.context.tokens import ContextCount, count_text
 from ctx_magic.errors import CtxMagicError, Remedy
-from ctx_magic.events import Cleared, Compacted, Event, Notice, Snipped, UsageUpdated, notify
+from ctx_magic.events import (
+    Cleared,
+    Compacted,
+    Composition,
+    ContextFigures,
+    ContextMeasured,
+    Event,
+    Notice,
+    Snipped,
+    UsageUpdated,
+    notify,
+)
 from ctx_magic.messages import Message
 from ctx_magic.settings import Settings, Window
 from ctx_magic.store.recorder import Recorder
@@ -148,11 +161,14 @@ class Session:
         return self.adopt(prepared.messages, prepared.state, prepared.events, write=False)
 
     def _prepared(self) -> Prepared:
-        prepared = prepare(self.messages, self.state, self.clock(), self.context_settings(),
+        settings = self.context_settings()
+        prepared = prepare(self.messages, self.state, self.clock(), settings,
                            overhead_tokens=self.frame.overhead_tokens(), auto_compaction=not self.side_calls.busy,
                            breaker_open=self.compaction.breaker_open, notes_ready=self.plugins.notes is not None)
         self.plan = prepared.plan
-        return prepared
+        events = [ContextMeasured(self._with_composition(e.figures, prepared.messages, prepared.state, settings))
+                  if isinstance(e, ContextMeasured) else e for e in prepared.events]
+        return dataclasses.replace(prepared, events=events)
 
     def replan(self, prepared: Prepared, exact_tokens: int) -> Plan:
         """The decision again, once the API counted the context itself (T3)."""
@@ -284,14 +300,28 @@ class Session:
     def status(self) -> StatusSnapshot:
         """The session as it stands (counted locally, never by an API call)."""
         conversation = self.conversation
-        context = figures(conversation.messages, conversation.state, self.context_settings(), self.tokens(),
+        settings = self.context_settings()
+        context = figures(conversation.messages, conversation.state, settings, self.tokens(),
                           self.plan.reason, counts=conversation.result_counts())
+        context = self._with_composition(context, conversation.messages, conversation.state, settings)
         return StatusSnapshot(
             session_id=self.session_id, model=self.settings.model, backend=self.backend,
             window_source=self.window.source, max_output=self.window.reply_cap, context=context,
             boundaries=self.compaction.boundaries, consecutive_failures=self.compaction.failures,
             turns=self.compaction.turns, usage=self.meter.snapshot(),
             cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path))
+
+    def composition(self, messages: Sequence[Message], state: ContextState, tokens: int,
+                    settings: ContextSettings) -> Composition:
+        """What the next request carries, part by part, scaled to the measured `tokens`."""
+        frame = self.frame
+        return compose(messages, state, tokens=tokens, thresholds=settings.thresholds,
+                       system_tokens=count_text(frame.system_prompt()), memory_tokens=count_text(frame.memory_section),
+                       tools_tokens=count_text(json.dumps(frame.tools().specs())))
+
+    def _with_composition(self, figures: ContextFigures, messages: Sequence[Message], state: ContextState,
+                          settings: ContextSettings) -> ContextFigures:
+        return dataclasses.replace(figures, composition=self.composition(messages, state, figures.tokens, settings))
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""
