@@ -12,6 +12,7 @@ import base64
 import re
 import sys
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -27,6 +28,10 @@ _DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-f]+)?>$")
 OWN_DISPLAY = {"ctx_magic": {"own": True}}
 """Metadata on ctx_magic's own displays (status, progress): never recorded as the code's output."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+KERNEL_RUN = uuid.uuid4().hex[:12]
+"""This kernel process (a module constant: `%reload_ext` keeps it, a restart makes a new one).
+Execution counts start again at 1 after a restart, so a count alone names a cell only within
+one kernel run (the panel's cell marks rely on it when the frontend sends no cell id)."""
 
 
 def strip_ansi(text: str) -> str:
@@ -108,6 +113,8 @@ class CellRecord:
 
     source: str
     execution_count: int | None = None
+    cell_id: str | None = None
+    """The frontend's id of the cell (nbformat 4.5), when it sends one (JupyterLab, Notebook 7)."""
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     displays: list[dict[str, Any]] = field(default_factory=list)
@@ -160,7 +167,8 @@ def cell_messages(record: CellRecord, tool_use_id: str, image_max_bytes: int, no
     """The notebook_cell tool_use / tool_result pair for one recorded cell."""
     call = tool_use_block(tool_use_id, "notebook_cell",
                           {"execution_count": record.execution_count, "source": record.source})
-    use = Message("assistant", (call,), timestamp=now, meta={"cell": record.execution_count})
+    use = Message("assistant", (call,), timestamp=now,
+                  meta={"cell": record.execution_count, "cell_id": record.cell_id, "kernel": KERNEL_RUN})
     result = Message("user", (tool_result_block(tool_use_id, record.content(image_max_bytes),
                                                 is_error=record.error is not None),), timestamp=now)
     return [use, result]
