@@ -24,7 +24,7 @@ from ctx_magic.notebook.backend import Backend
 from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.config import CtxMagic
-from ctx_magic.notebook.display import TurnDisplay, notice
+from ctx_magic.notebook.display import TurnDisplay, notice, show_approval_request
 from ctx_magic.notebook.executor import KernelExecutor, find_notebook_path
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
@@ -50,7 +50,7 @@ class Controller:
         output = OutputRecorder(shell)
         self.executor = KernelExecutor(shell, output, permission=lambda: self.settings.permission,
                                        image_max_bytes=lambda: self.settings.image_max_bytes,
-                                       notebook_path=self.notebook_path)
+                                       notebook_path=self.notebook_path, show_code=show_approval_request)
         self.executor.on_output = self._tool_output
         self.cells = CellCapture(output, image_max_bytes=lambda: self.settings.image_max_bytes, clock=self.now)
         self.memory = MemoryLink(self.settings.to_settings, self.storage_dir)
@@ -135,7 +135,15 @@ class Controller:
         if model:
             self.host.check_model(model)
             self.settings.model = model
-        return self.host.ensure(new=new, resume=resume)
+        session, notes = self.host.ensure(new=new, resume=resume)
+        self.show_panel_once()
+        return session, notes
+
+    def show_panel_once(self) -> None:
+        """In JupyterLab or Notebook 7, the sidebar's anchor once per kernel (after a restart, the
+        first %agent or %%agent of the new kernel shows it again)."""
+        if not self.panel.anchor_shown and self.in_jupyter_server():
+            self.panel.show(sidebar=True)
 
     def carry_on(self, session_id: str | None, pending: list[Any]) -> None:
         """After `%reload_ext`: resume this session at the next turn, with the cells recorded before."""
@@ -181,8 +189,7 @@ class Controller:
                                              record_for=lambda _id: self.executor.last_record)
             for event in self.idle.take_unshown():
                 display(event)
-            if not self.panel.anchor_shown and self.in_jupyter_server():
-                self.panel.show(sidebar=True)
+            self.show_panel_once()
             session.listeners.append(display)
             self.turn_running = True
             try:

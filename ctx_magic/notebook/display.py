@@ -28,7 +28,7 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
-from ctx_magic.notebook.wording import with_remedy
+from ctx_magic.notebook.wording import count, with_remedy
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
 STATUS_TEXT = {
@@ -37,7 +37,11 @@ STATUS_TEXT = {
     "compacting": "Compacting the conversation ({detail})…",
     "idle": "",
 }
-NOTICE_COLOURS = {"info": "#555", "warning": "#a15c00", "error": "#b00020"}
+# Readable on a light and on a dark theme alike: quiet lines keep the theme's own text colour,
+# dimmed; warnings and errors use mid-tone colours that stand out on white and on black.
+NOTICE_STYLES = {"info": "opacity:0.75", "warning": "color:#d97706", "error": "color:#e53935"}
+STATUS_STYLE = "opacity:0.7;font-size:90%"
+INFO_STYLE = NOTICE_STYLES["info"]
 TOOL_INPUT_CHARS = 2_000
 PROGRESS_CHARS = 160  # the latest printed line shown beside the status while code runs
 TOOL_OUTPUT_CHARS = 20_000
@@ -80,8 +84,22 @@ def rich(html_text: str, plain: str) -> dict[str, str]:
 
 
 def compaction_line(event: Compacted) -> str:
-    return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
+    return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} → "
             f"{event.tokens_after:,} tokens ({event.trigger})")
+
+
+def approval_request(code: str) -> dict[str, str]:
+    """The code the agent wants to run, highlighted by the frontend, shown before the question."""
+    fence = "```"
+    while fence in code:
+        fence += "`"
+    return {"text/markdown": f"**The agent wants to run this code:**\n\n{fence}python\n{code}\n{fence}",
+            "text/plain": f"The agent wants to run this code:\n{code}"}
+
+
+def show_approval_request(code: str) -> None:
+    """`ask` mode: the code on screen first; the question follows at the input prompt."""
+    show(approval_request(code))
 
 
 def compaction_notice(event: Compacted) -> dict[str, str]:
@@ -101,7 +119,7 @@ def record_html(record: CellRecord) -> str:
         parts.append(f"<pre>{html.escape(printed(record.stdout)[:TOOL_OUTPUT_CHARS])}</pre>")
     if record.stderr:
         stderr = printed(record.stderr)[:TOOL_OUTPUT_CHARS]
-        parts.append(f'<pre style="color:#a15c00">{html.escape(stderr)}</pre>')
+        parts.append(f'<pre style="{NOTICE_STYLES["warning"]}">{html.escape(stderr)}</pre>')
     for data in [*record.displays, *([record.result] if record.result else [])]:
         image = next((m for m in IMAGE_TYPES if m in data), None)
         if image:
@@ -113,7 +131,7 @@ def record_html(record: CellRecord) -> str:
             text = data.get("text/markdown") or data.get("text/plain")
             parts.append(f"<pre>{html.escape(str(text)[:TOOL_OUTPUT_CHARS])}</pre>")
     if record.error:
-        parts.append(f'<pre style="color:#b00020">{html.escape(record.error[:TOOL_OUTPUT_CHARS])}</pre>')
+        parts.append(f'<pre style="{NOTICE_STYLES["error"]}">{html.escape(record.error[:TOOL_OUTPUT_CHARS])}</pre>')
     return "".join(parts) or "<pre>(no output)</pre>"
 
 
@@ -160,7 +178,7 @@ class TurnDisplay:
         if self.text_output is not None:
             self.text_output.update({"text/markdown": "", "text/plain": ""})
         line = f"The connection broke mid-reply; asking again (attempt {event.attempt} of {event.attempts})."
-        show(rich(f'<div class="ctx-magic-notice" style="color:{NOTICE_COLOURS["warning"]}">{html.escape(line)}'
+        show(rich(f'<div class="ctx-magic-notice" style="{NOTICE_STYLES["warning"]}">{html.escape(line)}'
                   "</div>", line))
 
     def _close_text(self) -> None:
@@ -178,7 +196,7 @@ class TurnDisplay:
         self._show_status(self.status_line)
 
     def _show_status(self, line: str) -> None:
-        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(line)}</div>',
+        data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(line)}</div>',
                     line)
         if self.status is None:
             if line:
@@ -201,7 +219,7 @@ class TurnDisplay:
     def finish(self, summary_line: str) -> None:
         """The closing status line of the turn."""
         self._close_text()
-        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(summary_line)}'
+        data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(summary_line)}'
                     "</div>", summary_line)
         if self.status is None:
             show(data)
@@ -243,25 +261,25 @@ class TurnDisplay:
     def _on_cleared(self, event: Cleared) -> None:
         why = {"idle": "after an idle gap", "pressure": "to make room", "model": "at the agent's request",
                "user": "at your request"}.get(event.trigger, event.trigger)
-        line = (f"Cleared {len(event.replacements)} old tool result(s) {why}: about {event.tokens_freed:,} "
+        line = (f"Cleared {count(len(event.replacements), 'old tool result')} {why}: about {event.tokens_freed:,} "
                 "tokens freed (the transcript keeps them)")
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
 
     def _on_persisted(self, event: Persisted) -> None:
         line = f"Saved a {event.original_chars:,}-character output to {event.path} (a preview stays in context)"
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
 
     def _on_snipped(self, event: Snipped) -> None:
         line = f"Snipped {event.count:,} messages from the middle of the conversation (the transcript keeps them)"
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
 
     def _on_compaction_failed(self, event: CompactionFailedEvent) -> None:
         return  # the loop's Notice says it in one line
 
     def _on_notice(self, event: Notice) -> None:
-        colour = NOTICE_COLOURS.get(event.level, "#555")
+        style = NOTICE_STYLES.get(event.level, NOTICE_STYLES["info"])
         text = with_remedy(event.text, event.remedy)
-        show(rich(f'<div class="ctx-magic-notice" style="color:{colour}">{html.escape(text)}</div>', text))
+        show(rich(f'<div class="ctx-magic-notice" style="{style}">{html.escape(text)}</div>', text))
 
 
 def notice(text: str, level: str = "info", remedy: str = "") -> None:
