@@ -47,10 +47,11 @@ class Controller:
         """Hear every event of the current session (the panel, and tests)."""
         self.turn_running = False
         """True while an agent turn runs: the agent's own code must not start another, or compact."""
+        self._display: TurnDisplay | None = None
         output = OutputRecorder(shell)
         self.executor = KernelExecutor(shell, output, permission=lambda: self.settings.permission,
                                        image_max_bytes=lambda: self.settings.image_max_bytes,
-                                       notebook_path=self.notebook_path, show_code=show_approval_request)
+                                       notebook_path=self.notebook_path, show_code=self._ask_to_run)
         self.executor.on_output = self._tool_output
         self.cells = CellCapture(output, image_max_bytes=lambda: self.settings.image_max_bytes, clock=self.now)
         self.memory = MemoryLink(self.settings.to_settings, self.storage_dir)
@@ -108,6 +109,12 @@ class Controller:
         except Exception as error:  # noqa: BLE001 - as above: one line, the cell is left out
             self.cells.abandon()
             self.report_internal_error(error)
+
+    def _ask_to_run(self, code: str) -> None:
+        """`ask` mode, before the question: the code on screen, and a status that says why we wait."""
+        if self._display is not None:
+            self._display.awaiting_approval()
+        show_approval_request(code)
 
     def _tool_output(self, text: str) -> None:
         if self.session is not None:
@@ -191,11 +198,11 @@ class Controller:
                 display(event)
             self.show_panel_once()
             session.listeners.append(display)
-            self.turn_running = True
+            self.turn_running, self._display = True, display
             try:
                 result = run_turn(session, prompt)
             finally:
-                self.turn_running = False
+                self.turn_running, self._display = False, None
                 session.listeners.remove(display)
                 self.panel.refresh()
             display.finish(summary_line(session.status(), result))

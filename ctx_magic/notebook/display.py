@@ -195,6 +195,11 @@ class TurnDisplay:
             self._close_text()
         self._show_status(self.status_line)
 
+    def awaiting_approval(self) -> None:
+        """`ask` mode: the status says the turn waits for the person, not that code runs."""
+        self.status_line = "Waiting for your answer below…"
+        self._show_status(self.status_line)
+
     def _show_status(self, line: str) -> None:
         data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(line)}</div>',
                     line)

@@ -138,7 +138,9 @@ class ContextPanel(widgets.VBox):
         if not changes:
             return
         self._pending.update(changes)
-        if self.clock() - self._last_flush >= FLUSH_INTERVAL or isinstance(event, Compacted):
+        # A state change (thinking, running, compacting) and a compaction show at once: a few a
+        # turn, and the next event may be long in coming (the agent's code runs, ask waits).
+        if self.clock() - self._last_flush >= FLUSH_INTERVAL or isinstance(event, (Compacted, Status)):
             self.flush()
 
     __call__ = handle

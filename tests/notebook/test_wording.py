@@ -58,11 +58,12 @@ def test_ask_mode_shows_the_code_before_the_question(shell):
     shown_when_asked = []
     with captured() as out:
         ctl.executor.ask = lambda prompt: shown_when_asked.append(
-            (prompt, [o.data.get("text/markdown", "") for o in out.outputs])) or "y"
+            (prompt, [o.data.get("text/markdown") or o.data.get("text/plain", "") for o in out.outputs])) or "y"
         cell(shell, "%%agent\nrun it\n```python\nprint(6 * 7)\n```")
     prompt, shown = shown_when_asked[0]
     assert prompt.startswith("Run this code?")
     assert any("```python\nprint(6 * 7)\n```" in markdown for markdown in shown)
+    assert "Waiting for your answer below…" in shown  # the status line no longer says the code runs
 
 
 def test_status_names_what_the_next_request_carries(shell):

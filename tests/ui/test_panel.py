@@ -16,6 +16,7 @@ from ctx_magic.events import (
     ContextFigures,
     ContextMeasured,
     Persisted,
+    Status,
     TextDelta,
     UsageUpdated,
 )
@@ -202,3 +203,11 @@ def test_panel_carries_its_own_theme_aware_stylesheet():
     style = panel.children[0].value
     assert style.startswith("<style") and ".ctx-magic-panel" in style
     assert "#eee" not in style.lower() and "var(--jp-layout-color" in style
+
+
+def test_a_state_change_shows_at_once_even_inside_the_throttle_interval():
+    clock = ManualClock()
+    panel = ContextPanel(clock=clock)
+    panel.handle(ContextMeasured(ContextFigures(5, 100, 80, 90, 120, "ok", 95.0, 1, 0, 0, 0)))
+    panel.handle(Status("running", "python"))  # then nothing while the code runs or ask waits
+    assert panel.status == "running" and "running code" in panel.header.value
