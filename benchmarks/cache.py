@@ -6,10 +6,12 @@ one manual clock). Each turn asks for fenced python whose output size follows a 
 small, then medium, then large outputs, one of them over L1's 50,000-character limit; one
 10-minute pause midway lets the idle microcompact fire. Prints the cache figures per turn,
 then checks that the prefix of each main-loop request is kept by the next one except where a
-context event (clearing, snip, compaction) explains the break.
+context event (clearing, snip, compaction) explains the break. Ends with what the session cost
+in dollars (at the model's list prices) and what its context changes saved; `--strategy server`
+runs the same session with the API's own context editing and compaction instead of ctx_magic's.
 
     python benchmarks/cache.py [--turns 50] [--seed 7] [--window 60000] [--snip-max-messages 200]
-                               [--storage DIR]
+                               [--strategy client|server] [--storage DIR]
 """
 
 from __future__ import annotations
@@ -28,10 +30,20 @@ from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel, ModelReply, ModelRequest
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import LocalExecutor
-from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
+from ctx_magic.events import (
+    Cleared,
+    Compacted,
+    CompactionFailedEvent,
+    Event,
+    Persisted,
+    ServerCompacted,
+    ServerEdited,
+    Snipped,
+)
 from ctx_magic.messages import Usage
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig, RecordedRequest
 from ctx_magic.offline.transport import offline_client
+from ctx_magic.prices import format_usd
 from ctx_magic.settings import DEFAULT_MODEL, ModelLimits, Settings
 
 T0 = 1_767_225_600.0  # 2026-01-01: fixed, so every run sees the same timestamps
@@ -42,7 +54,7 @@ IDLE_SECONDS = 600.0  # a coffee break: twice the 5-minute cache TTL, so the idl
 HUGE_CHARS = 80_000  # one output over L1's 50,000-character limit: persisted to disk
 # Output sizes (characters) by phase of the session: exploring, analysing, dumping results.
 PHASES = ((0.5, 1_000, 12_000), (0.7, 2_000, 24_000), (1.0, 20_000, 45_000))
-CHANGES = (Cleared, Snipped, Compacted)  # events that rewrite what was already sent
+CHANGES = (Cleared, Snipped, Compacted, ServerEdited, ServerCompacted)  # events that rewrite what was sent
 
 
 class ManualClock:
@@ -86,10 +98,11 @@ class RecordingModel:
     def count_tokens(self, request: ModelRequest) -> int:
         return self.inner.count_tokens(request)
 
-    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None) -> ModelReply:
+    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
+               on_thinking: Callable[[str], None] | None = None) -> ModelReply:
         usage = Usage()  # a refused call (e.g. prompt too long) bills nothing
         try:
-            reply = self.inner.stream(request, on_text)
+            reply = self.inner.stream(request, on_text, on_thinking=on_thinking)
             usage = reply.usage
         finally:
             self.calls.append(Call(self.turn, request.purpose, usage, self.clock(), self.changed))
@@ -183,6 +196,10 @@ def describe(events: Sequence[Event]) -> str:
             parts.append(f"snipped ({e.count} msgs)")
         elif isinstance(e, CompactionFailedEvent):
             parts.append(f"compaction failed ({e.reason})")
+        elif isinstance(e, ServerEdited):
+            parts.append(f"server cleared ({e.tokens_cleared:,} tok)")
+        elif isinstance(e, ServerCompacted):
+            parts.append(f"server compacted ({e.tokens_before:,} -> {e.tokens_after:,} tok)")
     return "; ".join(parts)
 
 
@@ -310,16 +327,29 @@ def detector(session: Session) -> None:
           + f"; {sum(not b.expected for b in breaks)} unexplained")
 
 
+def cost(run: Run, strategy: str) -> None:
+    """What the session cost at the model's list prices, and what its context changes saved."""
+    status = run.session.status()
+    usage = status.usage
+    saved = ", ".join(f"{k} {format_usd(v)}" for k, v in sorted(usage.saved_usd.items()) if v) or "-"
+    print()
+    table(["strategy", "model calls", "prompt tokens", "read from cache", "dollars", "saved (at least)", "by"],
+          [[strategy, f"{usage.calls}", f"{sum(c.usage.prompt_tokens for c in run.recorder.calls):,}",
+            f"{pct(usage.cache_read_input_tokens, sum(c.usage.prompt_tokens for c in run.recorder.calls)):.1f} %",
+            format_usd(usage.cost_usd), format_usd(usage.saved_total_usd), saved]])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--window", type=int, default=60_000)
     parser.add_argument("--snip-max-messages", type=int, default=200)
+    parser.add_argument("--strategy", choices=("client", "server"), default="client")
     parser.add_argument("--storage", type=Path, default=Path(tempfile.gettempdir()) / "ctx_magic-bench-cache",
                         help="session folder, emptied first and removed after (a fixed path: see run_session)")
     args = parser.parse_args()
-    config = Settings(snip_max_messages=args.snip_max_messages)
+    config = Settings(snip_max_messages=args.snip_max_messages, strategy=args.strategy)
     storage: Path = args.storage
     shutil.rmtree(storage, ignore_errors=True)
     try:
@@ -331,6 +361,7 @@ def main() -> None:
         per_turn(run, steps)
         prefix_stability(run, steps)
         detector(run.session)
+        cost(run, args.strategy)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
 

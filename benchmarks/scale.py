@@ -5,6 +5,9 @@ after each turn (one new exchange, ten new exchanges) with the state the full pa
 with the default snip limit (200 live messages) and with snipping off. Medians of several
 repetitions; the machine is shared, so read ratios rather than absolute times.
 
+It also sets one turn's pipeline CPU against JSON-encoding the request it builds (the SDK does
+that on every call anyway), at the workload's full size with snipping off.
+
     python benchmarks/scale.py [--exchanges 2500] [--megabytes 50] [--repeat 5] [--profile]
 """
 
@@ -14,6 +17,7 @@ import argparse
 import cProfile
 import dataclasses
 import functools
+import json
 import math
 import pstats
 import random
@@ -26,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ctx_magic.agent.request import TurnCache, build_request
 from ctx_magic.context.engine import ContextSettings, Prepared, prepare
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.tokens import count_text
@@ -250,6 +255,27 @@ def profile_incremental(settings: ContextSettings, work: Workload, top: int = 10
         print(f"| {where} | {calls // 20:,} | {own * 1000 / 20:.2f} | {cumulative * 1000 / 20:.2f} |")
 
 
+def pipeline_against_json(settings: ContextSettings, work: Workload, repeat: int) -> tuple[int, float, float]:
+    """One turn's pipeline CPU (the incremental prepare after one new exchange, then building
+    the request's messages) beside what sending it costs anyway: JSON-encoding the request.
+    Returns (messages, pipeline ms, json ms), medians."""
+    base = prepare(conversation(work), ContextState(), T0, settings)
+    pipeline, encoding = [], []
+    for _ in range(repeat * 4):
+        turns = TurnCache()  # as a session's request frame has it: the previous request's turns
+        turns.turns(base.messages)
+        messages = appended(base, len(work.outputs), 1)
+        start = time.perf_counter()
+        prepared = prepare(messages, base.state, now_after(messages), settings)
+        request = build_request(prepared.messages, system="s", tools=[], max_tokens=1, cache_ttl="5m",
+                                cached_tail=base.messages[-1].uuid, turns=turns)
+        pipeline.append(time.perf_counter() - start)
+        body = {"model": "m", "max_tokens": 1, "messages": request.messages}
+        seconds, _ = timed(functools.partial(json.dumps, body))
+        encoding.append(seconds)
+    return len(messages), statistics.median(pipeline) * 1000, statistics.median(encoding) * 1000
+
+
 def ms(values: Sequence[float]) -> str:
     return f"{statistics.median(values) * 1000:,.1f}"
 
@@ -287,6 +313,14 @@ def main() -> None:
         print(f"| {case.name} | {ms(case.full)} | {ms(case.one)} | {ms(case.ten)} | {full / one:,.0f} | "
               f"{ten / one:.1f} | {ms(case.turns)} | {100 * statistics.median(case.kept_prefix):.1f} | "
               f"{case.snips}/{CHAIN_TURNS} | {peaks[i] if i < len(peaks) else '-'} |")
+    holds = ContextSettings.create(20_000_000, 32_000, Settings(snip_max_messages=10**9), env={})
+    print("\n| per-turn pipeline (prepare after one new exchange + the request) | messages | pipeline ms "
+          "| JSON-encoding ms | pipeline / JSON |\n|---|---:|---:|---:|---:|")
+    for label, settings in (("a window that holds the workload (20M), snip off", holds),
+                            ("200,000 window, snip off: far past the blocking limit, results sized every turn",
+                             no_snip)):
+        count, pipeline, encoding = pipeline_against_json(settings, work, max(2, args.repeat // 2))
+        print(f"| {label} | {count:,} | {pipeline:,.1f} | {encoding:,.1f} | {100 * pipeline / encoding:.1f} % |")
     print(f"\nprocess max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
     for case in cases:
         print(f"\n{case.name}:\n  " + "\n  ".join(case.notes))

@@ -192,8 +192,10 @@ class UsageUpdated(Event):
     usage: Usage
     estimated_prompt_tokens: int
     correction: float
-    totals: Mapping[str, int] = field(default_factory=dict)
+    totals: Mapping[str, Any] = field(default_factory=dict)
     cache_hit_ratio: float = 0.0
+    cost_usd: float = 0.0
+    """What this response cost (with the server's compaction iterations), at the model's prices."""
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,14 @@ class TextDelta(Event):
 
 
 @dataclass(frozen=True)
+class ThinkingDelta(Event):
+    """A piece of the model's thinking as it streams (shown collapsed in the cell)."""
+
+    name: ClassVar[str] = "thinking"
+    text: str
+
+
+@dataclass(frozen=True)
 class ToolStarted(Event):
     name: ClassVar[str] = "tool_started"
     tool_use_id: str
@@ -293,6 +303,47 @@ class ReplyRestarted(Event):
 
 
 @dataclass(frozen=True)
+class ThinkingCleared(Event):
+    """Thinking blocks left the live context: old turns after an idle gap (seeds: only the last
+    thinking turn is kept once the cache has expired), or blocks another model made (a switch)."""
+
+    name: ClassVar[str] = "thinking_cleared"
+    durable: ClassVar[bool] = True
+    trigger: str  # idle | model-switch
+    message_uuids: tuple[str, ...]
+    blocks: int
+    tokens_freed: int
+
+
+@dataclass(frozen=True)
+class ServerEdited(Event):
+    """The API's own context editing changed this request before the model saw it (the
+    'server' strategy): what each edit cleared, as `context_management.applied_edits` says."""
+
+    name: ClassVar[str] = "server_edited"
+    durable: ClassVar[bool] = True  # not needed to rebuild (the live context keeps everything): for the timeline
+    applied_edits: tuple[Mapping[str, Any], ...]
+    tokens_cleared: int
+    api_id: str = ""
+
+
+@dataclass(frozen=True)
+class ServerCompacted(Event):
+    """The API compacted the conversation itself (a `compaction` block in its answer): the live
+    context now starts at that block, which is sent back unchanged from then on."""
+
+    name: ClassVar[str] = "server_compacted"
+    durable: ClassVar[bool] = True
+    message_uuid: str  # the assistant message whose first block is the compaction block
+    live_uuids: tuple[str, ...]
+    summary: str
+    tokens_before: int
+    tokens_after: int
+    messages_summarized: int
+    summarized_uuids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ImagesStripped(Event):
     """A request-too-large (413) answer: images and documents in these messages were removed."""
 
@@ -311,7 +362,8 @@ def notify(listeners: list, event: Event) -> None:  # type: ignore[type-arg]
 
 
 DURABLE_EVENTS: dict[str, type[Event]] = {
-    cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted, ImagesStripped)
+    cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted, ImagesStripped, ThinkingCleared, ServerEdited,
+                               ServerCompacted)
 }
 
 

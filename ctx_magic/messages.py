@@ -38,6 +38,8 @@ class Usage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
+    """The part of `cache_creation_input_tokens` written for an hour (billed at the 1h rate)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -50,7 +52,10 @@ class Usage:
         return self.prompt_tokens + self.output_tokens
 
     def to_json(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not self.cache_creation_1h_input_tokens:
+            del data["cache_creation_1h_input_tokens"]  # records from before the split read the same
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Usage:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctx_magic.prices import Prices
+
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_OUTPUT = 16_384  # room for a long answer without reserving a large share of the window
 KEEP_RECENT = 5  # timeBasedMCConfig: the five most recent results stay (SPEC L3)
@@ -27,6 +29,15 @@ MAX_RETRIES = 2  # the anthropic SDK's own default for 429, 5xx and failed conne
 MIN_REPLY_TOKENS = 256  # a reply cap below this cannot hold a useful answer
 REPLY_SHARE_OF_WINDOW = 4  # the reply cap is at most a quarter of the window, so a small one keeps room
 MIN_CONTEXT_WINDOW = 4_096  # below this not even the system prompt and tools fit beside a reply
+THINKING_MODES = ("off", "enabled", "adaptive")  # the API's thinking types, and none
+THINKING = "off"  # thinking costs output tokens on every call: the user turns it on
+THINKING_BUDGET = 8_000  # room to reason through a step without reserving a large share of the window
+MIN_THINKING_BUDGET = 1_024  # the API's smallest budget_tokens
+PROVIDERS = ("anthropic", "bedrock", "vertex")
+PROVIDER = "anthropic"
+STRATEGIES = ("client", "server")
+STRATEGY = "client"  # ctx_magic's own layers; 'server' hands clearing and compaction to the API
+CONTEXT_EDITS = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,14 @@ class ModelLimits:
     window: int
     max_output: int
     source: str  # models-api | table
+    thinking_types: tuple[str, ...] = ("enabled", "adaptive")
+    """The thinking types the model accepts ('enabled' takes a budget, 'adaptive' decides itself)."""
+    long_window: int = 0
+    """A larger window the model opens with a beta header (0: none)."""
+    long_context_beta: str = ""
+    """The beta header that opens `long_window`."""
+    context_edits: tuple[str, ...] = CONTEXT_EDITS
+    """The server-side context-management strategies the model takes."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,18 @@ class Window:
     tokens: int
     reply_cap: int
     source: str  # config | models-api | table
+    thinking: str = "off"
+    """The thinking type sent: off, enabled or adaptive (what the model takes of the setting)."""
+    thinking_budget: int = 0
+    """Tokens reserved for thinking on top of the reply cap (0 without thinking)."""
+    betas: tuple[str, ...] = ()
+    """Beta headers the window needs (the 1M window of Sonnet 4 / 4.5)."""
+
+    @property
+    def max_tokens(self) -> int:
+        """What a main call asks for: the reply cap plus the thinking budget (the API counts
+        thinking inside max_tokens)."""
+        return self.reply_cap + self.thinking_budget
 
 
 def _bounded(low: float, high: float | None = None, *, zero_means: str = "") -> dict[str, Any]:
@@ -89,6 +120,22 @@ class Settings:
     """Retries the anthropic SDK makes on 429, 5xx and failed connections."""
     show_tool_output: bool = True
     """Show the agent's tool calls and their outputs in the cell."""
+    thinking: str = field(default=THINKING, metadata={"choices": THINKING_MODES})
+    """Extended thinking: 'off', 'enabled' (thinking_budget tokens) or 'adaptive' (where the model takes it)."""
+    thinking_budget: int = field(default=THINKING_BUDGET, metadata=_bounded(MIN_THINKING_BUDGET))
+    """Tokens of thinking per call, reserved on top of the reply cap (capped at a quarter of the window)."""
+    provider: str = field(default=PROVIDER, metadata={"choices": PROVIDERS})
+    """Who serves Claude: 'anthropic', 'bedrock' (AWS credentials) or 'vertex' (Google credentials)."""
+    region: str = ""
+    """Bedrock's AWS region or Vertex's location; empty = AWS_REGION / CLOUD_ML_REGION."""
+    project: str = ""
+    """Vertex's Google Cloud project; empty = ANTHROPIC_VERTEX_PROJECT_ID or the credentials' own."""
+    aws_profile: str = ""
+    """AWS profile for Bedrock; empty = the environment's credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE)."""
+    strategy: str = field(default=STRATEGY, metadata={"choices": STRATEGIES})
+    """'client': ctx_magic clears and compacts; 'server': the API does (context edits, server compaction)."""
+    prices: str = field(default="", metadata={"parse": Prices.parse})
+    """Contract prices, USD per million tokens, e.g. 'input=2.5 output=12'; empty = the price table."""
 
     @property
     def idle_seconds(self) -> float:
@@ -99,13 +146,34 @@ class Settings:
     def cache_ttl_seconds(self) -> float:
         return 60 * CACHE_TTL_MINUTES[self.cache_ttl]
 
+    def thinking_mode(self, limits: ModelLimits) -> str:
+        """The thinking type to send: the setting when the model takes it, else the type it
+        does take (a budget where adaptive is not offered, adaptive where a budget is refused)."""
+        if self.thinking == "off" or not limits.thinking_types:
+            return "off"
+        return self.thinking if self.thinking in limits.thinking_types else limits.thinking_types[0]
+
     def resolve(self, limits: ModelLimits) -> Window:
-        """The window (a configured one wins) and the reply cap: the setting, capped by the
-        model's maximum and by a quarter of the window."""
+        """The window (a configured one wins; past the model's standard window, the beta header
+        that opens its long window goes with it), the reply cap (the setting, capped by the
+        model's maximum and by a quarter of the window) and the thinking budget on top of it
+        (the setting, capped by a quarter of the window and by what the model's output leaves)."""
         window = self.context_window or limits.window
         source = "config" if self.context_window else limits.source
-        cap = max(MIN_REPLY_TOKENS, min(self.max_output_tokens, limits.max_output, window // REPLY_SHARE_OF_WINDOW))
-        return Window(window, cap, source)
+        long = self.context_window > limits.window and bool(limits.long_window and limits.long_context_beta)
+        betas = (limits.long_context_beta,) if long else ()
+        quarter = window // REPLY_SHARE_OF_WINDOW
+        cap = max(MIN_REPLY_TOKENS, min(self.max_output_tokens, limits.max_output, quarter))
+        mode = self.thinking_mode(limits)
+        budget = 0
+        if mode != "off":
+            budget = max(MIN_THINKING_BUDGET, min(self.thinking_budget, quarter))
+            if cap + budget > limits.max_output:  # short of room: thinking gets its minimum, the reply the rest
+                budget = max(MIN_THINKING_BUDGET, limits.max_output - cap)
+                cap = max(MIN_REPLY_TOKENS, min(cap, limits.max_output - budget))
+                budget = max(0, min(budget, limits.max_output - cap))
+            mode = mode if budget >= MIN_THINKING_BUDGET or mode == "adaptive" else "off"
+        return Window(window, cap, source, mode, budget if mode != "off" else 0, betas)
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -129,6 +197,12 @@ def setting_problem(name: str, value: Any) -> str | None:
     meta = spec.metadata
     if "choices" in meta and value not in meta["choices"]:
         return f"{name} must be one of {', '.join(map(repr, meta['choices']))}, got {value!r}"
+    if "parse" in meta:
+        try:
+            meta["parse"](value)
+        except ValueError as error:
+            return f"{name}: {error}"
+        return None
     if "min" not in meta or isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     low, high, zero = meta["min"], meta["max"], meta["zero_means"]

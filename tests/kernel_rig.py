@@ -38,10 +38,34 @@ class Kernel:
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
 
-    def execute(self, code: str, *, when: Callable[[str], bool] | None = None,
-                then: Callable[[], None] | None = None, timeout: float = 120) -> str:
-        """Run `code`; when an output satisfies `when`, call `then` once. Returns all output text."""
+    def submit(self, code: str) -> str:
+        """Start running `code` without waiting (two kernels can then run at the same moment)."""
+        return self.client.execute(code)
+
+    def collect(self, msg_id: str, timeout: float = 120) -> str:
+        """All output text of a submitted run, once it is done."""
+        return self.execute("", msg_id=msg_id, timeout=timeout)
+
+    def outputs(self, code: str, timeout: float = 120) -> list[dict[str, Any]]:
+        """Run `code`; the content of every output message it sent (what the .ipynb would keep)."""
         msg_id = self.client.execute(code)
+        found: list[dict[str, Any]] = []
+        while True:
+            message = self.client.get_iopub_msg(timeout=timeout)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] in OUTPUT_TYPES:
+                found.append(message["content"])
+            elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                break
+        self.client.get_shell_msg(timeout=timeout)
+        return found
+
+    def execute(self, code: str, *, when: Callable[[str], bool] | None = None,
+                then: Callable[[], None] | None = None, timeout: float = 120, msg_id: str | None = None) -> str:
+        """Run `code` (or wait for the run `msg_id` submitted before); when an output satisfies
+        `when`, call `then` once. Returns all output text."""
+        msg_id = msg_id or self.client.execute(code)
         texts: list[str] = []
         fired = False
         while True:

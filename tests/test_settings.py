@@ -78,3 +78,16 @@ def test_every_setting_is_a_trait_with_its_default_and_help():
     assert config.to_settings() == Settings()
     config.keep_recent = 3
     assert config.to_settings() == Settings(keep_recent=3)
+
+
+def test_the_readme_table_lists_every_setting_with_its_default():
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    for spec in dataclasses.fields(Settings):
+        assert f"| `{spec.name}` | `{spec.default!r}` |" in readme, spec.name
+
+
+@pytest.mark.parametrize(("name", "value"), [("thinking", "sometimes"), ("provider", "azure"), ("strategy", "both")])
+def test_the_new_choices_are_checked_at_config_time(name, value):
+    assert f"{name} must be one of" in setting_problem(name, value)
+    with pytest.raises(TraitError):
+        setattr(CtxMagic(), name, value)

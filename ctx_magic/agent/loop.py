@@ -30,7 +30,15 @@ from ctx_magic.errors import (
     RequestTooLarge,
     StreamDropped,
 )
-from ctx_magic.events import ImagesStripped, ReplyRestarted, Status, TextDelta, ToolFinished, ToolStarted
+from ctx_magic.events import (
+    ImagesStripped,
+    ReplyRestarted,
+    Status,
+    TextDelta,
+    ThinkingDelta,
+    ToolFinished,
+    ToolStarted,
+)
 from ctx_magic.messages import Block, Message, result_text, tool_result_block
 
 MAX_MODEL_CALLS_PER_TURN = 50  # bounds one turn however the model behaves
@@ -47,6 +55,8 @@ class TurnResult:
     model_calls: int = 0
     tool_calls: int = 0
     compactions: list[str] = field(default_factory=list)
+    cost_usd: float = 0.0
+    """What the turn's calls cost (main and side calls made during it), at the model's prices."""
 
 
 class Turn:
@@ -75,6 +85,7 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
     result = TurnResult(prompt="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text"))
     session.begin_turn()
+    spent_before = session.meter.snapshot().cost_usd
     try:
         session.append(Message("user", tuple(_fitted(session, blocks)), timestamp=session.clock()))
         _loop(session, Turn(session, result))
@@ -85,6 +96,7 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
         result.error, result.remedy = str(error), error.remedy
         session.notice(str(error), "error", error.remedy)
     finally:
+        result.cost_usd = session.meter.snapshot().cost_usd - spent_before
         session.emit(Status("idle"))
         session.end_turn()
     session.turn_ended(result)
@@ -135,8 +147,11 @@ def _loop(session: Session, turn: Turn) -> None:
             continue
         result.model_calls += 1
         result.tool_calls += len(reply.tool_uses)
-        session.append(Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
-                               usage=reply.usage))
+        answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
+                         usage=reply.usage, meta=written_by(session))
+        session.append(answer)
+        if session.server_compacted(answer) is not None:
+            result.compactions.append("server")
         result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
         if not reply.tool_uses:
             return
@@ -146,6 +161,15 @@ def _loop(session: Session, turn: Turn) -> None:
             result.compactions.append("model")
             turn.compact_request = None
     session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
+
+
+def written_by(session: Session) -> dict[str, str]:
+    """Which model, on which provider, wrote an answer (its thinking blocks are bound to them)."""
+    meta = {"model": session.model.name}
+    provider = getattr(session.model, "provider", "anthropic")
+    if provider != "anthropic":
+        meta["provider"] = provider
+    return meta
 
 
 def _ready(session: Session, result: TurnResult) -> Prepared:
@@ -164,7 +188,7 @@ def _ready(session: Session, result: TurnResult) -> Prepared:
         result.compactions.append("auto")
         prepared = session.prepare()
         plan = prepared.plan
-    if plan.zone == "blocked":
+    if plan.zone == "blocked" and not session.server_compacts():  # the API compacts what is sent to it
         raise ContextFull(f"The context is full ({plan.tokens_after:,} of {session.window.tokens:,} tokens) and could "
                           "not be compacted.", remedy=Remedy.COMPACT_OR_NEW)
     return prepared
@@ -174,7 +198,8 @@ def _call(session: Session, count: ContextCount) -> ModelReply:
     session.emit(Status("thinking"))
     for attempt in range(1, STREAM_ATTEMPTS + 1):
         try:
-            reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)))
+            reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)),
+                                         on_thinking=lambda text: session.emit(ThinkingDelta(text)))
             break
         except StreamDropped as error:
             # The SDK retries a request that failed to start, not one that broke mid-reply; a

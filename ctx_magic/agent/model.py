@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ctx_magic.agent.catalog import FALLBACK_LIMITS, MODEL_TABLE, provider_model_id, table_limits
 from ctx_magic.errors import (
     AuthenticationFailed,
     ModelError,
@@ -24,19 +25,12 @@ from ctx_magic.errors import (
     is_prompt_too_long,
 )
 from ctx_magic.messages import Block, Usage
-from ctx_magic.settings import DEFAULT_MODEL, ModelLimits
+from ctx_magic.settings import CONTEXT_EDITS, DEFAULT_MODEL, ModelLimits
 
-# Used when the Models API cannot be asked (older servers, errors): (window, max output).
-MODEL_TABLE: tuple[tuple[str, int, int], ...] = (
-    ("claude-opus-4-1", 200_000, 32_000),
-    ("claude-opus-4", 200_000, 32_000),
-    ("claude-sonnet-4", 200_000, 64_000),
-    ("claude-haiku-4", 200_000, 64_000),
-    ("claude-3-7-sonnet", 200_000, 64_000),
-    ("claude-3-5-haiku", 200_000, 8_192),
-    ("claude-3-5-sonnet", 200_000, 8_192),
-)
-FALLBACK_LIMITS = (200_000, 32_000)
+__all__ = ["FALLBACK_LIMITS", "MODEL_TABLE", "AnthropicModel", "Model", "ModelReply", "ModelRequest", "map_error",
+           "table_limits"]
+THINKING_TYPES = ("enabled", "adaptive")  # the order ModelLimits lists them in
+BEDROCK_VERSION = "bedrock-2023-05-31"  # the anthropic_version Bedrock's InvokeModel bodies carry
 
 
 @dataclass(frozen=True)
@@ -49,6 +43,12 @@ class ModelRequest:
     max_tokens: int
     tool_choice: Mapping[str, Any] | None = None
     purpose: str = "main"  # main | compact | memory: for logs and recursion guards
+    thinking: Mapping[str, Any] | None = None
+    """The `thinking` parameter ({'type': 'enabled', 'budget_tokens': N} or {'type': 'adaptive'})."""
+    betas: tuple[str, ...] = ()
+    """Beta headers (the long window, context management, server compaction)."""
+    context_management: Mapping[str, Any] | None = None
+    """Server-side context edits and compaction (the 'server' strategy)."""
 
     def params(self, model: str) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -61,7 +61,16 @@ class ModelRequest:
             params["tools"] = list(self.tools)
         if self.tool_choice is not None:
             params["tool_choice"] = dict(self.tool_choice)
+        if self.thinking is not None:
+            params["thinking"] = dict(self.thinking)
+        if self.context_management is not None:
+            params["context_management"] = dict(self.context_management)
         return params
+
+    @property
+    def beta(self) -> bool:
+        """Whether the call goes to the beta endpoint (betas or context management asked)."""
+        return bool(self.betas) or self.context_management is not None
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,10 @@ class ModelReply:
     stop_reason: str
     usage: Usage
     model: str = ""
+    applied_edits: tuple[Mapping[str, Any], ...] = ()
+    """The server's context edits applied to this request (context_management.applied_edits)."""
+    compaction_usage: tuple[Usage, ...] = ()
+    """Usage of server compaction iterations, billed beside `usage` (which sizes the context)."""
 
     @property
     def tool_uses(self) -> list[Block]:
@@ -84,16 +97,10 @@ class Model(Protocol):
 
     def limits(self) -> ModelLimits: ...
 
-    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None) -> ModelReply: ...
+    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
+               on_thinking: Callable[[str], None] | None = None) -> ModelReply: ...
 
     def count_tokens(self, request: ModelRequest) -> int: ...
-
-
-def table_limits(model: str) -> ModelLimits:
-    for prefix, window, max_output in MODEL_TABLE:
-        if model.startswith(prefix):
-            return ModelLimits(window, max_output, "table")
-    return ModelLimits(*FALLBACK_LIMITS, "table")
 
 
 def map_error(error: BaseException, model: str = "") -> ModelError:
@@ -141,16 +148,28 @@ def _api_message(error: Any) -> str:
         inner = body.get("error")
         if isinstance(inner, Mapping) and inner.get("message"):
             return str(inner["message"])
+        if body.get("message"):  # Bedrock's shape: {"message": "..."}
+            return str(body["message"])
     return str(getattr(error, "message", "") or error)
 
 
 @dataclass
 class AnthropicModel:
-    """A Model on the official SDK: streaming, usage with cache fields, count_tokens, limits."""
+    """A Model on the official SDK: streaming, usage with cache fields, count_tokens, limits.
 
-    client: Any  # anthropic.Anthropic
+    `client` is an `anthropic.Anthropic`, `AnthropicBedrock` or `AnthropicVertex`; `provider`
+    says which, so the model id is mapped to the provider's and tokens are counted its way.
+    """
+
+    client: Any
     name: str = DEFAULT_MODEL
+    provider: str = "anthropic"
     _limits: ModelLimits | None = field(default=None, repr=False)
+
+    @property
+    def wire_name(self) -> str:
+        """The id the provider knows the model by."""
+        return provider_model_id(self.name, self.provider)
 
     def limits(self) -> ModelLimits:
         """The model's window and output cap: the Models API's, else the built-in table's."""
@@ -161,49 +180,115 @@ class AnthropicModel:
     def _lookup_limits(self) -> ModelLimits:
         import anthropic
 
+        table = table_limits(self.name)
+        models = getattr(self.client, "models", None)  # Bedrock's and Vertex's clients have no Models API
+        if models is None:
+            return table
         try:
-            info = self.client.models.retrieve(self.name)
+            info = models.retrieve(self.wire_name)
         except anthropic.NotFoundError as error:
             raise UnknownModel(f"Unknown model {self.name!r}: {_api_message(error)}") from error
         except anthropic.AuthenticationError as error:
             raise map_error(error, self.name) from error
         except Exception:  # noqa: BLE001 - any other failure: fall back to the table
-            found = table_limits(self.name)
-        else:
-            window = getattr(info, "max_input_tokens", None) or table_limits(self.name).window
-            max_output = getattr(info, "max_tokens", None) or table_limits(self.name).max_output
-            found = ModelLimits(int(window), int(max_output), "models-api")
-        return found
+            return table
+        window = getattr(info, "max_input_tokens", None) or table.window
+        max_output = getattr(info, "max_tokens", None) or table.max_output
+        thinking, edits = _capabilities(getattr(info, "capabilities", None), table)
+        return ModelLimits(int(window), int(max_output), "models-api", thinking_types=thinking,
+                           long_window=table.long_window, long_context_beta=table.long_context_beta,
+                           context_edits=edits)
 
-    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None) -> ModelReply:
+    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
+               on_thinking: Callable[[str], None] | None = None) -> ModelReply:
+        params = request.params(self.wire_name)
+        messages = self.client.beta.messages if request.beta else self.client.messages
+        if request.betas:
+            params["betas"] = list(request.betas)
         try:
-            with self.client.messages.stream(**request.params(self.name)) as stream:
+            with messages.stream(**params) as stream:
                 for event in stream:
                     if on_text is not None and event.type == "text":
                         on_text(event.text)
+                    elif on_thinking is not None and event.type == "thinking":
+                        on_thinking(event.thinking)
                 final = stream.get_final_message()
         except ModelError:
             raise
         except Exception as error:  # noqa: BLE001 - mapped to one clear error
             raise map_error(error, self.name) from error
-        usage = final.usage
+        edits = getattr(getattr(final, "context_management", None), "applied_edits", None) or []
+        iterations = getattr(final.usage, "iterations", None) or []
         return ModelReply(
             api_id=final.id,
             content=tuple(block.model_dump(exclude_none=True) for block in final.content),
             stop_reason=final.stop_reason or "end_turn",
-            usage=Usage(
-                input_tokens=usage.input_tokens or 0,
-                output_tokens=usage.output_tokens or 0,
-                cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
-                cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-            ),
+            usage=_usage(final.usage),
             model=final.model,
+            applied_edits=tuple(edit.model_dump(exclude_none=True) for edit in edits),
+            compaction_usage=tuple(_usage(i) for i in iterations if getattr(i, "type", "") == "compaction"),
         )
 
     def count_tokens(self, request: ModelRequest) -> int:
-        params = request.params(self.name)
+        """The API's count of a request (T3): the count endpoint of the provider (Bedrock's
+        CountTokens operation, which its SDK client does not wrap, through the same signed client)."""
+        params = request.params(self.wire_name)
         params.pop("max_tokens", None)
+        if params["messages"] and params["messages"][-1].get("role") == "assistant":
+            # Between turns the context ends with the model's answer, which the API would read as a
+            # prefill that must open with thinking; the thinking setting does not change the count.
+            params.pop("thinking", None)
         try:
+            if self.provider == "bedrock":
+                return _bedrock_count(self.client, self.wire_name, params, request.betas)
+            if request.beta:
+                return int(self.client.beta.messages.count_tokens(**params, betas=list(request.betas)).input_tokens)
             return int(self.client.messages.count_tokens(**params).input_tokens)
         except Exception as error:  # noqa: BLE001
             raise map_error(error, self.name) from error
+
+
+def _usage(usage: Any) -> Usage:
+    creation = getattr(usage, "cache_creation", None)
+    return Usage(
+        input_tokens=getattr(usage, "input_tokens", 0) or 0,
+        output_tokens=getattr(usage, "output_tokens", 0) or 0,
+        cache_creation_input_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+        cache_read_input_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
+        cache_creation_1h_input_tokens=getattr(creation, "ephemeral_1h_input_tokens", 0) or 0,
+    )
+
+
+def _supported(capability: Any) -> bool:
+    return bool(getattr(capability, "supported", False))
+
+
+def _capabilities(capabilities: Any, table: ModelLimits) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The thinking types and context edits the Models API reports (the table's when it reports none)."""
+    if capabilities is None:
+        return table.thinking_types, table.context_edits
+    thinking = getattr(capabilities, "thinking", None)
+    types = getattr(thinking, "types", None)
+    accepted = tuple(t for t in THINKING_TYPES if _supported(getattr(types, t, None))) if types is not None else None
+    if thinking is not None and not _supported(thinking):
+        accepted = ()
+    managed = getattr(capabilities, "context_management", None)
+    edits = tuple(e for e in CONTEXT_EDITS if _supported(getattr(managed, e, None))) if managed is not None else None
+    return (table.thinking_types if accepted is None else accepted), (table.context_edits if edits is None else edits)
+
+
+def _bedrock_count(client: Any, model_id: str, params: dict[str, Any], betas: Sequence[str]) -> int:
+    """Bedrock's CountTokens: POST /model/{id}/count-tokens with the InvokeModel body, base64."""
+    import base64
+    import json
+    import urllib.parse
+
+    body = {k: v for k, v in params.items() if k != "model"}
+    body["anthropic_version"] = BEDROCK_VERSION
+    body.setdefault("max_tokens", 1)  # the InvokeModel body requires it; it does not change the count
+    if betas:
+        body["anthropic_beta"] = list(betas)
+    encoded = base64.b64encode(json.dumps(body).encode()).decode("ascii")
+    path = f"/model/{urllib.parse.quote(model_id, safe=':')}/count-tokens"
+    answer = client.post(path, body={"input": {"invokeModel": {"body": encoded}}}, cast_to=object)
+    return int(answer["inputTokens"])

@@ -37,6 +37,9 @@ class NotesSource(Protocol):
     def current(self) -> tuple[str, str | None] | None:
         """(notes, uuid of the last message they cover), or None when there are none yet."""
 
+    def tokens(self) -> int:
+        """The notes' size in tokens, 0 when there are none yet (cheap: no file read)."""
+
 
 class Plugins:
     """A session's plug-in slots. The notes keeper, for one, attaches here."""

@@ -23,6 +23,7 @@ class SavedSession:
     usage: dict[str, int]
     memory_section: str
     plugin_state: dict[str, Any]
+    cached_tail: str | None = None
     reads: list[FileRead] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -40,6 +41,7 @@ def load_saved(store: SessionDir) -> SavedSession:
         usage=dict(saved.get("usage") or {}),
         memory_section=str(saved.get("system_extra") or ""),
         plugin_state=dict(saved.get("extra") or {}),
+        cached_tail=saved.get("cached_tail"),
         reads=[FileRead(**read) for read in saved.get("reads") or []],
         problems=loaded.problems + problems,
     )

@@ -11,7 +11,6 @@ the calls made beside the conversation.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,31 +26,40 @@ from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.compaction_state import CompactionState
-from ctx_magic.context.composition import compose
 from ctx_magic.context.conversation import Conversation
-from ctx_magic.context.decide import Plan, decide
+from ctx_magic.context.costs import Prices as CachePrices
+from ctx_magic.context.decide import Plan, SessionFacts, decide
 from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, figures, measure, prepare, snip_now
 from ctx_magic.context.invariants import close_dangling_tool_uses
+from ctx_magic.context.microcompact import idle_gap
+from ctx_magic.context.server import ServerPlan, cleared_tokens, server_plan
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.tokens import ContextCount, count_text
+from ctx_magic.context.thinking import clear_foreign_thinking, side_call_view
+from ctx_magic.context.tokens import ContextCount, message_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import (
     Cleared,
     Compacted,
-    Composition,
     ContextFigures,
     ContextMeasured,
     Event,
     Notice,
+    Persisted,
+    ServerCompacted,
+    ServerEdited,
     Snipped,
+    ThinkingCleared,
     UsageUpdated,
     notify,
 )
-from ctx_magic.messages import Message
+from ctx_magic.messages import Message, user_text
+from ctx_magic.prices import Prices, model_prices
 from ctx_magic.settings import Settings, Window
 from ctx_magic.store.recorder import Recorder
 from ctx_magic.store.session import SessionDir, new_session_id
 
+SERVER_COMPACTION_MARKER = ("(The conversation before this point was compacted by the API; its summary opens the next "
+                            "message.)")
 DEFAULT_SYSTEM_PROMPT = """You are an assistant that works with the user's data through the tools you are given.
 Keep replies short and concrete; show results rather than describing them.
 Long outputs may be saved to disk and replaced by a preview; read the rest with read_file. Old tool
@@ -75,11 +83,13 @@ class Session:
         self.frame = RequestFrame(model, executor, self.files, settings or Settings(), system_prompt)
         self.conversation = Conversation()
         self.compaction = CompactionState()
-        self.meter = UsageMeter()
+        self.meter = UsageMeter(prices=self.prices)
         self.side_calls = SideCalls(self)
         self.plugins = Plugins()
         self.plan = Plan()
         """The last decision made before a call (context/decide.py), with its reason."""
+        self._server_cleared: tuple[tuple[Any, Any], ...] = ()
+        """What the server's edits last cleared (a new ServerEdited is recorded when it changes)."""
 
     # -- identity, settings, what every request carries ------------------------------------------
 
@@ -115,16 +125,55 @@ class Session:
     def window(self) -> Window:
         return self.frame.window
 
+    def prices(self) -> Prices:
+        """The prices in force: the model's list prices, with any contract prices set."""
+        return model_prices(self.settings.model, self.settings.prices)
+
     def context_settings(self) -> ContextSettings:
         return ContextSettings.create(
-            self.window.tokens, self.window.reply_cap, self.settings,
+            self.window.tokens, self.window.reply_cap, self.settings, thinking_budget=self.window.thinking_budget,
             compactable_tools=self.frame.tools().clearable(),
             tool_results_dir=str(self.store.tool_results_dir), transcript_path=str(self.store.transcript_path))
 
+    def server_plan(self) -> ServerPlan | None:
+        """What the API takes over under the 'server' strategy (None under 'client')."""
+        if self.settings.strategy != "server":
+            return None
+        context = self.context_settings()
+        tools = self.frame.tools()
+        return server_plan(warning=context.thresholds.warning, autocompact=context.thresholds.autocompact,
+                           keep_recent=context.keep_recent, clear_at_least=context.clear_threshold,
+                           thinking=self.window.thinking != "off" or self._has_thinking(),
+                           supported=self.model.limits().context_edits, tools=tools.names(),
+                           clearable_tools=tools.clearable())
+
+    def server_compacts(self) -> bool:
+        """Whether the API compacts this session's requests (the 'server' strategy, where the
+        model takes it): then ctx_magic neither auto-compacts nor refuses a request as blocked."""
+        plan = self.server_plan()
+        return plan is not None and plan.server_compacts
+
+    def _has_thinking(self) -> bool:
+        return any(b.get("type") in ("thinking", "redacted_thinking") for m in self.messages for b in m.content)
+
+    def cache_warm(self) -> bool:
+        """Whether the main call's prompt prefix is still in the cache (the last answer is younger
+        than the cache TTL)."""
+        gap = idle_gap(self.messages, self.clock())
+        return gap is not None and gap <= self.settings.cache_ttl_seconds
+
     def request(self, messages: Sequence[Message] | None = None, *, purpose: str = "main",
                 tool_choice: dict[str, Any] | None = None, max_tokens: int | None = None) -> ModelRequest:
+        """A main call (the live context, with the server's edits under the 'server' strategy), or
+        a side call's (its messages seen as context/thinking.side_call_view says)."""
+        if purpose != "main":
+            view = side_call_view(self.messages if messages is None else messages, cache_warm=self.cache_warm())
+            return self.frame.build(view, purpose=purpose, tool_choice=tool_choice, max_tokens=max_tokens)
+        plan = self.server_plan()
         return self.frame.build(self.messages if messages is None else messages, purpose=purpose,
-                                tool_choice=tool_choice, max_tokens=max_tokens)
+                                tool_choice=tool_choice, max_tokens=max_tokens,
+                                context_management=plan.context_management if plan else None,
+                                betas=plan.betas if plan else ())
 
     # -- events and the store ----------------------------------------------------------------------
 
@@ -161,14 +210,27 @@ class Session:
         return self.adopt(prepared.messages, prepared.state, prepared.events, write=False)
 
     def _prepared(self) -> Prepared:
+        plan = self.server_plan()
+        auto = not self.side_calls.busy and not (plan is not None and plan.server_compacts)
         settings = self.context_settings()
         prepared = prepare(self.messages, self.state, self.clock(), settings,
-                           overhead_tokens=self.frame.overhead_tokens(), auto_compaction=not self.side_calls.busy,
-                           breaker_open=self.compaction.breaker_open, notes_ready=self.plugins.notes is not None)
+                           overhead_tokens=self.frame.overhead_tokens(), facts=self._facts(auto),
+                           may_clear=not (plan is not None and plan.server_clears))
         self.plan = prepared.plan
         events = [ContextMeasured(self._with_composition(e.figures, prepared.messages, prepared.state, settings))
                   if isinstance(e, ContextMeasured) else e for e in prepared.events]
         return dataclasses.replace(prepared, events=events)
+
+    def _facts(self, auto_compaction: bool) -> SessionFacts:
+        """What the decision needs to know about the session beyond its messages (decide.py)."""
+        notes = self.plugins.notes
+        last = self.compaction.boundaries[-1] if self.compaction.boundaries else None
+        return SessionFacts(
+            auto_compaction=auto_compaction, breaker_open=self.compaction.breaker_open,
+            notes_tokens=notes.tokens() if notes is not None else 0, calls=self.meter.totals.main_calls,
+            growth=self.meter.growth(), summary_tokens=last.summary_tokens if last is not None else 0,
+            after_compaction=last.tokens_after if last is not None else 0,
+            prices=CachePrices.of_model(self.prices(), self.settings.cache_ttl))
 
     def replan(self, prepared: Prepared, exact_tokens: int) -> Plan:
         """The decision again, once the API counted the context itself (T3)."""
@@ -185,11 +247,19 @@ class Session:
         if write:
             self.recorder.changes(changes)
         self.conversation = self.conversation.adopted(messages, state)
-        if any(isinstance(e, (Cleared, Snipped)) for e in events):
+        if any(isinstance(e, (Cleared, Snipped, ThinkingCleared)) for e in events):
             self.meter.expect_break()
         for event in events:
+            self._count_freed(event)
             self.emit(event)
         return changes
+
+    def _count_freed(self, event: Event) -> None:
+        """What a change took out of the live context, for the priced savings."""
+        kinds = {Cleared: "cleared", Persisted: "persisted", Snipped: "snipped", ThinkingCleared: "thinking"}
+        kind = kinds.get(type(event))
+        if kind is not None:
+            self.meter.freed(kind, getattr(event, "tokens_freed", 0))
 
     def write_changes(self, changes: Sequence[Message | Event]) -> None:
         """Writes a change made off the main thread deferred (see `prepare(write=False)`)."""
@@ -231,8 +301,16 @@ class Session:
     # -- what a response teaches -------------------------------------------------------------------
 
     def learn(self, reply: ModelReply, count: ContextCount) -> None:
-        """A main-loop response: its usage, the cache watch, and the estimate's correction (T2)."""
-        self.meter.add(reply.usage)
+        """A main-loop response: its usage and cost, the cache watch, the estimate's correction
+        (T2), and what the server's edits did to the request (the 'server' strategy)."""
+        cost = self.meter.add(reply.usage)
+        for part in reply.compaction_usage:  # a server compaction's own call, billed with this answer
+            cost += self.meter.add(part, call=False)
+        server_cleared = cleared_tokens(reply.applied_edits)
+        self.meter.count_savings(server_cleared)
+        self._server_edited(reply)
+        self.meter.main_call(reply.usage.prompt_tokens)
+        self.frame.sent(self.messages)
         broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=self.settings.cache_ttl_seconds,
                                    signature=self.frame.signature())
         if broke is not None:
@@ -244,7 +322,20 @@ class Session:
                                                                                       actual_new))
         totals = self.meter.snapshot()
         self.emit(UsageUpdated(reply.usage, count.tokens, self.state.correction.ratio, totals.to_json(),
-                               round(totals.cache_hit_ratio, 4)))
+                               round(totals.cache_hit_ratio, 4), round(cost, 6)))
+
+    def _server_edited(self, reply: ModelReply) -> None:
+        """The server's edits, recorded when they changed: the API re-applies them to every request
+        while the client sends its full history, so the same clearing comes back each call."""
+        cleared = tuple((e.get("type"), e.get("cleared_tool_uses", e.get("cleared_thinking_turns")))
+                        for e in reply.applied_edits)
+        if cleared == self._server_cleared:
+            return
+        self._server_cleared = cleared
+        if reply.applied_edits:
+            self.record(ServerEdited(tuple(dict(e) for e in reply.applied_edits), cleared_tokens(reply.applied_edits),
+                                     reply.api_id))
+            self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
 
     # -- compactions -------------------------------------------------------------------------------
 
@@ -255,6 +346,44 @@ class Session:
         self.record(event)
         self.replace_live(live)
         self.compaction = self.compaction.compacted(event)
+        self.meter.freed("compacted", event.tokens_before - event.tokens_after)
+
+    def server_compacted(self, message: Message) -> ServerCompacted | None:
+        """An answer that opens with the API's compaction block: the live context now starts
+        there (behind a user marker, as the first message must be a user's, M5); the messages
+        before it leave the live context, the transcript keeps them."""
+        block = message.content[0] if message.content else {}
+        if block.get("type") != "compaction" or message.uuid not in {m.uuid for m in self.messages}:
+            return None
+        live = list(self.messages)
+        at = next(i for i, m in enumerate(live) if m.uuid == message.uuid)
+        before = live[:at]
+        marker = user_text(SERVER_COMPACTION_MARKER, kind="normal", timestamp=self.clock(), server_compaction=True)
+        self.recorder.message(marker)
+        kept = [marker, *live[at:]]
+        tokens_before = sum(message_tokens(m) for m in live if m.sent)
+        tokens_after = sum(message_tokens(m) for m in kept if m.sent)
+        event = ServerCompacted(message.uuid, tuple(m.uuid for m in kept), str(block.get("content") or ""),
+                                tokens_before, tokens_after, sum(1 for m in before if m.sent),
+                                tuple(m.uuid for m in before if m.sent))
+        self.record(event)
+        self.conversation = self.conversation.replaced(kept)
+        self.files.invalidate_stubs()
+        self.meter.expect_break()
+        self.meter.freed("compacted", tokens_before - tokens_after)
+        return event
+
+    def switch_model(self, settings: Settings, model: Model, *, backend: str | None = None) -> ThinkingCleared | None:
+        """Another model (or provider) for the next turns: the thinking blocks other models wrote
+        leave the live context (their signatures are bound to the model that made them)."""
+        self.frame.reconfigure(settings, model)
+        self.backend = backend or self.backend
+        here = (model.name, getattr(model, "provider", "anthropic"))
+        messages, event = clear_foreign_thinking(
+            self.messages, lambda m: (m.meta.get("model"), m.meta.get("provider", "anthropic")) == here)
+        if event is not None:
+            self.adopt(messages, self.state, [event])
+        return event
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()
@@ -278,7 +407,8 @@ class Session:
             "session_id": self.session_id, "model": self.settings.model, **self.compaction.to_json(),
             "engine": self.state.to_json(), "usage": self.meter.snapshot().to_json(),
             "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
-            "system_extra": self.frame.memory_section, "extra": self.plugins.saved(),
+            "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
+            "extra": self.plugins.saved(),
         }
 
     def resume(self) -> list[str]:
@@ -286,8 +416,9 @@ class Session:
         saved = load_saved(self.store)
         self.conversation = Conversation(tuple(saved.messages), saved.state)
         self.compaction = saved.compaction
-        self.meter = UsageMeter(saved.usage)
+        self.meter = UsageMeter(saved.usage, prices=self.prices)
         self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before (M4)
+        self.frame.cached_tail = saved.cached_tail  # and the same breakpoints
         self.plugins.restore(saved.plugin_state)
         self.files.reads.update({r.path: r for r in saved.reads})
         problems = list(saved.problems)
@@ -307,21 +438,17 @@ class Session:
         return StatusSnapshot(
             session_id=self.session_id, model=self.settings.model, backend=self.backend,
             window_source=self.window.source, max_output=self.window.reply_cap, context=context,
+            thinking=self.window.thinking, thinking_budget=self.window.thinking_budget, prices=self.prices(),
+            provider=self.settings.provider, strategy=self.settings.strategy,
             boundaries=self.compaction.boundaries, consecutive_failures=self.compaction.failures,
             turns=self.compaction.turns, usage=self.meter.snapshot(),
             cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path))
 
-    def composition(self, messages: Sequence[Message], state: ContextState, tokens: int,
-                    settings: ContextSettings) -> Composition:
-        """What the next request carries, part by part, scaled to the measured `tokens`."""
-        frame = self.frame
-        return compose(messages, state, tokens=tokens, thresholds=settings.thresholds,
-                       system_tokens=count_text(frame.system_prompt()), memory_tokens=count_text(frame.memory_section),
-                       tools_tokens=count_text(json.dumps(frame.tools().specs())))
-
     def _with_composition(self, figures: ContextFigures, messages: Sequence[Message], state: ContextState,
                           settings: ContextSettings) -> ContextFigures:
-        return dataclasses.replace(figures, composition=self.composition(messages, state, figures.tokens, settings))
+        """The figures with what the next request carries, part by part (the panel's bar)."""
+        return dataclasses.replace(figures, composition=self.frame.composition(
+            messages, state, tokens=figures.tokens, thresholds=settings.thresholds))
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""

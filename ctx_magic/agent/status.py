@@ -10,6 +10,7 @@ from typing import Any
 from ctx_magic.agent.usage import UsageTotals
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
 from ctx_magic.events import Composition, ContextFigures
+from ctx_magic.prices import UNKNOWN_PRICES, Prices
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,25 @@ class StatusSnapshot:
     usage: UsageTotals
     cache_breaks: tuple[dict[str, Any], ...]
     transcript: str
+    thinking: str = "off"
+    """The thinking type sent (off, enabled, adaptive)."""
+    thinking_budget: int = 0
+    prices: Prices = UNKNOWN_PRICES
+    """The prices in force, USD per million tokens (source: table, config or unknown)."""
+    provider: str = "anthropic"
+    strategy: str = "client"
+
+    @property
+    def cost_usd(self) -> float:
+        """What the session has spent so far."""
+        return self.usage.cost_usd
+
+    def cost_json(self) -> dict[str, Any]:
+        """The dollar figures: spent, saved by each kind of change, and the rates used."""
+        saved = self.usage.saved_usd
+        return {"session_usd": round(self.usage.cost_usd, 6), "saved_usd": round(sum(saved.values()), 6),
+                "saved_by": {k: round(v, 6) for k, v in sorted(saved.items())},
+                "prices_per_mtok": self.prices.figures(), "prices_source": self.prices.source}
 
     @property
     def composition(self) -> Composition:
@@ -58,4 +78,7 @@ class StatusSnapshot:
             "usage": {**dataclasses.asdict(self.usage), "cache_hit_ratio": round(self.usage.cache_hit_ratio, 4)},
             "cache_breaks": list(self.cache_breaks),
             "transcript": self.transcript,
+            "thinking": {"type": self.thinking, "budget_tokens": self.thinking_budget},
+            "provider": self.provider, "strategy": self.strategy,
+            "cost": self.cost_json(),
         }

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Compacted
 
 # autoCompact.ts: 1,279 sessions once failed 50+ times in a row; three failures stop the attempts.
@@ -24,11 +25,12 @@ class Boundary:
     messages_summarized: int
     summary: str = ""
     boundary_uuid: str | None = None
+    summary_tokens: int = 0
 
     @classmethod
     def of(cls, event: Compacted) -> Boundary:
         return cls(event.trigger, event.tokens_before, event.tokens_after, event.messages_summarized, event.summary,
-                   event.boundary_uuid)
+                   event.boundary_uuid, count_text(event.summary))
 
     def figures(self) -> dict[str, Any]:
         """The boundary without its summary text (for the status JSON)."""

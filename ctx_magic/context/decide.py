@@ -2,10 +2,19 @@
 
 `decide(situation)` looks at the count, the thresholds, the idle gap, what clearing would
 free, the circuit breaker and what compaction can use, and returns a `Plan` with its reason:
-clear old results (idle or under pressure), compact (from the session's notes first, else with
-a summary), ask the API for the exact count first, or refuse because the context is blocked.
-The engine carries out the clearing, the loop carries out the compaction, the panel shows the
-reason. L1 (persist) and L2 (snip) are fixed rules applied before it (engine.py).
+clear old results, compact (from the session's notes first, else with a summary), ask the API
+for the exact count first, or say the context is blocked. The engine carries out the
+clearing, the loop the compaction, the panel shows the reason. L1 (persist) and L2 (snip) are
+fixed rules applied before it (engine.py).
+
+The rules, in order:
+- after an idle gap longer than the prompt-cache TTL the cache is cold: every token is written
+  again anyway, so clearing old results only makes that cheaper (SPEC L3a);
+- at the compaction threshold something must give: the cheapest way under it over the calls
+  expected to follow (a clearing that frees enough, the notes, a summary; costs.py prices them);
+- below it, a clearing (past the warning level and `clear_at_least`, L3b) or, once the context
+  is larger than a standard window holds, an early compaction, happens only when it pays back
+  twice what it costs now, so that a session ending soon never pays more than doing nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +22,42 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ctx_magic.context.costs import Outlook, Prices, Start, call_cost, outlook_cost, summary_start
 from ctx_magic.context.thresholds import Thresholds
 
 COMPACT_FROM_NOTES = "notes"
 COMPACT_WITH_SUMMARY = "summary"
 NOTHING = "nothing to do"
+PAYBACK_FACTOR = 2.0  # a choice nothing forces must save twice what it costs now
+EARLY_COMPACTION_FROM = 200_000  # a context past a standard window is where carrying it costs most (T4)
+SUMMARY_SHARE = 0.05  # a first summary's expected output (analysis and summary), as a share of the context
+SUMMARY_TOKENS = (2_000, 20_000)  # and its bounds (C3: the summary's output cap is 20,000)
+NEVER = 10**12  # the threshold of an outlook in which no compaction can happen
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What the session knows that the engine cannot measure from the messages."""
+
+    auto_compaction: bool = True
+    """False inside a side call (SPEC L4's recursion guard) or when auto-compaction is off."""
+    breaker_open: bool = False
+    """Auto-compaction failed too many times in a row (L6)."""
+    notes_tokens: int = 0
+    """The session's notes, when it keeps them: a compaction can use them instead of a summary (S3)."""
+    calls: int = 0
+    """Main calls made in this session so far: as many more are expected (capped in costs.py)."""
+    growth: int = 0
+    """Tokens a call adds to the context, lately (0: not known yet)."""
+    summary_tokens: int = 0
+    """The last compaction's summary output (0: none yet; estimated from the context)."""
+    after_compaction: int = 0
+    """The context's size right after the last compaction (0: none yet; estimated)."""
+    prices: Prices = Prices()
+
+
+NO_FACTS = SessionFacts()
+"""A session about which nothing is known (a first call, or the engine on its own)."""
 
 
 @dataclass(frozen=True)
@@ -35,16 +75,25 @@ class Situation:
     """An idle gap longer than this means the prompt cache has expired (SPEC L3a)."""
     clearable_tokens: int = 0
     """What clearing every old compactable result would free."""
+    clear_prefix: int = 0
+    """Tokens before the first result a clearing would change: the cache keeps them."""
     clear_at_least: int = 0
     """A pressure clearing must free this much to be worth the cache break (L3b)."""
     may_clear: bool = True
     """False once the clearing step has run (a second decision only concerns compaction)."""
-    auto_compaction: bool = True
-    """False inside a side call (SPEC L4's recursion guard) or when auto-compaction is off."""
-    breaker_open: bool = False
-    """Auto-compaction failed too many times in a row (L6)."""
-    notes_ready: bool = False
-    """The session keeps notes that a compaction could use instead of a summary call (S3)."""
+    overhead: int = 0
+    """The system prompt and the tools: what every context carries."""
+    notes_tail: int = 0
+    """The recent messages a compaction from the notes keeps (S3's tail)."""
+    facts: SessionFacts = NO_FACTS
+
+    @property
+    def notes_ready(self) -> bool:
+        return self.facts.notes_tokens > 0
+
+    @property
+    def prices(self) -> Prices:
+        return self.facts.prices
 
     @property
     def idle(self) -> bool:
@@ -53,6 +102,23 @@ class Situation:
     def with_exact_count(self, tokens: int) -> Situation:
         """The same situation after the API counted the context itself (T3)."""
         return dataclasses.replace(self, tokens=tokens, estimated_tokens=0, may_clear=False)
+
+    def outlook(self) -> Outlook:
+        summary = self.expected_summary()
+        calls = self.facts.calls
+        growth = self.facts.growth or max(1, self.tokens // max(1, calls + 1))
+        compacts = self.facts.auto_compaction and not self.facts.breaker_open
+        return Outlook(calls=max(1, calls), growth=growth,
+                       threshold=self.thresholds.autocompact if compacts else NEVER,
+                       after_compaction=self.after_summary(), summary_output=summary)
+
+    def after_summary(self) -> int:
+        """The context a summary leaves: as large as after the last one, else overhead + summary."""
+        return self.facts.after_compaction or self.overhead + self.expected_summary()
+
+    def expected_summary(self) -> int:
+        low, high = SUMMARY_TOKENS
+        return self.facts.summary_tokens or max(low, min(high, int(self.tokens * SUMMARY_SHARE)))
 
 
 @dataclass(frozen=True)
@@ -81,41 +147,111 @@ class Plan:
         return dataclasses.replace(self, clear=clearing.clear, why_clear=clearing.why_clear)
 
 
-def _clearing(s: Situation) -> tuple[str | None, str]:
-    if not s.may_clear or s.clearable_tokens <= 0:
-        return None, ""
-    if s.idle:
-        return "idle", f"idle {s.idle_seconds / 60:.0f} min: the prompt cache has expired, so clearing costs nothing"
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    start: Start
+    tokens_after: int
+
+
+def _options(s: Situation, cached: int) -> list[_Option]:
+    """Every way forward that is allowed now, with where it leaves the next call."""
     th = s.thresholds
-    if s.tokens < th.warning or s.clearable_tokens < s.clear_at_least:
-        return None, ""
-    if s.auto_compaction and not s.breaker_open and s.tokens - s.clearable_tokens >= th.autocompact:
-        # The compaction happens anyway; clearing first would only break the prefix its
-        # summary call could read from the cache.
-        return None, ""
-    return "pressure", (f"over the warning level ({s.tokens:,} >= {th.warning:,}) and clearing frees "
-                        f"{s.clearable_tokens:,} tokens")
+    options = [_Option("wait", Start(s.tokens, cached), s.tokens)]
+    freed = s.clearable_tokens
+    if s.may_clear and freed > 0 and freed >= s.clear_at_least and s.tokens >= th.warning:
+        after = s.tokens - freed
+        options.append(_Option("clear", Start(after, min(cached, s.clear_prefix)), after))
+    can_compact = s.facts.auto_compaction and not s.facts.breaker_open
+    if can_compact and (s.tokens >= th.autocompact or s.tokens >= EARLY_COMPACTION_FROM):
+        summary = s.expected_summary()
+        after = s.after_summary()
+        options.append(_Option(COMPACT_WITH_SUMMARY,
+                               summary_start(s.tokens, cached, s.prices, after=after, summary_output=summary), after))
+        if s.notes_ready:
+            after = s.overhead + s.facts.notes_tokens + s.notes_tail
+            options.append(_Option(COMPACT_FROM_NOTES, Start(after, 0), after))
+    return options
+
+
+def _cheapest(s: Situation, options: list[_Option]) -> tuple[_Option, float]:
+    """The option that costs least over the outlook, with its cost (the first one on a tie)."""
+    outlook = s.outlook()
+    cost, index = min((outlook_cost(o.start, outlook, s.prices), n) for n, o in enumerate(options))
+    return options[index], cost
+
+
+def _pays_back(s: Situation, option: _Option, cost: float, wait_cost: float) -> bool:
+    """What it saves over the outlook is at least twice what it costs on the next call."""
+    now = option.start.spent + call_cost(option.start.tokens, option.start.cached, s.prices)
+    extra_now = now - call_cost(s.tokens, 0 if s.idle else s.tokens, s.prices)
+    return wait_cost - cost >= PAYBACK_FACTOR * max(0.0, extra_now)
 
 
 def decide(s: Situation) -> Plan:
     """The plan for the next call (pure: the same situation always gives the same plan)."""
     th = s.thresholds
-    clear, why_clear = _clearing(s)
-    tokens = s.tokens - (s.clearable_tokens if clear else 0)
-    zone = th.zone(tokens)
-    reasons: list[str] = []
-    compact: tuple[str, ...] = ()
-    check_exact = False
-    if tokens >= th.autocompact:
-        if not s.auto_compaction:
-            reasons.append("at the compaction threshold, but auto-compaction cannot run here")
-        elif s.breaker_open:
-            reasons.append("at the compaction threshold, but auto-compaction is off after repeated failures")
-        else:
-            compact = (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY) if s.notes_ready else (COMPACT_WITH_SUMMARY,)
-            check_exact = s.estimated_tokens > 0
-            reasons.append(f"{tokens:,} tokens reach the compaction threshold {th.autocompact:,}"
-                           + (" (by estimate; the API counts first)" if check_exact else ""))
-    if zone == "blocked" and not compact:
-        reasons.append(f"past the blocking limit {th.blocking:,} with no compaction possible")
-    return Plan(clear, compact, check_exact, tokens, zone, why_clear, "; ".join(reasons))
+    cached = 0 if s.idle else s.tokens
+    if s.may_clear and s.idle and s.clearable_tokens > 0:
+        tokens = s.tokens - s.clearable_tokens
+        idle_min = (s.idle_seconds or 0) / 60
+        plan = Plan("idle", tokens_after=tokens, zone=th.zone(tokens),
+                    why_clear=f"idle {idle_min:.0f} min: the prompt cache has expired, so clearing costs nothing")
+        return _compaction(dataclasses.replace(s, tokens=tokens, may_clear=False, clearable_tokens=0)).after(plan)
+    forced = s.tokens >= th.autocompact
+    options = _options(s, cached)
+    if forced:  # waiting is not a way under the threshold, nor a clearing that stays over it, unless
+        # no compaction can run: then any clearing is better than nothing (the blocking limit is near)
+        compacting = any(o.name in (COMPACT_WITH_SUMMARY, COMPACT_FROM_NOTES) for o in options)
+        options = [o for o in options if o.name != "wait" and (o.tokens_after < th.autocompact or not compacting)]
+    if not options:
+        return _compaction(s)
+    if not forced:
+        best, cost = _cheapest(s, options)
+        wait_cost = outlook_cost(options[0].start, s.outlook(), s.prices)
+        if best.name == "wait" or not _pays_back(s, best, cost, wait_cost):
+            return _compaction(s)
+        return _plan(s, best, f"it pays back: {wait_cost - cost:,.0f} token-prices saved over the next "
+                              f"{s.outlook().calls} calls")
+    best, _ = _cheapest(s, options)
+    return _plan(s, best, "the cheapest way under the compaction threshold")
+
+
+def _plan(s: Situation, option: _Option, why: str) -> Plan:
+    th = s.thresholds
+    if option.name == "clear":
+        freed = s.clearable_tokens
+        plan = Plan("pressure", tokens_after=option.tokens_after, zone=th.zone(option.tokens_after),
+                    why_clear=f"{s.tokens:,} tokens, past the warning level {th.warning:,}: clearing frees "
+                              f"{freed:,} ({why})")
+        return _compaction(dataclasses.replace(s, tokens=option.tokens_after, may_clear=False,
+                                               clearable_tokens=0)).after(plan)
+    methods = (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY) if option.name == COMPACT_FROM_NOTES else (
+        COMPACT_WITH_SUMMARY,)
+    forced = s.tokens >= th.autocompact
+    check = forced and s.estimated_tokens > 0
+    what = f"{s.tokens:,} tokens reach the compaction threshold {th.autocompact:,}" if forced else (
+        f"{s.tokens:,} tokens: summarizing now costs less than carrying them")
+    return Plan(compact=methods, check_exact=check, tokens_after=s.tokens, zone=th.zone(s.tokens),
+                why_compact=f"{what}" + (" (by estimate; the API counts first)" if check else "") + f"; {why}")
+
+
+def _compaction(s: Situation) -> Plan:
+    """No discretionary choice: compaction only where the threshold forces it."""
+    th = s.thresholds
+    zone = th.zone(s.tokens)
+    if s.tokens < th.autocompact:
+        return Plan(tokens_after=s.tokens, zone=zone)
+    if not s.facts.auto_compaction:
+        why = "at the compaction threshold, but auto-compaction cannot run here"
+    elif s.facts.breaker_open:
+        why = "at the compaction threshold, but auto-compaction is off after repeated failures"
+    else:
+        methods = (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY) if s.notes_ready else (COMPACT_WITH_SUMMARY,)
+        check = s.estimated_tokens > 0
+        return Plan(compact=methods, check_exact=check, tokens_after=s.tokens, zone=zone,
+                    why_compact=f"{s.tokens:,} tokens reach the compaction threshold {th.autocompact:,}"
+                                + (" (by estimate; the API counts first)" if check else ""))
+    if zone == "blocked":
+        why += f"; past the blocking limit {th.blocking:,} with no compaction possible"
+    return Plan(tokens_after=s.tokens, zone=zone, why_compact=why)

@@ -1,5 +1,8 @@
 """`prepare()`: the zero-call layers in their order, L1 -> L2 -> L3, before every model call.
 
+Idle thinking clearing (context/thinking.py) is a fixed rule like L1 and L2: after an idle gap
+over the cache TTL only the last thinking turn stays, before the decision looks at the count.
+
 Everything here is a pure function of (messages, state, clock, settings): it returns the new
 messages, the new state and the events that describe the change; writing files and the
 transcript is the caller's job. The state carries the frozen decisions (what was persisted,
@@ -15,11 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget
-from ctx_magic.context.decide import Plan, Situation, decide
+from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, decide
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
+from ctx_magic.context.session_memory import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
+from ctx_magic.context.thinking import clear_old_thinking
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
@@ -58,14 +63,17 @@ class ContextSettings:
     """Folder named in persisted-output blocks (where read_file finds the full text)."""
     transcript_path: str = "transcript.jsonl"
     """Transcript named in snip markers."""
+    clear_idle_thinking: bool = True
+    """After an idle gap, keep only the last thinking turn (seeds' thinking clearing)."""
 
     @classmethod
     def create(cls, window: int, reply_cap: int, settings: Settings | None = None, *,
-               env: Mapping[str, str] | None = None, **where: object) -> ContextSettings:
-        """The engine's settings for a window and reply cap; `where` sets the paths and the
-        compactable tools."""
+               env: Mapping[str, str] | None = None, thinking_budget: int = 0, **where: object) -> ContextSettings:
+        """The engine's settings for a window, reply cap and thinking budget; `where` sets the
+        paths and the compactable tools."""
         settings = settings or Settings()
-        thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env)
+        thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env,
+                                        thinking_budget=thinking_budget)
         return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_minutes=settings.idle_seconds / 60,
                    clear_at_least=settings.clear_at_least, snip_max_messages=settings.snip_max_messages,
                    **where)  # type: ignore[arg-type]
@@ -120,8 +128,10 @@ def sync_index(
     names = dict(state.tool_names)
     positions = dict(state.positions) if start else {}
     compactable = list(state.compactable) if start else []
+    sent = state.sent_messages if start else 0
     for index in range(start, len(out)):
         message = out[index] = apply_decisions(out[index], state)
+        sent += message.sent
         for block in message.blocks("tool_use"):
             names[block["id"]] = block["name"]
         for tool_use_id in message.tool_result_ids:
@@ -135,6 +145,7 @@ def sync_index(
         compactable=tuple(compactable),
         indexed=len(out),
         indexed_uuid=out[-1].uuid if out else None,
+        sent_messages=sent,
     )
     return out, new_state, start
 
@@ -202,6 +213,22 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
     return snipped, _with_freed(state, snipped, freed), events
 
 
+def _clear_thinking(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
+    """Seeds' thinking clearing: after an idle gap longer than the cache TTL, only the last
+    thinking turn stays (the cache is cold, so removing the rest costs nothing)."""
+    gap = idle_gap(messages, now)
+    if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_minutes * 60:
+        return messages, state, []
+    old = messages
+    messages, event = clear_old_thinking(messages)
+    if event is None:
+        return old, state, []
+    changed = {u for u in event.message_uuids}
+    indices = [i for i, m in enumerate(old) if m.uuid in changed]
+    freed = _freed_before_anchor(old, messages, indices, find_anchor(messages))
+    return messages, _with_freed(state, messages, freed), [event]
+
+
 def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], trigger: str,
            freed: Mapping[str, int] | None = None):
     old = messages
@@ -237,17 +264,36 @@ def _clearable_sizes(messages: list[Message], state: ContextState, settings: Con
     return {i: size for i, size in sizes.items() if size > 0}
 
 
+def _tokens_before(messages: Sequence[Message], state: ContextState, ids: Sequence[str], overhead: int) -> int:
+    """What the request holds before the first of these results: a clearing leaves it cached."""
+    if not ids:
+        return 0
+    first = min(state.positions[i] for i in ids)
+    return overhead + sum(message_tokens(m) for m in messages[:first] if m.sent)
+
+
 def situation(messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, *,
-              overhead_tokens: int = 0, clearable_tokens: int = 0, auto_compaction: bool = True,
-              breaker_open: bool = False, notes_ready: bool = False) -> Situation:
-    """What the decision looks at (decide.py), measured on the live context."""
+              overhead_tokens: int = 0, facts: SessionFacts = NO_FACTS,
+              may_clear: bool = True) -> tuple[Situation, dict[str, int]]:
+    """What the decision looks at (decide.py), measured on the live context, and the results a
+    clearing would change with what each frees (sized only when a clearing can happen: after an
+    idle gap, or past the warning level)."""
     count = measure(messages, state, overhead_tokens)
-    return Situation(
+    gap = idle_gap(messages, now)
+    idle = gap is not None and gap > settings.idle_minutes * 60
+    warm_pressure = not idle and count.tokens >= settings.thresholds.warning
+    wanted = may_clear and state.compactable and (idle or warm_pressure)
+    clearable = _clearable_sizes(messages, state, settings) if wanted else {}
+    seen = Situation(
         tokens=count.tokens, estimated_tokens=count.estimated_tokens, thresholds=settings.thresholds,
-        idle_seconds=idle_gap(messages, now), idle_limit_seconds=settings.idle_minutes * 60,
-        clearable_tokens=clearable_tokens, clear_at_least=settings.clear_threshold,
-        auto_compaction=auto_compaction, breaker_open=breaker_open, notes_ready=notes_ready,
+        idle_seconds=gap, idle_limit_seconds=settings.idle_minutes * 60,
+        clearable_tokens=sum(clearable.values()),
+        clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens) if warm_pressure else 0,
+        clear_at_least=settings.clear_threshold, overhead=overhead_tokens,
+        notes_tail=tail_limits(settings.thresholds.autocompact)[0] if facts.notes_tokens else 0,
+        may_clear=may_clear, facts=facts,
     )
+    return seen, clearable
 
 
 @functools.lru_cache(maxsize=1024)
@@ -261,9 +307,11 @@ def figures(messages: Sequence[Message], state: ContextState, settings: ContextS
     persisted results) when the state has no index yet."""
     th = settings.thresholds
     live, cleared, persisted = counts or result_counts(state)
+    indexed = state.indexed == len(messages) and (not messages or messages[-1].uuid == state.indexed_uuid)
+    sent = state.sent_messages if indexed else sum(1 for m in messages if m.sent)
     return ContextFigures(
         tokens=tokens, threshold=th.autocompact, warning=th.warning, blocking=th.blocking, window=th.window,
-        zone=th.zone(tokens), percent_left=th.percent_left(tokens), messages=sum(1 for m in messages if m.sent),
+        zone=th.zone(tokens), percent_left=th.percent_left(tokens), messages=sent,
         live_results=live, cleared_results=cleared, persisted_results=persisted, plan=plan,
     )
 
@@ -275,9 +323,8 @@ def prepare(
     settings: ContextSettings,
     *,
     overhead_tokens: int = 0,
-    auto_compaction: bool = True,
-    breaker_open: bool = False,
-    notes_ready: bool = False,
+    facts: SessionFacts = NO_FACTS,
+    may_clear: bool = True,
 ) -> Prepared:
     """Run L1 (budget) -> L2 (snip), let `decide` choose, carry out its clearing (L3).
 
@@ -288,10 +335,9 @@ def prepare(
     msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)
     msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
-    sizes = _clearable_sizes(msgs, state, settings) if state.compactable else {}
-    seen = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens,
-                     clearable_tokens=sum(sizes.values()), auto_compaction=auto_compaction,
-                     breaker_open=breaker_open, notes_ready=notes_ready)
+    msgs, state, thinned = _clear_thinking(msgs, state, settings, now)
+    seen, sizes = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens, facts=facts,
+                            may_clear=may_clear)
     plan = decide(seen)
     cleared: list[Cleared] = []
     if plan.clear:
@@ -302,7 +348,7 @@ def prepare(
     if cleared:  # what follows the clearing is decided on the context as it now is
         plan = decide(seen).after(plan)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
-    events: list[Event] = [*persisted, *snipped, *cleared, measured]
+    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, measured]
     return Prepared(msgs, state, events, count, seen, plan)
 
 

@@ -14,13 +14,16 @@ from typing import Any
 from ctx_magic.context.autocompact import without_usage
 from ctx_magic.context.reactive import strip_images
 from ctx_magic.context.state import ContextState, apply_decisions
+from ctx_magic.context.thinking import without_thinking
 from ctx_magic.events import (
     DURABLE_EVENTS,
     Cleared,
     Compacted,
     ImagesStripped,
     Persisted,
+    ServerCompacted,
     Snipped,
+    ThinkingCleared,
     event_from_json,
 )
 from ctx_magic.messages import Message
@@ -66,11 +69,18 @@ def fold_transcript(
                 replaced = {m.uuid: m for m in stripped}
                 live = [replaced.get(m.uuid, m) for m in live]
                 by_uuid.update(replaced)
-            elif isinstance(event, Compacted):
+            elif isinstance(event, ThinkingCleared):
+                touched = set(event.message_uuids)
+                thinned = {m.uuid: without_thinking(m) for m in live if m.uuid in touched}
+                live = [thinned.get(m.uuid, m) for m in live]
+                by_uuid.update(thinned)
+            elif isinstance(event, (Compacted, ServerCompacted)):
                 missing = [u for u in event.live_uuids if u not in by_uuid]
                 if missing:
                     problems.append(f"compaction refers to {len(missing)} unknown messages")
-                live = [without_usage(by_uuid[u]) for u in event.live_uuids if u in by_uuid]
+                keep_usage = isinstance(event, ServerCompacted)  # the server's answer still anchors the count
+                live = [by_uuid[u] if keep_usage else without_usage(by_uuid[u]) for u in event.live_uuids
+                        if u in by_uuid]
     state = dataclasses.replace(
         saved or ContextState(),
         decided=frozenset(persisted),

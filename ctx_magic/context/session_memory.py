@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ctx_magic.context.autocompact import CompactionResult, compact_conversation
 from ctx_magic.context.snip import safe_cuts
+from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text, message_tokens
 from ctx_magic.errors import CompactionFailed
 from ctx_magic.messages import Message
@@ -35,16 +36,20 @@ MAX_SECTION_TOKENS = 2_000  # sessionMemory: each section stays readable at a gl
 MAX_TOTAL_TOKENS = 12_000  # sessionMemory: the whole file fits comfortably in a summary's place
 SECTION_CHARS_FOR_COMPACT = 8_000  # ~2,000 tokens of a section carried into a compaction
 
-# When to extract (S2): first at 10,000 context tokens, then after 5,000 more and either three
-# tool calls or a turn without tools (the seeds' minimumMessageTokensToInit and friends).
-INIT_TOKENS = 10_000
-MIN_TOKEN_GROWTH = 5_000
+# When to extract (S2, departing from the seeds' 10,000 / 5,000 on purpose): notes exist to be
+# the summary of a coming compaction, so they are kept only once one is in sight (the warning
+# level), then updated twice on the way to the threshold, after three tool calls or a quiet turn.
+# On a 200,000 window the seeds' schedule paid for notes that no compaction ever used.
+NOTES_UPDATES_PER_APPROACH = 2
 TOOL_CALLS_BETWEEN = 3
 
-# Session-memory compaction (S3): the kept tail.
+# Session-memory compaction (S3): the kept tail, at most a share of the threshold on small
+# windows: a fixed 10,000-token tail turned a 22,400-token context into 17,900, and the next
+# compaction came right after.
 KEEP_MIN_TOKENS = 10_000
 KEEP_MIN_TEXT_MESSAGES = 5
 KEEP_MAX_TOKENS = 40_000
+KEEP_MAX_SHARE_OF_THRESHOLD = 0.3
 WAIT_FOR_EXTRACTION_SECONDS = 15.0
 
 _HEADING = re.compile(r"^# (.+?)\s*$", re.MULTILINE)
@@ -123,14 +128,24 @@ def rebaselined(state: ExtractionState, tokens: int) -> ExtractionState:
     return dataclasses.replace(state, tokens_at_last=tokens) if tokens < state.tokens_at_last else state
 
 
-def extraction_due(state: ExtractionState, tokens: int, *, last_turn_tool_calls: int,
+def update_step(thresholds: Thresholds) -> int:
+    """Context growth between two updates once a compaction is in sight."""
+    return max(1, (thresholds.autocompact - thresholds.warning) // NOTES_UPDATES_PER_APPROACH)
+
+
+def extraction_due(state: ExtractionState, tokens: int, thresholds: Thresholds, *, last_turn_tool_calls: int,
                    correction: bool) -> str | None:
-    """Why an extraction is due now ('init', 'growth', 'correction'), or None (a pure decision)."""
+    """Why an extraction is due now ('init', 'growth', 'correction'), or None (a pure decision).
+
+    Below the warning level no compaction is in sight and notes would not be used: nothing is due.
+    """
+    if tokens < thresholds.warning:
+        return None
+    if not state.initialized:
+        return "init"
     if correction:
         return "correction"
-    if not state.initialized:
-        return "init" if tokens >= INIT_TOKENS else None
-    grew = tokens - state.tokens_at_last >= MIN_TOKEN_GROWTH
+    grew = tokens - state.tokens_at_last >= update_step(thresholds)
     busy_enough = state.tool_calls_since + last_turn_tool_calls >= TOOL_CALLS_BETWEEN or last_turn_tool_calls == 0
     return "growth" if grew and busy_enough else None
 
@@ -142,13 +157,21 @@ def _is_text_message(message: Message) -> bool:
     return message.sent and any(b.get("type") == "text" and b.get("text", "").strip() for b in message.content)
 
 
-def keep_from(messages: Sequence[Message], covered_uuid: str | None) -> int | None:
+def tail_limits(threshold: int) -> tuple[int, int]:
+    """(least, most) tokens the kept tail holds: the seeds' 10,000 / 40,000, and at most 30 % of
+    the threshold (half that at least) so that a small window keeps room after the compaction."""
+    most = min(KEEP_MAX_TOKENS, int(threshold * KEEP_MAX_SHARE_OF_THRESHOLD))
+    return min(KEEP_MIN_TOKENS, most // 2), most
+
+
+def keep_from(messages: Sequence[Message], covered_uuid: str | None, threshold: int) -> int | None:
     """Index of the first kept message, or None when the notes cannot stand for the rest.
 
     Start after the last message the notes cover; grow backwards until the tail holds at least
-    10,000 tokens and 5 text messages, never past 40,000 tokens nor across the last boundary;
+    `tail_limits` tokens and 5 text messages, never past its most nor across the last boundary;
     then move the cut so no tool_use is separated from its result.
     """
+    least, most = tail_limits(threshold)
     positions = {m.uuid: i for i, m in enumerate(messages)}
     if covered_uuid not in positions:
         return None
@@ -157,11 +180,11 @@ def keep_from(messages: Sequence[Message], covered_uuid: str | None) -> int | No
     tokens = sum(message_tokens(m) for m in messages[start:] if m.sent)
     texts = sum(1 for m in messages[start:] if _is_text_message(m))
     def enough() -> bool:
-        return tokens >= KEEP_MAX_TOKENS or (tokens >= KEEP_MIN_TOKENS and texts >= KEEP_MIN_TEXT_MESSAGES)
+        return tokens >= most or (tokens >= least and texts >= KEEP_MIN_TEXT_MESSAGES)
 
     while start > floor and not enough():
         candidate = messages[start - 1]
-        if candidate.sent and tokens + message_tokens(candidate) > KEEP_MAX_TOKENS:
+        if candidate.sent and tokens + message_tokens(candidate) > most:
             break
         start -= 1
         tokens += message_tokens(candidate) if candidate.sent else 0
@@ -196,7 +219,7 @@ def session_memory_compact(
     when the user asked for the compaction (no "continue without asking", C5)."""
     if is_empty(notes):
         return None
-    start = keep_from(messages, covered_uuid)
+    start = keep_from(messages, covered_uuid, threshold)
     if start is None or start == 0:
         return None
     try:

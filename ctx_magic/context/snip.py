@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctx_magic.context.thinking import has_thinking, is_prompt
 from ctx_magic.context.tokens import message_tokens
 from ctx_magic.events import Snipped
 from ctx_magic.messages import Message, user_text
@@ -23,14 +24,23 @@ MIN_SNIP_MAX_MESSAGES = 10  # below this the tail could lose the response anchor
 
 
 def safe_cuts(messages: Sequence[Message]) -> list[bool]:
-    """safe[p] is True when cutting between messages[p-1] and messages[p] splits no pair."""
+    """safe[p] is True when cutting between messages[p-1] and messages[p] splits no pair, and no
+    tool loop whose first answer carries thinking: the API wants that answer, with its thinking,
+    in front of the rest of the loop (the seeds: thinking blocks travel with their turn)."""
     pending: set[str] = set()
+    thinking_loop = False
     safe = [True]
-    for message in messages:
+    for index, message in enumerate(messages):
+        if is_prompt(message):
+            thinking_loop = False
+        elif message.role == "assistant" and message.sent:  # an answer without a tool call ends the loop
+            thinking_loop = (thinking_loop or has_thinking(message)) and bool(message.tool_use_ids)
         if message.sent:
             pending.update(message.tool_use_ids)
             pending.difference_update(message.tool_result_ids)
-        safe.append(not pending)
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        inside_loop = thinking_loop and following is not None and not is_prompt(following)
+        safe.append(not pending and not inside_loop)
     return safe
 
 

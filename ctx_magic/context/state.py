@@ -32,6 +32,8 @@ class ContextState:
     """tool_use_id -> index of the message holding its result."""
     indexed: int = 0
     indexed_uuid: str | None = None
+    sent_messages: int = 0
+    """How many of the indexed messages go to the API."""
     freed_anchor: str | None = None
     freed_tokens: int = 0
     """Tokens removed before the anchoring response since it was billed (T1 correction)."""

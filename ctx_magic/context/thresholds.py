@@ -55,18 +55,23 @@ def compute_thresholds(
     *,
     autocompact_pct: float | None = None,
     env: Mapping[str, str] | None = None,
+    thinking_budget: int = 0,
 ) -> Thresholds:
     """The thresholds of T4, with T5's proportional buffers below a 200,000-token window.
 
     `autocompact_pct` (config) or the CTX_MAGIC_AUTOCOMPACT_PCT variable sets the trigger as a
-    percentage of the effective window, never later than the default trigger.
+    percentage of the effective window, never later than the default trigger. A thinking budget
+    is reserved on top of the reply (seeds: thinking tokens are counted with their own budget):
+    the next reply, and the summary call that shares the main call's thinking settings, may
+    think that much before they answer.
     """
     if window <= 0:
         raise ValueError(f"context window must be positive, got {window}")
     scale = min(1.0, window / REFERENCE_WINDOW)
-    effective = window - min(max_output, MAX_OUTPUT_TOKENS_FOR_SUMMARY)
+    effective = window - min(max_output, MAX_OUTPUT_TOKENS_FOR_SUMMARY) - thinking_budget
     if effective <= 0:
-        raise ValueError(f"max output {max_output} leaves no room in a {window}-token window")
+        thinking = f" with {thinking_budget} thinking tokens" if thinking_budget else ""
+        raise ValueError(f"max output {max_output}{thinking} leaves no room in a {window}-token window")
     autocompact = effective - round(AUTOCOMPACT_BUFFER_TOKENS * scale)
     blocking = effective - round(BLOCKING_BUFFER_TOKENS * scale)
     pct = autocompact_pct if autocompact_pct else _env_pct(os.environ if env is None else env)

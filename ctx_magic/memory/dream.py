@@ -36,7 +36,7 @@ from ctx_magic.memory.longterm import (
     tagged_block,
 )
 from ctx_magic.memory.prompts import CONSOLIDATED_TAG, consolidate_prompt, entry_line, gather_prompt
-from ctx_magic.memory.secrets import find_secret
+from ctx_magic.memory.secrets import find_secret, refusal_line
 from ctx_magic.memory.store import (
     BASE_RELEVANCE,
     Memory,
@@ -77,10 +77,14 @@ class DreamResult:
     merged: int = 0
     pruned: int = 0
     """Memories removed: decayed below PRUNE_BELOW, or dropped as contradicted by the consolidation."""
+    refused: tuple[str, ...] = ()
+    """The kinds of secret of the candidates refused (never their text)."""
 
     def summary(self) -> str:
         if self.status == "dreamed":
-            return f"Dream done: {self.added} added, {self.merged} merged, {self.pruned} pruned."
+            done = f"Dream done: {self.added} added, {self.merged} merged, {self.pruned} pruned."
+            line = refusal_line(self.refused, "candidate")
+            return f"{done} {line}" if line else done
         if self.status == "failed":
             return f"Dream failed and was rolled back: {self.reason}"
         return f"No dream: {self.reason}"
@@ -184,16 +188,21 @@ def read_notes(sessions: Sequence[SessionDir], budget_tokens: int = NOTES_BUDGET
 
 
 def gather(
-    model: TextModel, notes: Sequence[tuple[str, str]], known: Sequence[Memory], now: datetime
+    model: TextModel, notes: Sequence[tuple[str, str]], known: Sequence[Memory], now: datetime,
+    refused: list[str] | None = None,
 ) -> list[Candidate]:
-    """Gather: candidate memories from the session notes (no call when there are no notes)."""
+    """Gather: candidate memories from the session notes (no call when there are no notes);
+    secrets are dropped, their kinds added to `refused`."""
     if not notes:
         return []
     reply = model.complete([], gather_prompt(notes, known_texts(known, now), MAX_CANDIDATES))
     candidates = parse_candidates(reply)
     if candidates is None:
         raise DreamFailed("the gather phase's reply has no <memories> block")
-    return [c for c in candidates if find_secret(c.text) is None][:MAX_CANDIDATES]
+    kinds = [find_secret(c.text) for c in candidates]
+    if refused is not None:
+        refused += [k for k in kinds if k is not None]
+    return [c for c, kind in zip(candidates, kinds) if kind is None][:MAX_CANDIDATES]
 
 
 @dataclass(frozen=True)
@@ -207,6 +216,8 @@ class Plan:
     added: int = 0
     merged: int = 0
     dropped: int = 0
+    refused: tuple[str, ...] = ()
+    """Kinds of secret in entries the consolidation wrote (those entries are skipped)."""
 
 
 def _base(value: Any, default: float) -> float:
@@ -233,6 +244,7 @@ def plan_consolidation(
     claimed: set[str] = set()
     write: dict[str, Memory] = {}
     remove: list[str] = []
+    refused: list[str] = []
     added = merged = dropped = 0
     for data in entries:
         drop = data.get("drop")
@@ -243,7 +255,10 @@ def plan_consolidation(
             claimed.add(drop)
             continue
         candidate = candidate_from(data)
-        if candidate is None or find_secret(candidate.text) is not None:
+        kind = find_secret(candidate.text) if candidate is not None else None
+        if kind is not None:
+            refused.append(kind)
+        if candidate is None or kind is not None:
             continue
         named = data.get("from") if isinstance(data.get("from"), list) else []
         sources = [k for k in dict.fromkeys(named) if isinstance(k, str) and k not in claimed]
@@ -273,7 +288,7 @@ def plan_consolidation(
         merged += max(0, len(sources) - 1)
     leftover = tuple(c for k, c in candidates.items() if k not in claimed)
     kept_remove = tuple(dict.fromkeys(i for i in remove if i not in write))
-    return Plan(tuple(write.values()), kept_remove, leftover, added, merged, dropped)
+    return Plan(tuple(write.values()), kept_remove, leftover, added, merged, dropped, tuple(refused))
 
 
 def _same(old: Memory, new: Memory) -> bool:
@@ -308,9 +323,10 @@ def decayed(memories: Sequence[Memory], now: datetime) -> list[Memory]:
 
 
 def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextModel, now: datetime) -> DreamResult:
-    memories = store.all()
+    memories = [m for m in store.all() if find_secret(m.text) is None]  # one stored before the checks: never sent
     notes = read_notes(sessions)
-    candidates = gather(model, notes, memories, now)
+    refused: list[str] = []
+    candidates = gather(model, notes, memories, now, refused)
     plan = consolidate(model, memories, candidates, now, store.scope)
     store.apply(write=plan.write, remove=plan.remove, now=now)
     added = plan.added
@@ -320,7 +336,7 @@ def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextMo
             added += 1
     stale = decayed(store.all(), now)
     store.apply(remove=[m.id for m in stale], now=now)
-    return DreamResult("dreamed", "", added, plan.merged, len(stale) + plan.dropped)
+    return DreamResult("dreamed", "", added, plan.merged, len(stale) + plan.dropped, (*refused, *plan.refused))
 
 
 # -- entry points ---------------------------------------------------------------------------

@@ -112,12 +112,14 @@ def extract_memories(
     now: datetime,
     session_id: str,
     already_extracted: int = 0,
+    refused: list[str] | None = None,
 ) -> list[Memory]:
     """Ask the model for the session's durable facts and store the new ones (SPEC X2).
 
     `already_extracted` is how many this session stored before; the result holds only the
     memories stored now (the caller adds their number to its count). Secrets and duplicates
-    of stored memories are dropped; a reply without a `<memories>` block stores nothing.
+    of stored memories are dropped, the kind of each secret added to `refused` (for one line
+    to the user, never the text); a reply without a `<memories>` block stores nothing.
     Model errors propagate to the caller, which runs this in the background.
     """
     room = MAX_PER_SESSION - already_extracted
@@ -129,7 +131,10 @@ def extract_memories(
     for candidate in parse_candidates(reply) or []:
         if len(added) >= room:
             break
-        if find_secret(candidate.text) is not None:
+        kind = find_secret(candidate.text)
+        if kind is not None:
+            if refused is not None:
+                refused.append(kind)
             continue
         if store.find_duplicate(candidate.text, [*existing, *added]) is not None:
             continue

@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
 from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
 from ctx_magic.memory.longterm import extract_memories
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
+from ctx_magic.memory.secrets import refusal_line
 from ctx_magic.memory.store import (
     Memory,
     MemoryStore,
+    shown_text,
     sort_by_relevance,
     utc_now,
 )
@@ -29,16 +32,19 @@ from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
 EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20, X2)
 JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
+# 20 memories of a sentence or two each (X2): output is billed at five times input, so no more.
+EXTRACTION_MAX_OUTPUT = 2_000
 
 
 class SessionTextModel:
     """A session's side call as the memory package's TextModel."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> None:
         self.session = session
+        self.max_tokens = max_tokens
 
     def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        return self.session.side_calls.text(messages, prompt, purpose="memory")
+        return self.session.side_calls.text(messages, prompt, purpose="memory", max_tokens=self.max_tokens)
 
 
 @dataclass
@@ -50,6 +56,9 @@ class MemoryManager:
     clock: Callable[[], datetime] = utc_now
     background: list[threading.Thread] = field(default_factory=list)
     last_error: str | None = None
+    """One line for the user at the next chance: a background task failed or refused something."""
+    last_refused: str | None = None
+    """The last extraction's line about the memories it refused as secrets, or None."""
 
     @property
     def project(self) -> MemoryStore:
@@ -70,7 +79,7 @@ class MemoryManager:
     def rows(self) -> list[dict[str, Any]]:
         """What the panel lists: each memory with its current relevance."""
         now = self.clock()
-        return [{"id": m.id, "text": m.text, "type": m.type, "scope": m.scope, "decay": m.decay,
+        return [{"id": m.id, "text": shown_text(m), "type": m.type, "scope": m.scope, "decay": m.decay,
                  "relevance": round(m.current_relevance(now), 3), "age_days": m.age_days(now)}
                 for m in self.all()]
 
@@ -88,9 +97,12 @@ class MemoryManager:
         if not any(m.role == "user" for m in snapshot):
             return []
         already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
-        added = extract_memories(SessionTextModel(session), snapshot, self.project, now=self.clock(),
-                                 session_id=session.session_id, already_extracted=already)
+        refused: list[str] = []
+        added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
+                                 now=self.clock(), session_id=session.session_id, already_extracted=already,
+                                 refused=refused)
         session.plugins.remember(EXTRACTED_KEY, already + len(added))
+        self.last_refused = refusal_line(refused, "extracted memory")
         return added
 
     def extract_in_background(self, session: Session) -> threading.Thread:
@@ -100,6 +112,8 @@ class MemoryManager:
         def run() -> None:
             try:
                 self.extract(session, snapshot)
+                if self.last_refused:
+                    self.last_error = f"From session {session.session_id}: {self.last_refused}"
                 session.store.save_state(session.state_json())
             except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
                 self.last_error = f"memories were not extracted from session {session.session_id}: {error}"
@@ -126,7 +140,9 @@ class MemoryManager:
         """The gates are cheap (checked at most every 10 minutes); a dream runs in a thread."""
         def run() -> None:
             try:
-                self.dream(session, force=False)
+                result = self.dream(session, force=False)
+                if result.refused:
+                    self.last_error = f"Dreaming: {refusal_line(result.refused, 'candidate')}"
             except Exception as error:  # noqa: BLE001
                 self.last_error = f"dreaming failed: {error}"
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ctx_magic.context.session_memory import MAX_SECTION_TOKENS, MAX_TOTAL_TOKENS, SECTIONS, oversized_sections
 from ctx_magic.context.tokens import count_text
+from ctx_magic.memory.secrets import find_secret
 from ctx_magic.memory.store import Memory, sort_by_relevance
 from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
@@ -134,24 +135,33 @@ Anything you do not mention stays as it is (candidates you leave out are stored 
 so only write the entries that change. If nothing needs to change: <{CONSOLIDATED_TAG}></{CONSOLIDATED_TAG}>"""
 
 
+NOTES_UPDATE_TAG = "notes-update"
+
+
 def notes_prompt(current: str) -> str:
-    """Ask for the whole notes file, updated with what the conversation above adds."""
+    """Ask for what the conversation above changes in the notes, and only that: rewritten
+    sections whole, additions to a section as lines to append. The whole file back at every
+    update was the costliest part of keeping notes (output is billed at five times input)."""
     listing = "\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS)
-    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: condense it."
+    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: rewrite it shorter."
                  for title in oversized_sections(current)]
     if count_text(current) > MAX_TOTAL_TOKENS:
-        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: shorten them aggressively.")
+        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: rewrite the longest sections "
+                         "much shorter.")
     return "\n\n".join([
         "IMPORTANT: answer with plain text only; do not call any tool.",
         "You keep the session notes of the conversation above: a markdown file that lets anyone (you, after "
-        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, in "
-        "this order, each a '# Title' heading followed by its italic description line:\n" + listing,
-        "Update the current notes below with everything the conversation adds: the user's requests in their "
-        "own words, decisions and corrections, file and variable names, commands, exact results, errors and "
-        f"their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file under "
-        f"{MAX_TOTAL_TOKENS:,}. Keep the headings and description lines exactly as they are.",
+        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, each "
+        "a '# Title' heading followed by its italic description line:\n" + listing,
+        "Bring the current notes below up to date with everything the conversation adds: the user's requests "
+        "in their own words, decisions and corrections, file and variable names, commands, exact results, "
+        f"errors and their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file "
+        f"under {MAX_TOTAL_TOKENS:,}.",
         *reminders,
-        "Answer with the whole updated file between <notes> and </notes>.",
+        f"Answer with only what changes, inside <{NOTES_UPDATE_TAG}>: for a section that needs rewriting, "
+        '<section title="Title">its new text</section>; for a section that only grows, '
+        '<append title="Title">the lines to add at its end</append>. Leave out every section that does not '
+        f"change; if nothing changes, answer <{NOTES_UPDATE_TAG}></{NOTES_UPDATE_TAG}>.",
         f"<current-notes>\n{current}\n</current-notes>",
     ])
 
@@ -175,10 +185,13 @@ def select_for_prompt(
     """The most relevant memories whose prompt lines fit in `budget_tokens` together (SPEC X3).
 
     Greedy by relevance: one that does not fit is passed over and smaller ones may still go in.
+    A memory holding a secret (stored before the checks, or edited by hand) never goes in (X1).
     """
     chosen: list[Memory] = []
     left = budget_tokens
     for memory in sort_by_relevance(memories, now):
+        if find_secret(memory.text) is not None:
+            continue
         cost = count_text(prompt_line(memory, now) + "\n")
         if cost <= left:
             chosen.append(memory)

@@ -18,7 +18,6 @@ from ctx_magic.agent.session import Session
 from ctx_magic.context.session_memory import (
     MAX_SECTION_TOKENS,
     MAX_TOTAL_TOKENS,
-    SECTIONS,
     ExtractionState,
     empty_template,
     extraction_due,
@@ -28,25 +27,35 @@ from ctx_magic.context.session_memory import (
     sections,
 )
 from ctx_magic.context.tokens import count_text
-from ctx_magic.memory.prompts import notes_prompt
+from ctx_magic.memory.prompts import NOTES_UPDATE_TAG, notes_prompt
 from ctx_magic.store.files import atomic_write_text
 
-NOTES_MAX_OUTPUT = 16_000  # room for a full 12,000-token file and its closing tag
+NOTES_MAX_OUTPUT = 16_000  # room for a full 12,000-token rewrite when every section changes
 STATE_KEY = "session_memory"
-_NOTES = re.compile(r"<notes>\s*(.*?)\s*(?:</notes>|\Z)", re.DOTALL)
+_UPDATE = re.compile(rf"<{NOTES_UPDATE_TAG}>(.*?)(?:</{NOTES_UPDATE_TAG}>|\Z)", re.DOTALL)
+_CHANGE = re.compile(r'<(section|append) title="([^"]+)">\n?(.*?)\n?</\1>', re.DOTALL)
 
 
-def parse_notes(reply: str) -> str | None:
-    """The notes in a reply, with every section present (missing ones from the template)."""
-    match = _NOTES.search(reply)
+def apply_update(current: str, reply: str) -> str | None:
+    """The notes with a reply's changes made (rewritten and appended sections), every section
+    present in its place; None when the reply holds no update at all."""
+    match = _UPDATE.search(reply)
     if not match:
         return None
-    found = sections(match.group(1))
-    titles = [title for title, _ in SECTIONS]
-    if sum(1 for title in titles if title in found) < len(titles) // 2:
-        return None
     template = sections(empty_template())
-    return "\n\n".join(f"# {title}\n{found.get(title) or template[title]}" for title in titles) + "\n"
+    bodies = {title: body for title, body in sections(current).items() if title in template} or dict(template)
+    bodies = {title: bodies.get(title, template[title]) for title in template}
+    for kind, title, text in _CHANGE.findall(match.group(1)):
+        title = title.strip()
+        if title not in bodies:
+            continue  # a section that does not exist is not invented
+        description = template[title].splitlines()[0]
+        text = text.strip("\n")
+        if kind == "append":
+            bodies[title] = f"{bodies[title].rstrip()}\n{text}" if text else bodies[title]
+        else:
+            bodies[title] = text if text.startswith(description) else f"{description}\n{text}"
+    return "\n\n".join(f"# {title}\n{body}" for title, body in bodies.items()) + "\n"
 
 
 def enforce_caps(notes: str) -> str:
@@ -76,6 +85,8 @@ class NotesKeeper:
         self.extractions = 0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        kept = self.current()  # a resumed session's notes
+        self._tokens = count_text(kept[0]) if kept else 0
         session.plugins.attach_notes(self)
         session.plugins.on_turn_end(self.after_turn)
         session.plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
@@ -88,7 +99,8 @@ class NotesKeeper:
         tokens = session.tokens()
         with self._lock:
             self.state = rebaselined(self.state, tokens)
-        reason = extraction_due(self.state, tokens, last_turn_tool_calls=tool_calls, correction=correction)
+        reason = extraction_due(self.state, tokens, session.context_settings().thresholds,
+                                last_turn_tool_calls=tool_calls, correction=correction)
         if reason is None or not self.start(reason):
             with self._lock:
                 self.state = dataclasses.replace(self.state, tool_calls_since=self.state.tool_calls_since + tool_calls)
@@ -117,10 +129,11 @@ class NotesKeeper:
             current = self.path.read_text(encoding="utf-8") if self.path.exists() else empty_template()
             reply = self.session.side_calls.text(snapshot, notes_prompt(current), purpose="memory",
                                                  max_tokens=NOTES_MAX_OUTPUT)
-            notes = parse_notes(reply)
+            notes = apply_update(current, reply)
             if notes is None:
-                raise ValueError("the reply had no <notes> file with the ten sections")
-            atomic_write_text(self.path, enforce_caps(notes))
+                raise ValueError(f"the reply had no <{NOTES_UPDATE_TAG}>")
+            notes = enforce_caps(notes)
+            atomic_write_text(self.path, notes)
         except Exception as error:  # noqa: BLE001 - reported, never raised into a cell
             self.last_error = f"session notes were not updated ({reason}): {error}"
             return
@@ -129,6 +142,7 @@ class NotesKeeper:
             self.session.plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
             self.extractions += 1
             self.last_error = None
+            self._tokens = 0 if is_empty(notes) else count_text(notes)
 
     # -- serving (NotesSource) -----------------------------------------------------------------
 
@@ -150,3 +164,6 @@ class NotesKeeper:
     def text(self) -> str:
         current = self.current()
         return current[0] if current else ""
+
+    def tokens(self) -> int:
+        return self._tokens

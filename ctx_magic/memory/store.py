@@ -221,10 +221,19 @@ def sort_by_relevance(memories: Iterable[Memory], now: datetime) -> list[Memory]
     return sorted(by_id, key=lambda m: (-m.current_relevance(now), -m.updated.timestamp()))
 
 
+def shown_text(memory: Memory) -> str:
+    """A memory's text where people see it (%memory show, the panel, MEMORY.md): one stored before
+    the secret checks existed, or edited by hand, is named by its kind instead of echoed."""
+    kind = find_secret(memory.text)
+    if kind is None:
+        return memory.text
+    return f"(hidden: it looks like it contains {kind}; it is never put in a prompt. %memory forget removes it)"
+
+
 def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now: datetime) -> str:
     lines = ["# Memory index", "", "One line per memory: file, type, current relevance, first line.", ""]
     for memory in sort_by_relevance(memories, now):
-        head = first_line(memory.text)
+        head = first_line(shown_text(memory))
         if len(head) > INDEX_FIRST_LINE_CHARS:
             head = head[: INDEX_FIRST_LINE_CHARS - 1] + "…"
         score = memory.current_relevance(now)

@@ -9,6 +9,7 @@ recorder captures the agent's own `python` runs.
 from __future__ import annotations
 
 import base64
+import html
 import re
 import sys
 import threading
@@ -16,14 +17,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
+from ctx_magic.images import API_MAX_BASE64_CHARS, SUPPORTED_TYPES, ImageCheck, check_image
 from ctx_magic.messages import Block, Message, decode_output, text_block, tool_result_block, tool_use_block
+from ctx_magic.store.pending import PENDING_ID_KEY
 
 SKIP_MARKER = "# ctx: skip"
 OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%load_ext ctx_magic",
               "%reload_ext ctx_magic", "%unload_ext ctx_magic", "%config CtxMagic")
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+IMAGE_TYPES = SUPPORTED_TYPES
+CELL_FIELDS = ("source", "execution_count", "cell_id", "kernel", "stdout", "stderr", "displays", "result", "error")
 _DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-f]+)?>$")
 OWN_DISPLAY = {"ctx_magic": {"own": True}}
 """Metadata on ctx_magic's own displays (status, progress): never recorded as the code's output."""
@@ -113,13 +118,18 @@ class CellRecord:
 
     source: str
     execution_count: int | None = None
-    cell_id: str | None = None
-    """The frontend's id of the cell (nbformat 4.5), when it sends one (JupyterLab, Notebook 7)."""
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     displays: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: str | None = None
+    cell_id: str | None = None
+    """The frontend's id of the cell (nbformat 4.5), when it sends one (JupyterLab, Notebook 7)."""
+    kernel: str = KERNEL_RUN
+    """The kernel process that ran it: a cell a dead kernel left in pending-cells.jsonl keeps its own."""
+    pending_id: str | None = field(default=None, compare=False)
+    """Its id in a session's pending-cells.jsonl, once written there (store/pending.py)."""
+    pending_file: Path | None = field(default=None, compare=False, repr=False)
 
     def text(self) -> str:
         """What printed comes first as it is; every other part is labelled in brackets."""
@@ -139,36 +149,70 @@ class CellRecord:
             parts.append("[error]\n" + strip_ansi(self.error).rstrip("\n"))
         return decode_output("\n\n".join(parts)) if parts else "(no output)"
 
-    def content(self, image_max_bytes: int) -> str | list[Block]:
-        """The tool_result content: text, plus images within the size cap (N2)."""
-        text = self.text()
-        images: list[Block] = []
-        notes: list[str] = []
+    def image_checks(self, image_max_bytes: int) -> list[ImageCheck]:
+        """Each image the run showed, checked from its bytes (images.py): sent, with its media
+        type corrected when need be, or left out with the reason."""
+        checks = []
         for data in [*self.displays, *([self.result] if self.result else [])]:
             for mime in IMAGE_TYPES:
                 if mime in data:
                     raw = data[mime]
-                    payload = raw if isinstance(raw, str) else base64.b64encode(raw).decode("ascii")
-                    if len(payload) <= image_max_bytes:
-                        images.append({"type": "image",
-                                       "source": {"type": "base64", "media_type": mime, "data": payload}})
-                    else:
-                        notes.append(f"[{mime} image of {len(payload):,} bytes not sent: over the size cap]")
-        if notes:
-            text = text + "\n" + "\n".join(notes)
+                    checks.append(check_image(raw if isinstance(raw, (str, bytes)) else str(raw), mime,
+                                              max_chars=image_max_bytes))
+        return checks
+
+    def content(self, image_max_bytes: int) -> str | list[Block]:
+        """The tool_result content: text, plus the images the API accepts; a text stand-in for
+        each image left out (N2)."""
+        checks = self.image_checks(image_max_bytes)
+        images = [c.block for c in checks if c.sent]
+        notes = [c.block["text"] for c in checks if not c.sent]
+        text = self.text() + ("\n" + "\n".join(notes) if notes else "")
         return [text_block(text), *images] if images else text
+
+    def to_json(self) -> dict[str, Any]:
+        """What a pending-cells line keeps (images as base64 text, as a display bundle has them)."""
+        return {name: _jsonable(getattr(self, name)) for name in CELL_FIELDS}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CellRecord:
+        fields = {name: data[name] for name in CELL_FIELDS if name in data}
+        return cls(**{"kernel": "", **fields})  # a line without its kernel: not this one
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def left_out_line(checks: list[ImageCheck]) -> str | None:
+    """One line for the cell naming the images the agent will not get, or None."""
+    reasons = [c.block["text"].removeprefix("[image omitted: ").removesuffix("]") for c in checks if not c.sent]
+    if not reasons:
+        return None
+    what = "1 image" if len(reasons) == 1 else f"{len(reasons)} images"
+    return f"ctx_magic: {what} of this output will not be sent to the agent: {'; '.join(reasons)}."
 
 
 def _as_text(value: Any) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
 
 
-def cell_messages(record: CellRecord, tool_use_id: str, image_max_bytes: int, now: float) -> list[Message]:
-    """The notebook_cell tool_use / tool_result pair for one recorded cell."""
+def cell_messages(record: CellRecord, tool_use_id: str, image_max_bytes: int, now: float, *,
+                  pending_id: str | None = None) -> list[Message]:
+    """The notebook_cell tool_use / tool_result pair for one recorded cell; `pending_id` (the
+    cell's id in pending-cells.jsonl) goes in the tool_use's meta, so a resume never takes it twice."""
     call = tool_use_block(tool_use_id, "notebook_cell",
                           {"execution_count": record.execution_count, "source": record.source})
-    use = Message("assistant", (call,), timestamp=now,
-                  meta={"cell": record.execution_count, "cell_id": record.cell_id, "kernel": KERNEL_RUN})
+    meta: dict[str, Any] = {"cell": record.execution_count, "cell_id": record.cell_id, "kernel": record.kernel}
+    if pending_id is not None:
+        meta[PENDING_ID_KEY] = pending_id
+    use = Message("assistant", (call,), timestamp=now, meta=meta)
     result = Message("user", (tool_result_block(tool_use_id, record.content(image_max_bytes),
                                                 is_error=record.error is not None),), timestamp=now)
     return [use, result]
@@ -183,8 +227,10 @@ class OutputRecorder:
     at their `write` method, as IPython does, because ipykernel checks the stream classes.
     """
 
-    def __init__(self, shell: Any) -> None:
+    def __init__(self, shell: Any, image_max_bytes: Callable[[], int] = lambda: API_MAX_BASE64_CHARS) -> None:
         self.shell = shell
+        self.image_max_bytes = image_max_bytes
+        """The user's cap on an image (CtxMagic.image_max_bytes): the images over it are named in the cell."""
         self.current: CellRecord | None = None
         self._restore: list[Callable[[], None]] = []
         self._lock = threading.RLock()
@@ -304,7 +350,21 @@ class OutputRecorder:
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if error is not None:
             record.error = self.format_error(error)
+        self._say_left_out(record)
         return record
+
+    def _say_left_out(self, record: CellRecord) -> None:
+        """Once, in the cell that showed them: the images the agent will not get, and why."""
+        try:
+            line = left_out_line(record.image_checks(self.image_max_bytes()))
+            if line is None:
+                return
+            from IPython.display import display
+
+            shown = f'<div class="ctx-magic-notice" style="color:#a15c00">{html.escape(line)}</div>'
+            display({"text/html": shown, "text/plain": line}, raw=True, metadata=OWN_DISPLAY)
+        except Exception:  # noqa: BLE001 - a note about images must never break the cell
+            pass
 
     def format_error(self, error: BaseException) -> str:
         try:

@@ -1,14 +1,24 @@
 """The cells the user runs between agent turns (SPEC N2): recorded by IPython's pre/post
-run-cell hooks, kept until the next turn, then added to the context as notebook_cell pairs."""
+run-cell hooks, kept until the next turn, then added to the context as notebook_cell pairs.
+
+Once a session has had a turn here, each recorded cell is also written to that session's
+pending-cells.jsonl as it finishes (store/pending.py), so a kernel restart does not lose it:
+the next turn of the resumed session takes the cells the dead kernel left, then consumes them.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.errors import CtxMagicError
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
+from ctx_magic.store.pending import PendingCells, absorbed_ids
+from ctx_magic.store.session import SessionDir
 
 CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"
 
@@ -24,6 +34,8 @@ class CellCapture:
         self.pending: list[CellRecord] = []
         """Cells run since the last turn, oldest first."""
         self._cell: CellRecord | None = None
+        self._store: SessionDir | None = None
+        """The session recorded cells are kept on disk for: the last one they entered."""
 
     def start(self, info: Any) -> None:
         """pre_run_cell: record this cell unless it is ours or marked `# ctx: skip`."""
@@ -38,7 +50,24 @@ class CellCapture:
         if record is None:
             return
         self.recorder.stop()
-        self.pending.append(self.recorder.finish(record, result))
+        self.pending.append(self._kept(self.recorder.finish(record, result)))
+
+    def attach(self, store: SessionDir) -> None:
+        """Cells recorded from now on are kept in this session's pending-cells.jsonl."""
+        self._store = store
+
+    def _kept(self, record: CellRecord) -> CellRecord:
+        """The cell written to the session's pending file (a failure there only loses its
+        survival of a restart: it still enters from memory)."""
+        if self._store is None:
+            return record
+        pending = self._store.pending_cells()
+        try:
+            written = pending.add(record.to_json(), now=self._clock())
+        except CtxMagicError:
+            return record
+        record.pending_id, record.pending_file = written.id, pending.path
+        return record
 
     def abandon(self) -> None:
         """A hook failed: stop recording, leave this cell out."""
@@ -54,13 +83,51 @@ class CellCapture:
         self.pending = [*pending, *self.pending]
 
     def absorb(self, session: Session) -> None:
-        """Recorded cells enter the context as notebook_cell pairs before the next turn."""
-        if not self.pending:
+        """Recorded cells enter the context as notebook_cell pairs before the next turn: first
+        those a dead kernel left in the session's pending file, then this kernel's; then they
+        are consumed from their files."""
+        self.attach(session.store)
+        records = [*self._left_behind(session), *self.pending]
+        if not records:
             return
         if not any(m.sent for m in session.messages):
             session.append(user_text(CELLS_INTRO, timestamp=self._clock()))
-        for record in self.pending:
+        for record in records:
             cell_id = notebook_cell_id(record.execution_count)
-            for message in cell_messages(record, cell_id, self._image_max_bytes(), self._clock()):
+            for message in cell_messages(record, cell_id, self._image_max_bytes(), self._clock(),
+                                         pending_id=record.pending_id):
                 session.append(message)
         self.pending = []
+        _consume(records)
+
+    def _left_behind(self, session: Session) -> list[CellRecord]:
+        """Cells in the session's pending file that this kernel did not record (a kernel that
+        died before its next turn wrote them), without those the transcript already holds."""
+        pending = session.store.pending_cells()
+        loaded = pending.load()
+        for problem in loaded.problems:
+            session.notice(problem, "warning")
+        mine = {r.pending_id for r in self.pending}
+        theirs = [c for c in loaded.cells if c.id not in mine]
+        if theirs:  # a crash after they entered the transcript but before they were consumed
+            taken = absorbed_ids(session.store.load_transcript().records)
+            theirs = [c for c in theirs if c.id not in taken]
+        records = []
+        for cell in theirs:
+            record = CellRecord.from_json(cell.cell)
+            record.pending_id, record.pending_file = cell.id, pending.path
+            records.append(record)
+        return records
+
+
+def _consume(records: Sequence[CellRecord]) -> None:
+    """The cells are in the transcript now: out of every pending file that held them."""
+    by_file: dict[Path, list[str]] = defaultdict(list)
+    for record in records:
+        if record.pending_file is not None and record.pending_id is not None:
+            by_file[record.pending_file].append(record.pending_id)
+    for path, ids in by_file.items():
+        try:
+            PendingCells(path).consume(ids)
+        except CtxMagicError:  # left for the next turn; the transcript check keeps them from entering twice
+            pass

@@ -48,7 +48,7 @@ class Controller:
         self.turn_running = False
         """True while an agent turn runs: the agent's own code must not start another, or compact."""
         self._display: TurnDisplay | None = None
-        output = OutputRecorder(shell)
+        output = OutputRecorder(shell, image_max_bytes=lambda: self.settings.image_max_bytes)
         self.executor = KernelExecutor(shell, output, permission=lambda: self.settings.permission,
                                        image_max_bytes=lambda: self.settings.image_max_bytes,
                                        notebook_path=self.notebook_path, show_code=self._ask_to_run)
@@ -159,6 +159,7 @@ class Controller:
 
     def _opened(self, session: Session) -> None:
         session.listeners.append(lambda event: notify(self.listeners, event))
+        self.cells.attach(session.store)  # cells run from now on survive a kernel restart
         self.memory.attach(session)
         self.panel.attach(session)
 
@@ -190,11 +191,18 @@ class Controller:
         with self.lock:
             self.idle.cancel()
             session = self.require_session()
-            self._before_command(session)
+            before: list[Event] = []  # what the settings did (a model switch drops thinking blocks)
+            session.listeners.append(before.append)
+            try:
+                self._before_command(session)
+            finally:
+                session.listeners.remove(before.append)
             self.memory.before_turn(session)
             display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
-                                             record_for=lambda _id: self.executor.last_record)
-            for event in self.idle.take_unshown():
+                                             record_for=lambda _id: self.executor.last_record,
+                                             output_path=lambda tool_use_id: str(session.store.tool_result_path(
+                                                 tool_use_id)))
+            for event in [*self.idle.take_unshown(), *before]:
                 display(event)
             self.show_panel_once()
             session.listeners.append(display)

@@ -20,15 +20,21 @@ from ctx_magic.events import (
     Notice,
     Persisted,
     ReplyRestarted,
+    ServerCompacted,
+    ServerEdited,
     Snipped,
     Status,
     TextDelta,
+    ThinkingCleared,
+    ThinkingDelta,
     ToolFinished,
     ToolOutputDelta,
     ToolStarted,
 )
+from ctx_magic.images import human_size
 from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 from ctx_magic.notebook.wording import count, with_remedy
+from ctx_magic.store.external import EXTERNAL_MIN_CHARS
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
 STATUS_TEXT = {
@@ -44,7 +50,26 @@ STATUS_STYLE = "opacity:0.7;font-size:90%"
 INFO_STYLE = NOTICE_STYLES["info"]
 TOOL_INPUT_CHARS = 2_000
 PROGRESS_CHARS = 160  # the latest printed line shown beside the status while code runs
-TOOL_OUTPUT_CHARS = 20_000
+# What a tool's output may show in the cell (and so in the .ipynb). Over this, the output has a
+# file of its own (the transcript stores it there), so the cell can point to it.
+SHOWN_MAX_CHARS = EXTERNAL_MIN_CHARS
+SHOWN_HEAD_CHARS = 20_000  # the start of a longer output, where its headers and first rows are
+SHOWN_TAIL_CHARS = 5_000  # and its end, where the error or the final figures usually are
+SAVED_WHERE = "the session's tool-results folder"  # when the display is not told the file's path
+
+
+def shown_text(text: str, where: str | None = None) -> str:
+    """An output as the cell shows it: whole up to SHOWN_MAX_CHARS, else its first and last parts
+    (cut at line ends) around one line saying how much is not shown and where all of it is."""
+    if len(text) <= SHOWN_MAX_CHARS:
+        return text
+    head = text[:SHOWN_HEAD_CHARS]
+    head = head[: head.rfind("\n") + 1] or head
+    tail = text[-SHOWN_TAIL_CHARS:]
+    tail = tail[tail.find("\n") + 1:] or tail
+    hidden = len(text) - len(head) - len(tail)
+    return (f"{head}\n[… {human_size(hidden)} more not shown; the full output is at {where or SAVED_WHERE} …]\n"
+            f"{tail}")
 
 
 def latest_line(text: str) -> str:
@@ -83,6 +108,23 @@ def rich(html_text: str, plain: str) -> dict[str, str]:
     return {"text/html": html_text, "text/plain": plain}
 
 
+def server_edit_line(event: ServerEdited) -> str:
+    parts = []
+    for edit in event.applied_edits:
+        if edit.get("type") == "clear_thinking_20251015":
+            parts.append(f"{edit.get('cleared_thinking_turns', 0)} thinking turn(s)")
+        else:
+            parts.append(f"{edit.get('cleared_tool_uses', 0)} tool result(s)")
+    return f"The API cleared {' and '.join(parts)} from this request: {event.tokens_cleared:,} tokens"
+
+
+def thinking_html(text: str) -> dict[str, str]:
+    """A collapsed block with the thinking so far (closed unless the user opens it)."""
+    return rich(f'<details class="ctx-magic-thinking"><summary>Thinking</summary>'
+                f'<pre style="white-space:pre-wrap;color:#666">{html.escape(text)}</pre></details>',
+                f"[thinking]\n{text}")
+
+
 def compaction_line(event: Compacted) -> str:
     return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} → "
             f"{event.tokens_after:,} tokens ({event.trigger})")
@@ -112,26 +154,27 @@ def compaction_notice(event: Compacted) -> dict[str, str]:
     )
 
 
-def record_html(record: CellRecord) -> str:
-    """A python run's outputs as HTML: text, tracebacks, HTML tables and images."""
+def record_html(record: CellRecord, where: str | None = None) -> str:
+    """A python run's outputs as HTML: text, tracebacks, HTML tables and images, each text part
+    capped by `shown_text` (`where` is the path of the full output)."""
     parts = []
     if record.stdout:
-        parts.append(f"<pre>{html.escape(printed(record.stdout)[:TOOL_OUTPUT_CHARS])}</pre>")
+        parts.append(f"<pre>{html.escape(shown_text(printed(record.stdout), where))}</pre>")
     if record.stderr:
-        stderr = printed(record.stderr)[:TOOL_OUTPUT_CHARS]
+        stderr = shown_text(printed(record.stderr), where)
         parts.append(f'<pre style="{NOTICE_STYLES["warning"]}">{html.escape(stderr)}</pre>')
     for data in [*record.displays, *([record.result] if record.result else [])]:
         image = next((m for m in IMAGE_TYPES if m in data), None)
         if image:
             payload = data[image] if isinstance(data[image], str) else ""
             parts.append(f'<img src="data:{image};base64,{payload}"/>')
-        elif "text/html" in data:
+        elif "text/html" in data and len(str(data["text/html"])) <= SHOWN_MAX_CHARS:
             parts.append(str(data["text/html"]))
         elif "text/markdown" in data or "text/plain" in data:
             text = data.get("text/markdown") or data.get("text/plain")
-            parts.append(f"<pre>{html.escape(str(text)[:TOOL_OUTPUT_CHARS])}</pre>")
+            parts.append(f"<pre>{html.escape(shown_text(str(text), where))}</pre>")
     if record.error:
-        parts.append(f'<pre style="{NOTICE_STYLES["error"]}">{html.escape(record.error[:TOOL_OUTPUT_CHARS])}</pre>')
+        parts.append(f'<pre style="{NOTICE_STYLES["error"]}">{html.escape(shown_text(record.error, where))}</pre>')
     return "".join(parts) or "<pre>(no output)</pre>"
 
 
@@ -139,13 +182,20 @@ class TurnDisplay:
     """Renders one turn's events in the current cell."""
 
     def __init__(self, *, show_tools: bool = True, clock: Callable[[], float] = time.monotonic,
-                 record_for: Callable[[str], CellRecord | None] = lambda tool_use_id: None) -> None:
+                 record_for: Callable[[str], CellRecord | None] = lambda tool_use_id: None,
+                 output_path: Callable[[str], str | None] = lambda tool_use_id: None) -> None:
         self.show_tools = show_tools
         self.clock = clock
         self.record_for = record_for
+        self.output_path = output_path
+        """Where a tool_use_id's full output is kept (the session's tool-results file), for the
+        line that says what a long output's display leaves out."""
         self.status: Output | None = None
         self.text_output: Output | None = None
         self.text = ""
+        self.thinking_output: Output | None = None
+        self.thinking = ""
+        self.last_thinking_update = 0.0
         self.last_update = 0.0
         self.pending_tools: dict[str, ToolStarted] = {}
         self.status_line = ""
@@ -159,7 +209,26 @@ class TurnDisplay:
 
     # -- text ---------------------------------------------------------------------------------
 
+    def _on_thinking(self, event: ThinkingDelta) -> None:
+        """The model's thinking streams into a collapsed "Thinking" block of its own."""
+        self.thinking += event.text
+        if self.thinking_output is None:
+            self.thinking_output = Output(thinking_html(self.thinking))
+            self.last_thinking_update = self.clock()
+        elif self.clock() - self.last_thinking_update >= STREAM_INTERVAL:
+            self._flush_thinking()
+
+    def _flush_thinking(self) -> None:
+        if self.thinking_output is not None:
+            self.thinking_output.update(thinking_html(self.thinking))
+            self.last_thinking_update = self.clock()
+
+    def _close_thinking(self) -> None:
+        self._flush_thinking()
+        self.thinking_output, self.thinking = None, ""
+
     def _on_text(self, event: TextDelta) -> None:
+        self._close_thinking()
         self.text += event.text
         if self.text_output is None:
             self.text_output = Output({"text/markdown": self.text, "text/plain": self.text})
@@ -174,14 +243,17 @@ class TurnDisplay:
 
     def _on_reply_restarted(self, event: ReplyRestarted) -> None:
         """What the broken stream showed is withdrawn; the new attempt streams in its place."""
-        self.text = ""
+        self.text = self.thinking = ""
         if self.text_output is not None:
             self.text_output.update({"text/markdown": "", "text/plain": ""})
+        if self.thinking_output is not None:
+            self.thinking_output.update(thinking_html(""))
         line = f"The connection broke mid-reply; asking again (attempt {event.attempt} of {event.attempts})."
         show(rich(f'<div class="ctx-magic-notice" style="{NOTICE_STYLES["warning"]}">{html.escape(line)}'
                   "</div>", line))
 
     def _close_text(self) -> None:
+        self._close_thinking()
         self.flush()
         self.text_output, self.text = None, ""
 
@@ -243,17 +315,19 @@ class TurnDisplay:
             return
         tool_input = dict(started.input) if started else {}
         record = self.record_for(event.tool_use_id) if event.tool == "python" else None
+        where = self.output_path(event.tool_use_id) if len(event.output) > SHOWN_MAX_CHARS else None
+        output = shown_text(event.output, where)  # the whole text went to the agent; the cell shows this
         if event.tool == "python":
             code = str(tool_input.get("code", ""))
             head = f"<pre>{html.escape(code[:TOOL_INPUT_CHARS])}</pre>"
-            body = record_html(record) if record else f"<pre>{html.escape(event.output[:TOOL_OUTPUT_CHARS])}</pre>"
+            body = record_html(record, where) if record else f"<pre>{html.escape(output)}</pre>"
         else:
             args = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
             head = f"<pre>{html.escape(args[:TOOL_INPUT_CHARS])}</pre>"
-            body = f"<pre>{html.escape(event.output[:TOOL_OUTPUT_CHARS])}</pre>"
+            body = f"<pre>{html.escape(output)}</pre>"
         opened = " open" if event.tool == "python" else ""
         summary = f"{event.tool}" + (" (error)" if event.is_error else "")
-        plain = f"[{event.tool}{' error' if event.is_error else ''}]\n{event.output}"
+        plain = f"[{event.tool}{' error' if event.is_error else ''}]\n{output}"
         show(rich(f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
                   f"{head}{body}</details>", plain))
 
@@ -277,6 +351,23 @@ class TurnDisplay:
     def _on_snipped(self, event: Snipped) -> None:
         line = f"Snipped {event.count:,} messages from the middle of the conversation (the transcript keeps them)"
         show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
+
+    def _on_thinking_cleared(self, event: ThinkingCleared) -> None:
+        why = "after an idle gap" if event.trigger == "idle" else "that the new model cannot take"
+        line = (f"Cleared {count(event.blocks, 'old thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
+                "(the transcript keeps them)")
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
+
+    def _on_server_edited(self, event: ServerEdited) -> None:
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(server_edit_line(event))}</div>',
+                  server_edit_line(event)))
+
+    def _on_server_compacted(self, event: ServerCompacted) -> None:
+        self._close_text()
+        line = (f"The API compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
+                f"{event.tokens_after:,} tokens (server)")
+        show(rich(f'<details class="ctx-magic-compaction"><summary>{html.escape(line)}</summary>'
+                  f'<pre style="white-space:pre-wrap">{html.escape(event.summary)}</pre></details>', line))
 
     def _on_compaction_failed(self, event: CompactionFailedEvent) -> None:
         return  # the loop's Notice says it in one line

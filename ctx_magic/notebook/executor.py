@@ -61,6 +61,7 @@ class KernelExecutor:
         self.recorder = recorder
         self.permission = permission
         self.image_max_bytes = image_max_bytes
+        # The cells the recorder captures are held to the same cap (it names the images left out).
         self.notebook_path = notebook_path
         self.ask = ask or input
         self.show_code = show_code or (lambda code: None)

@@ -32,13 +32,20 @@ class SessionHost:
         self._opened = opened
         self._closing = closing
         self.backend = backend
+        self._given = backend is not None
+        """A backend handed in (tests, the demo) stays whatever the provider setting says."""
         self.session: Session | None = None
         self.carried: str | None = None
         """The session of this kernel before the extension was reloaded: the next turn resumes it."""
 
     def _backend(self) -> Backend:
-        if self.backend is None:
-            self.backend = choose_backend(self._env, max_retries=self._settings().max_retries)
+        """The backend; chosen again when the `provider` setting changed (unless one was given)."""
+        settings = self._settings()
+        if self.backend is not None and (self._given or self.backend.provider == settings.provider):
+            return self.backend
+        self.backend = choose_backend(self._env, max_retries=settings.max_retries, provider=settings.provider,
+                                      region=settings.region, project=settings.project,
+                                      aws_profile=settings.aws_profile)
         return self.backend
 
     def retries_changed(self, max_retries: int) -> None:
@@ -50,7 +57,8 @@ class SessionHost:
             self.session.frame.reconfigure(self.session.settings, self._model(self.session.model.name))
 
     def _model(self, name: str) -> AnthropicModel:
-        return AnthropicModel(self._backend().client, name=name)
+        backend = self._backend()
+        return AnthropicModel(backend.client, name=name, provider=backend.provider)
 
     def check_model(self, name: str) -> None:
         """An unknown model says so now, in one line."""
@@ -94,12 +102,14 @@ class SessionHost:
         return resume
 
     def apply_settings(self, session: Session) -> None:
-        """`%config` changes take effect at the next turn."""
+        """`%config` changes take effect at the next turn; a new model (or provider) drops the
+        thinking blocks it cannot take from the live context."""
         settings = self._settings()
-        model = None
-        if session.model.name != settings.model:
-            model = self._model(settings.model)
-        session.frame.reconfigure(settings, model)
+        provider = getattr(session.model, "provider", settings.provider)
+        if session.model.name != settings.model or (not self._given and provider != settings.provider):
+            session.switch_model(settings, self._model(settings.model), backend=self._backend().name)
+        else:
+            session.frame.reconfigure(settings)
 
     def end(self, *, extract: bool = True) -> None:
         """The current session ends (a new one, a resume, unload): saved and closed first."""

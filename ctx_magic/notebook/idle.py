@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped
+from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, ThinkingCleared
 from ctx_magic.messages import Message
 
 IDLE_TIMER_SLACK = 1.0  # seconds after the TTL before the timer looks
-SHOWN_LATER = (Cleared, Snipped, Persisted, Notice)
+SHOWN_LATER = (Cleared, Snipped, Persisted, Notice, ThinkingCleared)
 
 
 class IdleWatch:

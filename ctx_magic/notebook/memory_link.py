@@ -87,7 +87,8 @@ class MemoryLink:
         elif args.command == "extract":
             added = manager.extract(session())
             lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
-            notice(f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}")
+            refused = f"\n{manager.last_refused}" if manager.last_refused else ""
+            notice(f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}")
         elif args.command == "dream":
             notice(manager.dream(session(), force=True).summary())
 

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.usage import billed
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_json
 from ctx_magic.messages import Message
 from ctx_magic.notebook.capture import KERNEL_RUN
+from ctx_magic.prices import UNKNOWN_PRICES, Prices, cost_usd, model_prices
 from ctx_magic.ui.cards import close_tree
 from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.originals import originals_html
@@ -40,9 +42,11 @@ def labextension_installed(paths: Iterable[str] | None = None) -> bool:
     return any((Path(p) / MODULE / "package.json").is_file() for p in paths)
 
 
-def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex) -> Iterable[Event]:
+def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex,
+             prices: Callable[[str | None], Prices] = lambda _model: UNKNOWN_PRICES) -> Iterable[Event]:
     """The panel's events from a transcript: every durable event, and one model call for each
-    response recorded with its usage; the messages teach `index` which cells they hold."""
+    response recorded with its usage, priced at `prices` of the model that wrote it; the
+    messages teach `index` which cells they hold."""
     calls: set[str] = set()
     for record in records:
         kind = record.get("type")
@@ -55,7 +59,8 @@ def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex) -> Iterable
             response = message.api_id or message.uuid
             if message.role == "assistant" and message.usage is not None and response not in calls:
                 calls.add(response)  # parallel tool calls split one response over several messages
-                yield UsageUpdated(message.usage, 0, 0.0)
+                cost = cost_usd(billed(message.usage), prices(message.meta.get("model")))
+                yield UsageUpdated(message.usage, 0, 0.0, cost_usd=round(cost, 6))
         elif kind == "event" and record.get("event") in DURABLE_EVENTS:
             try:
                 yield event_from_json(record)
@@ -87,7 +92,12 @@ class PanelLink:
             self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
                                        kernel=KERNEL_RUN)
         self.widget.reset()
-        for event in replayed(session.store.load_transcript().records, self.widget.cells):
+        settings = session.settings
+
+        def prices(model: str | None) -> Prices:
+            return model_prices(model or settings.model, settings.prices)
+
+        for event in replayed(session.store.load_transcript().records, self.widget.cells, prices):
             self.widget.handle(event)
         self.refresh()
 

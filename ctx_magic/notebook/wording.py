@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ctx_magic.errors import CtxMagicError, Remedy
+from ctx_magic.prices import format_usd
 
 if TYPE_CHECKING:
     from ctx_magic.agent.loop import TurnResult
@@ -40,7 +41,26 @@ def summary_line(status: StatusSnapshot, result: TurnResult) -> str:
     """The turn's closing line in the cell."""
     state = "Interrupted" if result.interrupted else ("Stopped" if result.error else "Done")
     return (f"{state} · {count(result.model_calls, 'model call')} · {status.tokens:,} tokens in context · "
-            f"{status.context.percent_left}% left before compaction")
+            f"{status.context.percent_left}% left before compaction · {turn_cost(status, result.cost_usd)}")
+
+
+def turn_cost(status: StatusSnapshot, amount: float) -> str:
+    if status.prices.source == "unknown":
+        return f"cost unknown (no price for {status.model}; set CtxMagic.prices)"
+    return f"{format_usd(amount)} this turn"
+
+
+def cost_line(status: StatusSnapshot) -> str:
+    """The session's spend, what the context changes saved, and the rates used."""
+    if status.prices.source == "unknown":
+        return f"cost unknown: no price for {status.model} (set CtxMagic.prices = 'input=... output=...')"
+    saved = status.usage.saved_usd
+    by = ", ".join(f"{kind} {format_usd(v)}" for kind, v in sorted(saved.items()) if v)
+    p = status.prices
+    return (f"spent {format_usd(status.cost_usd)} this session · saved at least {format_usd(sum(saved.values()))}"
+            + (f" ({by})" if by else "")
+            + f" · prices per million tokens: input ${p.input:g}, cache write ${p.cache_write_5m:g} (5m) / "
+              f"${p.cache_write_1h:g} (1h), cache read ${p.cache_read:g}, output ${p.output:g} ({p.source})")
 
 
 def compacted_line(status: StatusSnapshot) -> str:
@@ -54,14 +74,18 @@ def status_text(status: StatusSnapshot) -> str:
     if status.cache_breaks:
         unexplained = sum(1 for b in status.cache_breaks if not b["expected"])
         breaks = f" · {count(len(status.cache_breaks), 'cache break')}, {unexplained} unexplained"
+    thinking = "off" if status.thinking == "off" else (
+        f"{status.thinking} ({status.thinking_budget:,} tokens reserved)")
     lines = [
-        f"session {status.session_id} · {status.model} ({status.backend})",
+        f"session {status.session_id} · {status.model} ({status.backend}) · thinking {thinking} · "
+        f"context management: {status.strategy}",
         f"context {c.tokens:,} tokens · zone {c.zone} · {c.percent_left}% left before compaction at "
         f"{c.threshold:,} (window {c.window:,}, from {status.window_source})",
         f"{count(c.messages, 'message')} · tool results {c.live_results} live, {c.cleared_results} cleared, "
         f"{c.persisted_results} persisted",
         f"{count(len(status.boundaries), 'compaction')} · breaker {'OPEN' if status.breaker_open else 'closed'} · "
         f"cache hit ratio {status.usage.cache_hit_ratio:.0%}" + breaks,
+        cost_line(status),
     ]
     parts = status.composition
     if parts.used:

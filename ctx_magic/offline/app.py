@@ -9,7 +9,12 @@ transport (transport.py) and the real HTTP server (server.py) both run it. Endpo
   the answer comes from the deterministic policy (policy.py), opened by a signed thinking block
   when thinking is on (thinking.py); usage from counting.py and the prompt cache (cache.py);
 - POST /v1/messages/count_tokens -> {"input_tokens": N}, the same count the usage reports;
-- GET /v1/models and /v1/models/{id} (any id starting with "claude-" is known);
+- the same two as Bedrock and Vertex serve them (providers.py), for the SDK's AnthropicBedrock
+  and AnthropicVertex clients;
+- `context_management` (with its beta header): the API's context edits and server compaction,
+  deterministic (server_context.py);
+- GET /v1/models and /v1/models/{id} (any id starting with "claude-" is known), with the
+  model's capabilities (models.py);
 - GET /_offline/requests (every request recorded, counts by kind), DELETE it to reset,
   POST /_offline/faults {"faults": [...]} to queue faults (faults.py).
 
@@ -20,8 +25,10 @@ the cache's clock is injected.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -30,8 +37,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ctx_magic.offline import providers
 from ctx_magic.offline.cache import Clock, PromptCache, minimum_cacheable_tokens
-from ctx_magic.offline.counting import fit_output, output_tokens, request_segments
+from ctx_magic.offline.counting import fit_output, input_tokens, output_tokens, request_segments
 from ctx_magic.offline.faults import (
     HTML_PAGE,
     STATUS_FAULTS,
@@ -42,12 +50,24 @@ from ctx_magic.offline.faults import (
     prompt_too_long,
     stream_body,
 )
+from ctx_magic.offline.models import capabilities
 from ctx_magic.offline.policy import Policy
+from ctx_magic.offline.server_context import (
+    BETA_OF,
+    Managed,
+    check_compaction_blocks,
+    check_context_management,
+    manage,
+    with_management,
+)
 from ctx_magic.offline.thinking import should_think, thinking_blocks
 from ctx_magic.offline.validate import InvalidRequest, check_request
 from ctx_magic.offline.wire import error_json, message_json, stream_events
 
 DEFAULT_WINDOW = 200_000  # the API's standard context window (SPEC T4)
+STANDARD_WINDOW = 200_000
+LONG_CONTEXT_BETA = "context-1m-2025-08-07"
+STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M only with the beta header
 DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
 MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
 KNOWN_MODEL_PREFIX = "claude-"
@@ -79,6 +99,10 @@ class RecordedRequest:
     input_tokens: int | None
     status: int
     fault: str | None = None
+    provider: str = "anthropic"
+    """anthropic | bedrock | vertex: whose paths and body the request came in."""
+    betas: tuple[str, ...] = ()
+    """The beta headers it carried (for Bedrock, its body's anthropic_beta)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -97,6 +121,10 @@ class OfflineConfig:
     min_cacheable_tokens: int | None = None
     """Shortest prefix the prompt cache stores, in tokens; None: the model's own minimum
     (cache.minimum_cacheable_tokens, e.g. 1,024 for Sonnet). Tests with tiny prompts set 0."""
+    thinking_types: tuple[str, ...] = ("enabled", "adaptive")
+    """The thinking types the Models API reports the model takes."""
+    context_edits: tuple[str, ...] = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
+    """The context-management strategies the Models API reports the model takes."""
 
     def cache_minimum(self, model: str) -> int:
         """The minimum cacheable length in force for `model`."""
@@ -110,6 +138,8 @@ class _Outcome:
     input_tokens: int | None = None
     fault: str | None = None
     body: Any = None
+    provider: str = "anthropic"
+    betas: tuple[str, ...] = ()
 
 
 def _json_reply(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()) -> HttpReply:
@@ -118,6 +148,16 @@ def _json_reply(status: int, data: Any, headers: tuple[tuple[str, str], ...] = (
 
 def _error_reply(error: ApiError) -> HttpReply:
     return _json_reply(error.status, error_json(error.error_type, error.message), error.headers)
+
+
+def _provider_error(provider: str, error: ApiError) -> HttpReply:
+    """An error in the shape of the provider the request came through."""
+    body, headers = providers.error_body(provider, error)
+    return _json_reply(error.status, body, headers)
+
+
+def _tokens(request: Mapping[str, Any]) -> int:
+    return input_tokens(request)
 
 
 def _kinds(records: Iterable[RecordedRequest]) -> Counter[str]:
@@ -206,7 +246,8 @@ class OfflineAPI:
             outcome = self._api(method, route, lowered, body)
             reply = outcome.reply
             record = RecordedRequest(
-                method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault
+                method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault,
+                outcome.provider, outcome.betas,
             )
             self._records.append(record)
             self._counters.request += 1
@@ -231,11 +272,15 @@ class OfflineAPI:
         return _error_reply(ApiError(404, "not_found_error", f"no offline control endpoint {method} {route}"))
 
     def _api(self, method: str, route: str, headers: Mapping[str, str], body: bytes) -> _Outcome:
+        where = providers.route(method, route)
+        if where is not None:
+            return self._provider(where, headers, body)
         auth_error = self._check_auth(headers)
         if auth_error is not None:
             return _Outcome(_error_reply(auth_error))
+        betas = tuple(b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip())
         if method == "POST" and route == "/v1/messages":
-            return self._messages(body)
+            return self._messages(body, betas=betas)
         if method == "POST" and route == "/v1/messages/count_tokens":
             return self._count_tokens(body)
         if method == "GET" and route == "/v1/models":
@@ -243,6 +288,21 @@ class OfflineAPI:
         if method == "GET" and route.startswith("/v1/models/"):
             return _Outcome(self._model(urllib.parse.unquote(route.removeprefix("/v1/models/"))))
         return _Outcome(_error_reply(ApiError(404, "not_found_error", f"Not found: {method} {route}")))
+
+    def _provider(self, where: providers.Route, headers: Mapping[str, str], body: bytes) -> _Outcome:
+        """A request as Bedrock's or Vertex's SDK client sends it (providers.py)."""
+        auth_error = providers.auth_error(where.provider, headers)
+        if auth_error is not None:
+            return _Outcome(_provider_error(where.provider, auth_error), provider=where.provider)
+        try:
+            body, body_betas = providers.first_party_body(where, body)
+        except ValueError as error:
+            failed = ApiError(400, "invalid_request_error", str(error))
+            return _Outcome(_provider_error(where.provider, failed), provider=where.provider)
+        header_betas = tuple(b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip())
+        if where.operation == "count":
+            return self._count_tokens(body, provider=where.provider)
+        return self._messages(body, betas=body_betas or header_betas, provider=where.provider)
 
     @staticmethod
     def _check_auth(headers: Mapping[str, str]) -> ApiError | None:
@@ -256,59 +316,84 @@ class OfflineAPI:
 
     # --- endpoints ---
 
-    def _parse(self, body: bytes, *, max_output: int | None) -> tuple[Any, ApiError | None]:
+    def _parse(self, body: bytes, *, max_output: int | None,
+               betas: tuple[str, ...] = ()) -> tuple[Any, ApiError | None]:
         if len(body) > MAX_REQUEST_BYTES:
             return None, STATUS_FAULTS["413"]
         try:
             request = json.loads(body or b"null")
             check_request(request, max_output=max_output)
+            check_context_management(request, betas)
+            check_compaction_blocks(request)
         except (ValueError, InvalidRequest) as error:
             return None, ApiError(400, "invalid_request_error", str(error))
         if not request["model"].startswith(KNOWN_MODEL_PREFIX):
             return request, ApiError(404, "not_found_error", f"model: {request['model']}")
         return request, None
 
-    def _count_tokens(self, body: bytes) -> _Outcome:
-        request, error = self._parse(body, max_output=None)
+    def _count_tokens(self, body: bytes, *, provider: str = "anthropic") -> _Outcome:
+        request, error = self._parse(body, max_output=None, betas=tuple(BETA_OF.values()))
         if error is not None:
-            return _Outcome(_error_reply(error), body=request)
-        tokens = sum(s.tokens for s in request_segments(request))
-        return _Outcome(_json_reply(200, {"input_tokens": tokens}), input_tokens=tokens, body=request)
+            return _Outcome(_provider_error(provider, error), body=request, provider=provider)
+        tokens = _tokens(manage(request, _tokens).request) if request.get("context_management") else _tokens(request)
+        return _Outcome(_json_reply(200, providers.count_body(provider, tokens)), input_tokens=tokens, body=request,
+                        provider=provider)
 
-    def _messages(self, body: bytes) -> _Outcome:
-        request, error = self._parse(body, max_output=self.config.max_output)
+    def _messages(self, body: bytes, *, betas: tuple[str, ...] = (), provider: str = "anthropic") -> _Outcome:
+        request, error = self._parse(body, max_output=self.config.max_output, betas=betas)
         if error is not None:
-            return _Outcome(_error_reply(error), body=request)
+            return _Outcome(_provider_error(provider, error), body=request, provider=provider)
         kind = self.policy.kind(request)
-        segments = request_segments(request)
+        managed = manage(request, _tokens)
+        seen = managed.compacted_from or managed.request  # what the model reads before any compaction
+        segments = request_segments(seen)
         tokens = sum(s.tokens for s in segments)
         fault = self._faults.popleft() if self._faults else None
         streaming = bool(request.get("stream"))
         failed = STATUS_FAULTS.get(fault or "")
         if fault == "overloaded_midstream" and not streaming:
             failed = STATUS_FAULTS["529"]  # no stream to break: the overload comes as a status
-        if failed is None and (fault == "ptl" or tokens > self.config.window):
-            failed = prompt_too_long(max(tokens, self.config.window + 1), self.config.window)
+        window = self._window(request["model"], betas)
+        if failed is None and (fault == "ptl" or tokens > window):
+            failed = prompt_too_long(max(tokens, window + 1), window)
+        outcome = functools.partial(_Outcome, kind=kind, input_tokens=tokens, fault=fault, body=request,
+                                    provider=provider, betas=betas)
         if failed is not None:
-            return _Outcome(_error_reply(failed), kind, tokens, fault, request)
+            return outcome(_provider_error(provider, failed))
         if fault == "html_body":
-            return _Outcome(HttpReply(200, HTML_HEADERS, [HTML_PAGE]), kind, tokens, fault, request)
-        usage = self.cache.account(segments, self.config.cache_minimum(request["model"]))
-        message = self._message(request, usage.to_json(), fault)
+            return outcome(HttpReply(200, HTML_HEADERS, [HTML_PAGE]))
+        minimum = self.config.cache_minimum(request["model"])
+        if managed.compaction is not None:  # the compaction read everything; the answer reads the summary
+            segments = request_segments(managed.request)
+        usage = self.cache.account(segments, minimum).to_json()
+        message = self._message(request, usage, fault, managed)
         if streaming:
             stream = stream_body(fault, stream_events(message), self.stall_release)
-            return _Outcome(HttpReply(200, SSE_HEADERS, stream), kind, tokens, fault, request)
+            if provider == "bedrock":
+                return outcome(HttpReply(200, providers.BEDROCK_STREAM_HEADERS, providers.bedrock_frames(stream)))
+            return outcome(HttpReply(200, SSE_HEADERS, stream))
         if fault == "drop" or fault in STREAM_ONLY_FAULTS:  # a plain body cut short is a dropped one
-            return _Outcome(HttpReply(200, (), [], dropped=True), kind, tokens, fault, request)
-        return _Outcome(_json_reply(200, message), kind, tokens, fault, request)
+            return outcome(HttpReply(200, (), [], dropped=True))
+        return outcome(_json_reply(200, message))
 
-    def _message(self, request: Mapping[str, Any], usage: dict[str, Any], fault: str | None) -> dict[str, Any]:
-        """The policy's answer (after its thinking), cut to max_tokens, with ids and usage."""
+    def _window(self, model: str, betas: tuple[str, ...]) -> int:
+        """The window in force: Sonnet 4 and 4.5 keep the standard 200,000 unless the request
+        carries the 1M-context beta header."""
+        if STANDARD_WINDOW_MODELS.match(model) and LONG_CONTEXT_BETA not in betas:
+            return min(self.config.window, STANDARD_WINDOW)
+        return self.config.window
+
+    def _message(self, request: Mapping[str, Any], usage: dict[str, Any], fault: str | None,
+                 managed: Managed | None = None) -> dict[str, Any]:
+        """The policy's answer (after its thinking), cut to max_tokens, with ids and usage; with
+        the server's compaction block first, and its edits, when context management ran."""
         answer = self.policy.answer(request)
         thinking = thinking_blocks(request, redacted=fault == "redacted_thinking") if should_think(request) else []
         content, cut = fit_output([*thinking, *(dict(b) for b in answer.content)], int(request["max_tokens"]))
         if fault in ("empty_reply", "whitespace_reply"):
             content, cut = faulty_content(fault, content), False
+        if managed is not None and managed.pause and managed.compaction is not None:
+            content, cut = [], False
         # Ids come from a digest of the request: deterministic (whatever side calls ran in
         # between), and unique across server runs (a session resumed in a new kernel must not get
         # the tool ids its history already holds). The message id adds the server's counter, so
@@ -322,8 +407,11 @@ class OfflineAPI:
                 block["id"] = f"toolu_offline_{digest}_{calls:02d}"
         stop = "max_tokens" if cut else "tool_use" if calls else answer.stop_reason.replace("tool_use", "end_turn")
         usage = {**usage, "output_tokens": output_tokens(content)}
-        return message_json(f"msg_offline_{digest}_{self._counters.message:06d}", request["model"], content, stop,
-                            usage)
+        extra: dict[str, Any] = {}
+        if managed is not None:
+            content, stop, usage, extra = with_management(managed, request, content, stop, usage, _tokens)
+        return {**message_json(f"msg_offline_{digest}_{self._counters.message:06d}", request["model"], content, stop,
+                               usage), **extra}
 
     # --- models ---
 
@@ -334,8 +422,9 @@ class OfflineAPI:
             "display_name": f"{model_id} (offline stand-in)",
             "created_at": MODEL_CREATED_AT,
             "lifecycle": "active",
-            "max_input_tokens": self.config.window,
+            "max_input_tokens": self._window(model_id, ()),  # Sonnet 4 / 4.5: 200,000 without the 1M beta
             "max_tokens": self.config.max_output,
+            "capabilities": capabilities(self.config.thinking_types, self.config.context_edits),
         }
 
     def _model(self, model_id: str) -> HttpReply:
@@ -349,3 +438,4 @@ class OfflineAPI:
         page = {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None}
         page["last_id"] = data[-1]["id"] if data else None
         return _json_reply(200, page)
+

@@ -337,3 +337,18 @@ def compaction_answer(request: Request) -> str:
         if not budget or count_text(text) <= budget:
             break
     return text
+
+
+SERVER_SECTIONS = ((1, "Primary Request and Intent"), (6, "All User Messages"), (8, "Current Work"))
+"""What the stand-in's server-side compaction (compact_20260112) writes: no prompt asks for sections."""
+
+
+def server_summary(history: Sequence[Mapping[str, Any]]) -> str:
+    """An extractive summary of a whole conversation, for the API's own compaction block; the
+    user messages an earlier compaction block quoted are carried forward."""
+    blocks = [str(b.get("content") or "") for m in history for b in content_blocks(m) if b.get("type") == "compaction"]
+    earlier = [*blocks, *(t for t in _user_texts(history) if _USER_ITEM.search(t))]
+    carried = tuple(line for text in earlier for line in _carried_lines(text))
+    prior = tuple(item for text in blocks for item in _USER_ITEM.findall(text))
+    conversation = Conversation(tuple(history), (*prior, *_user_items(history)), tuple(events(history)), carried)
+    return "\n\n".join(f"## {n}. {title}\n{section_body(title, conversation)}" for n, title in SERVER_SECTIONS)

@@ -67,6 +67,8 @@ def render_block(block: Block) -> str:
         return str(block.get("thinking", ""))
     if kind == "redacted_thinking":
         return str(block.get("data", ""))
+    if kind == "compaction":
+        return str(block.get("content") or "")
     return canonical(block)
 
 

@@ -1,13 +1,14 @@
 """The offline stand-in's answer to a session-notes request (ctx_magic/memory/session_notes.py).
 
 A deterministic, extractive update of the ten-section notes, built from the conversation in
-the request and the current notes it carries: no model is involved.
+the request and the current notes it carries, answered as the prompt asks: only the sections
+that change (rewritten, or lines appended). No model is involved.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ctx_magic.offline.conversation import Request, brief, events, is_background, latest_user_text, messages
@@ -21,7 +22,7 @@ _CORRECTION = re.compile(r"\b(no|actually|instead|i meant|don't|do not|never|alw
 
 def is_notes_request(request: Request) -> bool:
     text = latest_user_text(request)
-    return "<current-notes>" in text and "between <notes> and </notes>" in text
+    return "<current-notes>" in text and "<notes-update>" in text
 
 
 def _current_sections(prompt: str) -> list[tuple[str, str]]:
@@ -38,10 +39,6 @@ def _current_sections(prompt: str) -> list[tuple[str, str]]:
 
 def _bullets(body: str) -> list[str]:
     return [line for line in body.splitlines() if line.startswith("- ")]
-
-
-def _merge(old: Sequence[str], new: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys([*old, *new]))[-MAX_ITEMS:]
 
 
 def _history(request: Request) -> list[Mapping[str, Any]]:
@@ -64,13 +61,16 @@ def notes_answer(request: Request) -> str:
         "Key Results": [f"- {e.name}: {brief(e.text, 200)}" for e in steps if e.kind == "tool_result"][-5:],
         "Worklog": [f"- {e.name}: {brief(e.text, 120, '; ')}" for e in steps if e.kind == "tool_call"],
     }
-    parts = []
+    changes = []
     for title, body in _current_sections(latest_user_text(request)):
         description = next((line for line in body.splitlines() if re.fullmatch(r"_.*_", line.strip())), "")
         new = built.get(title, [])
         if title in ("Session Title", "Current State", "Key Results"):
             items = new or _bullets(body) or [line for line in body.splitlines() if line and line != description][:1]
+            if "\n".join([description, *items]).strip() != body.strip():
+                changes.append(f'<section title="{title}">\n' + "\n".join([description, *items]) + "\n</section>")
         else:
-            items = _merge(_bullets(body), new)
-        parts.append("\n".join([f"# {title}", description, *items]).rstrip())
-    return "<notes>\n" + "\n\n".join(parts) + "\n</notes>"
+            added = [item for item in new if item not in _bullets(body)][-MAX_ITEMS:]
+            if added:
+                changes.append(f'<append title="{title}">\n' + "\n".join(added) + "\n</append>")
+    return "<notes-update>\n" + "\n".join(changes) + "\n</notes-update>"

@@ -14,7 +14,11 @@ The rules, as the API's extended-thinking docs give them:
   must send the assistant message that opened the loop starting with its thinking or
   redacted_thinking block, unchanged; and a final assistant message (prefill) must start with
   one too. (With `adaptive` thinking the model may skip thinking, so no block is required.)
-- every thinking / redacted_thinking block sent back must verify, wherever it is.
+- every thinking / redacted_thinking block sent back must verify, wherever it is;
+- the 5.5 models (and Fable / Mythos 5.1 and later) bind a block to the model that wrote it:
+  their signatures cover the model id, so such a block verifies only on that model, and a block
+  of another model does not verify on them (the models' migration guides: "thinking blocks are
+  bound to the model and the conversation"; the conversation part is not modelled).
 
 The secret is a constant: signatures stay valid across stand-in restarts, as the API's do
 across sessions.
@@ -41,30 +45,38 @@ DISPLAY_VALUES = ("summarized", "omitted")
 UNFORCED_CHOICES = ("auto", "none")  # the tool_choice types thinking allows
 QUOTE_CHARS = 80  # how much of the latest user text the deterministic thinking quotes
 THINKING_BLOCK_TYPES = ("thinking", "redacted_thinking")
+# Models whose thinking blocks are bound to the model that wrote them (by id prefix).
+BOUND_THINKING_MODELS = ("claude-opus-5-5", "claude-sonnet-5-5", "claude-fable-5-1", "claude-mythos-5-1",
+                         "claude-fable-5-2", "claude-mythos-5-2")
 
 
-def _mac(kind: bytes, text: bytes) -> bytes:
-    return hmac.new(SERVER_SECRET, kind + b"\0" + text, hashlib.sha256).digest()
+def binding(model: str) -> bytes:
+    """What a signature covers beside the text: the model id for models that bind their blocks."""
+    return model.encode("utf-8") if model.startswith(BOUND_THINKING_MODELS) else b""
 
 
-def sign(thinking: str) -> str:
-    """The signature the stand-in gives a thinking text."""
-    return base64.b64encode(_mac(b"thinking", thinking.encode("utf-8"))).decode("ascii")
+def _mac(kind: bytes, text: bytes, model: str = "") -> bytes:
+    return hmac.new(SERVER_SECRET, kind + b"\0" + binding(model) + b"\0" + text, hashlib.sha256).digest()
 
 
-def signature_valid(thinking: Any, signature: Any) -> bool:
+def sign(thinking: str, model: str = "") -> str:
+    """The signature the stand-in gives a thinking text (written by `model`)."""
+    return base64.b64encode(_mac(b"thinking", thinking.encode("utf-8"), model)).decode("ascii")
+
+
+def signature_valid(thinking: Any, signature: Any, model: str = "") -> bool:
     if not isinstance(thinking, str) or not isinstance(signature, str):
         return False
-    return hmac.compare_digest(sign(thinking), signature)
+    return hmac.compare_digest(sign(thinking, model), signature)
 
 
-def redact(thinking: str) -> str:
+def redact(thinking: str, model: str = "") -> str:
     """A redacted_thinking block's opaque data: the text and its MAC, base64."""
     payload = thinking.encode("utf-8")
-    return base64.b64encode(payload + _mac(b"redacted", payload)).decode("ascii")
+    return base64.b64encode(payload + _mac(b"redacted", payload, model)).decode("ascii")
 
 
-def redacted_valid(data: Any) -> bool:
+def redacted_valid(data: Any, model: str = "") -> bool:
     if not isinstance(data, str):
         return False
     try:
@@ -72,7 +84,7 @@ def redacted_valid(data: Any) -> bool:
     except (binascii.Error, ValueError):
         return False
     payload, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]
-    return len(raw) > MAC_BYTES and hmac.compare_digest(_mac(b"redacted", payload), mac)
+    return len(raw) > MAC_BYTES and hmac.compare_digest(_mac(b"redacted", payload, model), mac)
 
 
 def thinking_mode(request: Request) -> str:
@@ -138,8 +150,9 @@ def _check_compatible(request: Request) -> None:
 # --- the blocks ---
 
 
-def check_thinking_block(located: Located) -> None:
-    """A thinking or redacted_thinking block sent back: in an assistant message, unchanged."""
+def check_thinking_block(located: Located, model: str = "") -> None:
+    """A thinking or redacted_thinking block sent back to `model`: in an assistant message,
+    unchanged (and, for a model that binds its blocks, written by that model)."""
     path, block = located.path, located.block
     if located.role != "assistant" or located.parent is not None:
         raise at(path, f"`{block['type']}` blocks are only allowed in assistant messages")
@@ -148,9 +161,9 @@ def check_thinking_block(located: Located) -> None:
     if block["type"] == "thinking":
         if not isinstance(block.get("signature"), str):
             raise at(f"{path}.thinking.signature", "Field required")
-        if not signature_valid(block.get("thinking"), block.get("signature")):
+        if not signature_valid(block.get("thinking"), block.get("signature"), model):
             raise at(path, "Invalid `signature` in `thinking` block")
-    elif not redacted_valid(block.get("data")):
+    elif not redacted_valid(block.get("data"), model):
         raise at(path, "Invalid `data` in `redacted_thinking` block")
 
 
@@ -213,6 +226,7 @@ def thinking_text(request: Request) -> str:
 def thinking_blocks(request: Request, *, redacted: bool = False) -> list[Block]:
     """The block(s) an answer opens with: signed thinking, or its redacted form."""
     text = thinking_text(request)
+    model = str(request.get("model", ""))
     if redacted:
-        return [{"type": "redacted_thinking", "data": redact(text)}]
-    return [{"type": "thinking", "thinking": text, "signature": sign(text)}]
+        return [{"type": "redacted_thinking", "data": redact(text, model)}]
+    return [{"type": "thinking", "thinking": text, "signature": sign(text, model)}]

@@ -156,6 +156,6 @@ def check_request(request: Any, *, max_output: int | None) -> None:
     check_thinking_param(request, request.get("max_tokens") if max_output is not None else None)
     _check_tool_choice(request, _check_tools(request))
     _check_system(request)
-    check_messages(request["messages"])
+    check_messages(request["messages"], str(request.get("model", "")))
     check_cache_controls(request)
     check_thinking_turn(request)

@@ -82,7 +82,7 @@ def _check_nested(located: Located) -> None:
         check_text(located.path, located.block)
 
 
-def _check_block(located: Located) -> None:
+def _check_block(located: Located, model: str) -> None:
     if located.parent is not None:
         _check_nested(located)
         return
@@ -96,7 +96,7 @@ def _check_block(located: Located) -> None:
     elif kind == "tool_result":
         _check_tool_result(located)
     elif kind in THINKING_BLOCK_TYPES:
-        check_thinking_block(located)
+        check_thinking_block(located, model)
 
 
 def _check_message(index: int, message: Any, is_last: bool) -> None:
@@ -168,12 +168,13 @@ def _check_unique_ids(history: list[Any]) -> None:
             seen.add(tool_id)
 
 
-def check_messages(history: list[Any]) -> None:
-    """Every rule of this module, in the order the API reports them."""
+def check_messages(history: list[Any], model: str = "") -> None:
+    """Every rule of this module, in the order the API reports them (`model`: the request's,
+    which thinking blocks are checked against)."""
     for index, message in enumerate(history):
         _check_message(index, message, index == len(history) - 1)
     for located in all_blocks(history):
-        _check_block(located)
+        _check_block(located, model)
     check_images(all_blocks(history))
     _check_unique_ids(history)
     _check_tool_pairs(history)

@@ -2,10 +2,11 @@
 
 The shapes are the Messages API's, as the anthropic SDK parses them: a stream is
 message_start, ping, then per content block a content_block_start, several
-content_block_delta (text_delta, input_json_delta, or for thinking thinking_delta then one
-signature_delta) and a content_block_stop, then a message_delta with the stop reason and the
-output tokens, and message_stop. A redacted_thinking block arrives whole in its
-content_block_start. An `error` event carries an error body, as mid-stream failures do.
+content_block_delta (text_delta, input_json_delta, for thinking thinking_delta then one
+signature_delta, for the server's compaction one compaction_delta) and a content_block_stop,
+then a message_delta with the stop reason and the output tokens, and message_stop. A
+redacted_thinking block arrives whole in its content_block_start. An `error` event carries an
+error body, as mid-stream failures do.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def _thinking_events(index: int, block: Block) -> Iterator[bytes]:
 def _block_events(index: int, block: Block) -> Iterator[bytes]:
     if block["type"] in ("thinking", "redacted_thinking"):
         yield from _thinking_events(index, block)
+    elif block["type"] == "compaction":  # the server's summary: its start, then its content in one delta
+        yield _start(index, {"type": "compaction", "content": None, "signature": block.get("signature")})
+        yield _delta(index, {"type": "compaction_delta", "content": block.get("content")})
     elif block["type"] == "tool_use":
         yield _start(index, {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}})
         for part in pieces(json.dumps(block["input"], ensure_ascii=False), JSON_PIECE_CHARS):

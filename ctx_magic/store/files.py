@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ctx_magic.errors import StorageError
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+HASH_NAME_CHARS = 12  # of a sha256, in the name a replaced file is kept under: unique within one session
+
+
+def safe_name(name: str) -> str:
+    """`name` as one file name: every character but letters, digits and `_.-` becomes `_`."""
+    return _UNSAFE.sub("_", name)[:120] or "_"
 
 
 def describe_os_error(error: OSError, path: Path | str) -> str:
@@ -37,6 +47,33 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         _remove_quietly(tmp)
         raise
+
+
+def hashed_path(path: Path, sha256: str) -> Path:
+    """Where a file whose content has this sha256 is kept once another content took its name."""
+    return path.with_name(f"{path.stem}.{sha256[:HASH_NAME_CHARS]}{path.suffix}")
+
+
+def write_once(path: Path, data: bytes) -> Path:
+    """Write `data` at `path`; a no-op when the file already holds exactly these bytes (a large
+    output is stored once however many times it is written). A file there with other bytes is
+    never lost: it is first moved to `hashed_path` (its own sha256), where a reader that knows
+    the hash finds it."""
+    try:
+        old: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        old = None
+    except OSError as error:
+        raise StorageError(describe_os_error(error, path)) from error
+    if old == data:
+        return path
+    if old is not None:
+        try:
+            os.replace(path, hashed_path(path, hashlib.sha256(old).hexdigest()))
+        except OSError as error:
+            raise StorageError(describe_os_error(error, path)) from error
+    atomic_write_bytes(path, data)
+    return path
 
 
 def atomic_write_text(path: Path, text: str) -> None:

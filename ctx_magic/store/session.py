@@ -4,29 +4,30 @@ session-memory.md, tool-results/} under the storage folder."""
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import filelock
+
 from ctx_magic.errors import Remedy, SessionInUse, StorageError
-from ctx_magic.store.files import atomic_write_json, atomic_write_text, describe_os_error, read_json
+from ctx_magic.store.files import atomic_write_json, describe_os_error, read_json, safe_name, write_once
+from ctx_magic.store.pending import PendingCells
 from ctx_magic.store.transcript import LoadedTranscript, Transcript
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+OWNER_LOCK = "owner.lock"  # never deleted: unlinking a lock file others may hold would split the lock
+_HELD: dict[str, filelock.BaseFileLock] = {}  # the sessions this process holds, by lock file
+_HELD_GUARD = threading.Lock()
 
 
 def new_session_id(now: float | None = None) -> str:
     """Sortable by creation time, unique enough for one person's storage folder."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
     return f"{stamp}-{secrets.token_hex(3)}"
-
-
-def safe_name(name: str) -> str:
-    return _UNSAFE.sub("_", name)[:120] or "_"
 
 
 @dataclass
@@ -68,15 +69,24 @@ class SessionDir:
         return self
 
     def transcript(self) -> Transcript:
-        return Transcript(self.transcript_path)
+        """The writer; outputs over EXTERNAL_MIN_CHARS are kept once, in their tool-results file."""
+        return Transcript(self.transcript_path, output_path=self.tool_result_path)
 
     def load_transcript(self) -> LoadedTranscript:
         return Transcript.load(self.transcript_path)
 
     def write_tool_result(self, tool_use_id: str, content: str) -> Path:
-        path = self.tool_result_path(tool_use_id)
-        atomic_write_text(path, content)
-        return path
+        """The output's file; writing the same content again (the transcript stored it already)
+        does nothing."""
+        return write_once(self.tool_result_path(tool_use_id), content.encode("utf-8"))
+
+    @property
+    def pending_cells_path(self) -> Path:
+        return self.root / "pending-cells.jsonl"
+
+    def pending_cells(self) -> PendingCells:
+        """The user's cells recorded since the last agent turn, kept across a kernel restart."""
+        return PendingCells(self.pending_cells_path)
 
     def save_state(self, state: dict[str, Any]) -> None:
         atomic_write_json(self.state_path, state)
@@ -95,26 +105,62 @@ class SessionDir:
     def owner_path(self) -> Path:
         return self.root / "owner.json"
 
+    @property
+    def lock_path(self) -> Path:
+        return self.root / OWNER_LOCK
+
     def claim(self) -> None:
-        """Mark the session as open in this process. Two kernels appending to one transcript
-        would interleave two conversations: a session another live process holds is refused;
-        one left by a process that died is taken over."""
+        """Hold the session in this process until `release()` or the process ends.
+
+        Two kernels appending to one transcript would interleave two conversations. The hold is
+        an advisory lock on owner.lock, atomic across processes: of two kernels resuming one
+        session at the same moment exactly one gets it, and the other gets SessionInUse. The OS
+        drops a dead process's lock, so a killed kernel's session is taken over at once.
+        owner.json only names the holder for that message. Claiming again here is a no-op.
+        """
+        key = str(self.lock_path)
+        with _HELD_GUARD:
+            if key in _HELD:
+                return
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                lock = filelock.FileLock(key, thread_local=False)
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                raise SessionInUse(self._in_use_message(), remedy=Remedy.NEW_SESSION) from None
+            except OSError:  # a folder without locks (some network mounts): the pid check alone
+                self._claim_by_pid()
+                return
+            _HELD[key] = lock
+        atomic_write_json(self.owner_path, {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
+
+    def _in_use_message(self) -> str:
+        owner = read_json(self.owner_path, {})
+        pid = owner.get("pid") if isinstance(owner, dict) else None
+        # The winner of a race may not have named itself yet: a dead process's leftover name is not shown.
+        who = f" (process {pid})" if isinstance(pid, int) and pid != os.getpid() and _alive(pid) else ""
+        return f"Session {self.session_id} is open in another kernel{who}. Close that kernel first."
+
+    def _claim_by_pid(self) -> None:
         owner = read_json(self.owner_path, {})
         pid = owner.get("pid") if isinstance(owner, dict) else None
         if (isinstance(pid, int) and pid != os.getpid() and owner.get("host") == socket.gethostname()
                 and _alive(pid)):
-            raise SessionInUse(f"Session {self.session_id} is open in another kernel (process {pid}). Close that "
-                               "kernel first.", remedy=Remedy.NEW_SESSION)
-        atomic_write_json(self.owner_path, {"pid": os.getpid(), "host": socket.gethostname()})
+            raise SessionInUse(self._in_use_message(), remedy=Remedy.NEW_SESSION)
+        atomic_write_json(self.owner_path, {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
 
     def release(self) -> None:
         """The session is closed here: another kernel may resume it."""
-        owner = read_json(self.owner_path, {})
-        if isinstance(owner, dict) and owner.get("pid") == os.getpid():
-            try:
-                self.owner_path.unlink()
-            except OSError:
-                pass
+        with _HELD_GUARD:
+            lock = _HELD.pop(str(self.lock_path), None)
+            owner = read_json(self.owner_path, {})
+            if isinstance(owner, dict) and owner.get("pid") == os.getpid():
+                try:  # before the lock goes: a new holder's owner.json must not be removed
+                    self.owner_path.unlink()
+                except OSError:
+                    pass
+            if lock is not None:
+                lock.release(force=True)
 
 
 def _alive(pid: int) -> bool:

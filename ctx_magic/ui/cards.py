@@ -11,6 +11,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ctx_magic.prices import format_usd
 from ctx_magic.ui.picture import CHANGE_GLYPHS, pct
 
 TRIGGER_WORDS = {
@@ -19,10 +20,14 @@ TRIGGER_WORDS = {
     "model": "the agent asked for it",
     "reactive": "the API refused a request as too long",
     "session-memory": "from the session's notes",
+    "server": "the API compacted the conversation itself (the server strategy)",
 }
 CLEARED_WHY = {"idle": "after an idle gap (the prompt cache had expired, so clearing cost nothing)",
                "pressure": "to make room (the context was over the warning level)",
-               "model": "at the agent's request", "user": "at your request"}
+               "model": "at the agent's request", "user": "at your request",
+               "server": "by the API's own context editing, in this request (the server strategy)",
+               "thinking-idle": "after an idle gap: only the last thinking turn is kept once the cache has expired",
+               "thinking-model-switch": "the new model cannot take another model's thinking blocks"}
 
 
 def count(n: int, one: str, many: str | None = None) -> str:
@@ -69,10 +74,10 @@ def compaction_title(entry: Mapping[str, Any]) -> str:
 def compaction_facts(entry: Mapping[str, Any]) -> str:
     before, after = entry.get("tokens_before", 0), entry.get("tokens_after", 0)
     change = f" ({'+' if after > before else '−'}{pct(abs(before - after), before)})" if before else ""
-    notes = entry.get("trigger") == "session-memory"
+    kinds = {"session-memory": "the session's notes became the summary (no model call)",
+             "server": "a summary the API wrote inside the answer (the server strategy)"}
     rows = [
-        ("Kind", "the session's notes became the summary (no model call)" if notes
-         else "a summary written by one model call"),
+        ("Kind", kinds.get(entry.get("trigger", ""), "a summary written by one model call")),
         ("Trigger", TRIGGER_WORDS.get(entry.get("trigger", ""), entry.get("trigger", ""))),
         ("Why", entry.get("reason", "")),
         ("Size", f"{before:,} → {after:,} tokens{change}"),
@@ -88,7 +93,9 @@ def change_title(entry: Mapping[str, Any]) -> str:
         return compaction_title(entry)
     freed = f", about {entry.get('tokens_freed', 0):,} tokens freed"
     if kind == "clearing":
-        return f"{CHANGE_GLYPHS['clearing']} Cleared {count(entry.get('results', 0), 'tool result')}{freed}"
+        what = [count(entry[k], one) for k, one in (("results", "tool result"), ("thinking", "thinking block"))
+                if entry.get(k)]
+        return f"{CHANGE_GLYPHS['clearing']} Cleared {' and '.join(what) or 'nothing'}{freed}"
     if "messages" in entry:
         return f"{CHANGE_GLYPHS['snip']} Snipped {count(entry['messages'], 'message')}{freed}"
     return f"{CHANGE_GLYPHS['snip']} The agent snipped {count(entry.get('results', 0), 'tool result')}{freed}"
@@ -102,6 +109,8 @@ def change_body(entry: Mapping[str, Any]) -> str:
         if others > 0:
             which = ", ".join(filter(None, [which, count(others, "result of the agent's tools",
                                                           "results of the agent's tools")]))
+        if entry.get("thinking"):
+            which = ", ".join(filter(None, [which, count(entry["thinking"], "thinking block")]))
         return facts_html([
             ("When", CLEARED_WHY.get(entry.get("trigger", ""), entry.get("trigger", ""))),
             ("Which", which),
@@ -213,6 +222,10 @@ def counts_html(f: Mapping[str, Any]) -> str:
         last = breaks[-1]
         rows.append(("Cache breaks", f"{len(breaks)}× ({unexplained} unexplained); last: {last['previous_read']:,} "
                                      f"→ {last['cache_read']:,} tokens read, {last['reason']}"))
+    cost = f.get("cost") or {}
+    if cost and cost.get("prices_source") != "unknown":
+        rows.append(("Dollars", f"{format_usd(cost.get('session_usd', 0.0))} spent · saved at least "
+                                f"{format_usd(cost.get('saved_usd', 0.0))} by the context changes"))
     alarm = ""
     if f.get("breaker_open"):
         alarm = ('<div class="ctx-magic-alarm">Automatic compaction is off after repeated failures: compact by '

@@ -32,8 +32,11 @@ from ctx_magic.events import (
     ContextMeasured,
     Event,
     Persisted,
+    ServerCompacted,
+    ServerEdited,
     Snipped,
     Status,
+    ThinkingCleared,
     UsageUpdated,
 )
 from ctx_magic.ui.cards import ChangeCards, audit_text, counts_html, markdown_outputs, memories_html, persisted_html
@@ -46,11 +49,11 @@ FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn str
 PER_SESSION_TRAITS = ("tokens", "threshold", "warning", "blocking", "window", "zone", "percent_left", "messages",
                       "live_results", "cleared_results", "persisted_results", "cache_hit_ratio", "cache_breaks",
                       "spend", "timeline", "persisted", "session_memory", "memories", "cell_marks", "breaker_open",
-                      "session_id", "model", "calls", "composition")
+                      "session_id", "model", "calls", "composition", "cost")
 CLEARING_TRIGGERS = ("idle", "pressure")  # a Cleared of the model or the user is a snip of results
 STATE_WORDS = {"thinking": "thinking…", "running": "running code…", "compacting": "compacting…"}
 TRIGGER_MARK_WORDS = {"auto": "an automatic", "manual": "a", "model": "the agent's", "reactive": "a recovery",
-                      "session-memory": "a"}
+                      "session-memory": "a", "server": "the API's own"}
 
 
 class ContextPanel(widgets.VBox):
@@ -71,6 +74,8 @@ class ContextPanel(widgets.VBox):
     cache_breaks = List().tag(sync=True)
     """Prompt-cache breaks, oldest first: cache read before and after, and the reason."""
     spend = Dict().tag(sync=True)
+    cost = Dict().tag(sync=True)
+    """Dollars: the session's spend, the savings by kind of change, the prices used (StatusSnapshot.cost_json)."""
     composition = Dict().tag(sync=True)
     """What the next request carries, part by part, in tokens (events.Composition)."""
     calls = List().tag(sync=True)
@@ -140,7 +145,7 @@ class ContextPanel(widgets.VBox):
         self._pending.update(changes)
         # A state change (thinking, running, compacting) and a compaction show at once: a few a
         # turn, and the next event may be long in coming (the agent's code runs, ask waits).
-        if self.clock() - self._last_flush >= FLUSH_INTERVAL or isinstance(event, (Compacted, Status)):
+        if self.clock() - self._last_flush >= FLUSH_INTERVAL or isinstance(event, (Compacted, ServerCompacted, Status)):
             self.flush()
 
     __call__ = handle
@@ -155,17 +160,29 @@ class ContextPanel(widgets.VBox):
         if isinstance(event, UsageUpdated):
             usage = event.usage
             call = {"prompt": usage.prompt_tokens, "read": usage.cache_read_input_tokens,
-                    "write": usage.cache_creation_input_tokens, "output": usage.output_tokens}
+                    "write": usage.cache_creation_input_tokens, "output": usage.output_tokens,
+                    "usd": event.cost_usd}
             changes: dict[str, Any] = {"calls": [*self._now("calls"), call]}
             if event.totals:  # a replayed call (from the transcript) has no totals: the status has them
-                changes.update(spend=dict(event.totals), cache_hit_ratio=event.cache_hit_ratio)
+                cost = {**self._now("cost"), "session_usd": event.totals.get("cost_usd", 0.0)}
+                changes.update(spend=dict(event.totals), cache_hit_ratio=event.cache_hit_ratio, cost=cost)
             return changes
         if isinstance(event, Status):
             return {"status": event.state}
         if isinstance(event, CacheBroke):
             return {"cache_breaks": [*self._now("cache_breaks"), event.summary()]}
-        if isinstance(event, Compacted):
+        if isinstance(event, (Compacted, ServerCompacted)):
             return self._compacted(event)
+        if isinstance(event, ServerEdited):
+            cleared = sum(int(e.get("cleared_tool_uses", 0) or 0) for e in event.applied_edits)
+            thinking = sum(int(e.get("cleared_thinking_turns", 0) or 0) for e in event.applied_edits)
+            return self._change({"kind": "clearing", "trigger": "server", "results": cleared, "thinking": thinking,
+                                 "tokens_freed": event.tokens_cleared},
+                                f"the API cleared {event.tokens_cleared:,} tokens from the request")
+        if isinstance(event, ThinkingCleared):
+            return self._change({"kind": "clearing", "trigger": f"thinking-{event.trigger}", "results": 0,
+                                 "thinking": event.blocks, "tokens_freed": event.tokens_freed},
+                                f"cleared {event.blocks} thinking block{'' if event.blocks == 1 else 's'}")
         if isinstance(event, Cleared):
             return self._cleared(event)
         if isinstance(event, Snipped):
@@ -190,15 +207,20 @@ class ContextPanel(widgets.VBox):
                  "label": label}
         return {"timeline": [*timeline, entry]}
 
-    def _compacted(self, event: Compacted) -> dict[str, Any]:
-        entry = {"kind": "compaction", "key": f"compaction-{event.boundary_uuid}", "at": len(self._now("calls")),
-                 "label": f"{event.trigger} compaction: {event.tokens_before:,} → {event.tokens_after:,} tokens",
-                 "trigger": event.trigger, "reason": event.reason, "tokens_before": event.tokens_before,
+    def _compacted(self, event: Compacted | ServerCompacted) -> dict[str, Any]:
+        if isinstance(event, ServerCompacted):
+            trigger, boundary, reason, rebound = ("server", event.message_uuid,
+                                                  "the API compacted the conversation itself", False)
+        else:
+            trigger, boundary, reason, rebound = event.trigger, event.boundary_uuid, event.reason, event.rebound
+        entry = {"kind": "compaction", "key": f"compaction-{boundary}", "at": len(self._now("calls")),
+                 "label": f"{trigger} compaction: {event.tokens_before:,} → {event.tokens_after:,} tokens",
+                 "trigger": trigger, "reason": reason, "tokens_before": event.tokens_before,
                  "tokens_after": event.tokens_after, "messages": event.messages_summarized, "summary": event.summary,
-                 "boundary_uuid": event.boundary_uuid, "replaced": list(event.summarized_uuids),
-                 "rebound": event.rebound, "audit": audit_text(getattr(event, "audit", None))}
+                 "boundary_uuid": boundary, "replaced": list(event.summarized_uuids),
+                 "rebound": rebound, "audit": audit_text(getattr(event, "audit", None))}
         refs = self.cells.in_messages(event.summarized_uuids)
-        why = f"it was summarized by {TRIGGER_MARK_WORDS.get(event.trigger, 'a')} compaction"
+        why = f"it was summarized by {TRIGGER_MARK_WORDS.get(trigger, 'a')} compaction"
         return {"timeline": [*self._now("timeline"), entry], "tokens": event.tokens_after, "breaker_open": False,
                 "cell_marks": self._marks(refs, "summarized", why, entry["key"])}
 
@@ -228,7 +250,7 @@ class ContextPanel(widgets.VBox):
             "model": f"{status.model} · {status.backend}", "spend": usage,
             "cache_hit_ratio": round(status.usage.cache_hit_ratio, 4), "cache_breaks": list(status.cache_breaks),
             "session_memory": session_memory, "memories": list(memories),
-            "composition": status.composition.to_json(),
+            "composition": status.composition.to_json(), "cost": status.cost_json(),
         })
         self.flush()
 

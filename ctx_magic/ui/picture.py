@@ -13,6 +13,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctx_magic.prices import format_usd
+
 # Names, in the order the bar draws them, and what each means (the legend's tooltip).
 PARTS: dict[str, tuple[str, str]] = {
     "system": ("System prompt", "the instructions every request starts with"),
@@ -91,8 +93,9 @@ def composition_html(composition: Mapping[str, int], tokens: int, window: int) -
 
 def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str, Any]],
                lines: Mapping[str, int]) -> str:
-    """Context size per model call (bars: cache read, cache write, uncached input), the warning /
-    compaction / blocking lines, and one marker per context change that opens its card."""
+    """Context size per model call (bars: cache read, cache write, uncached input; a call's price
+    on hover), the warning / compaction / blocking lines, and one marker per context change that
+    opens its card."""
     if not calls and not changes:
         return ('<div class="ctx-magic-chart ctx-magic-empty">The context size of every model call will show '
                 "here.</div>")
@@ -112,8 +115,9 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
         prompt, read, write = c.get("prompt", 0), c.get("read", 0), c.get("write", 0)
         uncached = max(0, prompt - read - write)
         y = 0.0
+        usd = f", {format_usd(c['usd'])}" if c.get("usd") else ""
         title = html.escape(f"call {i + 1}: {prompt:,} tokens sent — {read:,} read from the cache, "
-                            f"{write:,} written to it, {uncached:,} uncached; {c.get('output', 0):,} generated")
+                            f"{write:,} written to it, {uncached:,} uncached; {c.get('output', 0):,} generated{usd}")
         parts = []
         for part, size in (("read", read), ("write", write), ("uncached", uncached)):
             if size <= 0:

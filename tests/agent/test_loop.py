@@ -103,7 +103,7 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
             turns += 1
 
         assert [f.consecutive_failures for f in failures] == [1, 2, 3]
-        assert "tool" in failures[0].reason
+        assert "no <summary>" in failures[0].reason  # its tool call was dropped, its text had no summary
         assert "<summary>" in failures[1].reason
         assert "500" in failures[2].reason
         assert failures[2].breaker_open and r.session.status().to_json()["breaker_open"]
@@ -119,17 +119,24 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
         assert not r.session.status().to_json()["breaker_open"]
 
 
-def test_compaction_request_reuses_system_and_tools_with_tools_forbidden(tmp_path):
-    with rig(tmp_path) as r:
+def test_compaction_request_reuses_system_tools_and_tool_choice_and_forbids_tools_in_words(tmp_path):
+    """C3: the same prefix as the main call, so it is read from the cache: a tool_choice change
+    would invalidate every cached message block (the stand-in bills it so)."""
+    with rig(tmp_path, window=200_000) as r:
         run_turn(r.session, prompt(0))
+        before = r.session.meter.snapshot()
         manual_compact(r.session)
-        main = [q for q in r.api.requests if q.kind == "normal"][-1].body
-        compact = [q for q in r.api.requests if q.kind == "compaction"][-1].body
-    assert compact["system"] == main["system"]
-    assert compact["tools"] == main["tools"]
-    assert compact["tool_choice"] == {"type": "none"}
-    assert compact["max_tokens"] <= 20_000
-    last = compact["messages"][-1]["content"][-1]["text"]
+        after = r.session.meter.snapshot()
+        main = [q for q in r.api.requests if q.kind == "normal"][-1]
+        compact = [q for q in r.api.requests if q.kind == "compaction"][-1]
+    assert compact.body["system"] == main.body["system"]
+    assert compact.body["tools"] == main.body["tools"]
+    assert "tool_choice" not in compact.body and "tool_choice" not in main.body
+    # Everything the last main call sent is read from the cache; only the prompt is new.
+    read = after.cache_read_input_tokens - before.cache_read_input_tokens
+    assert read == main.input_tokens
+    assert compact.body["max_tokens"] <= 20_000
+    last = compact.body["messages"][-1]["content"][-1]["text"]
     assert last.startswith("IMPORTANT: answer with plain text only")
     assert "REMINDER: plain text only" in last
 

@@ -204,7 +204,8 @@ def test_limits_fall_back_to_the_table_when_the_server_cannot_be_reached() -> No
     with serve_in_thread(OfflineAPI()) as (gone, stop):
         stop()
         limits = AnthropicModel(sdk(gone), name="claude-3-5-haiku-20241022").limits()
-    assert limits == ModelLimits(200_000, 8_192, "table")
+    assert (limits.window, limits.max_output, limits.source) == (200_000, 8_192, "table")
+    assert limits.thinking_types == ()  # Haiku 3.5 does not think
 
 
 def test_unknown_model_limits_raise_unknown_model_naming_it(url: str) -> None:
@@ -415,7 +416,8 @@ def test_retryable_errors_are_marked() -> None:
     ],
 )
 def test_table_limits_by_model_prefix(name: str, window: int, max_output: int) -> None:
-    assert table_limits(name) == ModelLimits(window, max_output, "table")
+    limits = table_limits(name)
+    assert (limits.window, limits.max_output, limits.source) == (window, max_output, "table")
 
 
 @pytest.mark.parametrize("name", ["claude-future-9", "claude-2.1", "gpt-4o", ""])

@@ -214,15 +214,16 @@ def test_input_messages_are_not_mutated() -> None:
     assert [m.content for m in messages] == before
 
 
-def test_changing_the_request_does_not_change_the_messages() -> None:
+def test_building_requests_never_changes_the_messages() -> None:
+    """Blocks are shared between the conversation and its requests (copying them each turn
+    cost more than JSON-encoding the request): a breakpoint goes on a copy, never on them."""
     messages = conversation()
     before = copy.deepcopy([m.content for m in messages])
-    turns = to_api_messages(messages)
-    for turn in turns:
-        for block in turn["content"]:
-            block["mutated"] = True
-        turn["content"].append(text("extra"))
+    for tail in (None, messages[2].uuid, messages[-1].uuid):
+        turns = to_api_messages(messages, cached_tail=tail)
+        turns[0]["content"].append(text("extra"))  # a request's lists are its own
     assert [m.content for m in messages] == before
+    assert not any("cache_control" in b for m in messages for b in m.content)
 
 
 def test_bookkeeping_keys_starting_with_underscore_are_stripped() -> None:
@@ -237,3 +238,43 @@ def test_bookkeeping_keys_starting_with_underscore_are_stripped() -> None:
     assert turns[2]["content"] == [tool_result_block("toolu_1", "2")]
     assert turns[1]["content"][0]["input"] == {"code": "1 + 1", "_kept": "model input is data"}
     assert "_persisted" in messages[2].content[0]  # stripped in the request only
+
+
+# --- breakpoints that survive many new blocks ---------------------------------------------------
+
+
+def cells(count: int) -> list[Message]:
+    """`count` notebook cells the user ran: a tool_use / tool_result pair each."""
+    out: list[Message] = []
+    for n in range(count):
+        use = tool_use_block(f"cell_{n}_ab", "notebook_cell", {"source": f"x{n} = {n}"})
+        out += [Message("assistant", (use,)), user(tool_result_block(f"cell_{n}_ab", f"x{n} is {n}"))]
+    return out
+
+
+def test_the_previous_requests_last_message_keeps_a_breakpoint_however_many_blocks_follow():
+    before = conversation()
+    after = [*before, *cells(30), user_text("what changed?")]
+    turns = to_api_messages(after, cached_tail=before[-1].uuid)
+    assert cached_blocks(turns) == [(4, 0), (len(turns) - 1, 1)]
+    assert len(cached_blocks(to_api_messages(after, cached_tail="gone"))) == 1  # compacted away: only the last
+
+
+def test_a_session_with_many_user_cells_between_turns_reads_its_cached_conversation(tmp_path):
+    """The API finds an earlier cache entry only ~20 blocks back from a breakpoint; 30 cells
+    (60 blocks) between two turns must not lose the cached conversation (the stand-in bills
+    the lookback rule)."""
+    from agent_rig import prompt, rig
+
+    from ctx_magic.agent.loop import run_turn
+    from ctx_magic.events import UsageUpdated
+
+    usages = []
+    with rig(tmp_path, window=200_000) as r:
+        r.session.listeners.append(lambda e: usages.append(e.usage) if isinstance(e, UsageUpdated) else None)
+        run_turn(r.session, prompt(0))
+        for message in cells(30):
+            r.session.append(message)
+        run_turn(r.session, "what changed?")
+    first_turn_end = usages[1]  # the call that ended the first turn (after its tool call)
+    assert usages[2].cache_read_input_tokens >= first_turn_end.prompt_tokens

@@ -25,6 +25,13 @@ def test_cache_benchmark_runs_a_short_session(tmp_path: Path) -> None:
     assert "NO explaining event" not in out  # every prefix break is a clearing, snip or compaction
 
 
+def test_cache_benchmark_prices_the_session_under_the_server_strategy(tmp_path: Path) -> None:
+    out = run("benchmarks/cache.py", "--turns", "6", "--window", "20000", "--strategy", "server",
+              "--storage", str(tmp_path / "session"))
+    assert "| strategy | model calls | prompt tokens | read from cache | dollars |" in out
+    assert "| server | " in out and "$0." in out
+
+
 def test_scale_benchmark_runs_on_a_small_workload() -> None:
     out = run("benchmarks/scale.py", "--exchanges", "40", "--megabytes", "1", "--repeat", "1")
     assert "| default (snip at 200) |" in out

@@ -1,20 +1,55 @@
-"""The one decision before each model call (context/decide.py): SPEC L3's triggers, L4's
-threshold, L6's breaker, the recursion guard, and the reason given for each choice."""
+"""The one decision before each model call (context/decide.py): SPEC L3's triggers priced by
+what they cost and save (costs.py), L4's threshold, L6's breaker, the recursion guard, and the
+reason given for each choice."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ctx_magic.context.decide import COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY, NOTHING, Situation, decide
+from ctx_magic.context.costs import Outlook, Prices, Start, call_cost, outlook_cost
+from ctx_magic.context.decide import (
+    COMPACT_FROM_NOTES,
+    COMPACT_WITH_SUMMARY,
+    NOTHING,
+    SessionFacts,
+    Situation,
+    decide,
+)
 from ctx_magic.context.thresholds import compute_thresholds
 
 TH = compute_thresholds(200_000, 32_000, env={})  # warning 147,000, autocompact 167,000, blocking 177,000
+MILLION = compute_thresholds(1_000_000, 32_000, env={})
 
 
-def situation(tokens: int, **kw: object) -> Situation:
-    base = Situation(tokens=tokens, estimated_tokens=0, thresholds=TH, idle_seconds=10.0, idle_limit_seconds=300.0,
-                     clear_at_least=20_000)
+def situation(tokens: int, *, calls: int = 10, growth: int = 2_000, notes_tokens: int = 0, th=TH,
+              **kw: object) -> Situation:
+    facts = SessionFacts(calls=calls, growth=growth, notes_tokens=notes_tokens,
+                         **{k: kw.pop(k) for k in ("auto_compaction", "breaker_open", "summary_tokens",
+                                                   "after_compaction") if k in kw})
+    base = Situation(tokens=tokens, estimated_tokens=0, thresholds=th, idle_seconds=10.0, idle_limit_seconds=300.0,
+                     clear_at_least=20_000, overhead=3_000, facts=facts)
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+# -- the arithmetic ---------------------------------------------------------------------------------
+
+
+def test_a_call_reads_what_the_cache_holds_and_writes_the_rest():
+    assert call_cost(10_000, 8_000, Prices()) == 8_000 * 0.1 + 2_000 * 1.25
+    assert call_cost(10_000, 8_000, Prices.for_ttl("1h")) == 8_000 * 0.1 + 2_000 * 2.0
+
+
+def test_the_outlook_plays_calls_forward_and_prices_a_forced_compaction():
+    outlook = Outlook(calls=3, growth=1_000, threshold=12_500, after_compaction=2_000, summary_output=500)
+    # call 1 sends 10,000 (cached) -> 11,000; call 2 sends 11,000 (10,000 cached) -> 12,000;
+    # call 3 sends 12,000 (11,000 cached) -> 13,000 reaches the threshold: the summary call reads
+    # 12,000, writes 1,000 and answers 500 tokens of output.
+    expected = (10_000 * 0.1) + (10_000 * 0.1 + 1_000 * 1.25) + (11_000 * 0.1 + 1_000 * 1.25) \
+        + (12_000 * 0.1 + 1_000 * 1.25 + 500 * 5.0)
+    assert outlook_cost(Start(10_000, 10_000), outlook, Prices()) == expected
+
+
+# -- the choices ------------------------------------------------------------------------------------
 
 
 def test_a_small_warm_context_needs_nothing():
@@ -22,33 +57,60 @@ def test_a_small_warm_context_needs_nothing():
     assert (plan.clear, plan.compact, plan.zone, plan.reason) == (None, (), "ok", NOTHING)
 
 
-def test_after_an_idle_gap_over_the_ttl_old_results_are_cleared_whatever_the_size():
-    plan = decide(situation(10_000, clearable_tokens=500, idle_seconds=301.0))
+def test_cold_cache_clears_whatever_the_size_and_the_session():
+    plan = decide(situation(10_000, clearable_tokens=500, idle_seconds=301.0, calls=1))
     assert plan.clear == "idle" and plan.tokens_after == 9_500
     assert "prompt cache has expired" in plan.reason
 
 
-def test_under_pressure_clearing_needs_enough_to_free():
-    assert decide(situation(150_000, clearable_tokens=19_999)).clear is None
-    plan = decide(situation(150_000, clearable_tokens=20_000))
-    assert plan.clear == "pressure" and plan.tokens_after == 130_000 and plan.zone == "ok"
+def test_warm_cache_and_a_small_saving_waits():
+    """Past the warning level a clearing would free 20,000 tokens, but the session has made
+    three calls: rewriting the 130,000 tokens after the first cleared result does not pay back."""
+    plan = decide(situation(150_000, clearable_tokens=20_000, clear_prefix=5_000, calls=3))
+    assert plan.clear is None and plan.compact == ()
 
 
-def test_below_the_warning_level_there_is_no_pressure():
-    assert decide(situation(146_999, clearable_tokens=100_000)).clear is None
+def test_warm_cache_and_a_long_session_clears_when_it_pays_back():
+    """With auto-compaction off (the breaker), clearing is the only way to lighten the calls:
+    rewriting 85,000 tokens once pays back within a long session, not within a short one."""
+    plan = decide(situation(150_000, clearable_tokens=60_000, clear_prefix=5_000, calls=150, breaker_open=True))
+    assert plan.clear == "pressure" and plan.tokens_after == 90_000 and plan.zone == "ok"
+    assert "it pays back" in plan.reason
+    assert decide(situation(150_000, clearable_tokens=60_000, clear_prefix=5_000, calls=4,
+                            breaker_open=True)).clear is None
 
 
-def test_pressure_clearing_that_cannot_avoid_the_compaction_is_skipped():
-    plan = decide(situation(190_000, clearable_tokens=20_000))
-    assert plan.clear is None and plan.compact == (COMPACT_WITH_SUMMARY,)
-    without_compaction = decide(situation(190_000, clearable_tokens=20_000, breaker_open=True))
-    assert without_compaction.clear == "pressure"
+def test_while_a_summary_is_coming_a_clearing_that_only_delays_it_does_not_pay():
+    """Past the warning level the threshold is near: the summary will shrink the context to a
+    few thousand tokens anyway, and rewriting 85,000 tokens now to delay it costs more."""
+    plan = decide(situation(150_000, clearable_tokens=60_000, clear_prefix=5_000, calls=150))
+    assert plan.clear is None and plan.compact == ()
 
 
-def test_at_the_threshold_the_notes_are_tried_before_a_summary():
+def test_below_the_warning_level_there_is_no_pressure_clearing():
+    assert decide(situation(146_999, clearable_tokens=100_000, calls=200)).clear is None
+
+
+def test_a_big_window_and_a_long_session_compact_before_the_threshold():
+    """On a 1,000,000 window a 400,000-token context is carried at 40,000 token-prices a call;
+    a summary costs about one such call plus its output: with 100 calls ahead it pays."""
+    long = decide(situation(400_000, th=MILLION, calls=100, growth=3_000))
+    assert long.compact == (COMPACT_WITH_SUMMARY,) and "summarizing now costs less" in long.reason
+    short = decide(situation(400_000, th=MILLION, calls=1, growth=3_000))
+    assert short.compact == ()  # a session that may end now is not summarized early
+    small = decide(situation(150_000, th=MILLION, calls=500, growth=3_000))
+    assert small.compact == ()  # within a standard window's size, only the threshold compacts
+
+
+def test_at_the_threshold_the_cheapest_way_under_it_is_taken():
     assert decide(situation(167_000)).compact == (COMPACT_WITH_SUMMARY,)
-    assert decide(situation(167_000, notes_ready=True)).compact == (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY)
-    assert decide(situation(166_999)).compact == ()
+    with_notes = decide(situation(167_000, notes_tokens=4_000))
+    assert with_notes.compact == (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY)  # no summary output to pay
+    # A long summary (20,000 tokens of output) costs more than clearing results near the end.
+    cleared = decide(situation(170_000, clearable_tokens=60_000, clear_prefix=100_000, summary_tokens=20_000))
+    assert cleared.clear == "pressure" and cleared.compact == () and cleared.tokens_after == 110_000
+    not_enough = decide(situation(190_000, clearable_tokens=20_000))
+    assert not_enough.clear is None and not_enough.compact == (COMPACT_WITH_SUMMARY,)
 
 
 def test_an_estimated_count_is_checked_with_the_api_before_compacting():
@@ -67,7 +129,7 @@ def test_the_breaker_and_the_recursion_guard_stop_auto_compaction_and_say_why():
 
 
 def test_a_second_decision_after_clearing_keeps_the_clearing_and_its_reason():
-    first = decide(situation(150_000, clearable_tokens=20_000))
+    first = decide(situation(150_000, clearable_tokens=60_000, clear_prefix=5_000, calls=150, breaker_open=True))
     second = decide(situation(170_000, may_clear=False)).after(first)
     assert second.clear == "pressure" and second.compact == (COMPACT_WITH_SUMMARY,)
-    assert second.reason.startswith("over the warning level") and "compaction threshold" in second.reason
+    assert second.reason.startswith("150,000 tokens, past the warning level") and "threshold" in second.reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from builders import exchange
 
+from ctx_magic.context.decide import SessionFacts
 from ctx_magic.context.engine import ContextSettings, prepare
 from ctx_magic.context.microcompact import CLEARED_TEXT, COMPACTABLE_TOOLS, idle_gap
 from ctx_magic.context.state import ContextState
@@ -85,10 +86,15 @@ def test_l3_protected_tools_are_never_cleared():
     assert CLEARED_TEXT not in results_of(out.messages)
 
 
+# A long session in which nothing but clearing can lighten the calls: a pressure clearing pays
+# back there (context/decide.py prices it; tests/context/test_decide.py covers when it does not).
+LONG_WITHOUT_COMPACTION = SessionFacts(calls=150, growth=2_000, breaker_open=True)
+
+
 def test_l3_pressure_clears_when_above_warning_and_enough_is_freed():
     big = "word " * 6_000  # about 6,000 tokens each
     msgs = session([big] * 10, usage=Usage(150_000, 100))  # anchor says 150,100 > warning
-    out = prepare(msgs, ContextState(), 1.0, settings())
+    out = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
     (event,) = [e for e in out.events if isinstance(e, Cleared)]
     assert event.trigger == "pressure" and len(event.replacements) == 5
     assert event.tokens_freed >= 20_000
@@ -96,14 +102,14 @@ def test_l3_pressure_clears_when_above_warning_and_enough_is_freed():
 
 def test_l3_pressure_does_not_fire_for_too_little():
     msgs = session(["small output"] * 10, usage=Usage(150_000, 100))
-    out = prepare(msgs, ContextState(), 1.0, settings())
+    out = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
     assert not [e for e in out.events if isinstance(e, Cleared)]
 
 
 def test_l3_pressure_needs_the_warning_level():
     big = "word " * 6_000
     msgs = session([big] * 10, usage=Usage(1_000, 100))
-    out = prepare(msgs, ContextState(), 1.0, settings())
+    out = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
     assert not [e for e in out.events if isinstance(e, Cleared)]
 
 
@@ -123,8 +129,8 @@ def test_l3_idle_gap_measures_from_last_assistant_answer():
 def test_l3_freed_tokens_before_anchor_lower_the_count():
     big = "word " * 6_000
     msgs = session([big] * 10, usage=Usage(150_000, 100))
-    before = prepare(msgs, ContextState(), 1.0, settings(clear_at_least=10**9))
-    after = prepare(msgs, ContextState(), 1.0, settings())
+    before = prepare(msgs, ContextState(), 1.0, settings(clear_at_least=10**9), facts=LONG_WITHOUT_COMPACTION)
+    after = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
     assert after.tokens < before.tokens - 20_000
 
 
@@ -135,7 +141,7 @@ def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():
     msgs = session([big] * 10, usage=Usage(190_000, 100))  # over the threshold even after clearing
     out = prepare(msgs, ContextState(), 1.0, settings())
     assert not [e for e in out.events if isinstance(e, Cleared)] and out.plan.compact
-    breaker_open = prepare(msgs, ContextState(), 1.0, settings(), breaker_open=True)
+    breaker_open = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
     assert [e.trigger for e in breaker_open.events if isinstance(e, Cleared)] == ["pressure"]
 
 

@@ -28,6 +28,7 @@ from ctx_magic.memory.dream import (
     acquire_lock,
     check_interval_gate,
     dream,
+    gather,
     load_state,
     maybe_dream,
     plan_consolidation,
@@ -393,6 +394,21 @@ def test_drops_unknown_keys_junk_secrets_and_double_claims_are_handled() -> None
         ("Too sure.", 1.0, "user", T0),
     ]
     assert plan.added == 2 and plan.leftover == ()
+    assert plan.refused == ("a value assigned to password",)
+
+
+def test_gather_refuses_secret_candidates_and_names_their_kind() -> None:
+    @dataclass
+    class Canned:
+        reply: str
+
+        def complete(self, messages: Sequence[Any], prompt: str) -> str:
+            return self.reply
+
+    lines = [json.dumps({"text": t, "type": "project"}) for t in ["My wifi password is swordfish", "Uses polars."]]
+    refused: list[str] = []
+    found = gather(Canned("<memories>\n" + "\n".join(lines) + "\n</memories>"), [("s1", "notes")], [], T0, refused)
+    assert [c.text for c in found] == ["Uses polars."] and refused == ["a password in plain words"]
 
 
 def test_candidates_nobody_mentioned_are_left_over() -> None:
@@ -402,6 +418,9 @@ def test_candidates_nobody_mentioned_are_left_over() -> None:
 
 def test_result_summaries() -> None:
     assert DreamResult("dreamed", "", 1, 2, 3).summary() == "Dream done: 1 added, 2 merged, 3 pruned."
+    assert DreamResult("dreamed", "", 1, 0, 0, ("a password in plain words",)).summary() == (
+        "Dream done: 1 added, 0 merged, 0 pruned. 1 candidate was not stored: it looked like it contained a "
+        "password in plain words. Memories are never secrets.")
     assert DreamResult("locked", "another dream is running").summary() == "No dream: another dream is running"
 
 

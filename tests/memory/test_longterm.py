@@ -185,6 +185,16 @@ def test_secrets_the_user_mentioned_are_dropped(api: OfflineAPI, model: SdkTextM
     assert "hunter22" not in "".join(p.read_text() for p in store.folder.iterdir())
 
 
+def test_extraction_refuses_secrets_said_in_words_and_names_their_kind(store: MemoryStore) -> None:
+    reply = "<memories>\n" + "\n".join(json.dumps({"text": t, "type": "project"}) for t in [
+        "The database password is Tr0ub4dor&3", "aws_key_id " + "AKIA" + "2OGYBAH6TP4WVLXZ", "Reports go out Mondays."]
+    ) + "\n</memories>"
+    refused: list[str] = []
+    added = extract_memories(CannedModel(reply), [], store, now=NOW, session_id="s", refused=refused)
+    assert [m.text for m in added] == ["Reports go out Mondays."]
+    assert refused == ["a password in plain words", "an AWS access key id"]
+
+
 def test_a_conversation_without_durable_statements_stores_nothing(
     api: OfflineAPI, model: SdkTextModel, store: MemoryStore
 ) -> None:

@@ -4,9 +4,113 @@ from __future__ import annotations
 
 import pytest
 
-from ctx_magic.memory.secrets import find_secret, shannon_bits
+from ctx_magic.memory.secrets import find_secret, refusal_line, shannon_bits
 
 BODY = "Zq8" + "x" * 13 + "Lw4" + "b" * 9  # a made-up credential body, not a real key
+# Made-up values in the shapes of real ones, assembled here so no scanner mistakes this file for a leak.
+AWS_ID = "AKIA" + "2OGYBAH6TP4WVLXZ"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG" + "/bPxRfiCYzq8Lw4Xb2TkE"
+RANDOM_32 = "7Hq2LmZ9xR4tVb8N" + "wK3pYc6FjD1sGa5E"
+HEX_40 = "3f2a9c1e8b7d6a5f4e3d2c1b" + "0a9f8e7d6c5b4a39"
+HEX_64 = "e3b0c44298fc1c149afbf4c8996fb924" + "27ae41e4649b934ca495991b7852b855"
+
+# Realistic things a user or an extraction might try to remember, that hold a credential.
+REALISTIC_SECRETS = [
+    "the database password is Tr0ub4dor&3",
+    "My wifi password is swordfish",
+    "The admin password for Grafana is 'admin'",
+    "the door passcode is 4711",
+    "pwd: hunter2",
+    "password: correct horse battery staple",
+    "token=ab12cd34ef56",
+    "api key Xk29fLq0Zm3Nw8Yt",
+    "my github token is " + "ghp_" + BODY + "abcd",
+    f"aws_key_id: {AWS_ID}, aws_secret: {AWS_SECRET}",
+    f"aws_secret_access_key = {AWS_SECRET}",
+    "DB_PASSWORD=s3cr3t!",
+    "SECRET_KEY = 'django-insecure-" + BODY + "'",
+    "client_secret: " + HEX_40[:32],
+    "the api secret is " + HEX_40,
+    "export OPENAI_API_KEY=sk-proj-" + BODY,
+    "Use sk-ant-api03-" + BODY + " for the batch jobs",
+    "xoxb-" + "1234567890-" + BODY,
+    "Alerts go to https://hooks.slack.com/services/T0123ABCD/B0456EFGH/" + BODY,
+    "stripe: sk_live_" + BODY,
+    "maps key AIza" + BODY + BODY,
+    "hf_" + BODY + "Qr7Ts",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0." + BODY,
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+    "postgresql://analyst:Winter2024!@warehouse.internal:5432/sales",
+    "mongodb+srv://admin:pa55word@cluster0.example.net/test",
+    "Storage: DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=" + BODY + RANDOM_32,
+    f"the signing salt is {RANDOM_32}",
+    "Authorization: Bearer " + BODY,
+]
+
+# Realistic memories that mention credentials, hashes, ids, paths and numbers without holding a secret.
+REALISTIC_NON_SECRETS = [
+    "The password field is validated in forms.py",
+    "Passwords are hashed with bcrypt before they are stored.",
+    "The password policy requires rotation every 90 days.",
+    "The password is case-sensitive.",
+    "The password is stored in 1Password under the prod vault.",
+    "The password is 12 characters long at least.",
+    "The API key is read from the ANTHROPIC_API_KEY environment variable.",
+    "api_key=os.environ['ANTHROPIC_API_KEY'] is how the key is read.",
+    "password=${DB_PASSWORD} in the compose file",
+    "The session token expires after 30 minutes.",
+    "The access token is refreshed by the client library.",
+    "The token limit is 200000 tokens.",
+    "Use max_tokens=4096 for long summaries.",
+    "The tokenizer is o200k_base.",
+    "Set PASSWORD_MIN_LENGTH=12 in settings.",
+    "The secret sauce is feature scaling before PCA.",
+    "The pwd is /home/jane/analysis when the kernel starts.",
+    "Bearer token auth is used for the internal API.",
+    "token=None is the default of the client.",
+    f"Fixed in commit {HEX_40}.",
+    f"The raw dataset's sha256 is {HEX_64}.",
+    "Run 6f1c0e8a-3b2d-4c5e-9f7a-1b2c3d4e5f6a is the baseline.",
+    "Windows GUID 6F1C0E8A-3B2D-4C5E-9F7A-1B2C3D4E5F6A names the driver.",
+    "The notebook lives in analysis/quarterly_revenue_forecast_2024_final_v2.ipynb",
+    "Data is under /Users/JaneDoe/Projects/ChurnAnalysis2024/data/raw",
+    "Columns: customer_id, signup_date, plan_tier, monthly_revenue_usd, churned_flag",
+    "df_events has columns event_id, token_count, api_key_hash, password_reset_at",
+    "Revenue grew 12.5% to 1,234,567 USD in Q3 2024; learning rate 3e-4 works best.",
+    "Use the sk-learn style API for estimators.",
+    "The model id is claude-sonnet-4-5 and the region is eu-west-1.",
+    "token = secrets.token_hex(8) makes a fresh one; password = getpass.getpass() asks for it.",
+]
+
+
+@pytest.mark.parametrize("text", REALISTIC_SECRETS)
+def test_realistic_secrets_are_refused(text: str) -> None:
+    assert find_secret(text) is not None
+
+
+@pytest.mark.parametrize("text", REALISTIC_NON_SECRETS)
+def test_realistic_non_secrets_pass(text: str) -> None:
+    assert find_secret(text) is None
+
+
+def test_the_kind_never_holds_the_secret() -> None:
+    for text in REALISTIC_SECRETS:
+        kind = find_secret(text)
+        assert not any(len(word) > 3 and word in kind for word in text.split() if any(c.isdigit() for c in word))
+
+
+def test_the_issue_cases_are_named() -> None:
+    assert find_secret("the database password is Tr0ub4dor&3") == "a password in plain words"
+    assert find_secret(f"aws_key_id {AWS_ID}") == "an AWS access key id"
+
+
+def test_one_refusal_line_names_the_kinds() -> None:
+    assert refusal_line([]) is None
+    assert refusal_line(["a password in plain words"]) == (
+        "1 memory was not stored: it looked like it contained a password in plain words. Memories are never "
+        "secrets.")
+    assert refusal_line(["a", "b", "a"], "candidate") == (
+        "3 candidates were not stored: they looked like they contained a, b. Memories are never secrets.")
 
 
 @pytest.mark.parametrize(

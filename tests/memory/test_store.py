@@ -20,6 +20,7 @@ from ctx_magic.memory.store import (
     memory_id,
     project_memory_dir,
     relevance,
+    shown_text,
     user_memory_dir,
 )
 
@@ -270,6 +271,16 @@ def test_secrets_are_refused_with_a_clear_message(store: MemoryStore, kind: str,
     assert "never secrets" in message
     assert FAKE not in message  # the secret itself is never echoed
     assert store.all() == []
+
+
+def test_a_secret_stored_before_the_checks_never_reaches_the_prompt_nor_the_index(store: MemoryStore) -> None:
+    clean = store.add("Reports go out on Mondays.", now=T0)
+    leaked = memory("the database password is Tr0ub4dor&3")  # written by an older version, or by hand
+    store.apply(write=[leaked], now=T0)
+    assert select_for_prompt(store.all(), T0) == [clean]
+    assert "Tr0ub4dor" not in store.index_text() and "Tr0ub4dor" not in shown_text(leaked)
+    assert shown_text(leaked) == ("(hidden: it looks like it contains a password in plain words; it is never put in "
+                                  "a prompt. %memory forget removes it)")
 
 
 def test_empty_text_and_unknown_types_are_refused(store: MemoryStore) -> None:

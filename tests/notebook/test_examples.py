@@ -49,7 +49,7 @@ def offline(monkeypatch):
 
 def test_every_example_is_tested():
     assert sorted(p.stem for p in EXAMPLES.glob("*.ipynb") if not p.stem.endswith(".out")) == [
-        "long_session", "quickstart"]
+        "long_session", "quickstart", "thinking"]
 
 
 def test_quickstart_runs_offline_and_compacts_by_hand(tmp_path, offline):
@@ -65,18 +65,32 @@ def test_quickstart_runs_offline_and_compacts_by_hand(tmp_path, offline):
     assert (tmp_path / ".ctx_magic" / "sessions" / status["session_id"] / "transcript.jsonl").is_file()
 
 
-def test_long_session_shows_persisted_output_idle_clearing_and_auto_compaction(tmp_path, offline):
+def test_long_session_shows_persisted_output_idle_clearing_and_compaction_from_notes(tmp_path, offline):
     cells = execute("long_session", tmp_path)
     everything = "\n".join(shown(c) for c in cells)
     assert "ERROR" not in everything
     assert "Saved a 59,999-character output to" in everything
     assert re.search(r"Cleared \d+ old tool results? after an idle gap", everything)
-    assert "(auto)" in everything and "Compacted " in everything
+    assert "(session-memory)" in everything and "Compacted " in everything
     status = status_json(cells[-1])
     assert status["window"] == 20_000
-    assert "auto" in [b["trigger"] for b in status["boundaries"]]
+    assert [b["trigger"] for b in status["boundaries"]] == ["session-memory"]  # the notes, no summary call
     assert all(b["tokens_after"] < b["tokens_before"] for b in status["boundaries"])
-    assert status["tool_results"]["persisted"] >= 0 and status["breaker_open"] is False
+    assert status["breaker_open"] is False
+
+
+def test_thinking_shows_collapsed_survives_the_tool_loops_and_a_model_switch_and_is_priced(tmp_path, offline):
+    cells = execute("thinking", tmp_path)
+    everything = "\n".join(shown(c) for c in cells)
+    html = "\n".join(str(o.get("data", {}).get("text/html", "")) for c in cells for o in c.outputs)
+    assert "ERROR" not in everything and "Stopped" not in everything
+    assert '<details class="ctx-magic-thinking"><summary>Thinking</summary>' in html
+    assert "{91: False, 97: True, 111: False}" in everything and "101" in everything  # both tool loops ran
+    assert "that the new model cannot take" in everything  # the switch dropped Sonnet's blocks
+    assert everything.count("this turn") == 3 and "$0.0" in everything
+    status = status_json(cells[-1])
+    assert status["thinking"]["type"] == "enabled" and status["model"] == "claude-opus-5-5"
+    assert status["cost"]["session_usd"] > 0 and status["window_source"] == "models-api"
 
 
 def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_result(tmp_path, offline):

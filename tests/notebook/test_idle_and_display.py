@@ -21,7 +21,14 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.messages import result_text
-from ctx_magic.notebook.display import STREAM_INTERVAL, TurnDisplay
+from ctx_magic.notebook.capture import CellRecord
+from ctx_magic.notebook.display import (
+    SHOWN_HEAD_CHARS,
+    SHOWN_TAIL_CHARS,
+    STREAM_INTERVAL,
+    TurnDisplay,
+    shown_text,
+)
 
 
 @pytest.fixture
@@ -180,3 +187,33 @@ def test_progress_is_built_from_the_pieces_print_writes(shell):
     statuses = status_lines([["step", " ", str(i), "\n"] for i in range(3)], STREAM_INTERVAL)  # print('step', i)
     progress = [s for s in statuses if "step" in s]
     assert progress[-2:] == ["Running python… step 0", "Running python… step 1"]  # whole lines, not "step"
+
+
+# -- a long output in the cell (the full text goes to the agent and to its file) ---------------------
+
+
+def test_a_short_output_is_shown_whole_and_a_long_one_by_its_ends_and_where_the_rest_is():
+    assert shown_text("short\n") == "short\n"
+    long = "".join(f"row {i}\n" for i in range(1_000_000))  # 10.9 MB
+    shown = shown_text(long, "/s/tool-results/t1.txt")
+    assert len(shown) < SHOWN_HEAD_CHARS + SHOWN_TAIL_CHARS + 200
+    assert shown.startswith("row 0\nrow 1\n") and shown.endswith("row 999999\n")
+    assert "MB more not shown; the full output is at /s/tool-results/t1.txt …]" in shown
+    assert "the full output is at the session's tool-results folder" in shown_text(long)
+
+
+def test_the_agents_long_output_is_capped_in_the_cell_with_the_path_of_the_whole(shell):
+    long = "".join(f"line {i}\n" for i in range(300_000))  # 3.5 MB
+    record = CellRecord("print(...)", stdout=[long])
+    with captured() as out:
+        display = TurnDisplay(record_for=lambda _id: record, output_path=lambda tool_use_id: f"/s/{tool_use_id}.txt")
+        display(ToolStarted("t1", "python", {"code": "print(...)"}))
+        display(ToolFinished("t1", "python", long, False))
+        display(ToolStarted("t2", "grep", {"pattern": "x"}))
+        display(ToolFinished("t2", "grep", long, False))
+        display.finish("done")
+    shown = sum(len(v) for o in out.outputs for v in o.data.values())
+    assert shown < 4 * (SHOWN_HEAD_CHARS + SHOWN_TAIL_CHARS) + 5_000  # two tools, html and plain each
+    assert texts(out).count("the full output is at /s/t1.txt") == 1 and "/s/t2.txt" in texts(out)
+    html = "\n".join(o.data.get("text/html", "") for o in out.outputs)
+    assert html.count("the full output is at /s/t1.txt") == 1 and "line 299999" in html

@@ -152,7 +152,7 @@ def test_panel_is_driven_only_by_events():
     panel = ContextPanel(clock=ManualClock())
     panel.handle(UsageUpdated(Usage(10, 5, 20, 70), 100, 1.1,
                               {"calls": 1, "input_tokens": 10, "output_tokens": 5,
-                               "cache_creation_input_tokens": 20, "cache_read_input_tokens": 70}, 0.7))
+                               "cache_creation_input_tokens": 20, "cache_read_input_tokens": 70}, 0.7, 0.0012))
     panel.handle(Persisted("toolu_1", "/s/tool-results/toolu_1.txt", 90_000, 20_000, "<persisted-output>…"))
     panel.handle(Cleared("pressure", {notebook_cell_id(4, "9"): "[cleared]"}, 2_000))
     panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "the summary", summarized_uuids=("u1",),
@@ -161,7 +161,8 @@ def test_panel_is_driven_only_by_events():
                                                 composition=Composition(messages=1_000, free=17_000, window=30_000))))
     panel.flush()
     assert panel.cache_hit_ratio == 0.7 and panel.spend["calls"] == 1
-    assert panel.calls == [{"prompt": 100, "read": 70, "write": 20, "output": 5}]
+    assert panel.calls == [{"prompt": 100, "read": 70, "write": 20, "output": 5, "usd": 0.0012}]
+    assert "5 generated, $0.0012" in panel.chart.value  # the call's price on hover
     assert panel.persisted[0]["path"] == "/s/tool-results/toolu_1.txt"
     assert panel.cell_marks["count:4"]["kind"] == "cleared" and "to make room" in panel.cell_marks["count:4"]["why"]
     assert [(e["kind"], e["at"]) for e in panel.timeline] == [("clearing", 1), ("compaction", 1)]

@@ -1,0 +1,226 @@
+"""Billing: every request a strategy sends goes to the offline stand-in, and its usage is priced.
+
+The stand-in (`ctx_magic.offline.OfflineAPI`) decides what each request costs: its prompt-cache
+simulation splits the input into plain, written (5-minute or 1-hour) and read tokens, and it
+counts the output. Nothing here re-implements those rules, so when the stand-in's cache follows
+the real API more closely, these bills follow with no change. Prices are in units of base input
+tokens (Anthropic's prompt-caching price list): input 1, cache write 1.25 (5m) / 2.0 (1h), cache
+read 0.1, output 5.
+
+A `Meter` sits in front of the stand-in. Strategies of our own call it directly
+(`Meter.messages`, plain JSON); ctx_magic's real loop reaches it through the anthropic SDK
+(`offline_client(meter)`: it has the `handle` method the in-process transport calls). Either way
+each /v1/messages request leaves one `Call` in the ledger and moves the shared clock on by the
+time the reply takes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
+from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00Z: every run sees the same timestamps
+MODEL = "claude-sonnet-5-5"
+API_HEADERS = {"x-api-key": "offline", "content-type": "application/json", "anthropic-version": "2023-06-01"}
+MESSAGES = "/v1/messages"
+
+PRICE_INPUT = 1.0
+PRICE_WRITE_5M = 1.25
+PRICE_WRITE_1H = 2.0
+PRICE_READ = 0.1
+PRICE_OUTPUT = 5.0
+
+REPLY_SECONDS = 2.0  # time to first token of any reply
+OUTPUT_TOKENS_PER_SECOND = 50.0  # then the reply streams at this pace
+REFUSED_SECONDS = 0.5  # a request the API refuses comes back at once
+
+
+class ManualClock:
+    """Time that moves only when told: one clock for the strategy and the stand-in's cache."""
+
+    def __init__(self, start: float = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One /v1/messages request as billed."""
+
+    kind: str  # normal | compaction | memory | side (the stand-in's classification), or other
+    status: int
+    at: float
+    input_tokens: int = 0
+    write_5m: int = 0
+    write_1h: int = 0
+    read: int = 0
+    output_tokens: int = 0
+    rule: str = ""
+    """Which of the stand-in's rules answered a side call (session-notes, memory-longterm, ...)."""
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.write_5m + self.write_1h + self.read
+
+    @property
+    def cost(self) -> float:
+        return price(self.input_tokens, self.write_5m, self.write_1h, self.read, self.output_tokens)
+
+    @property
+    def side(self) -> bool:
+        return self.kind != "normal"
+
+
+def price(input_tokens: int, write_5m: int, write_1h: int, read: int, output_tokens: int) -> float:
+    """Cost in base-input-token units."""
+    return (input_tokens * PRICE_INPUT + write_5m * PRICE_WRITE_5M + write_1h * PRICE_WRITE_1H + read * PRICE_READ
+            + output_tokens * PRICE_OUTPUT)
+
+
+def usage_call(kind: str, status: int, at: float, usage: Mapping[str, Any], rule: str = "") -> Call:
+    """A Call from the API's usage object (cache writes split by TTL when the usage says so)."""
+    created = int(usage.get("cache_creation_input_tokens") or 0)
+    split = usage.get("cache_creation") or {}
+    write_1h = int(split.get("ephemeral_1h_input_tokens") or 0)
+    return Call(kind, status, at, int(usage.get("input_tokens") or 0), created - write_1h, write_1h,
+                int(usage.get("cache_read_input_tokens") or 0), int(usage.get("output_tokens") or 0), rule)
+
+
+def stream_usage(chunks: Sequence[bytes]) -> dict[str, Any]:
+    """The usage of a streamed reply: message_start's, updated by message_delta's."""
+    usage: dict[str, Any] = {}
+    for line in b"".join(chunks).decode("utf-8").splitlines():
+        if not line.startswith("data: "):
+            continue
+        event = json.loads(line[6:])
+        if event.get("type") == "message_start":
+            usage.update(event["message"].get("usage") or {})
+        elif event.get("type") == "message_delta":
+            usage.update(event.get("usage") or {})
+    return usage
+
+
+PRECISE_RULES = frozenset({"compaction", "session-notes", "memory-longterm", "memory-dream-gather",
+                           "memory-dream-consolidate"})
+
+
+class ScriptedPolicy:
+    """The stand-in's policy for a replay: main calls get the session's next recorded action,
+    whatever the request holds; compaction, notes and memory requests get the default policy's
+    answers (its extractive summaries and notes)."""
+
+    def __init__(self, actions: Sequence[Action], base: Policy | None = None) -> None:
+        self.actions = list(actions)
+        self.served = 0
+        self.base = base or Policy()
+
+    def kind(self, request: Mapping[str, Any]) -> str:
+        """compaction or memory when a precise rule knows the prompt (the summary prompt, the
+        notes and memory prompts' own headings), side for any other text-only call (no tools, or
+        tools forbidden), else normal. Side calls may carry the main call's tools (they share its
+        cached prefix), so tools say nothing; the default rules' word-based memory detector is not
+        trusted: it reads words like "save" and "session memory" in the last user message, which
+        a recorded prompt next to ctx_magic's own notes pointer has."""
+        rule = self.base.rule_for(request)
+        if rule.name in PRECISE_RULES:
+            return rule.kind
+        if not request.get("tools") or (request.get("tool_choice") or {}).get("type") == "none":
+            return "side" if rule.kind == "normal" else rule.kind
+        return "normal"
+
+    def rule(self, request: Mapping[str, Any]) -> str:
+        """The default rule that answers a side call ("main" for a main call)."""
+        kind = self.kind(request)
+        if kind == "normal":
+            return "main"
+        return kind if kind == "side" else self.base.rule_for(request).name
+
+    def answer(self, request: Mapping[str, Any]) -> Answer:
+        if self.kind(request) != "normal":
+            return self.base.answer(request)
+        action = self.actions[self.served] if self.served < len(self.actions) else Action(CLOSING_TEXT)
+        self.served += 1
+        content = tuple(action.content())
+        return Answer(content, "tool_use" if action.calls else "end_turn")
+
+
+@dataclass
+class Meter:
+    """Stands in front of an OfflineAPI: records and prices every model call, moves the clock."""
+
+    api: OfflineAPI
+    clock: ManualClock
+    calls: list[Call] = field(default_factory=list)
+    final_request: Mapping[str, Any] | None = None
+    """The last main-loop request the API answered (what the fidelity figures read)."""
+    counted: int = 0
+    """count_tokens requests (free on the real API; not billed)."""
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> HttpReply:
+        """The OfflineAPI interface the SDK's in-process transport calls."""
+        with self._lock:
+            reply = self.api.handle(method, path, headers, body)
+            record = self.api.requests[-1] if self.api.requests else None
+            self.api.reset()  # the stand-in keeps every request body otherwise
+            if record is None or record.path != MESSAGES or method.upper() != "POST":
+                self.counted += record is not None and record.path.endswith("count_tokens")
+                return reply
+            chunks = list(reply.body)
+            usage: Mapping[str, Any] = {}
+            if reply.status == 200:
+                stream = any(k.lower() == "content-type" and "event-stream" in v for k, v in reply.headers)
+                usage = stream_usage(chunks) if stream else json.loads(b"".join(chunks)).get("usage", {})
+            rule = self.api.policy.rule(record.body) if hasattr(self.api.policy, "rule") and record.body else ""
+            call = usage_call(record.kind, reply.status, self.clock(), usage, rule)
+            self.calls.append(call)
+            if reply.status == 200 and record.kind == "normal":
+                self.final_request = record.body
+            self.clock.advance(REPLY_SECONDS + call.output_tokens / OUTPUT_TOKENS_PER_SECOND
+                               if reply.status == 200 else REFUSED_SECONDS)
+            return HttpReply(reply.status, reply.headers, chunks, reply.dropped)
+
+    def messages(self, request: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST /v1/messages with a plain JSON body: (status, parsed reply or error body)."""
+        body = json.dumps(request, ensure_ascii=False).encode()
+        reply = self.handle("POST", MESSAGES, API_HEADERS, body)
+        return reply.status, json.loads(b"".join(reply.body))
+
+    @property
+    def cost(self) -> float:
+        return sum(c.cost for c in self.calls)
+
+
+@dataclass
+class Bench:
+    """One run's world: the stand-in with the replay's script, its meter, the shared clock."""
+
+    replay: Replay
+    window: int
+    clock: ManualClock
+    api: OfflineAPI
+    meter: Meter
+    policy: ScriptedPolicy
+
+
+def new_bench(replay: Replay, window: int) -> Bench:
+    clock = ManualClock()
+    policy = ScriptedPolicy(replay.actions())
+    api = OfflineAPI(OfflineConfig(window=window), clock=clock, policy=policy)  # type: ignore[arg-type]
+    return Bench(replay, window, clock, api, Meter(api, clock), policy)
+
+
+def is_prompt_too_long(status: int, body: Mapping[str, Any]) -> bool:
+    message = str((body.get("error") or {}).get("message", ""))
+    return status in (400, 413) and "prompt is too long" in message

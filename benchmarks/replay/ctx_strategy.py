@@ -1,0 +1,269 @@
+"""The ctx_magic strategy: the real agent loop, replaying a session. ALL coupling of the replay
+benchmark to ctx_magic's internals is in this file (the Session / loop APIs, the notes keeper,
+the memory manager, cell capture), so that a rename upstream is adapted here only.
+
+What runs: `open_session` + `run_turn` with an `AnthropicModel` whose SDK client talks to the
+billing meter in process (`offline_client(meter)`), a scripted Executor answering each tool call
+with the recorded output (in order, checked against the recorded call), the session notes
+keeper (its background extraction is waited for at each turn end, so that runs are
+deterministic) and the end-of-session memory extraction, as the notebook controller wires them.
+The user's notebook cells go in as the controller puts them: the idle check runs when each cell
+is run, and the cells enter the context as notebook_cell pairs at the next turn. The loop's
+per-turn call limit is lifted for the replay, so a long trajectory stays one turn.
+
+Ablations (`CtxOptions`) switch mechanisms off to show what each one costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ctx_magic.agent.loop as loop_module
+from benchmarks.replay.billing import MODEL, Bench, ManualClock
+from benchmarks.replay.corpus import TOOL_SECONDS, Replay
+from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
+from ctx_magic.agent.loop import run_turn
+from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.session import Session, open_session
+from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
+from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
+from ctx_magic.memory.manager import MemoryManager
+from ctx_magic.memory.session_notes import NotesKeeper
+from ctx_magic.messages import notebook_cell_id, user_text
+from ctx_magic.notebook.capture import CellRecord, cell_messages
+from ctx_magic.offline.transport import offline_client
+from ctx_magic.settings import Settings
+
+if TYPE_CHECKING:
+    from benchmarks.replay.corpus import Cell
+
+IMAGE_MAX_BYTES = 1_000_000  # ctx_magic's default image_max_bytes setting
+CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"  # the controller's
+NOTES_WAIT_SECONDS = 120.0  # a background notes extraction is waited for at each turn end
+UNBOUNDED_CALLS = 1_000_000  # the replay's per-turn model-call limit
+NEVER = 10**9  # a clearing threshold (tokens) or idle time (minutes) that is never reached
+REFERENCE_WINDOW = 200_000
+SEEDS_RESERVE = 20_000  # min(max output, 20,000) with a current model's 64,000 output cap
+AUTOCOMPACT_BUFFER = 13_000
+MEMORY_NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class CtxOptions:
+    """Which of ctx_magic's mechanisms run (all of them by default)."""
+
+    notes: bool = True
+    """Session notes kept by a side call at turn ends (and used by session-memory compaction)."""
+    memory: bool = True
+    """Long-term memory extraction at session end (one side call)."""
+    clearing: bool = True
+    """Microcompact: old tool results cleared on idle and under pressure."""
+    snip: bool = True
+    """L2 snip: past 200 live messages the middle is cut out."""
+    seeds_threshold: bool = False
+    """Auto-compact where the seeds do (a 20,000 reply reserve) instead of ctx_magic's window/4."""
+
+    @classmethod
+    def parse(cls, name: str) -> CtxOptions:
+        """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip+seeds-threshold` (any subset)."""
+        options = cls()
+        for flag in name.split("+")[1:]:
+            field_name = {"no-notes": "notes", "no-memory": "memory", "no-clearing": "clearing",
+                          "no-snip": "snip"}.get(flag)
+            if field_name:
+                options = dataclasses.replace(options, **{field_name: False})
+            elif flag == "seeds-threshold":
+                options = dataclasses.replace(options, seeds_threshold=True)
+            else:
+                raise ValueError(f"unknown ctx_magic option {flag!r} in {name!r}")
+        return options
+
+
+# -- cells as ctx_magic captures them -------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def _mime_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """nbformat's mime bundle as IPython hands it over (base64 images on one line)."""
+    return {mime: _text(v).replace("\n", "") if mime.startswith("image/") else _text(v) for mime, v in data.items()}
+
+
+def cell_record(cell: Cell) -> CellRecord:
+    """A cell's stored outputs as ctx_magic's capture records a cell run."""
+    record = CellRecord(cell.source, cell.execution_count)
+    for output in cell.outputs:
+        kind = output.get("output_type")
+        if kind == "stream":
+            (record.stderr if output.get("name") == "stderr" else record.stdout).append(_text(output.get("text", "")))
+        elif kind == "display_data":
+            record.displays.append(_mime_data(output.get("data") or {}))
+        elif kind == "execute_result":
+            record.result = _mime_data(output.get("data") or {})
+        elif kind == "error":
+            record.error = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
+    return record
+
+
+def render_cell(cell: Cell) -> str | list[dict[str, Any]]:
+    """The tool_result content ctx_magic sends for a cell (text, then images within the cap)."""
+    return cell_record(cell).content(IMAGE_MAX_BYTES)
+
+
+# -- the scripted executor --------------------------------------------------------------------------
+
+
+class ScriptedExecutor:
+    """Answers every tool call the loop hands over with the next recorded output."""
+
+    def __init__(self, replay: Replay, clock: ManualClock) -> None:
+        self.replay = replay
+        self.runs = replay.tool_runs()
+        self.clock = clock
+        self.used = 0
+
+    def tools(self) -> list[Tool]:
+        """The recorded session's tools (their outputs can be read again: clearable), and the
+        notebook cells it replays, recorded as ctx_magic records them."""
+        return [*(Tool(dict(t), self.run) for t in self.replay.tools),
+                Tool({"name": "notebook_cell"}, self.run, offered=False)]
+
+    def run(self, call: ToolCall, _context: ToolContext | None = None) -> ToolOutput:
+        if self.used >= len(self.runs):
+            raise ReplayDesync(f"{self.replay.name}: a tool call past the recording: {call.name}")
+        recorded = self.runs[self.used]
+        if call.name != recorded.name or dict(call.input) != dict(recorded.input):
+            raise ReplayDesync(f"{self.replay.name}: call {self.used} is {call.name} {dict(call.input)!r}, "
+                               f"the recording has {recorded.name} {dict(recorded.input)!r}")
+        self.used += 1
+        self.clock.advance(TOOL_SECONDS)
+        return ToolOutput(recorded.output, is_error=recorded.is_error)
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def lifted_call_limit() -> Iterator[None]:
+    """A whole trajectory is one turn: the loop's per-turn call limit does not apply."""
+    saved = loop_module.MAX_MODEL_CALLS_PER_TURN
+    loop_module.MAX_MODEL_CALLS_PER_TURN = UNBOUNDED_CALLS
+    try:
+        yield
+    finally:
+        loop_module.MAX_MODEL_CALLS_PER_TURN = saved
+
+
+@contextlib.contextmanager
+def storage_folder() -> Iterator[Path]:
+    """A session folder at a fixed path (slot 0 unless another run holds it): the paths that end
+    up in prompts (persisted outputs, the transcript) then count the same on every run."""
+    base = Path(tempfile.gettempdir()) / f"ctx_magic-replay-{os.getuid()}"
+    base.mkdir(exist_ok=True)
+    slot = 0
+    while True:
+        path = base / f"s{slot}"
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            slot += 1
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def agent_config(window: int, options: CtxOptions) -> Settings:
+    config = Settings(model=MODEL, context_window=window)
+    if not options.clearing:
+        config = dataclasses.replace(config, clear_at_least=NEVER, idle_minutes=NEVER)
+    if not options.snip:
+        config = dataclasses.replace(config, snip_max_messages=NEVER)
+    if options.seeds_threshold:
+        max_output = max(256, min(MAX_OUTPUT, window // 4))  # Session.max_output with a 64,000 cap
+        effective = window - min(max_output, SEEDS_RESERVE)
+        seeds = window - SEEDS_RESERVE - round(AUTOCOMPACT_BUFFER * min(1.0, window / REFERENCE_WINDOW))
+        config = dataclasses.replace(config, autocompact_pct=100.0 * seeds / effective)
+    return config
+
+
+def count_event(events: Counter[str], event: Event) -> None:
+    if isinstance(event, Compacted):
+        events[event.trigger] += 1
+    elif isinstance(event, Cleared):
+        events["clear"] += 1
+    elif isinstance(event, Persisted):
+        events["persist"] += 1
+    elif isinstance(event, Snipped):
+        events["snip"] += 1
+    elif isinstance(event, CompactionFailedEvent):
+        events["compaction-failed"] += 1
+
+
+def absorb_cells(session: Session, cells: list[Any], now: float) -> None:
+    """The controller's way: cells recorded since the last turn enter before the next one."""
+    if cells and not any(m.sent for m in session.messages):
+        session.append(user_text(CELLS_INTRO, timestamp=now))
+    for cell in cells:
+        cell_id = notebook_cell_id(cell.execution_count, f"{len(session.messages):012x}")  # same ids every run
+        for message in cell_messages(cell_record(cell), cell_id, IMAGE_MAX_BYTES, now):
+            session.append(message)
+
+
+def play_session(session: Session, bench: Bench, keeper: NotesKeeper | None) -> Outcome:
+    outcome = Outcome()
+    for turn in bench.replay.turns:
+        pending = []
+        for cell in turn.cells:
+            bench.clock.advance(cell.gap)
+            if any(m.sent for m in session.messages):
+                session.prepare()  # the controller's idle check when a cell runs
+            pending.append(cell)
+        bench.clock.advance(turn.gap)
+        absorb_cells(session, pending, bench.clock())
+        result = run_turn(session, turn.prompt)
+        if keeper is not None:
+            keeper.wait(NOTES_WAIT_SECONDS)
+        if result.error:
+            outcome.overflow, outcome.error = True, result.error
+            break
+    return outcome
+
+
+def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
+    options = options or CtxOptions()
+    events: Counter[str] = Counter()
+    with storage_folder() as root, lifted_call_limit():
+        model = AnthropicModel(offline_client(bench.meter, max_retries=0), name=MODEL)  # type: ignore[arg-type]
+        executor = ScriptedExecutor(bench.replay, bench.clock)
+        session, _ = open_session(model, executor, root / ".ctx_magic", agent_config(bench.window, options),
+                                  session_id="replay", system_prompt=bench.replay.system, root=root,
+                                  clock=bench.clock, backend="offline")
+        session.listeners.append(lambda event: count_event(events, event))
+        keeper = NotesKeeper(session) if options.notes else None
+        try:
+            outcome = play_session(session, bench, keeper)
+            if options.memory and not outcome.overflow:
+                manager = MemoryManager(root / ".ctx_magic", root / "user-memory", clock=lambda: MEMORY_NOW)
+                manager.extract(session)
+        finally:
+            if keeper is not None:
+                keeper.wait(NOTES_WAIT_SECONDS)
+            session.recorder.close()
+    outcome.events = events
+    if keeper is not None and keeper.last_error:
+        events["notes-failed"] += 1
+    return outcome

@@ -1,0 +1,118 @@
+"""Thinking blocks in the live context (0 API calls).
+
+With extended thinking on, each answer opens with `thinking` (or `redacted_thinking`) blocks
+carrying a signature. The API wants them back byte for byte inside a tool loop, and refuses a
+block that was changed; so this module never edits a block, it only removes whole ones:
+
+- **Thinking clearing** (seeds, "Thinking clearing"): old thinking is the largest
+  tokens-per-message part of a conversation. During active use every thinking turn stays (the
+  prompt cache holds them, clearing would only break it); after an idle gap longer than the
+  cache TTL (the cache is cold anyway) only the last thinking turn is kept.
+- **A model switch** removes the blocks another model made: signatures are bound to the model
+  that wrote them, and the new one refuses the others (its earlier turns do not need them).
+- **Side calls** (summary, notes, memories) see no thinking when the cache is cold; while it is
+  warm they get the live context as it is, so their request starts with the main call's cached
+  prefix (see `side_call_view`).
+
+A "thinking turn" is everything the model said between two prompts of the user: a tool loop's
+answers together. Keeping the last whole turn keeps every block a loop in progress needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ctx_magic.context.tokens import message_tokens
+from ctx_magic.events import ThinkingCleared
+from ctx_magic.messages import Block, Message, text_block
+
+THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+KEEP_THINKING_TURNS = 1  # seeds: after an idle gap, only the last thinking turn is kept
+THINKING_OMITTED = "[earlier reasoning omitted]"  # stands in for an answer that was only thinking
+
+
+def is_thinking(block: Block) -> bool:
+    return block.get("type") in THINKING_BLOCKS
+
+
+def has_thinking(message: Message) -> bool:
+    return message.role == "assistant" and any(is_thinking(b) for b in message.content)
+
+
+def without_thinking(message: Message) -> Message:
+    """The message without its thinking blocks (an answer that was nothing else keeps a short
+    note instead, so no message is ever empty, M5)."""
+    if not has_thinking(message):
+        return message
+    kept = [b for b in message.content if not is_thinking(b)]
+    return message.with_content(kept or [text_block(THINKING_OMITTED)])
+
+
+def is_prompt(message: Message) -> bool:
+    """A message of the user that starts a turn (not only tool results, not bookkeeping)."""
+    return (message.role == "user" and message.sent and message.kind == "normal"
+            and any(b.get("type") != "tool_result" for b in message.content))
+
+
+def thinking_turns(messages: Sequence[Message]) -> list[list[int]]:
+    """Indices of the messages with thinking, grouped by the user's turn they answer."""
+    turns: list[list[int]] = []
+    current: list[int] = []
+    for index, message in enumerate(messages):
+        if is_prompt(message) and current:
+            turns.append(current)
+            current = []
+        if message.sent and has_thinking(message):
+            current.append(index)
+    if current:
+        turns.append(current)
+    return turns
+
+
+def strip_thinking(messages: Sequence[Message], indices: Sequence[int], trigger: str
+                   ) -> tuple[list[Message], ThinkingCleared | None]:
+    """The messages with the thinking of `indices` removed, and the event that says so."""
+    out = list(messages)
+    uuids: list[str] = []
+    blocks = freed = 0
+    for index in indices:
+        old = out[index]
+        if not has_thinking(old):
+            continue
+        out[index] = without_thinking(old)
+        uuids.append(old.uuid)
+        blocks += sum(1 for b in old.content if is_thinking(b))
+        freed += message_tokens(old) - message_tokens(out[index])
+    if not uuids:
+        return out, None
+    return out, ThinkingCleared(trigger, tuple(uuids), blocks, max(0, freed))
+
+
+def clear_old_thinking(messages: Sequence[Message], keep_turns: int = KEEP_THINKING_TURNS,
+                       trigger: str = "idle") -> tuple[list[Message], ThinkingCleared | None]:
+    """Every thinking turn but the `keep_turns` most recent ones, removed."""
+    turns = thinking_turns(messages)
+    old = [index for turn in turns[: max(0, len(turns) - keep_turns)] for index in turn]
+    return strip_thinking(messages, old, trigger)
+
+
+def clear_foreign_thinking(messages: Sequence[Message], written_here: Callable[[Message], bool]
+                           ) -> tuple[list[Message], ThinkingCleared | None]:
+    """The thinking of every answer the new model (on its provider) did not write, removed."""
+    foreign = [i for i, m in enumerate(messages) if has_thinking(m) and not written_here(m)]
+    return strip_thinking(messages, foreign, "model-switch")
+
+
+def side_call_view(messages: Sequence[Message], *, cache_warm: bool) -> list[Message]:
+    """What a side call (summary, notes, memories) is sent of the conversation.
+
+    The choice, and why: a side call's last message is a new prompt, so the API ignores earlier
+    thinking anyway; its only effect is on the prompt cache. While the cache is warm the call
+    sends the live context unchanged (with the same thinking settings), so it reads the main
+    call's prefix at a tenth of the input price; removing the blocks would make everything after
+    the first of them a new prefix, written at 1.25x. Once the cache has expired there is nothing
+    to read, and the blocks are removed: the tokens are not paid for at all.
+    """
+    if cache_warm:
+        return list(messages)
+    return [without_thinking(m) for m in messages]

@@ -1,0 +1,241 @@
+"""The replay cost benchmark (benchmarks/replay): its bill, its loaders, its strategies, its command.
+
+Fast: each test replays a few short sessions at most. Nothing here times anything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # `benchmarks` is a package of the repository, not of the installed ctx_magic
+
+from benchmarks.replay.billing import Call, Meter, new_bench, price  # noqa: E402
+from benchmarks.replay.corpus import (  # noqa: E402
+    BASH_TOOL,
+    Action,
+    Replay,
+    ToolRun,
+    Turn,
+    load_claude_code,
+    load_corpus,
+    load_notebook,
+    load_swe,
+    notebook_paths,
+    swe_paths,
+)
+from benchmarks.replay.ctx_strategy import CtxOptions, run_ctx_magic  # noqa: E402
+from benchmarks.replay.harness import api_messages, cell_messages  # noqa: E402
+from benchmarks.replay.results import floor_of, run_one  # noqa: E402
+from benchmarks.replay.strategies import strategy  # noqa: E402
+from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
+
+CORPUS = Path("/work/shared/corpus")
+needs_corpus = pytest.mark.skipif(not (CORPUS / "mini-swe-agent-gemini3").is_dir(), reason="shared corpus not present")
+# A system prompt over 1,024 tokens: cacheable even under the API's minimum cacheable length.
+LONG_SYSTEM = "You replay recorded sessions. " + " ".join(f"rule {n}: answer briefly and exactly." for n in range(200))
+
+
+def recording(meter: Meter) -> list[dict[str, Any]]:
+    """Keep every request body the meter sends (to count its tokens independently)."""
+    sent: list[dict[str, Any]] = []
+    send = meter.messages
+
+    def messages(request: Any) -> tuple[int, dict[str, Any]]:
+        sent.append(request)
+        return send(request)
+
+    meter.messages = messages  # type: ignore[method-assign]
+    return sent
+
+
+def three_turns(gap_before_third: float) -> Replay:
+    replies = ("First answer.", "Second answer, a little longer than the first.", "Third.")
+    turns = tuple(Turn(f"Question {n + 1}?", (Action(text),), gap=gap_before_third if n == 2 else 10.0)
+                  for n, text in enumerate(replies))
+    return Replay("three-turns", "test", LONG_SYSTEM, (BASH_TOOL,), turns)
+
+
+# -- the bill --------------------------------------------------------------------------------------
+
+
+def test_price_of_one_usage() -> None:
+    # 100 input + 150 written for 5m (x1.25) + 50 written for 1h (x2) + 1,000 read (x0.1) + 10 out (x5)
+    # = 100 + 187.5 + 100 + 100 + 50
+    assert price(100, 150, 50, 1_000, 10) == 537.5
+    call = Call("normal", 200, 0.0, input_tokens=100, write_5m=150, write_1h=50, read=1_000, output_tokens=10)
+    assert call.cost == 537.5 and call.prompt_tokens == 1_300
+
+
+def test_three_turn_bill_by_hand() -> None:
+    """raw, three turns, the third after an idle gap longer than the 5-minute cache TTL.
+
+    P1, P2, P3 are the prompts' tokens, o1, o2, o3 the replies' (as the stand-in counts them).
+    Call 1: nothing cached, all of P1 written:           1.25 P1                 + 5 o1
+    Call 2: 10 s later, P1 read, the rest written:       0.1 P1 + 1.25 (P2 - P1)  + 5 o2
+    Call 3: 6 minutes later, the cache expired:          1.25 P3                 + 5 o3
+    """
+    replay = three_turns(gap_before_third=360.0)
+    bench = new_bench(replay, 200_000)
+    sent = recording(bench.meter)
+    outcome = strategy("raw")(bench)
+    assert not outcome.overflow
+    p1, p2, p3 = (input_tokens(r) for r in sent)
+    o1, o2, o3 = (output_tokens(list(a.content())) for a in replay.actions())
+    assert p1 < p2 < p3 and p1 > 1_024
+    expected = 1.25 * p1 + 5 * o1 + (0.1 * p1 + 1.25 * (p2 - p1) + 5 * o2) + (1.25 * p3 + 5 * o3)
+    assert bench.meter.cost == pytest.approx(expected)
+    assert [c.read for c in bench.meter.calls] == [0, p1, 0]
+
+
+def test_within_the_ttl_the_third_call_reads_and_the_floor_equals_raw() -> None:
+    replay = three_turns(gap_before_third=60.0)
+    raw = run_one("raw", replay, 200_000)
+    assert [c.read for c in raw.calls][2] == raw.calls[1].prompt_tokens  # all of P2 read
+    assert floor_of(raw).cost == pytest.approx(raw.cost)  # raw's caching was perfect here
+    expired = run_one("raw", three_turns(gap_before_third=360.0), 200_000)
+    assert floor_of(expired).cost < expired.cost  # the floor assumes nothing ever expires
+
+
+def test_uncached_bills_every_prompt_token_at_full_price() -> None:
+    replay = three_turns(gap_before_third=10.0)
+    bench = new_bench(replay, 200_000)
+    sent = recording(bench.meter)
+    strategy("raw-uncached")(bench)
+    outputs = sum(output_tokens(list(a.content())) for a in replay.actions())
+    assert bench.meter.cost == pytest.approx(sum(input_tokens(r) for r in sent) + 5 * outputs)
+
+
+def test_compaction_requests_get_the_default_summary_and_main_calls_the_script() -> None:
+    replay = three_turns(gap_before_third=10.0)
+    bench = new_bench(replay, 200_000)
+    summary_request = {
+        "model": "claude-sonnet-5-5", "max_tokens": 2_000,
+        "messages": [{"role": "user", "content": "Summarize.\n<analysis>, then <summary> with:\n"
+                                                  "1. Goal: x\n2. Files: y\n3. Next: z"}],
+    }
+    status, body = bench.meter.messages(summary_request)
+    assert status == 200 and "<summary>" in body["content"][0]["text"]
+    assert bench.meter.calls[-1].kind == "compaction" and bench.policy.served == 0  # no action consumed
+    assert strategy("raw")(bench).overflow is False
+    assert bench.policy.served == 3
+
+
+def test_a_main_call_that_talks_about_memory_still_gets_the_recorded_action() -> None:
+    # The default rules would answer this as a memory extraction (memory words and a verb).
+    prompt = "Update the session memory notes file, then save your memories."
+    replay = Replay("memory-words", "test", LONG_SYSTEM, (BASH_TOOL,),
+                    (Turn(prompt, (Action("Running it.", (ToolRun("bash", {"command": "ls"}, "a.txt"),)),
+                                   Action("Done."))),))
+    result = run_one("raw", replay, 200_000)
+    assert [c.kind for c in result.calls] == ["normal", "normal"]
+
+
+# -- overflow --------------------------------------------------------------------------------------
+
+
+@needs_corpus
+def test_raw_overflows_at_a_tiny_window_and_is_billed_up_to_it() -> None:
+    replay = load_swe(swe_paths(CORPUS)[0])
+    result = run_one("raw", replay, 3_000)
+    assert result.overflow and "prompt is too long" in (result.error or "")
+    assert result.calls[-1].status == 400 and result.calls[-1].cost == 0
+    assert 0 < result.cost < run_one("raw", replay, 200_000).cost  # the calls before the overflow
+
+
+# -- ctx_magic's loop ------------------------------------------------------------------------------
+
+
+@needs_corpus
+def test_ctx_magic_replays_a_short_trajectory_whole_at_a_small_window() -> None:
+    replay = load_swe(swe_paths(CORPUS)[0])  # django__django-16255: 18 steps, up to ~5,200 tokens
+    assert run_one("raw", replay, 5_000).overflow  # the window is too small to send it whole
+    bench = new_bench(replay, 5_000)
+    outcome = run_ctx_magic(bench, CtxOptions())
+    assert not outcome.overflow, outcome.error
+    assert outcome.events["auto"] + outcome.events["session-memory"] >= 1  # it had to compact
+    assert bench.policy.served == replay.steps  # every recorded action was replayed
+    kinds = {c.kind for c in bench.meter.calls if c.status == 200}
+    assert {"normal", "compaction", "memory"} <= kinds  # main calls and side calls are all billed
+
+
+@needs_corpus
+def test_ctx_magic_ablations_send_fewer_side_calls() -> None:
+    replay = load_swe(swe_paths(CORPUS)[0])
+    full = run_one("ctx_magic", replay, 200_000)
+    bare = run_one("ctx_magic+no-notes+no-memory", replay, 200_000)
+    # At 200,000 no compaction is in sight: no notes are kept, only the end-of-session extraction runs.
+    assert full.side_calls()["memory"] == 1 and not bare.side_calls()
+    assert bare.cost < full.cost
+
+
+# -- the loaders -----------------------------------------------------------------------------------
+
+
+@needs_corpus
+def test_swe_steps_become_bash_calls_with_recorded_outputs() -> None:
+    replay = load_swe(swe_paths(CORPUS)[0])
+    first = replay.turns[0].actions[0]
+    assert first.calls[0].name == "bash" and first.calls[0].input == {"command": "ls -R django/contrib/sitemaps"}
+    assert "```" not in first.text and first.text.startswith("THOUGHT:")
+    assert str(first.calls[0].output).startswith("<returncode>0</returncode>")
+    assert replay.actions()[-1].calls == ()  # the session ends with a text-only reply
+
+
+@needs_corpus
+def test_a_format_error_ends_the_turn_and_the_complaint_is_the_next_prompt() -> None:
+    replay = load_swe(CORPUS / "mini-swe-agent-gemini3" / "trajs" / "django__django-11433.traj.json")
+    assert len(replay.turns) == 4  # three replies with two bash blocks each
+    assert replay.turns[1].prompt.startswith("Please always provide EXACTLY ONE action")
+    assert all(t.actions[-1].calls == () for t in replay.turns)
+
+
+@needs_corpus
+def test_notebook_cells_enter_between_turns_with_gaps_over_the_ttl() -> None:
+    replay = load_notebook(notebook_paths(CORPUS)[-1])
+    assert any(len(t.cells) * 2 > 20 for t in replay.turns)  # more blocks than the cache lookback
+    assert any(t.gap > 300 for t in replay.turns) and any(t.gap < 300 for t in replay.turns[1:])
+    cell = replay.turns[1].cells[0]
+    use, result = cell_messages(cell, 0)
+    assert use.content[0]["name"] == "notebook_cell" and use.content[0]["input"]["source"] == cell.source
+    assert result.content[0]["content"] == cell.content
+    merged = api_messages([use, result], cached=True)
+    assert merged[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+@needs_corpus
+def test_claude_code_log_keeps_prompts_tools_and_recorded_gaps() -> None:
+    replay = load_claude_code(CORPUS / "claude-code-session-share" / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl")
+    assert replay.turns[0].prompt.startswith("Spaw sub-agents")
+    assert [c.name for c in replay.turns[0].actions[0].calls] == ["Task", "Task", "Task"]
+    assert max(t.gap for t in replay.turns) > 3_600  # the session paused for over an hour
+
+
+@needs_corpus
+def test_the_quick_corpus_is_small_and_has_every_source() -> None:
+    replays = load_corpus(CORPUS, quick=True)
+    assert {r.source for r in replays} == {"swe", "claude-code", "notebook"} and len(replays) <= 6
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+@needs_corpus
+def test_quick_command_prints_the_table() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.replay", "--quick", "--windows", "32000",
+         "--strategies", "raw,floor,ctx_magic", "--sources", "swe,claude-code"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "# Replay cost benchmark" in done.stdout and "- commit: " in done.stdout
+    assert "| strategy | billed vs raw | where raw finishes | median | p90 | overflow runs |" in done.stdout
+    assert "| raw | 1.00 | 1.00 | 1.00 | 1.00 |" in done.stdout
+    assert "| ctx_magic |" in done.stdout and "## Targets (issue 10)" in done.stdout

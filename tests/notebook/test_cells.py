@@ -1,0 +1,74 @@
+"""SPEC N2 across a restart: a cell run after a turn is on disk as it finishes, enters the next
+turn once, and a kernel that died before that turn leaves it for the resumed session."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from notebook_rig import cell, close_shell, controller, new_shell, run
+
+from ctx_magic.store.pending import PENDING_ID_KEY
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    shell = new_shell()
+    yield shell
+    close_shell(shell)
+
+
+def cell_results(shell) -> list[str]:
+    session = controller(shell).session
+    uses = {b["id"] for m in session.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"}
+    return [json.dumps(b["content"]) for m in session.messages for b in m.blocks("tool_result")
+            if b["tool_use_id"] in uses]
+
+
+def test_n2_a_cell_after_a_turn_is_on_disk_until_the_next_turn_takes_it(shell):
+    run(shell, "%%agent\nhello")
+    store = controller(shell).session.store
+    cell(shell, "print('kept on disk')")
+    [waiting] = store.pending_cells().load().cells
+    assert "".join(waiting.cell["stdout"]) == "kept on disk\n"
+    run(shell, "%%agent\nwhat did I print?")
+    assert not store.pending_cells_path.exists()
+    assert any("kept on disk" in r for r in cell_results(shell))
+    uses = [m for m in controller(shell).session.messages if m.meta.get(PENDING_ID_KEY)]
+    assert [m.meta[PENDING_ID_KEY] for m in uses] == [waiting.id]
+
+
+def test_n2_cells_a_dead_kernel_left_enter_the_resumed_session_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    first = new_shell()
+    run(first, "%%agent\nhello")
+    sid = controller(first).session.session_id
+    cell(first, "print('before the restart')")
+    pending = controller(first).session.store.pending_cells()
+    controller(first).cells.pending.clear()  # the kernel dies: what it held in memory is gone
+    close_shell(first)
+
+    again = new_shell()
+    try:
+        run(again, f"%agent --resume {sid}")
+        run(again, "%%agent\nwhat did I print?")
+        assert sum("before the restart" in r for r in cell_results(again)) == 1
+        assert not pending.path.exists()
+        run(again, "%%agent\nand now?")
+        assert sum("before the restart" in r for r in cell_results(again)) == 1
+    finally:
+        close_shell(again)
+
+
+def test_n2_a_cell_already_in_the_transcript_is_not_taken_again(shell):
+    run(shell, "%%agent\nhello")
+    session = controller(shell).session
+    cell(shell, "print('once')")
+    [waiting] = session.store.pending_cells().load().cells
+    run(shell, "%%agent\nnext")
+    session.store.pending_cells().path.write_text(json.dumps(waiting.to_json()) + "\n")  # consume() never ran
+    run(shell, "%%agent\nagain")
+    assert sum("once" in r for r in cell_results(shell)) == 1
