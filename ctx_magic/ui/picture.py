@@ -94,8 +94,8 @@ def composition_html(composition: Mapping[str, int], tokens: int, window: int) -
 def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str, Any]],
                lines: Mapping[str, int]) -> str:
     """Context size per model call (bars: cache read, cache write, uncached input; a call's price
-    on hover), the warning / compaction / blocking lines, and one marker per context change that
-    opens its card."""
+    on hover, their sum under the chart), the warning / compaction / blocking lines, and one
+    marker per context change that opens its card."""
     if not calls and not changes:
         return ('<div class="ctx-magic-chart ctx-magic-empty">The context size of every model call will show '
                 "here.</div>")
@@ -110,6 +110,7 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
             top = max(top, value * 1.04)
         else:
             named[name] = value
+    spent = sum(c.get("usd", 0.0) for c in calls)
     bars = []
     for i, c in enumerate(calls):
         prompt, read, write = c.get("prompt", 0), c.get("read", 0), c.get("write", 0)
@@ -151,7 +152,7 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
         f'<div class="ctx-magic-markers">{markers}</div>'
         f'<div class="ctx-magic-plot-box"><span class="ctx-magic-axis-top">{short(round(top))}</span>{svg}</div>'
         f'<div class="ctx-magic-axis"><span>call 1</span><span>{len(calls):,} model '
-        f'{"call" if len(calls) == 1 else "calls"}</span></div>'
+        f'{"call" if len(calls) == 1 else "calls"}{f", {format_usd(spent)}" if spent else ""}</span></div>'
         '<ul class="ctx-magic-legend ctx-magic-chart-legend">'
         '<li data-part="read"><span class="ctx-magic-swatch"></span>cache read</li>'
         '<li data-part="write"><span class="ctx-magic-swatch"></span>cache write</li>'

@@ -61,3 +61,11 @@ def test_threshold_lines_near_the_data_are_drawn_and_far_ones_named_off_the_char
 
 def test_an_empty_session_has_a_placeholder_not_an_empty_chart():
     assert "ctx-magic-empty" in chart_html([], [], LINES)
+
+
+def test_chart_prices_each_call_on_hover_and_sums_them_under_the_chart():
+    priced = [{**c, "usd": usd} for c, usd in zip(CALLS, (0.0031, 0.0012, 0.0009), strict=True)]
+    chart = chart_html(priced, [], LINES)
+    assert "30 generated, $0.0009</title>" in chart
+    assert "3 model calls, $0.0052</span>" in chart
+    assert "$" not in chart_html(CALLS, [], LINES)  # prices unknown: no dollar figure at all
