@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui.browser_rig import CHROMIUM, REPO, JupyterLab, built_labextension, chromium_page
+from ui.browser_rig import CHROMIUM, PACKAGE, REPO, JupyterLab, built_labextension, chromium_page
 
 ARTIFACTS = REPO / "test-artifacts"
 RUN_TIMEOUT = 240_000  # ms: the whole notebook, offline, on a slow shared machine
@@ -88,6 +88,12 @@ class Page:
         return ("--- cell outputs ---\n" + "\n".join(outputs)[-6_000:] +
                 "\n--- browser console ---\n" + "\n".join(self.console[-40:]) +
                 "\n--- server log ---\n" + self.lab.log())
+
+    def loaded_extension(self) -> str:
+        """The remoteEntry file the page loads for ctx_magic's extension (from its page config)."""
+        config = json.loads(self.js("() => document.getElementById('jupyter-config-data').textContent"))
+        entry = next(e for e in config["federated_extensions"] if e["name"] == PACKAGE)
+        return Path(entry["load"]).name
 
     def shot(self, name: str) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -201,6 +207,12 @@ class Page:
         }}""")
 
 
+def built_entry() -> str:
+    """This tree's build's remoteEntry (its hash differs from any other build's)."""
+    [entry] = (built_labextension() / "static").glob("remoteEntry.*.js")
+    return entry.name
+
+
 NOTEBOOK_NODE = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"
 
 
@@ -220,6 +232,7 @@ def test_panel_badges_cards_themes_widths_sessions_and_ask(app: str, tmp_path: P
     with JupyterLab(root, tmp_path / "home", built_labextension(), app=app) as lab, chromium_page() as browser:
         page = Page(browser, lab)
         page.open("marks.ipynb")
+        assert page.loaded_extension() == built_entry(), "the page loaded another build of the extension"
         assert not page.js("() => window.jupyterapp.commands.isEnabled('ctx-magic:compact')"), \
             "Compact agent context is enabled before the notebook has an agent session"
 
@@ -364,8 +377,11 @@ def check_ask(page: Page, app: str) -> None:
     except Exception:  # noqa: BLE001
         pytest.fail(f"no question in ask mode\n{page.report()}")
     code = cell.locator(".jp-RenderedMarkdown pre", has_text="print(6 * 7)")
-    assert code.is_visible(), "the question came before the code"
-    assert code.bounding_box()["y"] < stdin.bounding_box()["y"]
+    try:  # the Markdown renderer is asynchronous: the prompt's plain widget may be drawn first
+        code.wait_for(state="visible", timeout=UI_TIMEOUT)
+    except Exception:  # noqa: BLE001
+        pytest.fail(f"the code is not on screen while the question waits\n{page.report()}")
+    assert code.bounding_box()["y"] < stdin.bounding_box()["y"], "the question is above the code"
     assert "Run this code?" in stdin.inner_text()
     stdin.scroll_into_view_if_needed()
     page.shot(f"{app}-ask")
