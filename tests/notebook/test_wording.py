@@ -4,6 +4,8 @@ arrow everywhere, singular counts, the code on screen before `ask` asks, the com
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from IPython.core.error import UsageError
 from notebook_rig import captured, cell, close_shell, controller, new_shell, run
@@ -72,3 +74,18 @@ def test_status_names_what_the_next_request_carries(shell):
         shell.run_line_magic("ctx", "status")
     text = out.outputs[0].data["text/plain"]
     assert "the next request carries: system prompt" in text and "tool results" in text
+
+
+def test_memory_show_with_no_memories_says_so_and_how_to_add_one(shell):
+    result, shown = run(shell, "%memory show")
+    assert result.error_in_exec is None
+    assert shown.strip() == "No long-term memories yet (%memory add TEXT stores one)."
+
+
+def test_status_json_is_indented_for_a_person_and_parses(shell):
+    run(shell, "%%agent\nhello")
+    with captured() as out:
+        shell.run_line_magic("ctx", "status --json")
+    lines = out.stdout.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and len(lines) > 20
+    assert lines[1].startswith(' "') and json.loads(out.stdout)["zone"] == "ok"
