@@ -26,6 +26,8 @@ class Remedy(str, Enum):
     NEW_SESSION = "new_session"
     RUN_AGAIN = "run_again"
     """Send the next message: the conversation is intact."""
+    UNPIN_OR_RAISE_PIN_BUDGET = "unpin_or_raise_pin_budget"
+    """Remove a pin, or raise the pins' token budget."""
 
 
 class CtxMagicError(Exception):

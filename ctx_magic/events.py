@@ -89,6 +89,42 @@ class Cleared(Event):
 
 
 @dataclass(frozen=True)
+class AuditReport:
+    """What the coverage audit (context/audit.py) found missing from a summary and appended after it.
+
+    The panel shows it beside the summary; `text` is exactly what was appended (also in the
+    summary message of the transcript).
+    """
+
+    user_messages: tuple[str, ...] = ()
+    """Uuids of the user's messages the summary left out, appended word for word."""
+    cut_messages: tuple[str, ...] = ()
+    """Of those, the long ones appended as their first lines and where to read the rest."""
+    paths: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    """Variables, functions and classes the summarized code defined."""
+    user_messages_checked: int = 0
+    paths_checked: int = 0
+    errors_checked: int = 0
+    names_checked: int = 0
+    tokens: int = 0
+    """What the appended text costs in the context."""
+    text: str = ""
+
+    @property
+    def added(self) -> bool:
+        return bool(self.text)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> AuditReport | None:
+        if not data:
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
 class Compacted(Event):
     """A compaction replaced the live context: boundary, summary, kept messages, attachments."""
 
@@ -105,6 +141,9 @@ class Compacted(Event):
     summarized_uuids: tuple[str, ...] = ()  # the live messages the summary replaced
     reason: str = ""
     """Why it happened: the decision's reason for an automatic one, who asked for the others."""
+    audit: AuditReport | None = field(default=None, metadata={"decode": AuditReport.from_json})
+    """What the coverage audit appended after the summary (None for a compaction made before it)."""
+    pins: tuple[str, ...] = ()  # ids of the user's pins re-injected after the summary
 
 
 # -- observations (not needed to rebuild, recorded for the panel and benchmarks) ----------
@@ -341,6 +380,9 @@ class ServerCompacted(Event):
     tokens_after: int
     messages_summarized: int
     summarized_uuids: tuple[str, ...] = ()
+    audit: AuditReport | None = field(default=None, metadata={"decode": AuditReport.from_json})
+    """What the coverage audit appended after the API's summary (as after ctx_magic's own)."""
+    pins: tuple[str, ...] = ()  # ids of the user's pins re-injected after it
 
 
 @dataclass(frozen=True)
@@ -372,6 +414,8 @@ def event_from_json(data: Mapping[str, Any]) -> Event:
     cls = DURABLE_EVENTS[data["event"]]
     kwargs = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
     for f in dataclasses.fields(cls):
-        if f.name in kwargs and "tuple" in str(f.type):
+        if f.name in kwargs and "decode" in f.metadata:
+            kwargs[f.name] = f.metadata["decode"](kwargs[f.name])
+        elif f.name in kwargs and "tuple" in str(f.type):
             kwargs[f.name] = tuple(kwargs[f.name])
     return cls(**kwargs)

@@ -217,7 +217,7 @@ def _map_images(messages: Sequence[Message], change: Callable[[int, Block], Bloc
 
     result = []
     for message in messages:
-        if message.sent and any(_holds_image(b) for b in message.content):
+        if message.sent and _image_count(message):
             changed = blocks(message.content)
             if any(new is not old for new, old in zip(changed, message.content)):
                 message = message.with_content(changed)  # unchanged messages stay the same objects
@@ -231,10 +231,27 @@ def _holds_image(block: Block) -> bool:
         block.get("type") == "tool_result" and isinstance(inner, list) and any(b.get("type") == "image" for b in inner))
 
 
+def _image_count(message: Message) -> int:
+    """The image blocks in a message, top level and inside tool results, counted once per
+    message: a request walks every message each call, and looking into 10,000 messages' blocks
+    each time cost more than the rest of the pipeline (benchmarks/scale.py)."""
+    memo = message.memo
+    if "image_count" not in memo:
+        memo["image_count"] = sum(
+            1 if b.get("type") == "image" else sum(i.get("type") == "image" for i in b["content"])
+            for b in message.content if _holds_image(b))
+    return memo["image_count"]
+
+
 def count_images(messages: Sequence[Message]) -> int:
-    seen: list[int] = []
-    _map_images(messages, lambda n, block: (seen.append(n), block)[1])
-    return len(seen)
+    total = 0
+    for message in messages:
+        count = message.memo.get("image_count")
+        if count is None:
+            count = _image_count(message)
+        if count and message.sent:
+            total += count
+    return total
 
 
 def recheck(block: Block) -> Block:
@@ -268,6 +285,8 @@ def limit_images(messages: Sequence[Message], max_images: int = API_MAX_IMAGES,
     `[image omitted: ...]` text. Pure: the same messages always give the same request.
     """
     total = count_images(messages)
+    if total == 0:
+        return list(messages), 0
     over = total - max_images
     dropped = min(total, math.ceil(over / step) * step) if over > 0 else 0
     kept = total - dropped

@@ -38,6 +38,8 @@ PROVIDER = "anthropic"
 STRATEGIES = ("client", "server")
 STRATEGY = "client"  # ctx_magic's own layers; 'server' hands clearing and compaction to the API
 CONTEXT_EDITS = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
+PIN_BUDGET_TOKENS = 2_000  # the size of one session-notes section (S1, seeds 004): pins never crowd a summary
+KERNEL_INVENTORY_TOKENS = 500  # a dozen tables and arrays with their columns: under 10% of a summarized context
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,10 @@ class Settings:
     """'client': ctx_magic clears and compacts; 'server': the API does (context edits, server compaction)."""
     prices: str = field(default="", metadata={"parse": Prices.parse})
     """Contract prices, USD per million tokens, e.g. 'input=2.5 output=12'; empty = the price table."""
+    pin_budget_tokens: int = field(default=PIN_BUDGET_TOKENS, metadata=_bounded(0))
+    """Tokens all pins together may take; a pin past it is refused (pins are re-injected after every summary)."""
+    kernel_inventory_tokens: int = field(default=KERNEL_INVENTORY_TOKENS, metadata=_bounded(0))
+    """Tokens of the kernel's live state (variables, shapes, columns) the agent gets after a compaction; 0 = none."""
 
     @property
     def idle_seconds(self) -> float:

@@ -59,3 +59,37 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+SPAN_CODE = """import pandas as pd
+df = pd.read_csv('data/sales.csv')
+total, count = df.price.sum(), len(df)
+def clean(frame):
+    return frame.dropna()
+class Model:
+    pass
+for i in range(3):
+    pass
+%matplotlib inline
+_private = 1
+"""
+SPAN_TRACEBACK = (
+    "---------------------------------------------------------------------------\n"
+    "KeyError                                  Traceback (most recent call last)\n"
+    "Cell In[3], line 1\n----> 1 df['prices']\n\nKeyError: 'prices'"
+)
+
+
+def summarized_span() -> list[Message]:
+    """A span a compaction summarizes: two user messages, code that defines names, a KeyError, a
+    missing file (the coverage audit's tests, issue 12)."""
+    return [
+        user_text("Load data/sales.csv and plot the price per region. Never use seaborn."),
+        Message("assistant", (text("Loading it."), tool_use_block("t1", "python", {"code": SPAN_CODE}))),
+        Message("user", (tool_result_block("t1", "(no output)"),)),
+        Message("assistant", (tool_use_block("t2", "python", {"code": "df['prices']"}),)),
+        Message("user", (tool_result_block("t2", SPAN_TRACEBACK, is_error=True),)),
+        Message("assistant", (tool_use_block("t3", "read_file", {"path": "notes/plan.md"}),)),
+        Message("user", (tool_result_block("t3", "notes/plan.md does not exist.", is_error=True),)),
+        user_text("The column is called price, not prices."),
+    ]

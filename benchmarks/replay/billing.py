@@ -16,6 +16,7 @@ time the reply takes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ from typing import Any
 
 from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
+from ctx_magic.offline.counting import has_images
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00Z: every run sees the same timestamps
 MODEL = "claude-sonnet-5-5"
@@ -68,6 +70,12 @@ class Call:
     output_tokens: int = 0
     rule: str = ""
     """Which of the stand-in's rules answered a side call (session-notes, memory-longterm, ...)."""
+    extends: bool = False
+    """A main call whose request starts with the whole previous main request (the same tools,
+    system and messages, cache markers aside): the cache should hold all of it while warm."""
+    images: bool = False
+    """The request holds an image: a change of this from one call to the next invalidates every
+    cached message block on the real API (and in the stand-in)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -80,6 +88,24 @@ class Call:
     @property
     def side(self) -> bool:
         return self.kind != "normal"
+
+
+def without_markers(value: Any) -> Any:
+    """A request part with its cache_control markers removed (they move from call to call)."""
+    if isinstance(value, dict):
+        return {k: without_markers(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_markers(v) for v in value]
+    return value
+
+
+def extends(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> bool:
+    """Whether `after` repeats all of `before` and only adds messages (markers aside)."""
+    if before is None:
+        return False
+    old, new = before.get("messages", []), after.get("messages", [])
+    same = all(without_markers(before.get(k)) == without_markers(after.get(k)) for k in ("tools", "system"))
+    return same and len(new) > len(old) and without_markers(new[:len(old)]) == without_markers(old)
 
 
 def price(input_tokens: int, write_5m: int, write_1h: int, read: int, output_tokens: int) -> float:
@@ -184,9 +210,11 @@ class Meter:
                 usage = stream_usage(chunks) if stream else json.loads(b"".join(chunks)).get("usage", {})
             rule = self.api.policy.rule(record.body) if hasattr(self.api.policy, "rule") and record.body else ""
             call = usage_call(record.kind, reply.status, self.clock(), usage, rule)
-            self.calls.append(call)
             if reply.status == 200 and record.kind == "normal":
+                call = dataclasses.replace(call, extends=extends(self.final_request, record.body),
+                                           images=has_images(record.body))
                 self.final_request = record.body
+            self.calls.append(call)
             self.clock.advance(REPLY_SECONDS + call.output_tokens / OUTPUT_TOKENS_PER_SECOND
                                if reply.status == 200 else REFUSED_SECONDS)
             return HttpReply(reply.status, reply.headers, chunks, reply.dropped)

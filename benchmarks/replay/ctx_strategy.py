@@ -258,7 +258,8 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
             outcome = play_session(session, bench, keeper)
             if options.memory and not outcome.overflow:
                 manager = MemoryManager(root / ".ctx_magic", root / "user-memory", clock=lambda: MEMORY_NOW)
-                manager.extract(session)
+                if manager.extraction_due(session):
+                    manager.extract(session)
         finally:
             if keeper is not None:
                 keeper.wait(NOTES_WAIT_SECONDS)

@@ -5,6 +5,11 @@ prompt as a user message, then one main call per recorded action; each reply (wh
 stand-in answered) is appended, and the recorded outputs answer its tool calls. A strategy is a
 `Context`: it may rewrite the conversation before a call, choose what is sent, replace a tool
 result as it arrives, and recover from a prompt-too-long. Everything it sends is billed.
+
+Every baseline carries the agent ctx_magic runs: the recorded session's tools and ctx_magic's
+file tools (read_file, list_files, grep), which a notebook agent offers whether or not its
+context is managed. What ctx_magic sends beyond them (its `compact` and `snip` tools) is then
+billed as the context manager's own cost.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from typing import Any
 
 from benchmarks.replay.billing import MODEL, Bench, is_prompt_too_long
 from benchmarks.replay.corpus import TOOL_SECONDS, Action, Block, Cell
+from ctx_magic.agent.files import GREP_SPEC, LIST_FILES_SPEC, READ_FILE_SPEC
 
 MAX_OUTPUT = 16_384  # replies are capped like ctx_magic's (its default), and to a quarter of the window
 IMAGE_TOKENS = 2_000  # the flat figure both the stand-in and ctx_magic's estimate use
 CHARS_PER_TOKEN = 4
 ESTIMATE_PADDING = 4 / 3  # SPEC T2: estimates of messages the API has not counted yet are padded
+AGENT_TOOLS = (READ_FILE_SPEC, LIST_FILES_SPEC, GREP_SPEC)  # offered after the session's own, as ctx_magic does
 
 
 class Overflow(Exception):
@@ -161,8 +168,8 @@ class Run:
             if cached:
                 block["cache_control"] = {"type": "ephemeral"}
             body["system"] = [block]
-        if with_tools and self.replay.tools:
-            body["tools"] = [dict(t) for t in self.replay.tools]
+        if with_tools:
+            body["tools"] = [dict(t) for t in (*self.replay.tools, *AGENT_TOOLS)]
         return body
 
     def tokens(self) -> int:

@@ -122,12 +122,18 @@ KEPT_PREFIX = 0.9  # a call "kept the cached conversation" when it read at least
 
 
 def warm_misses(runs: Iterable[RunResult]) -> tuple[int, int]:
-    """(main calls that read less than 90 % of the previous main request although it was sent
-    under 5 minutes before, main calls after the first): the cache lost while it was warm."""
+    """(main calls that repeat the whole previous main request, sent under 5 minutes after it,
+    and still read less than 90 % of it from the cache; main calls that repeat a cached previous
+    one): the cached conversation lost to the block lookback, not to a rewrite the strategy
+    chose, nor to a prompt under the minimum cacheable length (which caches nothing), nor to the
+    first image after none (the API then invalidates every cached message block)."""
     misses = total = 0
     for run in runs:
         calls = [c for c in run.calls if c.kind == "normal" and c.status == 200]
         for before, after in zip(calls, calls[1:]):
+            if not after.extends or before.read + before.write_5m + before.write_1h == 0 or \
+                    before.images != after.images:
+                continue
             total += 1
             warm = after.at - before.at < CACHE_TTL_SECONDS
             misses += warm and after.read < KEPT_PREFIX * before.prompt_tokens
@@ -158,7 +164,6 @@ def target_lines(grouped_results: dict[int, dict[str, dict[str, RunResult]]], na
         notebooks = [r for r in runs.values() if r.source == "notebook"]
         if notebooks:
             misses, total = warm_misses(notebooks)
-            lines.append(f"  - notebook replays: {misses} of {total} main calls lost the cached conversation while "
-                         "it was warm (bar 0 for the block lookback; the stand-in does not model the 20-block "
-                         "lookback yet, so this counts the strategy's own rewrites)")
+            lines.append(f"  - notebook replays: {misses} of {total} main calls that only added to the previous "
+                         "request lost its cached conversation while it was warm (bar 0: the 20-block lookback)")
     return lines

@@ -13,14 +13,16 @@ from pathlib import Path
 
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolError
+from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
 from ctx_magic.context.autocompact import CompactionResult, compact_conversation
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
 from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
+from ctx_magic.context.pins import pins_message
 from ctx_magic.context.reactive import reactive_split
 from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS, session_memory_compact
 from ctx_magic.context.tokens import count_context, count_text
 from ctx_magic.errors import CompactionFailed, ModelError, Remedy
-from ctx_magic.events import BreakerReset, CompactionFailedEvent, Status
+from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, Status
 from ctx_magic.messages import Message, user_text
 
 POST_COMPACT_MAX_FILES = 5
@@ -85,6 +87,19 @@ def _read_within(path: Path, max_tokens: int) -> str | None:
     return text[:cut] + f"\n[truncated to about {max_tokens:,} tokens; read_file shows the rest]"
 
 
+def first_written(session: Session, span: Sequence[Message]) -> list[Message]:
+    """The span's messages as the transcript first wrote them, where a layer changed them since
+    (a cleared or persisted result): what the coverage audit must also read."""
+    changed = {m.uuid for m in span if m.tool_result_ids and any(
+        i in session.state.cleared or i in session.state.persisted for i in m.tool_result_ids)}
+    if not changed:
+        return []
+    try:
+        return [m for m in session.store.load_transcript().messages() if m.uuid in changed]
+    except (OSError, ValueError):  # an unreadable transcript: the audit reads the live span alone
+        return []
+
+
 def _measure(session: Session):  # type: ignore[no-untyped-def]
     overhead = session.frame.overhead_tokens()
     correction = session.state.correction
@@ -114,6 +129,8 @@ def _run_compaction(session: Session, trigger: str, *, direction: str = "full", 
         previous_boundary=session.compaction.previous_boundary,
         turns_since=session.compaction.turns_since_boundary,
         attachments=lambda kept: rehydration(session, kept),
+        pins=session.pins,
+        originals=lambda span: first_written(session, span),
     )
     return _apply(session, result, compaction_reason(session, trigger, instructions))
 
@@ -141,10 +158,50 @@ def _apply(session: Session, result: CompactionResult, reason: str) -> Compactio
         if text:
             session.append(user_text(text, kind="attachment", timestamp=session.clock(), hook="SessionStart"))
     e = result.event
+    if e.audit is not None and e.audit.added:
+        session.notice(audit_line(e.audit), "info")
     if e.rebound:
         session.notice(f"After compaction the context is still {e.tokens_after:,} tokens, over the threshold.",
                        "warning")
     return result
+
+
+def server_compacted(session: Session, answer: Message) -> list[Message] | None:
+    """The API compacted (its compaction block opens `answer`): the session's live context starts
+    there, and what follows ctx_magic's own summaries follows the API's too (issue 12): what the
+    coverage audit finds missing from it, the pins word for word, the files and the kernel's state
+    (C7). Returned, not appended: they go after the answer's tool results, which must follow it.
+    None when `answer` holds no compaction."""
+    first = answer.content[0] if answer.content else {}
+    at = next((i for i, m in enumerate(session.messages) if m.uuid == answer.uuid), None)
+    if first.get("type") != "compaction" or at is None:
+        return None
+    before = [m for m in session.messages[:at] if m.sent]
+    threshold = session.context_settings().thresholds.autocompact
+    audit = audit_summary([*before, *first_written(session, before)], str(first.get("content") or ""),
+                          transcript_path=str(session.store.transcript_path),
+                          message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
+    event = session.server_compacted(answer, audit=audit.report, carried=[(m.uuid, m.text) for m in audit.carried],
+                                     pins=[p.id for p in session.pins])
+    if event is None:
+        return None
+    now = session.clock()
+    followup = [user_text(audit.text, kind="attachment", timestamp=now, audit=True)] if audit.text else []
+    followup += [pins_message(session.pins, now)] if session.pins else []
+    if audit.report.added:
+        session.notice(audit_line(audit.report), "info")
+    return [*followup, *rehydration(session, session.messages)]
+
+
+def audit_line(report: AuditReport) -> str:
+    """One line on what the coverage audit appended after a summary."""
+    parts = [f"{len(items)} of {checked} {what}" for items, checked, what in (
+        (report.user_messages, report.user_messages_checked, "of your messages"),
+        (report.paths, report.paths_checked, "file paths"),
+        (report.errors, report.errors_checked, "error lines"),
+        (report.names, report.names_checked, "names the code defined"),
+    ) if items]
+    return f"The summary left out {', '.join(parts)}: they were added after it ({report.tokens:,} tokens)."
 
 
 def pending_prompt_index(messages: Sequence[Message]) -> int | None:
@@ -183,6 +240,8 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
         turns_since=session.compaction.turns_since_boundary,
         attachments=lambda kept: rehydration(session, kept),
         auto=auto,
+        pins=session.pins,
+        originals=lambda span: first_written(session, span),
     )
     if result is not None:
         result = _apply(session, result, compaction_reason(session, "auto" if auto else "manual"))

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctx_magic.agent import compaction
+from ctx_magic.agent.context_tools import search_session
 from ctx_magic.agent.model import ModelReply
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
@@ -78,6 +80,9 @@ class Turn:
             return False
         self.compact_request = instructions
         return True
+
+    def search_transcript(self, **query: Any) -> str:
+        return search_session(self.session.store, **query)
 
 
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
@@ -150,12 +155,16 @@ def _loop(session: Session, turn: Turn) -> None:
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
                          usage=reply.usage, meta=written_by(session))
         session.append(answer)
-        if session.server_compacted(answer) is not None:
+        after_server = compaction.server_compacted(session, answer)
+        if after_server is not None:
             result.compactions.append("server")
         result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+        if reply.tool_uses:
+            _run_tools(session, reply, turn)
+        for message in after_server or ():  # after the results: they must follow the answer's tool uses
+            session.append(message)
         if not reply.tool_uses:
             return
-        _run_tools(session, reply, turn)
         if turn.compact_request is not None:
             compaction.manual_compact(session, turn.compact_request or None, trigger="model")
             result.compactions.append("model")

@@ -32,12 +32,14 @@ from ctx_magic.context.decide import Plan, SessionFacts, decide
 from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, figures, measure, prepare, snip_now
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.microcompact import idle_gap
+from ctx_magic.context.pins import Pin, add_pin, pins_from_json, pins_message, remove_pin
 from ctx_magic.context.server import ServerPlan, cleared_tokens, server_plan
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import clear_foreign_thinking, side_call_view
 from ctx_magic.context.tokens import ContextCount, message_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import (
+    AuditReport,
     Cleared,
     Compacted,
     ContextFigures,
@@ -88,6 +90,8 @@ class Session:
         self.plugins = Plugins()
         self.plan = Plan()
         """The last decision made before a call (context/decide.py), with its reason."""
+        self.pins: tuple[Pin, ...] = pins_from_json(store.load_pins())
+        """What the user pinned (pins.json): re-injected after every summary, kept across resume."""
         self._server_cleared: tuple[tuple[Any, Any], ...] = ()
         """What the server's edits last cleared (a new ServerEdited is recorded when it changes)."""
 
@@ -348,24 +352,27 @@ class Session:
         self.compaction = self.compaction.compacted(event)
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
 
-    def server_compacted(self, message: Message) -> ServerCompacted | None:
+    def server_compacted(self, message: Message, *, audit: AuditReport | None = None,
+                         carried: Sequence[tuple[str, str]] = (), pins: Sequence[str] = ()) -> ServerCompacted | None:
         """An answer that opens with the API's compaction block: the live context now starts
         there (behind a user marker, as the first message must be a user's, M5); the messages
-        before it leave the live context, the transcript keeps them."""
+        before it leave the live context, the transcript keeps them. The marker carries the
+        user's messages the API's summary now answers for (`carried`, audited again next time)."""
         block = message.content[0] if message.content else {}
         if block.get("type") != "compaction" or message.uuid not in {m.uuid for m in self.messages}:
             return None
         live = list(self.messages)
         at = next(i for i, m in enumerate(live) if m.uuid == message.uuid)
         before = live[:at]
-        marker = user_text(SERVER_COMPACTION_MARKER, kind="normal", timestamp=self.clock(), server_compaction=True)
+        marker = user_text(SERVER_COMPACTION_MARKER, kind="normal", timestamp=self.clock(), server_compaction=True,
+                           **({"user_messages": [list(pair) for pair in carried]} if carried else {}))
         self.recorder.message(marker)
         kept = [marker, *live[at:]]
         tokens_before = sum(message_tokens(m) for m in live if m.sent)
         tokens_after = sum(message_tokens(m) for m in kept if m.sent)
         event = ServerCompacted(message.uuid, tuple(m.uuid for m in kept), str(block.get("content") or ""),
                                 tokens_before, tokens_after, sum(1 for m in before if m.sent),
-                                tuple(m.uuid for m in before if m.sent))
+                                tuple(m.uuid for m in before if m.sent), audit, tuple(pins))
         self.record(event)
         self.conversation = self.conversation.replaced(kept)
         self.files.invalidate_stubs()
@@ -384,6 +391,28 @@ class Session:
         if event is not None:
             self.adopt(messages, self.state, [event])
         return event
+
+    # -- pins ----------------------------------------------------------------------------------------
+
+    def pin(self, text: str, *, cell: int | None = None) -> Pin:
+        """Pin `text` (a cell's source when `cell` is its execution count): stored, and shown to the
+        model at once. PinRefused past the budget."""
+        pins, pin = add_pin(self.pins, text, budget=self.settings.pin_budget_tokens, cell=cell, now=self.clock())
+        self.store.save_pins([p.to_json() for p in pins])
+        self.pins = pins
+        self.append(pins_message([pin], self.clock(), intro="The user pinned this; it stays in view after every "
+                                                            "summary:"))
+        return pin
+
+    def unpin(self, pin_id: str) -> Pin | None:
+        """Remove a pin (not re-injected from the next compaction on); None when there is no such pin."""
+        pins, removed = remove_pin(self.pins, pin_id)
+        if removed is not None:
+            self.store.save_pins([p.to_json() for p in pins])
+            self.pins = pins
+            self.append(user_text(f"[The user removed {removed.label}; it no longer applies.]", kind="attachment",
+                                  timestamp=self.clock(), unpinned=removed.id))
+        return removed
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()

@@ -58,6 +58,10 @@ class ToolContext(Protocol):
     def ask_compaction(self, instructions: str) -> bool:
         """Compact right after this step; False when the turn already compacted."""
 
+    def search_transcript(self, *, query: str, regex: bool, turn: int | None, cell: int | None, ref: str,
+                          offset: int) -> str:
+        """The session's transcript and saved outputs searched (context/recall.py)."""
+
 
 Handler = Callable[[ToolCall, ToolContext], ToolOutput]
 

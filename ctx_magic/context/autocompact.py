@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
+from ctx_magic.context.pins import Pin, pins_message
 from ctx_magic.context.prompts import (
     FROM_MARKER,
     PTL_RETRY_MARKER,
@@ -198,12 +200,17 @@ def compact_conversation(
     attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
     summary_text: str | None = None,
     auto: bool | None = None,
+    pins: Sequence[Pin] = (),
+    originals: Callable[[Sequence[Message]], Sequence[Message]] = lambda span: (),
 ) -> CompactionResult:
     """Summarize and rebuild the live context. Raises CompactionFailed, leaving nothing changed.
 
     `summary_text` skips the model call (session-memory compaction brings its own notes).
     `auto` (default: from the trigger) tells the model to go on without asking (C5); a
-    compaction the user asked for never does, whatever served it.
+    compaction the user asked for never does, whatever served it. Whatever wrote the summary,
+    the coverage audit appends what it left out (context/audit.py), and the user's `pins` follow
+    it word for word. `originals` gives the span's messages as first written (before clearing
+    or persisting changed them), so an error line in a cleared result is still audited.
     """
     split = plan_split(messages, direction, split_at)
     to_summarize = summary_input(split.to_summarize)
@@ -215,10 +222,14 @@ def compact_conversation(
         prompt_kind = "from" if direction == "from" else ("up_to" if direction == "up_to" else "full")
         summary_text = summarize_with_retries(summarizer, to_summarize, compact_prompt(prompt_kind, instructions))
     auto = trigger in AUTO_TRIGGERS if auto is None else auto
+    audit = audit_summary([*split.to_summarize, *originals(split.to_summarize)], summary_text,
+                          transcript_path=transcript_path,
+                          message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
     summary = user_text(
-        summary_message_text(summary_text, transcript_path, auto=auto, partial=direction),
-        kind="summary", timestamp=now,
+        summary_message_text(summary_text, transcript_path, auto=auto, partial=direction, audit=audit.text),
+        kind="summary", timestamp=now, user_messages=[[m.uuid, m.text] for m in audit.carried],
     )
+    pinned = [pins_message(pins, now)] if pins else []
     kept_before = [without_usage(m) for m in split.kept_before]
     kept_after = [without_usage(m) for m in split.kept_after]
     kept = [*kept_before, *kept_after]
@@ -235,9 +246,9 @@ def compact_conversation(
     }
     boundary = user_text(f"[compaction boundary: {trigger}]", kind="boundary", timestamp=now, **boundary_meta)
     if direction == "from":
-        live = [*kept_before, boundary, summary, *extra]
+        live = [*kept_before, boundary, summary, *pinned, *extra]
     else:
-        live = [boundary, summary, *kept_after, *extra]
+        live = [boundary, summary, *pinned, *kept_after, *extra]
     tokens_after = measure(live)
     boundary = Message(
         boundary.role, boundary.content, kind="boundary", uuid=boundary.uuid, timestamp=now,
@@ -254,5 +265,7 @@ def compact_conversation(
         summary=summary_text,
         rebound=tokens_after >= threshold,
         summarized_uuids=tuple(m.uuid for m in summarized),
+        audit=audit.report,
+        pins=tuple(p.id for p in pins),
     )
-    return CompactionResult(live, [boundary, summary, *extra], event, summary_text)
+    return CompactionResult(live, [boundary, summary, *pinned, *extra], event, summary_text)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from ctx_magic.context.audit import SEARCH_TOOL
+
 SUMMARY_SECTIONS: tuple[tuple[str, str], ...] = (
     ("Primary Request and Intent", "every explicit request and intent of the user, in detail"),
     ("Key Technical Concepts", "libraries, data, methods and decisions that matter"),
@@ -61,8 +63,8 @@ _INTRO = {
 }
 
 _REINJECTED = (
-    "Blocks that begin with <recent-file> or <context-refresh> were re-injected by the tooling and will "
-    "be re-injected again after this summary: do not summarize them."
+    "Blocks that begin with <recent-file>, <context-refresh> or <pinned> were re-injected by the tooling and "
+    "will be re-injected again after this summary: do not summarize them."
 )
 
 _ANALYSIS = (
@@ -104,8 +106,10 @@ def extract_summary(reply: str) -> str | None:
     return match.group(1).strip()
 
 
-def summary_message_text(summary: str, transcript_path: str, *, auto: bool, partial: str = "full") -> str:
-    """The user message that carries a summary into the new context (C5)."""
+def summary_message_text(summary: str, transcript_path: str, *, auto: bool, partial: str = "full",
+                         audit: str = "") -> str:
+    """The user message that carries a summary into the new context (C5), with what the coverage
+    audit appended after it (context/audit.py) and a pointer to the search tool."""
     lead = (
         "This session is being continued from an earlier conversation that ran out of context. "
         if partial != "up_to"
@@ -113,8 +117,12 @@ def summary_message_text(summary: str, transcript_path: str, *, auto: bool, part
     )
     text = (
         f"{lead}The summary below covers it. The full transcript, every message word for word, "
-        f"is kept at: {transcript_path}\n\nSummary:\n{summary}"
+        f"is kept at: {transcript_path}. The {SEARCH_TOOL} tool searches it (text or regex, by turn or "
+        "notebook cell) with the outputs saved beside it: use it to recover anything the summary left out "
+        f"before redoing work.\n\nSummary:\n{summary}"
     )
+    if audit:
+        text += f"\n\n{audit}"
     if auto:
         text += (
             "\n\nContinue the work from where it stopped without asking the user anything further. "

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctx_magic.context.autocompact import CompactionResult, compact_conversation
+from ctx_magic.context.pins import Pin
 from ctx_magic.context.snip import safe_cuts
 from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text, message_tokens
@@ -213,6 +214,8 @@ def session_memory_compact(
     turns_since: int = 0,
     attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
     auto: bool = True,
+    pins: Sequence[Pin] = (),
+    originals: Callable[[Sequence[Message]], Sequence[Message]] = lambda span: (),
 ) -> CompactionResult | None:
     """The notes as the summary, zero model calls; None when the notes cannot be used or the
     result would still be over the threshold (it would compact again at once). `auto` is False
@@ -227,7 +230,8 @@ def session_memory_compact(
             messages, _NoModel(), trigger="session-memory", now=now, transcript_path=transcript_path,
             tokens_before=tokens_before, measure=measure, threshold=threshold, split_at=start,
             previous_boundary=previous_boundary, turns_since=turns_since, attachments=attachments,
-            summary_text=truncate_for_compact(notes, notes_path), auto=auto,
+            summary_text=truncate_for_compact(notes, notes_path), auto=auto, pins=pins,
+            originals=originals,
         )
     except CompactionFailed:
         return None

@@ -34,6 +34,12 @@ EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (a
 JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
 # 20 memories of a sentence or two each (X2): output is billed at five times input, so no more.
 EXTRACTION_MAX_OUTPUT = 2_000
+# X2 at session end, for a session with something to carry over: one that compacted, or whose
+# conversation reached the size at which the seeds start keeping session notes (10,000 tokens).
+# A shorter one holds little a person has not said through %memory add or the memory tool, and
+# the call (the conversation read, the prompt written, up to 2,000 output tokens at five times
+# input) was 5-8 % of a short session's bill in the replay benchmark. `%memory extract` always runs.
+EXTRACT_FROM_TOKENS = 10_000
 
 
 class SessionTextModel:
@@ -104,6 +110,13 @@ class MemoryManager:
         session.plugins.remember(EXTRACTED_KEY, already + len(added))
         self.last_refused = refusal_line(refused, "extracted memory")
         return added
+
+    @staticmethod
+    def extraction_due(session: Session) -> bool:
+        """Whether the end of this session calls for an extraction (see EXTRACT_FROM_TOKENS)."""
+        if not any(m.role == "user" and m.sent for m in session.messages):
+            return False
+        return bool(session.compaction.boundaries) or session.tokens() >= EXTRACT_FROM_TOKENS
 
     def extract_in_background(self, session: Session) -> threading.Thread:
         """At session end: extraction in a thread that reads a snapshot only."""

@@ -25,7 +25,9 @@ from ctx_magic.messages import Block, Message, decode_output, text_block, tool_r
 from ctx_magic.store.pending import PENDING_ID_KEY
 
 SKIP_MARKER = "# ctx: skip"
-OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%load_ext ctx_magic",
+PIN_MARKER = "# ctx: pin"
+"""A cell whose first line is this is pinned when it runs (its source, kept after every summary)."""
+OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%pin", "%load_ext ctx_magic",
               "%reload_ext ctx_magic", "%unload_ext ctx_magic", "%config CtxMagic")
 IMAGE_TYPES = SUPPORTED_TYPES
 CELL_FIELDS = ("source", "execution_count", "cell_id", "kernel", "stdout", "stderr", "displays", "result", "error")
@@ -100,6 +102,14 @@ def display_text(data: dict[str, Any]) -> tuple[str, str] | None:
     if "text/html" in data and (not plain or _DEFAULT_REPR.match(plain.strip())):
         return "text/html", html_text(_as_text(data["text/html"]))
     return ("text/plain", plain) if "text/plain" in data else None
+
+
+def pinned_source(source: str) -> str | None:
+    """The source of a cell marked `# ctx: pin` on its first line, without the marker; else None."""
+    lines = source.strip().splitlines()
+    if not lines or not lines[0].strip().lower().startswith(PIN_MARKER):
+        return None
+    return "\n".join(lines[1:]).strip("\n")
 
 
 def is_own_or_skipped(source: str) -> bool:

@@ -16,7 +16,9 @@ from typing import Any
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.messages import notebook_cell_id, user_text
-from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped
+from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped, pinned_source
+from ctx_magic.notebook.display import notice
+from ctx_magic.notebook.wording import with_remedy
 from ctx_magic.store.pending import PendingCells, absorbed_ids
 from ctx_magic.store.session import SessionDir
 
@@ -91,12 +93,13 @@ class CellCapture:
         if not records:
             return
         if not any(m.sent for m in session.messages):
-            session.append(user_text(CELLS_INTRO, timestamp=self._clock()))
+            session.append(user_text(CELLS_INTRO, timestamp=self._clock(), synthetic=True))
         for record in records:
             cell_id = notebook_cell_id(record.execution_count)
             for message in cell_messages(record, cell_id, self._image_max_bytes(), self._clock(),
                                          pending_id=record.pending_id):
                 session.append(message)
+            self._pin_if_marked(session, record)
         self.pending = []
         _consume(records)
 
@@ -118,6 +121,17 @@ class CellCapture:
             record.pending_id, record.pending_file = cell.id, pending.path
             records.append(record)
         return records
+
+    @staticmethod
+    def _pin_if_marked(session: Session, record: CellRecord) -> None:
+        """A cell marked `# ctx: pin` is pinned as it enters the context; past the budget, a notice."""
+        source = pinned_source(record.source)
+        if source is None:
+            return
+        try:
+            session.pin(source, cell=record.execution_count)
+        except CtxMagicError as refused:  # said in the cell that absorbs it (the next %%agent's)
+            notice(with_remedy(f"Cell {record.execution_count} was not pinned: {refused}", refused.remedy), "warning")
 
 
 def _consume(records: Sequence[CellRecord]) -> None:

@@ -18,10 +18,11 @@ from typing import Any
 from ctx_magic.agent import compaction
 from ctx_magic.agent.loop import TurnResult, run_turn
 from ctx_magic.agent.session import Session
+from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Event, Notice, Status, ToolOutputDelta, notify
 from ctx_magic.notebook.backend import Backend
-from ctx_magic.notebook.capture import OutputRecorder
+from ctx_magic.notebook.capture import OutputRecorder, pinned_source
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import TurnDisplay, notice, show_approval_request
@@ -51,7 +52,8 @@ class Controller:
         output = OutputRecorder(shell, image_max_bytes=lambda: self.settings.image_max_bytes)
         self.executor = KernelExecutor(shell, output, permission=lambda: self.settings.permission,
                                        image_max_bytes=lambda: self.settings.image_max_bytes,
-                                       notebook_path=self.notebook_path, show_code=self._ask_to_run)
+                                       notebook_path=self.notebook_path, show_code=self._ask_to_run,
+                                       inventory_tokens=lambda: self.settings.kernel_inventory_tokens)
         self.executor.on_output = self._tool_output
         self.cells = CellCapture(output, image_max_bytes=lambda: self.settings.image_max_bytes, clock=self.now)
         self.memory = MemoryLink(self.settings.to_settings, self.storage_dir)
@@ -248,6 +250,35 @@ class Controller:
             session.end_turn()
             self.panel.refresh()
             return count
+
+    def pin(self, text: str | None = None, *, cell: int | None = None) -> Pin:
+        """Pin an instruction, or the source of the cell with execution count `cell`."""
+        with self.lock:
+            session = self.require_session()
+            self._before_command(session)
+            if cell is not None:
+                text = self.cell_source(cell)
+            pin = session.pin(text or "", cell=cell)
+            session.end_turn()
+            self.panel.refresh()
+            return pin
+
+    def unpin(self, pin_id: str) -> Pin | None:
+        with self.lock:
+            session = self.require_session()
+            removed = session.unpin(pin_id)
+            session.end_turn()
+            self.panel.refresh()
+            return removed
+
+    def cell_source(self, execution_count: int) -> str:
+        """What the user typed in cell In[n] (a `# ctx: pin` marker line left out)."""
+        history = getattr(self.shell, "history_manager", None)
+        raw = getattr(history, "input_hist_raw", None) or self.shell.user_ns.get("In") or []
+        if not 0 < execution_count < len(raw) or not str(raw[execution_count]).strip():
+            raise CtxMagicError(f"There is no cell In[{execution_count}] in this kernel to pin.")
+        source = str(raw[execution_count])
+        return pinned_source(source) if pinned_source(source) is not None else source.strip("\n")
 
     def count_line(self) -> str:
         """The exact size from the API's count_tokens (T3) beside the estimate; the estimate alone

@@ -15,6 +15,8 @@ from typing import Any
 
 from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall, ToolContext, ToolInterrupted, ToolOutput
 from ctx_magic.notebook.capture import CellRecord, OutputRecorder, strip_ansi
+from ctx_magic.notebook.inventory import inventory
+from ctx_magic.settings import KERNEL_INVENTORY_TOKENS
 
 NOTEBOOK_TOOL = {
     "name": "notebook",
@@ -56,7 +58,8 @@ class KernelExecutor:
 
     def __init__(self, shell: Any, recorder: OutputRecorder, *, permission: Callable[[], str],
                  image_max_bytes: Callable[[], int], notebook_path: Callable[[], Path | None],
-                 ask: Callable[[str], str] | None = None, show_code: Callable[[str], None] | None = None) -> None:
+                 ask: Callable[[str], str] | None = None, show_code: Callable[[str], None] | None = None,
+                 inventory_tokens: Callable[[], int] = lambda: KERNEL_INVENTORY_TOKENS) -> None:
         self.shell = shell
         self.recorder = recorder
         self.permission = permission
@@ -70,6 +73,8 @@ class KernelExecutor:
         """Hears what the agent's code prints while it runs (the turn's display shows progress)."""
         self.recent_code: list[str] = []
         self.last_record: CellRecord | None = None
+        self.inventory_tokens = inventory_tokens
+        """The budget of the kernel's state shown after a compaction (notebook/inventory.py)."""
 
     def tools(self) -> list[Tool]:
         """`python`, and `notebook` when the notebook's path is known; cells the user runs are
@@ -161,11 +166,14 @@ class KernelExecutor:
         return ToolOutput("\n".join(lines))
 
     def context_attachments(self) -> list[str]:
-        """What the agent was last running, re-announced after a compaction (C7)."""
-        if not self.recent_code:
-            return []
-        shown = "\n\n".join(f"```python\n{code}\n```" for code in self.recent_code)
-        return [f"The most recent code you ran in the notebook's kernel:\n{shown}"]
+        """What the agent was last running, re-announced after a compaction (C7), and what the
+        kernel holds now (its variables, functions and modules, read at this moment)."""
+        notes = []
+        if self.recent_code:
+            shown = "\n\n".join(f"```python\n{code}\n```" for code in self.recent_code)
+            notes.append(f"The most recent code you ran in the notebook's kernel:\n{shown}")
+        state = inventory(self.shell.user_ns, self.inventory_tokens(), getattr(self.shell, "user_ns_hidden", None))
+        return [*notes, *([state] if state else [])]
 
 
 def _not_callable(call: ToolCall, _context: ToolContext) -> ToolOutput:

@@ -50,7 +50,7 @@ def unload(shell: Any) -> None:
     if cleanup is not None and agent_line_with_question in cleanup:
         cleanup.remove(agent_line_with_question)
     magics = shell.magics_manager.magics
-    for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx"])):
+    for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx", "pin"])):
         for name in names:
             magics[kind].pop(name, None)
     atexit.unregister(controller.close)

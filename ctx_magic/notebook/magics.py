@@ -1,4 +1,4 @@
-"""The magics (SPEC N1): `%%agent`, `%compact`, `%memory`, `%ctx`.
+"""The magics (SPEC N1): `%%agent`, `%compact`, `%memory`, `%ctx`, and `%pin` (issue 12).
 
 Options go through IPython's magic_arguments, so `%%agent?` shows real help and a bad option
 is a UsageError of one line. Every other failure ends in one clear line in the cell and a
@@ -23,7 +23,7 @@ from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.export import export_transcript
-from ctx_magic.notebook.wording import error_line, status_text
+from ctx_magic.notebook.wording import error_line, pins_listing, status_text
 
 AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]
   (your message, on the lines below)
@@ -158,6 +158,43 @@ class AgentMagics(Magics):
         args.no_decay = "--no-decay" in args.rest
         args.rest = [word for word in args.rest if word != "--no-decay"]
         self.controller.memory_command(args)
+
+    @magic_arguments()
+    @kwds(formatter_class=HelpFormatter)
+    @argument("--cell", type=int, metavar="N", help="Pin the source of cell In[N] (its execution count).")
+    @argument("--list", action="store_true", help="List the pins, their ids and the tokens they take.")
+    @argument("--remove", metavar="ID", help="Remove the pin with this id (it is not put back after later summaries).")
+    @argument("text", nargs="*", help="The instruction to pin, kept exactly as typed after %%pin.")
+    @line_magic
+    @one_line_errors
+    def pin(self, line: str) -> None:
+        """Pin an instruction or a cell: it is put back word for word after every summary of the
+        agent's context, and kept with the session across restarts. A cell whose first line is
+        `# ctx: pin` is pinned when it runs. Pins share a token budget (CtxMagic.pin_budget_tokens).
+        """
+        self.controller.refuse_inside_turn("%pin")
+        if self.controller.session is None:  # a pin can come before the first message
+            for line_ in self.controller.ensure_session()[1]:
+                notice(line_)
+        stripped = line.strip()
+        if stripped and not stripped.startswith("-"):
+            pin = self.controller.pin(stripped)  # the text as typed: no shell-style unquoting
+            notice(f"Pinned {pin.id}: it stays in the agent's context after every summary.")
+            return
+        args = parse_argstring(self.pin, line)
+        chosen = [name for name in ("cell", "remove") if getattr(args, name) is not None] + (["list"] if args.list
+                                                                                              else [])
+        if len(chosen) > 1 or (chosen and args.text):
+            raise UsageError("Use one of TEXT, --cell N, --list and --remove ID.")
+        if args.cell is not None:
+            pin = self.controller.pin(cell=args.cell)
+            notice(f"Pinned cell {args.cell} as {pin.id}: its source stays in the agent's context after every "
+                   "summary.")
+        elif args.remove is not None:
+            removed = self.controller.unpin(args.remove)
+            notice(f"Removed {args.remove}." if removed else f"No pin {args.remove!r} (see %pin --list).")
+        else:
+            plain_or_rich({"text/plain": pins_listing(self.controller.require_session())})
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)

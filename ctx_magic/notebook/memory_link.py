@@ -58,8 +58,9 @@ class MemoryLink:
         return error
 
     def session_ended(self, session: Session, *, extract: bool) -> None:
-        """Memories extracted in the background (not when the session is about to be resumed)."""
-        if extract and any(m.role == "user" and m.sent for m in session.messages):
+        """Memories extracted in the background (not when the session is about to be resumed, nor
+        from a short session: MemoryManager.extraction_due)."""
+        if extract and self.manager.extraction_due(session):
             self.manager.extract_in_background(session)
 
     def notes_text(self) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ctx_magic.context.pins import pins_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.prices import format_usd
 
 if TYPE_CHECKING:
     from ctx_magic.agent.loop import TurnResult
+    from ctx_magic.agent.session import Session
     from ctx_magic.agent.status import StatusSnapshot
 
 REMEDIES: dict[str, str] = {
@@ -19,6 +21,8 @@ REMEDIES: dict[str, str] = {
     Remedy.SNIP_OR_NEW: "Use %compact --snip, or %agent --new to start over.",
     Remedy.NEW_SESSION: "Start a new session with %agent --new.",
     Remedy.RUN_AGAIN: "Run %%agent again to go on.",
+    Remedy.UNPIN_OR_RAISE_PIN_BUDGET: ("Remove a pin with %pin --remove ID (%pin --list shows them), or raise "
+                                       "%config CtxMagic.pin_budget_tokens."),
 }
 
 
@@ -94,4 +98,20 @@ def status_text(status: StatusSnapshot) -> str:
                      f" · saved-output previews {parts.persisted:,}")
     if c.plan:
         lines.append(f"last decision: {c.plan}")
+    return "\n".join(lines)
+
+
+def pins_listing(session: Session) -> str:
+    """`%pin --list`: each pin with its id, then what they take of their budget."""
+    pins = session.pins
+    if not pins:
+        return "No pins yet: %pin TEXT, %pin --cell N, or a cell starting with # ctx: pin."
+    lines = []
+    for pin in pins:
+        first = pin.text.strip().splitlines()[0] if pin.text.strip() else ""
+        more = " …" if len(pin.text.strip().splitlines()) > 1 or len(first) > 100 else ""
+        lines.append(f"{pin.id}{f' (cell {pin.cell})' if pin.cell is not None else ''}: {first[:100]}{more}")
+    used = pins_tokens(pins)
+    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {session.settings.pin_budget_tokens:,} tokens "
+                 "(CtxMagic.pin_budget_tokens)")
     return "\n".join(lines)

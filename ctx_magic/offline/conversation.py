@@ -72,6 +72,8 @@ BACKGROUND_PREFIXES = (
     "Session notes are kept",
     "[earlier conversation truncated",
     "(Notebook cells the user ran before",
+    "<pinned>",
+    "[The user removed pin",
 )
 
 

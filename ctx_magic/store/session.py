@@ -1,5 +1,5 @@
 """A session's folder (SPEC M3): sessions/<id>/{transcript.jsonl, state.json,
-session-memory.md, tool-results/} under the storage folder."""
+session-memory.md, pins.json, tool-results/} under the storage folder."""
 
 from __future__ import annotations
 
@@ -52,6 +52,17 @@ class SessionDir:
     @property
     def session_memory_path(self) -> Path:
         return self.root / "session-memory.md"
+
+    @property
+    def pins_path(self) -> Path:
+        return self.root / "pins.json"
+
+    def save_pins(self, pins: list[dict[str, Any]]) -> None:
+        atomic_write_json(self.pins_path, pins)
+
+    def load_pins(self) -> list[dict[str, Any]]:
+        data = read_json(self.pins_path, [])
+        return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
     @property
     def tool_results_dir(self) -> Path:

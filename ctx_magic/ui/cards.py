@@ -11,6 +11,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ctx_magic.events import AuditReport
 from ctx_magic.prices import format_usd
 from ctx_magic.ui.picture import CHANGE_GLYPHS, pct
 
@@ -47,17 +48,9 @@ def markdown_output(text: str) -> widgets.Output:
     return out
 
 
-def audit_text(audit: Any) -> str:
-    """What a compaction's coverage audit added, as Markdown ('' when there is none)."""
-    if not audit:
-        return ""
-    if isinstance(audit, str):
-        return audit
-    if isinstance(audit, Mapping):
-        return audit_text(audit.get("added") or audit.get("text") or "")
-    if isinstance(audit, Sequence):
-        return "\n".join(f"- {item}" for item in audit if item)
-    return str(audit)
+def audit_text(audit: AuditReport | None) -> str:
+    """What a compaction's coverage audit appended after the summary ('' when nothing was)."""
+    return audit.text if audit is not None else ""
 
 
 def facts_html(rows: Sequence[tuple[str, str]]) -> str:

@@ -218,7 +218,7 @@ class ContextPanel(widgets.VBox):
                  "trigger": trigger, "reason": reason, "tokens_before": event.tokens_before,
                  "tokens_after": event.tokens_after, "messages": event.messages_summarized, "summary": event.summary,
                  "boundary_uuid": boundary, "replaced": list(event.summarized_uuids),
-                 "rebound": rebound, "audit": audit_text(getattr(event, "audit", None))}
+                 "rebound": rebound, "audit": audit_text(event.audit)}
         refs = self.cells.in_messages(event.summarized_uuids)
         why = f"it was summarized by {TRIGGER_MARK_WORDS.get(trigger, 'a')} compaction"
         return {"timeline": [*self._now("timeline"), entry], "tokens": event.tokens_after, "breaker_open": False,

@@ -34,6 +34,7 @@ from benchmarks.replay.ctx_strategy import CtxOptions, run_ctx_magic  # noqa: E4
 from benchmarks.replay.harness import api_messages, cell_messages  # noqa: E402
 from benchmarks.replay.results import floor_of, run_one  # noqa: E402
 from benchmarks.replay.strategies import strategy  # noqa: E402
+from benchmarks.replay.table import warm_misses  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
 
 CORPUS = Path("/work/shared/corpus")
@@ -168,10 +169,12 @@ def test_ctx_magic_replays_a_short_trajectory_whole_at_a_small_window() -> None:
 @needs_corpus
 def test_ctx_magic_ablations_send_fewer_side_calls() -> None:
     replay = load_swe(swe_paths(CORPUS)[0])
-    full = run_one("ctx_magic", replay, 200_000)
-    bare = run_one("ctx_magic+no-notes+no-memory", replay, 200_000)
-    # At 200,000 no compaction is in sight: no notes are kept, only the end-of-session extraction runs.
-    assert full.side_calls()["memory"] == 1 and not bare.side_calls()
+    # At 200,000 no compaction is in sight and the session stays short: no notes, no extraction.
+    assert not run_one("ctx_magic", replay, 200_000).side_calls()
+    full = run_one("ctx_magic", replay, 5_000)
+    bare = run_one("ctx_magic+no-notes+no-memory", replay, 5_000)
+    # At 5,000 it compacts, so the extraction at its end runs; the ablation sends the summary only.
+    assert full.side_calls() == {"compaction": 1, "memory": 1} and bare.side_calls() == {"compaction": 1}
     assert bare.cost < full.cost
 
 
@@ -239,3 +242,16 @@ def test_quick_command_prints_the_table() -> None:
     assert "| strategy | billed vs raw | where raw finishes | median | p90 | overflow runs |" in done.stdout
     assert "| raw | 1.00 | 1.00 | 1.00 | 1.00 |" in done.stdout
     assert "| ctx_magic |" in done.stdout and "## Targets (issue 10)" in done.stdout
+
+
+@needs_corpus
+def test_many_cells_between_turns_lose_raw_its_cache_but_not_ctx_magic() -> None:
+    """Eleven cells add 22 blocks: past the API's 20-block lookback, raw's one breakpoint on the
+    last block finds nothing while the cache is warm; ctx_magic keeps one where the last request
+    ended (the replay's warm_misses counts only calls that repeat the whole previous request)."""
+    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    assert any(len(t.cells) == 11 for t in replay.turns)
+    raw_misses, raw_total = warm_misses([run_one("raw", replay, 200_000)])
+    ours, our_total = warm_misses([run_one("ctx_magic", replay, 200_000)])
+    assert raw_misses == 2 and raw_total == 6  # one call brings the first image: not a lookback case
+    assert ours == 0 and our_total == 6  # the call after the 700-second gap clears old results first

@@ -63,6 +63,17 @@ def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(
     assert any("dark mode" in row["text"] for row in ctl.panel.widget.memories)
 
 
+def test_a_short_session_ends_without_an_extraction_call_and_explicit_extract_still_runs(shell):
+    run(shell, "%%agent\nI prefer plots in dark mode.")
+    api = controller(shell).host.backend.stand_in
+    run(shell, "%agent --new")  # a few hundred tokens, no compaction: nothing worth a side call
+    controller(shell).memory.manager.wait()
+    assert api.model_calls("memory") == 0
+    run(shell, "%%agent\nAlways label the axes in millimetres.")
+    _, shown = run(shell, "%memory extract")
+    assert api.model_calls("memory") == 1 and "Extracted" in shown
+
+
 def test_memory_magics_add_show_forget_and_refuse_secrets(shell):
     _, shown = run(shell, "%memory add --no-decay The team calls the sales table `fact_sales`.")
     assert "Remembered" in shown and "(no decay)" in shown

@@ -88,11 +88,14 @@ def _last_main_request(api: OfflineAPI) -> list:
 
 
 def _normalized(messages: list, session_id: str) -> str:
-    """Session ids, and the offline server's tool ids (a digest of each request, which holds
-    the session id), as placeholders numbered in order of appearance."""
+    """Session ids, the offline server's tool ids (a digest of each request, which holds the
+    session id) and message refs (the start of a random uuid, in the coverage audit's text), as
+    placeholders numbered in order of appearance."""
     text = re.sub(r"\d{8}-\d{6}-[0-9a-f]{6}", "SESSION", json.dumps(messages).replace(session_id, "SESSION"))
     ids: dict[str, str] = {}
-    return re.sub(r"toolu_offline_[0-9a-f]{12}_\d{2}", lambda m: ids.setdefault(m.group(0), f"TOOL{len(ids)}"), text)
+    text = re.sub(r"toolu_offline_[0-9a-f]{12}_\d{2}", lambda m: ids.setdefault(m.group(0), f"TOOL{len(ids)}"), text)
+    refs: dict[str, str] = {}
+    return re.sub(r'(?<=ref=\\")[0-9a-f]{8}', lambda m: refs.setdefault(m.group(0), f"REF{len(refs)}"), text)
 
 
 def _run(tmp_path, *, restart: bool) -> tuple[str, dict]:

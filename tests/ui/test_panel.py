@@ -9,6 +9,7 @@ from builders import ManualClock
 from notebook_rig import cell, clocked_shell, controller, run
 
 from ctx_magic.events import (
+    AuditReport,
     CacheBroke,
     Cleared,
     Compacted,
@@ -173,9 +174,10 @@ def test_panel_is_driven_only_by_events():
 
 def test_a_compaction_audit_shows_in_its_card_when_present():
     panel = ContextPanel(clock=ManualClock())
-    event = Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "## 1. Primary Request", summarized_uuids=("u1",))
-    object.__setattr__(event, "audit", ["the user's deadline (Friday)"])  # the field another change adds
-    panel.handle(event)
+    audit = AuditReport(user_messages=("u1",), user_messages_checked=3, tokens=12,
+                        text="- the user's deadline (Friday)")
+    panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "## 1. Primary Request",
+                           summarized_uuids=("u1",), audit=audit))
     body = panel.cards.box.children[0].children[0]
     titles = [c.value for c in body.children if hasattr(c, "value")]
     assert any("Added by the coverage audit" in t for t in titles)
