@@ -7,6 +7,7 @@ the files to re-read and the hooks, and applies the result to the session.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -135,12 +136,24 @@ def _run_compaction(session: Session, trigger: str, *, direction: str = "full", 
         pins=session.pins,
         originals=lambda span: first_written(session, span),
     )
-    _apply(session, result)
-    return result
+    return _apply(session, result, compaction_reason(session, trigger, instructions))
 
 
-def _apply(session: Session, result: CompactionResult) -> None:
+def compaction_reason(session: Session, trigger: str, instructions: str | None = None) -> str:
+    """Why a compaction happens, in a few words, for the boundary's card in the panel."""
+    asked = f": {instructions.strip()}" if instructions and instructions.strip() else ""
+    if trigger == "manual":
+        return "the user asked for it" + asked
+    if trigger == "model":
+        return "the agent asked for it" + asked
+    if trigger == "reactive":
+        return "the API refused the request as too long (prompt too long)"
+    return session.plan.reason
+
+
+def _apply(session: Session, result: CompactionResult, reason: str) -> CompactionResult:
     """Swap in the new context, record it, run the post-compact hooks and cleanup (C9, C10)."""
+    result = dataclasses.replace(result, event=dataclasses.replace(result.event, reason=reason))
     session.compacted(result.new_messages, result.messages, result.event)
     for hook in session.hooks.post_compact:
         hook(result.event)
@@ -154,6 +167,7 @@ def _apply(session: Session, result: CompactionResult) -> None:
     if e.rebound:
         session.notice(f"After compaction the context is still {e.tokens_after:,} tokens, over the threshold.",
                        "warning")
+    return result
 
 
 def server_compacted(session: Session, answer: Message) -> list[Message] | None:
@@ -234,7 +248,7 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
         originals=lambda span: first_written(session, span),
     )
     if result is not None:
-        _apply(session, result)
+        result = _apply(session, result, compaction_reason(session, "auto" if auto else "manual"))
     return result
 
 
@@ -276,7 +290,7 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
     e = result.event
     if e.tokens_after >= e.tokens_before:
         session.notice(f"The summary and the files re-read after it are larger than what they replaced "
-                       f"({e.tokens_before:,} -> {e.tokens_after:,} tokens): compaction pays off on longer "
+                       f"({e.tokens_before:,} → {e.tokens_after:,} tokens): compaction pays off on longer "
                        "conversations.", "info")
     if failures:
         session.record(BreakerReset("a manual compaction succeeded"))

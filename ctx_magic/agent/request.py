@@ -21,7 +21,11 @@ from ctx_magic.agent.context_tools import CONTEXT_TOOLS
 from ctx_magic.agent.files import FileTools, file_tools
 from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.tools import Executor, ToolRegistry
+from ctx_magic.context.composition import compose
+from ctx_magic.context.state import ContextState
+from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text
+from ctx_magic.events import Composition
 from ctx_magic.images import limit_images
 from ctx_magic.messages import Block, Message
 from ctx_magic.settings import CACHE_TTL, Settings, Window
@@ -69,6 +73,13 @@ class RequestFrame:
     def overhead_tokens(self) -> int:
         """What the system prompt and the tools add to every request."""
         return count_text(self.system_prompt()) + count_text(json.dumps(self.tools().specs()))
+
+    def composition(self, messages: Sequence[Message], state: ContextState, *, tokens: int,
+                    thresholds: Thresholds) -> Composition:
+        """What the next request carries, part by part, scaled to the measured `tokens`."""
+        return compose(messages, state, tokens=tokens, thresholds=thresholds,
+                       system_tokens=count_text(self.system_prompt()), memory_tokens=count_text(self.memory_section),
+                       tools_tokens=count_text(json.dumps(self.tools().specs())))
 
     def signature(self) -> str:
         """Changes when the system prompt or the tools change (a cache break's explanation)."""

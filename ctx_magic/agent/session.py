@@ -43,6 +43,8 @@ from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import (
     Cleared,
     Compacted,
+    ContextFigures,
+    ContextMeasured,
     Event,
     Notice,
     Persisted,
@@ -196,11 +198,14 @@ class Session:
     def _prepared(self) -> Prepared:
         plan = self.server.plan()
         auto = not self.side_calls.busy and not (plan is not None and plan.server_compacts)
-        prepared = prepare(self.messages, self.state, self.clock(), self.context_settings(),
+        settings = self.context_settings()
+        prepared = prepare(self.messages, self.state, self.clock(), settings,
                            overhead_tokens=self.frame.overhead_tokens(), facts=self._facts(auto),
                            may_clear=not (plan is not None and plan.server_clears))
         self.plan = prepared.plan
-        return prepared
+        events = [ContextMeasured(self._with_composition(e.figures, prepared.messages, prepared.state, settings))
+                  if isinstance(e, ContextMeasured) else e for e in prepared.events]
+        return dataclasses.replace(prepared, events=events)
 
     def _facts(self, auto_compaction: bool) -> SessionFacts:
         """What the decision needs to know about the session beyond its messages (decide.py)."""
@@ -374,8 +379,10 @@ class Session:
     def status(self) -> StatusSnapshot:
         """The session as it stands (counted locally, never by an API call)."""
         conversation = self.conversation
-        context = figures(conversation.messages, conversation.state, self.context_settings(), self.tokens(),
+        settings = self.context_settings()
+        context = figures(conversation.messages, conversation.state, settings, self.tokens(),
                           self.plan.reason, counts=conversation.result_counts())
+        context = self._with_composition(context, conversation.messages, conversation.state, settings)
         return StatusSnapshot(
             session_id=self.session_id, model=self.settings.model, backend=self.backend,
             window_source=self.window.source, max_output=self.window.reply_cap, context=context,
@@ -384,6 +391,12 @@ class Session:
             boundaries=self.compaction.boundaries, consecutive_failures=self.compaction.failures,
             turns=self.compaction.turns, usage=self.meter.snapshot(),
             cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path))
+
+    def _with_composition(self, figures: ContextFigures, messages: Sequence[Message], state: ContextState,
+                          settings: ContextSettings) -> ContextFigures:
+        """The figures with what the next request carries, part by part (the panel's bar)."""
+        return dataclasses.replace(figures, composition=self.frame.composition(
+            messages, state, tokens=figures.tokens, thresholds=settings.thresholds))
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from ctx_magic.agent.usage import UsageTotals
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
-from ctx_magic.events import ContextFigures
+from ctx_magic.events import Composition, ContextFigures
 from ctx_magic.prices import UNKNOWN_PRICES, Prices
 
 
@@ -50,6 +50,11 @@ class StatusSnapshot:
                 "prices_per_mtok": self.prices.figures(), "prices_source": self.prices.source}
 
     @property
+    def composition(self) -> Composition:
+        """What the next request carries, part by part (the panel's composition bar)."""
+        return self.context.composition or Composition(window=self.context.window)
+
+    @property
     def breaker_open(self) -> bool:
         return self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES
 
@@ -66,7 +71,7 @@ class StatusSnapshot:
             "threshold": c.threshold, "warning": c.warning, "blocking": c.blocking, "tokens": c.tokens,
             "zone": c.zone, "percent_left": c.percent_left, "messages": c.messages,
             "tool_results": {"live": c.live_results, "cleared": c.cleared_results, "persisted": c.persisted_results},
-            "plan": c.plan,
+            "plan": c.plan, "composition": self.composition.to_json(),
             "boundaries": [b.figures() for b in self.boundaries],
             "breaker_open": self.breaker_open, "consecutive_failures": self.consecutive_failures,
             "turns": self.turns,

@@ -13,6 +13,7 @@ import html
 import re
 import sys
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -29,11 +30,15 @@ PIN_MARKER = "# ctx: pin"
 OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%pin", "%load_ext ctx_magic",
               "%reload_ext ctx_magic", "%unload_ext ctx_magic", "%config CtxMagic")
 IMAGE_TYPES = SUPPORTED_TYPES
-CELL_FIELDS = ("source", "execution_count", "stdout", "stderr", "displays", "result", "error")
+CELL_FIELDS = ("source", "execution_count", "cell_id", "kernel", "stdout", "stderr", "displays", "result", "error")
 _DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-f]+)?>$")
 OWN_DISPLAY = {"ctx_magic": {"own": True}}
 """Metadata on ctx_magic's own displays (status, progress): never recorded as the code's output."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+KERNEL_RUN = uuid.uuid4().hex[:12]
+"""This kernel process (a module constant: `%reload_ext` keeps it, a restart makes a new one).
+Execution counts start again at 1 after a restart, so a count alone names a cell only within
+one kernel run (the panel's cell marks rely on it when the frontend sends no cell id)."""
 
 
 def strip_ansi(text: str) -> str:
@@ -128,6 +133,10 @@ class CellRecord:
     displays: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: str | None = None
+    cell_id: str | None = None
+    """The frontend's id of the cell (nbformat 4.5), when it sends one (JupyterLab, Notebook 7)."""
+    kernel: str = KERNEL_RUN
+    """The kernel process that ran it: a cell a dead kernel left in pending-cells.jsonl keeps its own."""
     pending_id: str | None = field(default=None, compare=False)
     """Its id in a session's pending-cells.jsonl, once written there (store/pending.py)."""
     pending_file: Path | None = field(default=None, compare=False, repr=False)
@@ -177,7 +186,8 @@ class CellRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CellRecord:
-        return cls(**{name: data[name] for name in CELL_FIELDS if name in data})
+        fields = {name: data[name] for name in CELL_FIELDS if name in data}
+        return cls(**{"kernel": "", **fields})  # a line without its kernel: not this one
 
 
 def _jsonable(value: Any) -> Any:
@@ -209,7 +219,7 @@ def cell_messages(record: CellRecord, tool_use_id: str, image_max_bytes: int, no
     cell's id in pending-cells.jsonl) goes in the tool_use's meta, so a resume never takes it twice."""
     call = tool_use_block(tool_use_id, "notebook_cell",
                           {"execution_count": record.execution_count, "source": record.source})
-    meta: dict[str, Any] = {"cell": record.execution_count}
+    meta: dict[str, Any] = {"cell": record.execution_count, "cell_id": record.cell_id, "kernel": record.kernel}
     if pending_id is not None:
         meta[PENDING_ID_KEY] = pending_id
     use = Message("assistant", (call,), timestamp=now, meta=meta)

@@ -43,6 +43,8 @@ class CellCapture:
         """pre_run_cell: record this cell unless it is ours or marked `# ctx: skip`."""
         source = getattr(info, "raw_cell", "") or ""
         self._cell = None if is_own_or_skipped(source) else self.recorder.start(source)
+        if self._cell is not None:
+            self._cell.cell_id = getattr(info, "cell_id", None) or None
 
     def finish(self, result: Any) -> None:
         """post_run_cell: the recorded cell waits for the next turn."""

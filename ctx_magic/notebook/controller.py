@@ -25,7 +25,7 @@ from ctx_magic.notebook.backend import Backend
 from ctx_magic.notebook.capture import OutputRecorder, pinned_source
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.config import CtxMagic
-from ctx_magic.notebook.display import TurnDisplay, notice
+from ctx_magic.notebook.display import TurnDisplay, notice, show_approval_request
 from ctx_magic.notebook.executor import KernelExecutor, find_notebook_path
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
@@ -48,10 +48,11 @@ class Controller:
         """Hear every event of the current session (the panel, and tests)."""
         self.turn_running = False
         """True while an agent turn runs: the agent's own code must not start another, or compact."""
+        self._display: TurnDisplay | None = None
         output = OutputRecorder(shell, image_max_bytes=lambda: self.settings.image_max_bytes)
         self.executor = KernelExecutor(shell, output, permission=lambda: self.settings.permission,
                                        image_max_bytes=lambda: self.settings.image_max_bytes,
-                                       notebook_path=self.notebook_path,
+                                       notebook_path=self.notebook_path, show_code=self._ask_to_run,
                                        inventory_tokens=lambda: self.settings.kernel_inventory_tokens)
         self.executor.on_output = self._tool_output
         self.cells = CellCapture(output, image_max_bytes=lambda: self.settings.image_max_bytes, clock=self.now)
@@ -111,6 +112,12 @@ class Controller:
             self.cells.abandon()
             self.report_internal_error(error)
 
+    def _ask_to_run(self, code: str) -> None:
+        """`ask` mode, before the question: the code on screen, and a status that says why we wait."""
+        if self._display is not None:
+            self._display.awaiting_approval()
+        show_approval_request(code)
+
     def _tool_output(self, text: str) -> None:
         if self.session is not None:
             self.session.emit(ToolOutputDelta(text))
@@ -137,7 +144,15 @@ class Controller:
         if model:
             self.host.check_model(model)
             self.settings.model = model
-        return self.host.ensure(new=new, resume=resume)
+        session, notes = self.host.ensure(new=new, resume=resume)
+        self.show_panel_once()
+        return session, notes
+
+    def show_panel_once(self) -> None:
+        """In JupyterLab or Notebook 7, the sidebar's anchor once per kernel (after a restart, the
+        first %agent or %%agent of the new kernel shows it again)."""
+        if not self.panel.anchor_shown and self.in_jupyter_server():
+            self.panel.show(sidebar=True)
 
     def carry_on(self, session_id: str | None, pending: list[Any]) -> None:
         """After `%reload_ext`: resume this session at the next turn, with the cells recorded before."""
@@ -191,14 +206,13 @@ class Controller:
                                                  tool_use_id)))
             for event in [*self.idle.take_unshown(), *before]:
                 display(event)
-            if not self.panel.anchor_shown and self.in_jupyter_server():
-                self.panel.show(sidebar=True)
+            self.show_panel_once()
             session.listeners.append(display)
-            self.turn_running = True
+            self.turn_running, self._display = True, display
             try:
                 result = run_turn(session, prompt)
             finally:
-                self.turn_running = False
+                self.turn_running, self._display = False, None
                 session.listeners.remove(display)
                 self.panel.refresh()
             display.finish(summary_line(session.status(), result))

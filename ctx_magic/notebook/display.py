@@ -34,7 +34,7 @@ from ctx_magic.events import (
 )
 from ctx_magic.images import human_size
 from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
-from ctx_magic.notebook.wording import with_remedy
+from ctx_magic.notebook.wording import count, with_remedy
 from ctx_magic.store.external import EXTERNAL_MIN_CHARS
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
@@ -44,7 +44,11 @@ STATUS_TEXT = {
     "compacting": "Compacting the conversation ({detail})…",
     "idle": "",
 }
-NOTICE_COLOURS = {"info": "#555", "warning": "#a15c00", "error": "#b00020"}
+# Readable on a light and on a dark theme alike: quiet lines keep the theme's own text colour,
+# dimmed; warnings and errors use mid-tone colours that stand out on white and on black.
+NOTICE_STYLES = {"info": "opacity:0.75", "warning": "color:#d97706", "error": "color:#e53935"}
+STATUS_STYLE = "opacity:0.7;font-size:90%"
+INFO_STYLE = NOTICE_STYLES["info"]
 TOOL_INPUT_CHARS = 2_000
 PROGRESS_CHARS = 160  # the latest printed line shown beside the status while code runs
 # What a tool's output may show in the cell (and so in the .ipynb). Over this, the output has a
@@ -123,8 +127,22 @@ def thinking_html(text: str) -> dict[str, str]:
 
 
 def compaction_line(event: Compacted) -> str:
-    return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
+    return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} → "
             f"{event.tokens_after:,} tokens ({event.trigger})")
+
+
+def approval_request(code: str) -> dict[str, str]:
+    """The code the agent wants to run, highlighted by the frontend, shown before the question."""
+    fence = "```"
+    while fence in code:
+        fence += "`"
+    return {"text/markdown": f"**The agent wants to run this code:**\n\n{fence}python\n{code}\n{fence}",
+            "text/plain": f"The agent wants to run this code:\n{code}"}
+
+
+def show_approval_request(code: str) -> None:
+    """`ask` mode: the code on screen first; the question follows at the input prompt."""
+    show(approval_request(code))
 
 
 def compaction_notice(event: Compacted) -> dict[str, str]:
@@ -145,7 +163,7 @@ def record_html(record: CellRecord, where: str | None = None) -> str:
         parts.append(f"<pre>{html.escape(shown_text(printed(record.stdout), where))}</pre>")
     if record.stderr:
         stderr = shown_text(printed(record.stderr), where)
-        parts.append(f'<pre style="color:#a15c00">{html.escape(stderr)}</pre>')
+        parts.append(f'<pre style="{NOTICE_STYLES["warning"]}">{html.escape(stderr)}</pre>')
     for data in [*record.displays, *([record.result] if record.result else [])]:
         image = next((m for m in IMAGE_TYPES if m in data), None)
         if image:
@@ -157,7 +175,7 @@ def record_html(record: CellRecord, where: str | None = None) -> str:
             text = data.get("text/markdown") or data.get("text/plain")
             parts.append(f"<pre>{html.escape(shown_text(str(text), where))}</pre>")
     if record.error:
-        parts.append(f'<pre style="color:#b00020">{html.escape(shown_text(record.error, where))}</pre>')
+        parts.append(f'<pre style="{NOTICE_STYLES["error"]}">{html.escape(shown_text(record.error, where))}</pre>')
     return "".join(parts) or "<pre>(no output)</pre>"
 
 
@@ -228,7 +246,7 @@ class TurnDisplay:
         """What the broken stream showed is withdrawn; the new attempt streams in its place."""
         self._withdraw()
         line = f"{event.reason.rstrip('.')}; asking again (attempt {event.attempt} of {event.attempts})."
-        show(rich(f'<div class="ctx-magic-notice" style="color:{NOTICE_COLOURS["warning"]}">{html.escape(line)}'
+        show(rich(f'<div class="ctx-magic-notice" style="{NOTICE_STYLES["warning"]}">{html.escape(line)}'
                   "</div>", line))
 
     def _on_reply_withdrawn(self, event: ReplyWithdrawn) -> None:
@@ -257,8 +275,13 @@ class TurnDisplay:
             self._close_text()
         self._show_status(self.status_line)
 
+    def awaiting_approval(self) -> None:
+        """`ask` mode: the status says the turn waits for the person, not that code runs."""
+        self.status_line = "Waiting for your answer below…"
+        self._show_status(self.status_line)
+
     def _show_status(self, line: str) -> None:
-        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(line)}</div>',
+        data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(line)}</div>',
                     line)
         if self.status is None:
             if line:
@@ -281,7 +304,7 @@ class TurnDisplay:
     def finish(self, summary_line: str) -> None:
         """The closing status line of the turn."""
         self._close_text()
-        data = rich(f'<div class="ctx-magic-status" style="color:#777;font-size:90%">{html.escape(summary_line)}'
+        data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(summary_line)}'
                     "</div>", summary_line)
         if self.status is None:
             show(data)
@@ -325,26 +348,26 @@ class TurnDisplay:
     def _on_cleared(self, event: Cleared) -> None:
         why = {"idle": "after an idle gap", "pressure": "to make room", "model": "at the agent's request",
                "user": "at your request"}.get(event.trigger, event.trigger)
-        line = (f"Cleared {len(event.replacements)} old tool result(s) {why}: about {event.tokens_freed:,} "
+        line = (f"Cleared {count(len(event.replacements), 'old tool result')} {why}: about {event.tokens_freed:,} "
                 "tokens freed (the transcript keeps them)")
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
 
     def _on_persisted(self, event: Persisted) -> None:
         line = f"Saved a {event.original_chars:,}-character output to {event.path} (a preview stays in context)"
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
 
     def _on_snipped(self, event: Snipped) -> None:
         line = f"Snipped {event.count:,} messages from the middle of the conversation (the transcript keeps them)"
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
 
     def _on_thinking_cleared(self, event: ThinkingCleared) -> None:
         why = "after an idle gap" if event.trigger == "idle" else "that the new model cannot take"
-        line = (f"Cleared {event.blocks} old thinking block(s) {why}: about {event.tokens_freed:,} tokens freed "
+        line = (f"Cleared {count(event.blocks, 'old thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
                 "(the transcript keeps them)")
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(line)}</div>', line))
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
 
     def _on_server_edited(self, event: ServerEdited) -> None:
-        show(rich(f'<div class="ctx-magic-notice" style="color:#555">{html.escape(server_edit_line(event))}</div>',
+        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(server_edit_line(event))}</div>',
                   server_edit_line(event)))
 
     def _on_server_compacted(self, event: ServerCompacted) -> None:
@@ -358,9 +381,9 @@ class TurnDisplay:
         return  # the loop's Notice says it in one line
 
     def _on_notice(self, event: Notice) -> None:
-        colour = NOTICE_COLOURS.get(event.level, "#555")
+        style = NOTICE_STYLES.get(event.level, NOTICE_STYLES["info"])
         text = with_remedy(event.text, event.remedy)
-        show(rich(f'<div class="ctx-magic-notice" style="color:{colour}">{html.escape(text)}</div>', text))
+        show(rich(f'<div class="ctx-magic-notice" style="{style}">{html.escape(text)}</div>', text))
 
 
 def notice(text: str, level: str = "info", remedy: str = "") -> None:

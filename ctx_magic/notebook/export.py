@@ -11,6 +11,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from ctx_magic.errors import StorageError
 from ctx_magic.messages import Message, result_text
+from ctx_magic.notebook.wording import count
 from ctx_magic.store.files import describe_os_error
 
 CODE_TOOLS = ("python", "notebook_cell")
@@ -50,7 +51,7 @@ def _message_cells(message: Message, results: Mapping[str, Mapping[str, Any]]) -
         meta = message.meta
         return [new_markdown_cell(
             f"---\n**Compaction** ({meta.get('trigger')}): {meta.get('messages_summarized', '?')} messages, "
-            f"{meta.get('tokens_before', 0):,} -> {meta.get('tokens_after', 0):,} tokens")]
+            f"{meta.get('tokens_before', 0):,} → {meta.get('tokens_after', 0):,} tokens")]
     if message.kind == "summary":
         return [new_markdown_cell(f"### Summary that replaced them\n\n{_quote(message.text)}")]
     if message.kind in ("attachment", "meta"):
@@ -74,9 +75,9 @@ def transcript_notebook(records: list[Mapping[str, Any]], session_id: str) -> An
         if record.get("type") == "message":
             notebook.cells.extend(_message_cells(Message.from_json(record), results))
         elif record.get("event") == "cleared":
-            count = len(record.get("replacements") or {})
+            cleared = count(len(record.get("replacements") or {}), "old tool result")
             notebook.cells.append(new_markdown_cell(
-                f"*{count} old tool result(s) cleared from the live context ({record.get('trigger')}).*"))
+                f"*{cleared} cleared from the live context ({record.get('trigger')}).*"))
         elif record.get("event") == "snipped":
             notebook.cells.append(new_markdown_cell(
                 f"*{record.get('count')} messages snipped from the live context.*"))

@@ -6,7 +6,7 @@ import atexit
 from typing import Any
 
 from ctx_magic.notebook.controller import Controller
-from ctx_magic.notebook.magics import AgentMagics
+from ctx_magic.notebook.magics import AgentMagics, agent_line_with_question
 
 _CONTROLLER_ATTR = "_ctx_magic_controller"
 _CARRIED_ATTR = "_ctx_magic_carried"
@@ -27,6 +27,9 @@ def load(shell: Any) -> Controller:
     shell.configurables.append(controller.settings)
     shell.events.register("pre_run_cell", controller.pre_run_cell)
     shell.events.register("post_run_cell", controller.post_run_cell)
+    cleanup = getattr(shell, "input_transformers_cleanup", None)
+    if cleanup is not None and agent_line_with_question not in cleanup:
+        cleanup.append(agent_line_with_question)
     setattr(shell, _CONTROLLER_ATTR, controller)
     atexit.register(controller.close)  # a clean kernel exit ends the session (memories extracted)
     return controller
@@ -43,6 +46,9 @@ def unload(shell: Any) -> None:
             pass
     if controller.settings in shell.configurables:
         shell.configurables.remove(controller.settings)
+    cleanup = getattr(shell, "input_transformers_cleanup", None)
+    if cleanup is not None and agent_line_with_question in cleanup:
+        cleanup.remove(agent_line_with_question)
     magics = shell.magics_manager.magics
     for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx", "pin"])):
         for name in names:
@@ -51,6 +57,7 @@ def unload(shell: Any) -> None:
     session_id = controller.session.session_id if controller.session is not None else controller.host.carried
     setattr(shell, _CARRIED_ATTR, {"session_id": session_id, "pending": list(controller.cells.pending)})
     controller.close()
+    controller.panel.close()  # a reloaded extension makes a new panel; the old one would go stale
     delattr(shell, _CONTROLLER_ATTR)
 
 

@@ -10,19 +10,43 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, magic_arguments, parse_argstring
 
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.export import export_transcript
 from ctx_magic.notebook.wording import error_line, pins_listing, status_text
+
+AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]
+  (your message, on the lines below)
+  %%agent --new | --resume [ID]    (switch sessions, no message)"""
+"""`%%agent?` shows the cell magic first: a turn is a cell whose body is the message."""
+MESSAGE_IN_LINE = ("%agent takes options only: put your message in a %%agent cell (%%agent on the first line, "
+                   "your message below it).")
+
+
+class HelpFormatter(MagicHelpFormatter):
+    """IPython's help layout, with option values shown as written (`--resume [ID]`, not `<[ID]>`)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        return argparse.RawDescriptionHelpFormatter._format_action_invocation(self, action)
+
+
+def agent_line_with_question(lines: list[str]) -> list[str]:
+    """An input transformer: `%agent some words?` is a message for %%agent, not a request for
+    help on the word before the `?` (which IPython would answer with "Object `words` not
+    found."): the trailing `?` goes, and %agent says where a message belongs."""
+    if lines and re.match(r"^\s*%agent\s+[^-\s?][^\n]*\?+\s*$", lines[0]):
+        lines = [lines[0].rstrip().rstrip("?") + "\n", *lines[1:]]
+    return lines
 
 
 def one_line_errors(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -52,6 +76,7 @@ class AgentMagics(Magics):
         self.controller = controller
 
     @magic_arguments()
+    @kwds(usage=AGENT_USAGE, formatter_class=HelpFormatter)
     @argument("--new", action="store_true", help="Start a new session (the current one stays on disk).")
     @argument("--resume", nargs="?", const="latest", default=None, metavar="ID",
               help="Resume a stored session: the latest one, or the one with this id.")
@@ -67,6 +92,8 @@ class AgentMagics(Magics):
         the cells you run between turns. Its context is kept inside the model's window
         automatically; see %ctx status and %compact.
         """
+        if cell is None and line.strip() and not line.lstrip().startswith("-"):
+            raise UsageError(MESSAGE_IN_LINE)
         args = parse_argstring(self.agent, line)
         self.controller.refuse_inside_turn("%%agent")
         if args.new and args.resume is not None:
@@ -87,6 +114,7 @@ class AgentMagics(Magics):
                 return None
 
     @magic_arguments()
+    @kwds(formatter_class=HelpFormatter)
     @argument("--up-to", type=int, dest="up_to", metavar="N",
               help="Summarize the live messages before N, keep N and after.")
     @argument("--from", type=int, dest="from_", metavar="N",
@@ -117,6 +145,7 @@ class AgentMagics(Magics):
         self.controller.compact(instructions, direction=direction, index=index)
 
     @magic_arguments()
+    @kwds(formatter_class=HelpFormatter)
     @argument("command", nargs="?", default="show", choices=["show", "add", "forget", "extract", "dream"],
               help="What to do with long-term memory.")
     @argument("rest", nargs=argparse.REMAINDER,
@@ -131,6 +160,7 @@ class AgentMagics(Magics):
         self.controller.memory_command(args)
 
     @magic_arguments()
+    @kwds(formatter_class=HelpFormatter)
     @argument("--cell", type=int, metavar="N", help="Pin the source of cell In[N] (its execution count).")
     @argument("--list", action="store_true", help="List the pins, their ids and the tokens they take.")
     @argument("--remove", metavar="ID", help="Remove the pin with this id (it is not put back after later summaries).")
@@ -167,6 +197,7 @@ class AgentMagics(Magics):
             plain_or_rich({"text/plain": pins_listing(self.controller.require_session())})
 
     @magic_arguments()
+    @kwds(formatter_class=HelpFormatter)
     @argument("command", nargs="?", default="status", choices=["status", "config", "export", "sidebar", "count"],
               help="status (--json), config, export [PATH], sidebar, count.")
     @argument("path", nargs="?", default=None, help="With export: where to write the .ipynb.")

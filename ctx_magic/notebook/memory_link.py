@@ -13,6 +13,7 @@ from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.notebook.display import notice
+from ctx_magic.notebook.wording import count
 from ctx_magic.settings import Settings
 
 INJECTED_KEY = "memory_injected"
@@ -88,7 +89,7 @@ class MemoryLink:
             added = manager.extract(session())
             lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
             refused = f"\n{manager.last_refused}" if manager.last_refused else ""
-            notice(f"Extracted {len(added)} memories from this session:\n{lines}{refused}")
+            notice(f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}")
         elif args.command == "dream":
             notice(manager.dream(session(), force=True).summary())
 

@@ -1,19 +1,30 @@
 """The context panel's link to this kernel's sessions (SPEC U1-U3): one panel per kernel,
-refilled from the transcript's events when a session opens (new, resumed, after a reload),
-refreshed from the session's status at turn ends, shown in JupyterLab's sidebar or inline."""
+refilled from the transcript when a session opens (new, resumed, after a reload), refreshed from
+the session's status at turn ends, shown in JupyterLab's (or Notebook 7's) sidebar or inline."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.usage import billed
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import DURABLE_EVENTS, Event, event_from_json
+from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_json
+from ctx_magic.messages import Message
+from ctx_magic.notebook.capture import KERNEL_RUN
+from ctx_magic.prices import UNKNOWN_PRICES, Prices, cost_usd, model_prices
+from ctx_magic.ui.cards import close_tree
+from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.originals import originals_html
 from ctx_magic.ui.panel import ContextPanel
-from ctx_magic.ui.sidebar import SidebarAnchor
+from ctx_magic.ui.sidebar import MODULE, SidebarAnchor
+
+NO_SIDEBAR = ("The context panel is shown here because this Python has no ctx_magic JupyterLab extension "
+              "(pip builds it only where Node.js is installed): install Node.js 18 or newer, then reinstall "
+              "ctx_magic and reload the page to get it in the sidebar.")
 
 
 def in_jupyter_server(env: Mapping[str, str], user_ns: Mapping[str, Any]) -> bool:
@@ -21,10 +32,48 @@ def in_jupyter_server(env: Mapping[str, str], user_ns: Mapping[str, Any]) -> boo
     return bool(env.get("JPY_SESSION_NAME")) and "__vsc_ipynb_file__" not in user_ns
 
 
+def labextension_installed(paths: Iterable[str] | None = None) -> bool:
+    """Whether the sidebar's JupyterLab extension is installed where Jupyter looks for one
+    (`pip install .` without Node.js installs the package without it)."""
+    if paths is None:
+        from jupyter_core.paths import jupyter_path
+
+        paths = jupyter_path("labextensions")
+    return any((Path(p) / MODULE / "package.json").is_file() for p in paths)
+
+
+def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex,
+             prices: Callable[[str | None], Prices] = lambda _model: UNKNOWN_PRICES) -> Iterable[Event]:
+    """The panel's events from a transcript: every durable event, and one model call for each
+    response recorded with its usage, priced at `prices` of the model that wrote it; the
+    messages teach `index` which cells they hold."""
+    calls: set[str] = set()
+    for record in records:
+        kind = record.get("type")
+        if kind == "message":
+            try:
+                message = Message.from_json(record)
+            except (KeyError, TypeError, ValueError):
+                continue
+            index.learn(message)
+            response = message.api_id or message.uuid
+            if message.role == "assistant" and message.usage is not None and response not in calls:
+                calls.add(response)  # parallel tool calls split one response over several messages
+                cost = cost_usd(billed(message.usage), prices(message.meta.get("model")))
+                yield UsageUpdated(message.usage, 0, 0.0, cost_usd=round(cost, 6))
+        elif kind == "event" and record.get("event") in DURABLE_EVENTS:
+            try:
+                yield event_from_json(record)
+            except (KeyError, TypeError, ValueError):
+                continue
+
+
 class PanelLink:
-    def __init__(self, *, session_memory: Callable[[], str], memories: Callable[[], list[dict[str, Any]]]) -> None:
+    def __init__(self, *, session_memory: Callable[[], str], memories: Callable[[], list[dict[str, Any]]],
+                 sidebar_available: Callable[[], bool] = labextension_installed) -> None:
         self._session_memory = session_memory
         self._memories = memories
+        self._sidebar_available = sidebar_available
         self._session: Session | None = None
         self.widget: ContextPanel | None = None
         """The one panel of this kernel; it follows whichever session is current."""
@@ -36,17 +85,20 @@ class PanelLink:
         return self.shown_widget is not None
 
     def attach(self, session: Session) -> None:
-        """Follow `session`: the same panel, its timeline replayed from the transcript's events."""
+        """Follow `session`: the same panel, its history replayed from the transcript."""
         self._session = session
         if self.widget is None:
-            self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals)
+            index = CellIndex(live=lambda: self._session.messages if self._session is not None else ())
+            self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
+                                       kernel=KERNEL_RUN)
         self.widget.reset()
-        for record in session.store.load_transcript().records:
-            if record.get("type") == "event" and record.get("event") in DURABLE_EVENTS:
-                try:
-                    self.widget.handle(event_from_json(record))
-                except (KeyError, TypeError, ValueError):
-                    continue
+        settings = session.settings
+
+        def prices(model: str | None) -> Prices:
+            return model_prices(model or settings.model, settings.prices)
+
+        for event in replayed(session.store.load_transcript().records, self.widget.cells, prices):
+            self.widget.handle(event)
         self.refresh()
 
     def handle(self, event: Event) -> None:
@@ -57,17 +109,32 @@ class PanelLink:
         """The session's current status into the panel (turn ends, %compact, idle checks)."""
         if self.widget is not None and self._session is not None:
             self.widget.load(self._session.status(), session_memory=self._session_memory(),
-                            memories=self._memories())
+                             memories=self._memories())
 
     def show(self, *, sidebar: bool) -> Any:
-        """The anchor that puts the panel in JupyterLab's right sidebar, or the panel itself."""
+        """The anchor that puts the panel in the sidebar, or the panel itself (with a line saying
+        how to get the sidebar when its extension is missing)."""
         from IPython.display import display
+
+        from ctx_magic.notebook.display import notice
 
         if self.widget is None:
             raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
+        if sidebar and not self._sidebar_available():
+            notice(NO_SIDEBAR)
+            sidebar = False
         self.shown_widget = SidebarAnchor(panel=self.widget) if sidebar else self.widget
         display(self.shown_widget)
         return self.shown_widget
+
+    def close(self) -> None:
+        """The extension is unloaded: the panel goes (the sidebar shows its hint until a new one)."""
+        if self.shown_widget is not None and self.shown_widget is not self.widget:
+            self.shown_widget.close()
+        if self.widget is not None:
+            self.widget.cards.clear()
+            close_tree(self.widget)
+        self.widget = self.shown_widget = None
 
     def _originals(self, uuids: Sequence[str]) -> str:
         if self._session is None:

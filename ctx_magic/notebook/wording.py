@@ -91,6 +91,11 @@ def status_text(status: StatusSnapshot) -> str:
         f"cache hit ratio {status.usage.cache_hit_ratio:.0%}" + breaks,
         cost_line(status),
     ]
+    parts = status.composition
+    if parts.used:
+        lines.append(f"the next request carries: system prompt {parts.system:,} · tools {parts.tools:,} · memory "
+                     f"and pins {parts.memory:,} · messages {parts.messages:,} · tool results {parts.tool_results:,}"
+                     f" · saved-output previews {parts.persisted:,}")
     if c.plan:
         lines.append(f"last decision: {c.plan}")
     return "\n".join(lines)

@@ -10,6 +10,8 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { SidebarAnchorModel, SidebarAnchorView, setSidebarHost } from './anchor';
+import { watchPrompts } from './ask';
+import { listenToMarkers, openCard } from './cards';
 import { CellMarker } from './marks';
 import { ContextSidebar, SIDEBAR_ID } from './sidebar';
 import { ContextStatus } from './status';
@@ -34,6 +36,11 @@ interface IDocumentWidgetManager {
   context?: unknown;
 }
 
+/** JupyterLab's shell and Notebook 7's both say whether the right side panel is collapsed. */
+interface IRightSidedShell {
+  rightCollapsed?: boolean;
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: `${MODULE_NAME}:plugin`,
   description: 'The agent context panel of ctx_magic in the right sidebar, following the notebook.',
@@ -53,6 +60,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       version: MODULE_VERSION,
       exports: { SidebarAnchorModel, SidebarAnchorView }
     });
+    listenToMarkers(document);
+    watchPrompts(document.body);
     if (!tracker) {
       return; // no notebooks to follow: anchors render the panel inline
     }
@@ -64,18 +73,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(sidebar, 'right', { rank: 650 });
     tracker.currentChanged.connect((_, notebook) => sidebar.follow(notebook));
     sidebar.follow(tracker.currentWidget);
-    new CellMarker(sidebar);
 
     let revealed = false;
     const reveal = (force: boolean): void => {
       // Opened by itself once per page, and only into an empty right area: never over the
-      // debugger or property inspector a person chose to look at.
-      const automatic = !revealed && (labShell?.rightCollapsed ?? false);
+      // debugger or property inspector a person chose to look at. JupyterLab's shell and
+      // Notebook 7's both tell whether that area is collapsed.
+      const shell = (labShell ?? app.shell) as unknown as IRightSidedShell;
+      const automatic = !revealed && (shell.rightCollapsed ?? false);
       revealed = true;
       if (force || automatic) {
         app.shell.activateById(SIDEBAR_ID);
       }
     };
+    new CellMarker(sidebar, (notebook, card) => {
+      reveal(true);
+      const node = sidebar.panelNodeOf(notebook);
+      if (node) {
+        // The sidebar may have just opened: let it lay out before scrolling to the card.
+        requestAnimationFrame(() => openCard(node, card));
+      }
+    });
     setSidebarHost({
       sidebar,
       reveal,
@@ -90,8 +108,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const kernel = () => tracker.currentWidget?.sessionContext.session?.kernel ?? null;
     app.commands.addCommand(CommandIDs.compact, {
       label: 'Compact agent context',
-      caption: 'Run %compact in the active notebook’s kernel (needs %load_ext ctx_magic)',
-      isEnabled: () => kernel() !== null,
+      caption:
+        'Run %compact in the active notebook’s kernel (enabled once the notebook has an agent session)',
+      // Only a kernel with ctx_magic loaded and a session has a panel; %compact needs both.
+      isEnabled: () => kernel() !== null && sidebar.activeModel !== null,
       execute: async () => {
         // Silent: the result shows in the panel, not as a cell, and stays out of the history
         // (IPython fires no pre/post_run_cell for it, so ctx_magic does not capture it as a cell).
@@ -102,6 +122,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     for (const command of [CommandIDs.compact, CommandIDs.showPanel]) {
       palette?.addItem({ command, category: 'Agent context' });
     }
+    sidebar.activeModelChanged.connect(() =>
+      app.commands.notifyCommandChanged(CommandIDs.compact)
+    );
 
     if (statusBar) {
       const item = new ContextStatus(sidebar, () => reveal(true));

@@ -51,6 +51,11 @@ export class ContextSidebar extends Panel {
     return this._entries.get(notebook)?.view?.model ?? null;
   }
 
+  /** The node of the context panel placed for `notebook`, or null. */
+  panelNodeOf(notebook: NotebookPanel): HTMLElement | null {
+    return this._entries.get(notebook)?.view?.el ?? null;
+  }
+
   /**
    * Make `view` (a ContextPanel view created by an anchor in `notebook`) that notebook's context.
    * A newer anchor (the cell ran again, the notebook was reopened) replaces the older view.
@@ -63,11 +68,18 @@ export class ContextSidebar extends Panel {
     const previous = entry.view;
     entry.view = view;
     entry.container.addWidget(view.luminoWidget);
-    // The panel model closes with its comm (kernel restart or shutdown): its views go with it.
+    // The panel model closes with its comm (the extension unloaded): its views go with it.
     view.luminoWidget.disposed.connect(() => {
       if (entry.view === view) {
         entry.view = null;
         this._changed(notebook);
+      }
+    });
+    // A kernel restart leaves the model without its comm (it would show a dead session): the
+    // hint shows until the new kernel's first %agent or %%agent places a new panel.
+    view.model.on('comm_live_update', () => {
+      if (!view.model.comm_live && entry.view === view) {
+        view.remove();
       }
     });
     previous?.remove();

@@ -89,8 +89,8 @@ def test_server_clearing_is_applied_recorded_shown_and_priced(tmp_path):
     assert calls[-1].input_tokens < max(q.input_tokens for q in calls) / 2
     assert any(rec.get("event") == "server_edited" for rec in records)
     assert status["cost"]["saved_by"]["cleared"] > 0
-    assert any(entry["kind"] == "server-edit" for entry in panel.timeline)
-    assert "cleared from the request by the API" in panel.timeline_box.children[-1].value
+    assert any(entry["kind"] == "clearing" and entry["trigger"] == "server" for entry in panel.timeline)
+    assert "by the API&#x27;s own context editing" in panel.cards.box.children[0].value  # the card says when
 
 
 def test_server_compaction_goes_back_unchanged_survives_resume_and_the_client_never_compacts(tmp_path):

@@ -7,7 +7,15 @@ import json
 
 from image_samples import GIF_1X1, jpeg, png
 
-from ctx_magic.notebook.capture import CellRecord, cell_messages, display_text, html_text, left_out_line, printed
+from ctx_magic.notebook.capture import (
+    KERNEL_RUN,
+    CellRecord,
+    cell_messages,
+    display_text,
+    html_text,
+    left_out_line,
+    printed,
+)
 from ctx_magic.notebook.display import latest_line
 from ctx_magic.store.pending import PENDING_ID_KEY
 
@@ -76,7 +84,17 @@ def test_a_cell_record_round_trips_through_its_json_with_image_bytes_as_base64()
     assert (again.source, again.execution_count, again.stdout, again.error) == ("x", 3, ["out\n"], "boom")
 
 
-def test_the_notebook_cell_pair_carries_its_pending_id():
-    use, result = cell_messages(CellRecord("x = 1", 4), "cell_4_1", 1_000, 0.0, pending_id="p1")
-    assert use.meta == {"cell": 4, PENDING_ID_KEY: "p1"} and result.tool_result_ids == ["cell_4_1"]
-    assert cell_messages(CellRecord("x", 5), "cell_5_1", 1_000, 0.0)[0].meta == {"cell": 5}
+def test_the_notebook_cell_pair_carries_its_pending_id_its_cell_id_and_its_kernel():
+    use, result = cell_messages(CellRecord("x = 1", 4, cell_id="c-4"), "cell_4_1", 1_000, 0.0, pending_id="p1")
+    assert use.meta == {"cell": 4, "cell_id": "c-4", "kernel": KERNEL_RUN, PENDING_ID_KEY: "p1"}
+    assert result.tool_result_ids == ["cell_4_1"]
+    assert cell_messages(CellRecord("x", 5), "cell_5_1", 1_000, 0.0)[0].meta == {"cell": 5, "cell_id": None,
+                                                                                  "kernel": KERNEL_RUN}
+
+
+def test_a_cell_a_dead_kernel_left_keeps_its_cell_id_and_that_kernel_not_this_one():
+    left = CellRecord.from_json({**CellRecord("x", 2, cell_id="c-2").to_json(), "kernel": "deadbeef0000"})
+    assert cell_messages(left, "cell_2_1", 1_000, 0.0)[0].meta == {"cell": 2, "cell_id": "c-2",
+                                                                    "kernel": "deadbeef0000"}
+    older = CellRecord.from_json({"source": "y", "execution_count": 3})  # a line written before kernels were kept
+    assert older.kernel != KERNEL_RUN

@@ -289,6 +289,7 @@ def test_ctx_sidebar_shows_the_panel_inline_outside_jupyterlab(shell):
 def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell):
     ctl = controller(shell)
     ctl.env["JPY_SESSION_NAME"] = "analysis.ipynb"
+    ctl.panel._sidebar_available = lambda: True  # the labextension is installed
     with captured() as out:
         cell(shell, "%%agent\nhello")  # the first turn shows the anchor by itself
     (anchor_id,) = widget_ids(out)

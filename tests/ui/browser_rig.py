@@ -1,6 +1,11 @@
-"""A real JupyterLab on 127.0.0.1 with ctx_magic's labextension, and headless Debian Chromium
-driven by Playwright: the rig of tests/ui/test_browser.py. Every wait is bounded; the server
-always stops."""
+"""A real JupyterLab 4 or Notebook 7 on 127.0.0.1 with ctx_magic's labextension as built from
+this tree, and headless Debian Chromium driven by Playwright: the rig of tests/ui/test_browser.py.
+Every wait is bounded; the server always stops.
+
+The server (and the kernels it starts) find the extension through JUPYTER_PATH: a folder of the
+test's own holds `labextensions/@ctx-magic/labextension`, a link to this tree's build, and
+JUPYTER_PATH comes before every installed location, so the build under test wins over any
+installed copy, and the kernel (which checks that the sidebar's extension exists) sees it too."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION_SRC = REPO / "labextension"
@@ -62,19 +68,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class JupyterLab:
-    """`jupyter lab` serving `root` on a free port with a token; ours alone (own config and
-    data dirs, no news, no update check), loading the labextension from `extension_dir`."""
+APPS = {"lab": ("lab", "LabApp", "lab/tree"), "notebook": ("notebook", "JupyterNotebookApp", "notebooks")}
+"""Frontend -> (jupyter subcommand, its app class, the URL path that opens a notebook)."""
 
-    def __init__(self, root: Path, home: Path, extension_dir: Path) -> None:
+
+class JupyterLab:
+    """`jupyter lab` (or `jupyter notebook`, Notebook 7) serving `root` on a free port with a
+    token; ours alone (own config and data dirs, no news, no update check), loading the
+    labextension from `extension_dir`."""
+
+    def __init__(self, root: Path, home: Path, extension_dir: Path, app: str = "lab") -> None:
         self.root = root
+        self.app = app
+        command, app_class, self.open_path = APPS[app]
         self.port = free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = home / "jupyterlab.log"
-        labextensions = home / "labextensions"
-        (labextensions / PACKAGE).parent.mkdir(parents=True)
-        (labextensions / PACKAGE).symlink_to(extension_dir, target_is_directory=True)
+        self.log_path = home / f"jupyter-{app}.log"
+        jupyter_path = home / "jupyter-path"
+        labextension = jupyter_path / "labextensions" / PACKAGE
+        labextension.parent.mkdir(parents=True)
+        labextension.symlink_to(extension_dir, target_is_directory=True)
         config = home / "config"
         settings = config / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
         settings.mkdir(parents=True)
@@ -82,12 +96,14 @@ class JupyterLab:
             json.dumps({"fetchNews": "false", "checkForUpdates": False}))
         self.env = {k: v for k, v in tool_env().items() if not k.startswith("ANTHROPIC_")}
         self.env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(home / "data"),
-                        JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"))
+                        JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"),
+                        JUPYTER_PATH=os.pathsep.join(filter(None, [str(jupyter_path),
+                                                                   os.environ.get("JUPYTER_PATH", "")])))
         self.command = [
-            sys.executable, "-m", "jupyter", "lab", "--no-browser",
+            sys.executable, "-m", "jupyter", command, "--no-browser",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}",
-            "--LabApp.expose_app_in_browser=True", f"--LabApp.extra_labextensions_path={labextensions}",
+            f"--{app_class}.expose_app_in_browser=True",
         ]
         if os.geteuid() == 0:  # containers and CI run as root; JupyterLab refuses that unless told
             self.command.append("--ServerApp.allow_root=True")
@@ -139,11 +155,12 @@ class JupyterLab:
         return self.log_path.read_text(errors="replace")[-6_000:] if self.log_path.exists() else ""
 
     def lab_url(self, path: str) -> str:
-        return f"{self.url}/lab/tree/{path}?token={self.token}"
+        """The page that opens the notebook at `path` (JupyterLab's tree, or Notebook 7's page)."""
+        return f"{self.url}/{self.open_path}/{path}?token={self.token}"
 
 
 @contextlib.contextmanager
-def chromium_page(viewport: tuple[int, int] = (1440, 900)) -> Iterator[object]:
+def chromium_page(viewport: tuple[int, int] = (1440, 900)) -> Iterator[Any]:
     """A fresh page in headless Debian Chromium (never a downloaded browser)."""
     from playwright.sync_api import sync_playwright
 

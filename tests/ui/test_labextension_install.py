@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from ui.browser_rig import REPO
@@ -78,3 +79,20 @@ def test_pip_install_builds_and_installs_the_labextension(tmp_path: Path) -> Non
     line = next((text for text in listing.splitlines() if PACKAGE in text), "")
     assert re.search(rf"{re.escape(PACKAGE)} v0\.1\.0 .*enabled.*OK", line), listing
     assert "(python, ctx_magic)" in line, listing
+
+
+def test_pip_install_without_node_installs_the_package_without_the_sidebar(tmp_path: Path) -> None:
+    """No Node.js on the PATH: the wheel builds all the same, with the Python package and without
+    the labextension (the kernel then shows the panel inline and says how to get the sidebar)."""
+    project = clean_copy(tmp_path / "project")
+    env = clean_env(tmp_path)
+    bare = tmp_path / "bare-path"  # nothing on the PATH: no node, no jlpm (pip runs by absolute path)
+    bare.mkdir()
+    env["PATH"] = str(bare)
+    output = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path / "dist"),
+                  str(project)], tmp_path, env)
+    assert "Node.js is not installed, so the JupyterLab sidebar extension is not built" in output
+    (wheel,) = (tmp_path / "dist").glob("ctx_magic-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "ctx_magic/ui/panel.css" in names and "ctx_magic/notebook/panel_link.py" in names
+    assert not [n for n in names if n.endswith(f"labextensions/{PACKAGE}/package.json")]

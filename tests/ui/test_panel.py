@@ -1,5 +1,6 @@
 """SPEC U1, U3 without a browser: after a scripted session the panel's traits hold the engine's
-numbers, the boundaries with their summaries, the persisted outputs and the cell marks."""
+numbers, the composition of the next request, every model call, the changes with their cards,
+the persisted outputs and the cell marks; a new or resumed session refills the same panel."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from builders import ManualClock
 from notebook_rig import cell, clocked_shell, controller, run
 
 from ctx_magic.events import (
+    AuditReport,
     CacheBroke,
     Cleared,
     Compacted,
+    Composition,
     ContextFigures,
     ContextMeasured,
     Persisted,
+    Status,
     TextDelta,
     UsageUpdated,
 )
@@ -56,45 +60,79 @@ def test_panel_traits_hold_the_engine_figures_after_a_session(shell):
     assert panel.cache_hit_ratio == pytest.approx(status["usage"]["cache_hit_ratio"], abs=1e-3)
 
 
-def test_panel_timeline_has_every_change_with_full_summaries(shell):
+def test_composition_comes_from_the_status_and_adds_up_to_the_window(shell):
     scripted_session(shell)
     ctl = controller(shell)
-    kinds = [entry["kind"] for entry in ctl.panel.widget.timeline]
-    assert "microcompact" in kinds and kinds[-1] == "manual"
-    compactions = [e for e in ctl.panel.widget.timeline if e["kind"] not in ("microcompact", "snip")]
+    panel = ctl.panel.widget
+    assert panel.composition == ctl.session.status().to_json()["composition"]
+    used = sum(panel.composition[p] for p in ("system", "tools", "memory", "messages", "tool_results", "persisted"))
+    assert used == panel.tokens
+    assert used + panel.composition["free"] + panel.composition["buffer"] + panel.composition["reserve"] == 30_000
+    assert 'data-part="system"' in panel.bar.value and "Reply reserve" in panel.bar.value
+
+
+def test_chart_has_one_bar_per_model_call_and_one_marker_per_change(shell):
+    scripted_session(shell)
+    ctl = controller(shell)
+    panel = ctl.panel.widget
+    assert len(panel.calls) == ctl.session.status().usage.calls - 1  # the summary call is a side call
+    assert panel.chart.value.count('class="ctx-magic-call"') == len(panel.calls)
+    assert panel.chart.value.count('data-kind="compaction"') >= 1
+    markers = panel.chart.value.count('class="ctx-magic-marker"')
+    assert markers == len(panel.timeline)
+    assert panel.chart.value.count('class="ctx-magic-marker" type="button" data-kind="compaction"') == len(
+        ctl.session.compaction.boundaries)
+
+
+def test_every_change_has_a_card_with_its_key_and_compactions_show_the_decisions_reason(shell):
+    scripted_session(shell)
+    ctl = controller(shell)
+    panel = ctl.panel.widget
+    kinds = [entry["kind"] for entry in panel.timeline]
+    assert "clearing" in kinds and kinds[-1] == "compaction"
+    compactions = [e for e in panel.timeline if e["kind"] == "compaction"]
     assert [e["summary"] for e in compactions] == [b.summary for b in ctl.session.compaction.boundaries]
-    assert "Primary Request and Intent" in compactions[-1]["summary"]
-    accordion = [c for c in ctl.panel.widget.timeline_box.children if "ctx-magic-boundary" in c._dom_classes][-1]
-    assert "manual compaction" in accordion.get_title(0)
-    summary_html, button, originals = accordion.children[0].children
-    assert "Primary Request and Intent" in summary_html.value
+    assert compactions[-1]["reason"] == "the user asked for it: keep the table facts"
+    card = panel.cards.box.children[0]  # newest first
+    assert f"ctx-magic-card-{compactions[-1]['key']}" in card._dom_classes
+    assert "Compaction (manual)" in card.get_title(0)
+    facts, _, summary, button, originals = card.children[0].children
+    assert "the user asked for it: keep the table facts" in facts.value
+    assert summary.outputs[0]["data"]["text/markdown"].startswith(compactions[-1]["summary"][:40])
     button.click()  # open the original messages the summary replaced, from the transcript
     assert "first look" in originals.value and "dump it all" in originals.value
+    clearing = next(e for e in panel.timeline if e["kind"] == "clearing")
+    assert f'data-ctx-card="{clearing["key"]}"' in "".join(
+        c.value for c in panel.cards.box.children if hasattr(c, "value"))
 
 
-def test_panel_lists_persisted_outputs_and_marks_cells_the_agent_cannot_see(shell):
+def test_cleared_persisted_and_summarized_cells_are_marked_with_their_card(shell):
     scripted_session(shell)
     panel = controller(shell).panel.widget
     assert panel.persisted and panel.persisted[0]["chars"] > 50_000
     assert "<persisted-output>" in panel.persisted[0]["preview"]
-    assert "Persisted outputs" in panel.persisted_html.value
-    assert "1" in panel.cell_marks  # the user's first cell (execution count 1) was cleared
-    assert "no longer sees this cell's output" in panel.cell_marks["1"]
+    assert "Saved to disk this session (1)" in panel.persisted_html.value
+    mark = panel.cell_marks["count:1"]  # the user's first cell (no cell id outside a frontend)
+    assert mark["count"] == 1 and mark["kind"] == "summarized"  # cleared first, then summarized
+    assert mark["card"] == panel.timeline[-1]["key"] and "compaction" in mark["why"]
+    assert "summary" in mark["still"]
 
 
-def test_a_resumed_session_gets_a_panel_filled_from_its_transcript(shell):
+def test_a_new_and_a_resumed_session_refill_the_same_panel(shell):
     scripted_session(shell)
     ctl = controller(shell)
     panel = ctl.panel.widget
-    kinds = [e["kind"] for e in panel.timeline]
+    timeline, calls = [(e["kind"], e["at"]) for e in panel.timeline], list(panel.calls)
     sid = ctl.session.session_id
     run(shell, "%agent --new")
     assert ctl.panel.widget is panel and panel.timeline == [] and panel.session_id == ctl.session.session_id
-    assert panel.persisted == [] and panel.cell_marks == {}  # nothing of the old session stays on show
+    assert panel.persisted == [] and panel.cell_marks == {} and panel.calls == []
     run(shell, f"%agent --resume {sid}")
     assert ctl.panel.widget is panel and panel.session_id == sid
-    assert [e["kind"] for e in panel.timeline] == kinds
+    assert [(e["kind"], e["at"]) for e in panel.timeline] == timeline
+    assert panel.calls == calls  # every model call, rebuilt from the responses' usage in the transcript
     assert panel.tokens == ctl.session.status().tokens
+    assert panel.cell_marks["count:1"]["kind"] == "summarized"
 
 
 def test_panel_updates_are_throttled_while_streaming():
@@ -115,16 +153,39 @@ def test_panel_is_driven_only_by_events():
     panel = ContextPanel(clock=ManualClock())
     panel.handle(UsageUpdated(Usage(10, 5, 20, 70), 100, 1.1,
                               {"calls": 1, "input_tokens": 10, "output_tokens": 5,
-                               "cache_creation_input_tokens": 20, "cache_read_input_tokens": 70}, 0.7))
+                               "cache_creation_input_tokens": 20, "cache_read_input_tokens": 70}, 0.7, 0.0012))
     panel.handle(Persisted("toolu_1", "/s/tool-results/toolu_1.txt", 90_000, 20_000, "<persisted-output>…"))
     panel.handle(Cleared("pressure", {notebook_cell_id(4, "9"): "[cleared]"}, 2_000))
-    panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "the summary", summarized_uuids=("u1",)))
+    panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "the summary", summarized_uuids=("u1",),
+                           reason="19,000 tokens reach the compaction threshold 18,000"))
+    panel.handle(ContextMeasured(ContextFigures(1_000, 18_000, 15_000, 19_000, 30_000, "ok", 94.4, 3, 1, 0, 0,
+                                                composition=Composition(messages=1_000, free=17_000, window=30_000))))
     panel.flush()
     assert panel.cache_hit_ratio == 0.7 and panel.spend["calls"] == 1
+    assert panel.calls == [{"prompt": 100, "read": 70, "write": 20, "output": 5, "usd": 0.0012}]
+    assert "5 generated, $0.0012" in panel.chart.value  # the call's price on hover
     assert panel.persisted[0]["path"] == "/s/tool-results/toolu_1.txt"
-    assert "to make room" in panel.cell_marks["4"]
-    assert [e["kind"] for e in panel.timeline] == ["microcompact", "auto"]
+    assert panel.cell_marks["count:4"]["kind"] == "cleared" and "to make room" in panel.cell_marks["count:4"]["why"]
+    assert [(e["kind"], e["at"]) for e in panel.timeline] == [("clearing", 1), ("compaction", 1)]
     assert panel.timeline[-1]["replaced"] == ["u1"] and panel.tokens == 1_000
+    assert panel.composition["messages"] == 1_000  # the live figures carry the composition too
+    assert "compaction threshold 18,000" in panel.cards.box.children[0].children[0].children[0].value
+
+
+def test_a_compaction_audit_shows_in_its_card_when_present():
+    panel = ContextPanel(clock=ManualClock())
+    audit = AuditReport(user_messages=("u1",), user_messages_checked=3, tokens=12,
+                        text="- the user's deadline (Friday)")
+    panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "## 1. Primary Request",
+                           summarized_uuids=("u1",), audit=audit))
+    body = panel.cards.box.children[0].children[0]
+    titles = [c.value for c in body.children if hasattr(c, "value")]
+    assert any("Added by the coverage audit" in t for t in titles)
+    assert body.children[4].outputs[0]["data"]["text/markdown"] == "- the user's deadline (Friday)"
+    plain = ContextPanel(clock=ManualClock())
+    plain.handle(Compacted("auto", 5_000, 1_000, 12, "b2", ("b2",), "s", summarized_uuids=("u1",)))
+    body = plain.cards.box.children[0].children[0]
+    assert not any("coverage audit" in getattr(c, "value", "") for c in body.children)
 
 
 def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
@@ -132,10 +193,24 @@ def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
     panel.handle(CacheBroke(40_000, 0, 41_000, expected=True, reason="the cache expired after 12 min idle"))
     panel.flush()
     assert panel.cache_breaks[0]["reason"].startswith("the cache expired")
-    assert "prompt cache broke 1x (0 unexplained)" in panel.counts.value and "#c62828" not in panel.counts.value
+    assert "1× (0 unexplained)" in panel.counts.value and "ctx-magic-alarm" not in panel.counts.value
     panel.handle(CacheBroke(41_000, 3_000, 38_000, expected=False, reason="unexplained"))
     panel.flush()
     assert len(panel.cache_breaks) == 2
-    assert "2x (1 unexplained)" in panel.counts.value and "41,000 -> 3,000" in panel.counts.value
-    assert "#c62828" in panel.counts.value
+    assert "2× (1 unexplained)" in panel.counts.value and "41,000 → 3,000" in panel.counts.value
+    assert "ctx-magic-alarm" in panel.counts.value
 
+
+def test_panel_carries_its_own_theme_aware_stylesheet():
+    panel = ContextPanel(clock=ManualClock())
+    style = panel.children[0].value
+    assert style.startswith("<style") and ".ctx-magic-panel" in style
+    assert "#eee" not in style.lower() and "var(--jp-layout-color" in style
+
+
+def test_a_state_change_shows_at_once_even_inside_the_throttle_interval():
+    clock = ManualClock()
+    panel = ContextPanel(clock=clock)
+    panel.handle(ContextMeasured(ContextFigures(5, 100, 80, 90, 120, "ok", 95.0, 1, 0, 0, 0)))
+    panel.handle(Status("running", "python"))  # then nothing while the code runs or ask waits
+    assert panel.status == "running" and "running code" in panel.header.value

@@ -1,0 +1,71 @@
+"""The picture at the top of the panel: the headline, the composition bar, the chart of model
+calls with its lines and markers."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from ctx_magic.ui.picture import chart_html, composition_html, headline_html, pct
+
+CALLS = [{"prompt": 1_000, "read": 0, "write": 900, "output": 50},
+         {"prompt": 1_600, "read": 900, "write": 600, "output": 40},
+         {"prompt": 2_100, "read": 1_500, "write": 500, "output": 30}]
+LINES = {"warning": 2_000, "threshold": 2_500, "blocking": 2_800}
+
+
+def test_headline_reads_tokens_against_the_window_and_names_the_threshold():
+    line = headline_html({"tokens": 5_749, "window": 30_000, "threshold": 13_700, "zone": "ok",
+                          "percent_left": 58.0})
+    text = html.unescape(re.sub(r"<[^>]+>", "", line))
+    assert "5,749 tokens of a 30,000-token window (19%)" in text
+    assert "compaction at 13,700" in text and "58% left" in text
+
+
+def test_a_sliver_of_usage_is_never_shown_as_zero():
+    assert pct(10, 200_000) == "<1%" and pct(0, 200_000) == "0%" and pct(50, 100) == "50%"
+
+
+def test_composition_bar_draws_every_part_in_use_and_lists_all_parts_with_tokens_and_percent():
+    parts = {"system": 120, "tools": 500, "memory": 0, "messages": 300, "tool_results": 80, "persisted": 0,
+             "free": 17_000, "buffer": 2_000, "reserve": 10_000}
+    bar = composition_html(parts, 1_000, 30_000)
+    assert re.findall(r'class="ctx-magic-seg" data-part="(\w+)"', bar) == [
+        "system", "tools", "messages", "tool_results", "free", "buffer", "reserve"]  # nothing for empty parts
+    assert 'style="flex-grow:80"' in bar  # proportional; the stylesheet's min-width keeps it visible
+    legend = html.unescape(re.sub(r"<[^>]+>", " ", bar))
+    assert "Reply reserve" in legend and "10,000 · 33%" in legend and "80 · <1%" in legend
+    assert "Memory & pins" in legend and "0 · 0%" in legend
+
+
+def test_chart_has_a_bar_per_call_split_by_cache_use_and_a_marker_per_change():
+    changes = [{"kind": "compaction", "key": "compaction-b1", "at": 2, "label": "auto compaction"},
+               {"kind": "clearing", "key": "clearing-1", "at": 3, "label": "cleared 2 tool results"}]
+    chart = chart_html(CALLS, changes, LINES)
+    assert chart.count('class="ctx-magic-call"') == 3
+    assert chart.count("ctx-magic-bar-read") == 2 and chart.count("ctx-magic-bar-write") == 3
+    markers = re.findall(r'class="ctx-magic-marker" type="button" data-kind="(\w+)" data-ctx-card="([\w-]+)"',
+                         chart)
+    assert markers == [("compaction", "compaction-b1"), ("clearing", "clearing-1")]
+    assert chart.count('class="ctx-magic-change-line"') == 2
+    assert "3 model calls" in chart
+
+
+def test_threshold_lines_near_the_data_are_drawn_and_far_ones_named_off_the_chart():
+    near = chart_html(CALLS, [], LINES)
+    assert re.findall(r'class="ctx-magic-line" data-line="(\w+)"', near) == ["warning", "threshold", "blocking"]
+    far = chart_html(CALLS, [], {"warning": 150_616, "threshold": 170_616, "blocking": 180_616})
+    assert 'class="ctx-magic-line"' not in far
+    assert "Off the chart: warning at 150,616 · compaction at 170,616 · blocking at 180,616." in far
+
+
+def test_an_empty_session_has_a_placeholder_not_an_empty_chart():
+    assert "ctx-magic-empty" in chart_html([], [], LINES)
+
+
+def test_chart_prices_each_call_on_hover_and_sums_them_under_the_chart():
+    priced = [{**c, "usd": usd} for c, usd in zip(CALLS, (0.0031, 0.0012, 0.0009), strict=True)]
+    chart = chart_html(priced, [], LINES)
+    assert "30 generated, $0.0009</title>" in chart
+    assert "3 model calls, $0.0052</span>" in chart
+    assert "$" not in chart_html(CALLS, [], LINES)  # prices unknown: no dollar figure at all
