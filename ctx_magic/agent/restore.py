@@ -3,8 +3,9 @@ what state.json kept beside it (engine decisions, compaction state, usage, plug-
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctx_magic.agent.files import FileRead
 from ctx_magic.context.compaction_state import CompactionState
@@ -13,6 +14,9 @@ from ctx_magic.context.state import ContextState
 from ctx_magic.events import Compacted, event_from_json
 from ctx_magic.messages import Message
 from ctx_magic.store.session import SessionDir
+
+if TYPE_CHECKING:
+    from ctx_magic.agent.session import Session
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,17 @@ class SavedSession:
     cached_tail: str | None = None
     reads: list[FileRead] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+
+def saved_state(session: Session) -> dict[str, Any]:
+    """What state.json keeps of a session (read back by `load_saved`)."""
+    return {
+        "session_id": session.session_id, "model": session.settings.model, **session.compaction.to_json(),
+        "engine": session.state.to_json(), "usage": session.meter.snapshot().to_json(),
+        "reads": [dataclasses.asdict(r) for r in session.files.reads.values()], "saved_at": session.clock(),
+        "system_extra": session.frame.memory_section, "cached_tail": session.frame.cached_tail,
+        "extra": session.plugins.saved(),
+    }
 
 
 def load_saved(store: SessionDir) -> SavedSession:

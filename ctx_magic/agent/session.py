@@ -21,17 +21,17 @@ from ctx_magic.agent.model import Model, ModelReply, ModelRequest
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.request import RequestFrame
-from ctx_magic.agent.restore import load_saved
+from ctx_magic.agent.restore import load_saved, saved_state
 from ctx_magic.agent.server_side import ServerSide
 from ctx_magic.agent.side_calls import SideCalls
-from ctx_magic.agent.status import StatusSnapshot
+from ctx_magic.agent.status import StatusSnapshot, snapshot_of
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.conversation import Conversation
 from ctx_magic.context.costs import Prices as CachePrices
 from ctx_magic.context.decide import Plan, SessionFacts, decide
-from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, figures, measure, prepare, snip_now
+from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, measure, prepare, snip_now
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.microcompact import idle_gap
 from ctx_magic.context.pins import Pin
@@ -351,13 +351,7 @@ class Session:
         self.recorder.end_turn(self.state_json())
 
     def state_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id, "model": self.settings.model, **self.compaction.to_json(),
-            "engine": self.state.to_json(), "usage": self.meter.snapshot().to_json(),
-            "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
-            "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
-            "extra": self.plugins.saved(),
-        }
+        return saved_state(self)
 
     def resume(self) -> list[str]:
         """Rebuild the live context from transcript and state (SPEC M4); returns problems."""
@@ -378,19 +372,7 @@ class Session:
 
     def status(self) -> StatusSnapshot:
         """The session as it stands (counted locally, never by an API call)."""
-        conversation = self.conversation
-        settings = self.context_settings()
-        context = figures(conversation.messages, conversation.state, settings, self.tokens(),
-                          self.plan.reason, counts=conversation.result_counts())
-        context = self._with_composition(context, conversation.messages, conversation.state, settings)
-        return StatusSnapshot(
-            session_id=self.session_id, model=self.settings.model, backend=self.backend,
-            window_source=self.window.source, max_output=self.window.reply_cap, context=context,
-            thinking=self.window.thinking, thinking_budget=self.window.thinking_budget, prices=self.prices(),
-            provider=self.settings.provider, strategy=self.settings.strategy,
-            boundaries=self.compaction.boundaries, consecutive_failures=self.compaction.failures,
-            turns=self.compaction.turns, usage=self.meter.snapshot(),
-            cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path))
+        return snapshot_of(self)
 
     def _with_composition(self, figures: ContextFigures, messages: Sequence[Message], state: ContextState,
                           settings: ContextSettings) -> ContextFigures:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctx_magic.agent.usage import UsageTotals
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
+from ctx_magic.context.engine import figures
 from ctx_magic.events import Composition, ContextFigures
 from ctx_magic.prices import UNKNOWN_PRICES, Prices
+
+if TYPE_CHECKING:
+    from ctx_magic.agent.session import Session
 
 
 @dataclass(frozen=True)
@@ -82,3 +86,22 @@ class StatusSnapshot:
             "provider": self.provider, "strategy": self.strategy,
             "cost": self.cost_json(),
         }
+
+
+def snapshot_of(session: Session) -> StatusSnapshot:
+    """The session's status as it stands (counted locally, never by an API call)."""
+    conversation = session.conversation
+    settings = session.context_settings()
+    context = figures(conversation.messages, conversation.state, settings, session.tokens(),
+                      session.plan.reason, counts=conversation.result_counts())
+    context = dataclasses.replace(context, composition=session.frame.composition(
+        conversation.messages, conversation.state, tokens=context.tokens, thresholds=settings.thresholds))
+    window, config, compaction = session.window, session.settings, session.compaction
+    return StatusSnapshot(
+        session_id=session.session_id, model=config.model, backend=session.backend,
+        window_source=window.source, max_output=window.reply_cap, context=context,
+        thinking=window.thinking, thinking_budget=window.thinking_budget, prices=session.prices(),
+        provider=config.provider, strategy=config.strategy,
+        boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
+        turns=compaction.turns, usage=session.meter.snapshot(),
+        cache_breaks=tuple(b.summary() for b in session.meter.breaks), transcript=str(session.store.transcript_path))
