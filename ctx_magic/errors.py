@@ -55,6 +55,9 @@ class ModelError(CtxMagicError):
 
 
 _PTL_NUMBERS = re.compile(r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)\s*maximum", re.IGNORECASE)
+# "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease ..."
+_OVER_LIMIT_NUMBERS = re.compile(r"exceed context limit:\s*(\d[\d,]*)\s*\+\s*(\d[\d,]*)\s*>\s*(\d[\d,]*)",
+                                 re.IGNORECASE)
 
 
 class PromptTooLong(ModelError):
@@ -74,6 +77,11 @@ class PromptTooLong(ModelError):
 
     @classmethod
     def from_api_message(cls, message: str) -> PromptTooLong:
+        over = _OVER_LIMIT_NUMBERS.search(message)
+        if over:  # the prompt fits, but not with the reply it asks room for: the same remedy
+            prompt, reply, limit = (int(g.replace(",", "")) for g in over.groups())
+            return cls(f"The prompt and the room asked for the reply exceed the window: {prompt:,} + {reply:,} tokens "
+                       f"> {limit:,}.", prompt + reply, limit)
         match = _PTL_NUMBERS.search(message)
         if not match:
             return cls(f"The prompt is too long for the model's window ({message}).")
@@ -82,7 +90,8 @@ class PromptTooLong(ModelError):
 
 
 def is_prompt_too_long(status: int, message: str) -> bool:
-    return status in (400, 413) and "prompt is too long" in message.lower()
+    lowered = message.lower()
+    return status in (400, 413) and ("prompt is too long" in lowered or "exceed context limit" in lowered)
 
 
 class RequestTooLarge(ModelError):
@@ -110,7 +119,23 @@ class NetworkError(ModelError):
 
 
 class StreamDropped(NetworkError):
-    """The connection broke after the reply had started: the SDK does not retry this itself."""
+    """The reply broke off before it was whole (the connection closed, the stream ended before
+    `message_stop`, or the body was not a reply at all): the SDK does not retry this itself,
+    the loop asks again."""
+
+    backoff = False
+    """Whether a wait should come before asking again (an overloaded server needs one)."""
+
+
+class StreamOverloaded(StreamDropped):
+    """The stream carried an `error` event mid-reply (overloaded, an API error): asked again,
+    after a wait, like a 529 the SDK would retry."""
+
+    backoff = True
+
+
+class EmptyReply(ModelError):
+    """The model answered with nothing usable (no blocks, or only whitespace), even when asked again."""
 
 
 class UnknownModel(ModelError):

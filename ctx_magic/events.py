@@ -342,6 +342,15 @@ class ReplyRestarted(Event):
 
 
 @dataclass(frozen=True)
+class ReplyWithdrawn(Event):
+    """A reply failed for good (its last attempt broke too): what it streamed is void, and the
+    cell must not go on showing it as if the model had said it."""
+
+    name: ClassVar[str] = "reply_withdrawn"
+    reason: str
+
+
+@dataclass(frozen=True)
 class ThinkingCleared(Event):
     """Thinking blocks left the live context: old turns after an idle gap (seeds: only the last
     thinking turn is kept once the cache has expired), or blocks another model made (a switch)."""

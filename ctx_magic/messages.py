@@ -151,6 +151,25 @@ def text_block(text: str) -> Block:
     return {"type": "text", "text": text}
 
 
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+def usable_content(blocks: Iterable[Block]) -> tuple[Block, ...]:
+    """Blocks as they may be stored and sent: text blocks of only whitespace dropped, and the
+    trailing whitespace of the last text block cut (the API refuses both in a later request)."""
+    kept = [b for b in blocks if b.get("type") != "text" or str(b.get("text", "")).strip()]
+    last = max((i for i, b in enumerate(kept) if b.get("type") == "text"), default=None)
+    if last is not None and kept[last]["text"] != kept[last]["text"].rstrip():
+        kept[last] = {**kept[last], "text": kept[last]["text"].rstrip()}
+    return tuple(kept)
+
+
+def says_something(content: Iterable[Block]) -> bool:
+    """Whether a reply holds more than thinking: text, a tool call, a compaction. An answer of
+    nothing (or only whitespace, or only thinking) must never be stored as a message."""
+    return any(b.get("type") not in THINKING_TYPES for b in usable_content(content))
+
+
 def user_text(text: str, *, kind: Kind = "normal", timestamp: float = 0.0, **meta: Any) -> Message:
     return Message("user", (text_block(text),), kind=kind, timestamp=timestamp, meta=meta)
 

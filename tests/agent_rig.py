@@ -41,7 +41,7 @@ def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_re
         client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=max_retries)
         model = AnthropicModel(client, name="claude-sonnet-5-5")
         session, _ = open_session(model, executor or LocalExecutor(), tmp_path / ".ctx_magic", config or Settings(),
-                                  root=tmp_path, clock=clock)
+                                  root=tmp_path, clock=clock, sleep=clock.advance)
         yield Rig(api, session, clock, url)
         session.recorder.close()
 
@@ -89,7 +89,7 @@ def prompt(n: int) -> str:
     return (
         f"Turn {n}: summarise batch {n} of the sensor data.\n"
         "```python\n"
-        f"rows = [f'sensor-{n}-{{i}}: {{(i * 37 + {n}) % 1000 / 10:.1f}} C' for i in range(300)]\n"
+        f"rows = [f'sensor-{n}-{{i}}: {{(i * 37 + {n}) % 1000 / 10:.1f}} C' for i in range(200)]\n"
         "print('\\n'.join(rows))\n"
         "```"
     )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
+from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
 from ctx_magic.offline.counting import has_images
 
@@ -250,5 +251,7 @@ def new_bench(replay: Replay, window: int) -> Bench:
 
 
 def is_prompt_too_long(status: int, body: Mapping[str, Any]) -> bool:
+    """A prompt over the window, or one that leaves less than max_tokens for the reply (the API
+    refuses both; a strategy makes room the same way)."""
     message = str((body.get("error") or {}).get("message", ""))
-    return status in (400, 413) and "prompt is too long" in message
+    return ptl_status(status, message)

@@ -28,6 +28,7 @@ from ctx_magic.messages import Message, user_text
 POST_COMPACT_MAX_FILES = 5
 POST_COMPACT_MAX_TOKENS_PER_FILE = 5_000
 POST_COMPACT_TOKEN_BUDGET = 50_000
+MIN_TOKENS_PER_FILE = 200  # the C7 budgets shrink with the window (T5), never below a file's first lines
 
 
 def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
@@ -39,7 +40,10 @@ def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
         if b.get("name") == "read_file" and isinstance(b.get("input"), dict) and _safe_path(session, b)
     }
     attachments: list[Message] = []
-    budget = POST_COMPACT_TOKEN_BUDGET
+    # C7's 50,000 tokens of files would overflow a small window at once: they scale with it (T5).
+    scale = session.context_settings().thresholds.scale
+    budget = round(POST_COMPACT_TOKEN_BUDGET * scale)
+    per_file = max(MIN_TOKENS_PER_FILE, round(POST_COMPACT_MAX_TOKENS_PER_FILE * scale))
     now = session.clock()
     own = session.store.root.resolve()  # the session's notes and saved outputs are not work files
     restored = 0
@@ -48,7 +52,7 @@ def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
             break
         if read.path in visible or Path(read.path).is_relative_to(own):
             continue
-        text = _read_within(Path(read.path), min(POST_COMPACT_MAX_TOKENS_PER_FILE, budget))
+        text = _read_within(Path(read.path), min(per_file, budget))
         if text is None:
             continue
         restored += 1

@@ -15,7 +15,7 @@ from typing import Any
 
 from ctx_magic.agent import compaction
 from ctx_magic.agent.context_tools import search_session
-from ctx_magic.agent.model import ModelReply
+from ctx_magic.agent.model import ModelReply, stream_reply
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
 from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_prompt, prompt_limit_tokens
@@ -27,24 +27,26 @@ from ctx_magic.errors import (
     CompactionFailed,
     ContextFull,
     CtxMagicError,
+    ModelError,
     PromptTooLong,
     Remedy,
     RequestTooLarge,
-    StreamDropped,
 )
 from ctx_magic.events import (
     ImagesStripped,
     ReplyRestarted,
+    ReplyWithdrawn,
     Status,
     TextDelta,
     ThinkingDelta,
     ToolFinished,
     ToolStarted,
 )
-from ctx_magic.messages import Block, Message, result_text, tool_result_block
+from ctx_magic.messages import Block, Message, result_text, says_something, tool_result_block
 
 MAX_MODEL_CALLS_PER_TURN = 50  # bounds one turn however the model behaves
-STREAM_ATTEMPTS = 3  # a reply whose connection broke mid-stream is asked for again, twice at most
+EMPTY_REPLY_ATTEMPTS = 2  # an answer of nothing (or only whitespace) is asked for once more
+EMPTY_REPLY = "The model's reply was empty"
 
 
 @dataclass
@@ -127,6 +129,7 @@ def _fitted(session: Session, blocks: list[Block]) -> list[Block]:
 def _loop(session: Session, turn: Turn) -> None:
     result = turn.result
     reactive_used = stripped = False
+    empty = 0
     for _ in range(MAX_MODEL_CALLS_PER_TURN):
         prepared = _ready(session, result)
         try:
@@ -151,6 +154,16 @@ def _loop(session: Session, turn: Turn) -> None:
             _shrink_request(session)
             continue
         result.model_calls += 1
+        if not says_something(reply.content):
+            # Stored, an empty answer would break every later request (the API refuses empty
+            # messages); asked again, the model usually answers.
+            empty += 1
+            if empty < EMPTY_REPLY_ATTEMPTS:
+                session.emit(ReplyRestarted(empty + 1, EMPTY_REPLY_ATTEMPTS, f"{EMPTY_REPLY}."))
+                continue
+            session.notice(f"{EMPTY_REPLY} {EMPTY_REPLY_ATTEMPTS} times; nothing was stored.", "warning",
+                           Remedy.RUN_AGAIN)
+            return
         result.tool_calls += len(reply.tool_uses)
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
                          usage=reply.usage, meta=written_by(session))
@@ -204,18 +217,18 @@ def _ready(session: Session, result: TurnResult) -> Prepared:
 
 
 def _call(session: Session, count: ContextCount) -> ModelReply:
+    """One whole reply (a stream that broke off is asked for again, model.stream_reply); when
+    none comes, what the broken attempts showed in the cell is withdrawn."""
     session.emit(Status("thinking"))
-    for attempt in range(1, STREAM_ATTEMPTS + 1):
-        try:
-            reply = session.model.stream(session.request(), on_text=lambda text: session.emit(TextDelta(text)),
-                                         on_thinking=lambda text: session.emit(ThinkingDelta(text)))
-            break
-        except StreamDropped as error:
-            # The SDK retries a request that failed to start, not one that broke mid-reply; a
-            # broken reply left nothing in the context, so asking again is safe.
-            if attempt == STREAM_ATTEMPTS:
-                raise
-            session.emit(ReplyRestarted(attempt + 1, STREAM_ATTEMPTS, str(error)))
+    try:
+        reply = stream_reply(session.model, session.request(), on_text=lambda text: session.emit(TextDelta(text)),
+                             on_thinking=lambda text: session.emit(ThinkingDelta(text)),
+                             restarted=lambda attempt, attempts, error: session.emit(
+                                 ReplyRestarted(attempt, attempts, str(error))),
+                             sleep=session.sleep)
+    except ModelError as error:
+        session.emit(ReplyWithdrawn(str(error)))
+        raise
     session.learn(reply, count)
     return reply
 

@@ -6,6 +6,7 @@ the SDK can raise is mapped here to ctx_magic's own errors, each with one clear 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,14 +22,17 @@ from ctx_magic.errors import (
     RequestTooLarge,
     ServerError,
     StreamDropped,
+    StreamOverloaded,
     UnknownModel,
     is_prompt_too_long,
 )
-from ctx_magic.messages import Block, Usage
+from ctx_magic.messages import Block, Usage, usable_content
 from ctx_magic.settings import CONTEXT_EDITS, DEFAULT_MODEL, ModelLimits
 
 __all__ = ["FALLBACK_LIMITS", "MODEL_TABLE", "AnthropicModel", "Model", "ModelReply", "ModelRequest", "map_error",
-           "table_limits"]
+           "stream_reply", "table_limits"]
+STREAM_ATTEMPTS = 3  # a reply that broke off mid-stream is asked for again, twice at most
+STREAM_BACKOFF_SECONDS = 0.5  # the SDK's first retry wait, doubled at each retry after an overload
 THINKING_TYPES = ("enabled", "adaptive")  # the order ModelLimits lists them in
 BEDROCK_VERSION = "bedrock-2023-05-31"  # the anthropic_version Bedrock's InvokeModel bodies carry
 
@@ -98,9 +102,34 @@ class Model(Protocol):
     def limits(self) -> ModelLimits: ...
 
     def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
-               on_thinking: Callable[[str], None] | None = None) -> ModelReply: ...
+               on_thinking: Callable[[str], None] | None = None) -> ModelReply:
+        """One streamed call, whole or not at all: a stream that ended before `message_stop`
+        raises StreamDropped (a half reply, or a tool call with half its input, is never taken
+        for a whole one)."""
+        ...
 
     def count_tokens(self, request: ModelRequest) -> int: ...
+
+
+def stream_reply(model: Model, request: ModelRequest, *, on_text: Callable[[str], None] | None = None,
+                 on_thinking: Callable[[str], None] | None = None,
+                 restarted: Callable[[int, int, StreamDropped], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, attempts: int = STREAM_ATTEMPTS) -> ModelReply:
+    """A whole reply: one that broke off mid-stream is asked for again (the SDK retries only a
+    request that failed to start; a broken reply left nothing anywhere, so asking again is safe),
+    after a wait when the server said it was overloaded. `restarted(attempt, attempts, error)`
+    hears each new attempt, so what the broken one showed can be withdrawn."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return model.stream(request, on_text, on_thinking=on_thinking)
+        except StreamDropped as error:
+            if attempt == attempts:
+                raise
+            if restarted is not None:
+                restarted(attempt + 1, attempts, error)
+            if error.backoff:
+                sleep(STREAM_BACKOFF_SECONDS * 2 ** (attempt - 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def map_error(error: BaseException, model: str = "") -> ModelError:
@@ -112,6 +141,8 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
     if isinstance(error, anthropic.APIStatusError):
         status = error.status_code
         message = _api_message(error)
+        if status == 200:  # an `error` event in a stream that had begun with HTTP 200
+            return _midstream(_api_error_type(error), message)
         if is_prompt_too_long(status, message):
             return PromptTooLong.from_api_message(message)
         if status == 413:
@@ -140,6 +171,26 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
     if type(error).__module__.startswith(("httpx", "httpcore", "h11")) or isinstance(error, OSError):
         return StreamDropped(f"The connection to the API broke while the reply was streaming ({text}).")
     return ModelError(f"The model call failed: {type(error).__name__}: {text}")
+
+
+# Error events a stream can carry that asking again would not cure: the request itself is at fault.
+CLIENT_ERROR_TYPES = frozenset({"invalid_request_error", "authentication_error", "permission_error",
+                                "not_found_error", "request_too_large"})
+
+
+def _midstream(error_type: str, message: str) -> ModelError:
+    """An `error` event after the stream began: overloaded and server errors are asked again
+    (like the 529 or 500 the SDK retries before a stream starts), the others are the request's fault."""
+    sentence = message.rstrip(". ") or error_type
+    if error_type in CLIENT_ERROR_TYPES:
+        return ModelError(f"The API stopped the reply with an error ({error_type}): {sentence}.")
+    return StreamOverloaded(f"The API stopped the reply mid-stream ({error_type or 'error'}: {sentence}).")
+
+
+def _api_error_type(error: Any) -> str:
+    body = getattr(error, "body", None)
+    inner = body.get("error") if isinstance(body, Mapping) else None
+    return str(inner.get("type") or "") if isinstance(inner, Mapping) else ""
 
 
 def _api_message(error: Any) -> str:
@@ -205,13 +256,17 @@ class AnthropicModel:
         messages = self.client.beta.messages if request.beta else self.client.messages
         if request.betas:
             params["betas"] = list(request.betas)
+        seen: set[str] = set()
         try:
             with messages.stream(**params) as stream:
                 for event in stream:
+                    seen.add(event.type)
                     if on_text is not None and event.type == "text":
                         on_text(event.text)
                     elif on_thinking is not None and event.type == "thinking":
                         on_thinking(event.thinking)
+                if "message_stop" not in seen:
+                    raise _incomplete(seen, stream.response)
                 final = stream.get_final_message()
         except ModelError:
             raise
@@ -221,7 +276,7 @@ class AnthropicModel:
         iterations = getattr(final.usage, "iterations", None) or []
         return ModelReply(
             api_id=final.id,
-            content=tuple(block.model_dump(exclude_none=True) for block in final.content),
+            content=usable_content(block.model_dump(exclude_none=True) for block in final.content),
             stop_reason=final.stop_reason or "end_turn",
             usage=_usage(final.usage),
             model=final.model,
@@ -246,6 +301,15 @@ class AnthropicModel:
             return int(self.client.messages.count_tokens(**params).input_tokens)
         except Exception as error:  # noqa: BLE001
             raise map_error(error, self.name) from error
+
+
+def _incomplete(seen: set[str], response: Any) -> StreamDropped:
+    """What a stream that never reached `message_stop` was: a reply cut short, or no reply at all."""
+    kind = str(getattr(response, "headers", {}).get("content-type", "") or "no content type").split(";")[0]
+    if "message_start" in seen or kind == "text/event-stream":
+        return StreamDropped("The reply stream ended before the reply was complete (no message_stop).")
+    return StreamDropped(f"The API answered with {kind} instead of a reply stream (HTTP "
+                         f"{getattr(response, 'status_code', '?')}): a proxy or gateway on the way may have failed.")
 
 
 def _usage(usage: Any) -> Usage:

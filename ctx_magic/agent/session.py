@@ -71,8 +71,10 @@ class Session:
     def __init__(self, model: Model, executor: Executor, store: SessionDir, settings: Settings | None = None, *,
                  system_prompt: str = DEFAULT_SYSTEM_PROMPT, root: Path | None = None,
                  clock: Callable[[], float] = time.time, hooks: Hooks | None = None,
-                 backend: str = "anthropic") -> None:
+                 backend: str = "anthropic", sleep: Callable[[float], None] = time.sleep) -> None:
         self.clock = clock
+        self.sleep = sleep
+        """What waits before a call is asked again (injected: tests never wait on the wall clock)."""
         self.hooks = hooks or Hooks()
         self.backend = backend
         """Which server answers: 'anthropic' or 'offline' (shown in the status)."""

@@ -22,6 +22,8 @@ MAX_RESULT_CHARS = 50_000
 # toolResultStorage.ts: all results of one message together, persisted largest first.
 MAX_MESSAGE_RESULTS_CHARS = 200_000
 PREVIEW_CHARS = 2_000
+MIN_PREVIEW_CHARS = 200  # a smaller window still shows the first lines of a persisted result
+PREVIEW_SHARE_OF_RESULT = 4  # a preview is at most a quarter of the result limit, so persisting pays
 # read_file reads persisted outputs back; persisting its result again would be circular.
 NEVER_PERSISTED_TOOLS = frozenset({"read_file"})
 
@@ -31,6 +33,17 @@ class BudgetSettings:
     max_result_chars: int = MAX_RESULT_CHARS
     max_message_chars: int = MAX_MESSAGE_RESULTS_CHARS
     preview_chars: int = PREVIEW_CHARS
+
+
+def scaled_budget(scale: float) -> BudgetSettings:
+    """L1's limits for a window (T5, beyond the seeds' fixed figures): 50,000 / 200,000 / 2,000
+    characters at 200,000 tokens and in proportion below it. At a fixed 50,000, one result of
+    dense text is over 20,000 tokens: in a 12,000-token window it could never be sent, and no
+    summary could take it in."""
+    scale = min(1.0, scale)
+    result = round(MAX_RESULT_CHARS * scale)
+    preview_chars = max(MIN_PREVIEW_CHARS, min(PREVIEW_CHARS, result // PREVIEW_SHARE_OF_RESULT))
+    return BudgetSettings(max(result, 2 * preview_chars), round(MAX_MESSAGE_RESULTS_CHARS * scale), preview_chars)
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget
+from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget, scaled_budget
 from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, decide
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
@@ -76,7 +76,7 @@ class ContextSettings:
                                         thinking_budget=thinking_budget)
         return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_minutes=settings.idle_seconds / 60,
                    clear_at_least=settings.clear_at_least, snip_max_messages=settings.snip_max_messages,
-                   **where)  # type: ignore[arg-type]
+                   budget=scaled_budget(thresholds.scale), **where)  # type: ignore[arg-type]
 
     @property
     def clear_threshold(self) -> int:

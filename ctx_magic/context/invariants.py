@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctx_magic.errors import InvariantError
-from ctx_magic.messages import Message, tool_result_block
+from ctx_magic.messages import Message, says_something, tool_result_block, usable_content
 
 
 def _turns(messages: Sequence[Message], start: int) -> list[list[int]]:
@@ -127,3 +127,24 @@ def close_dangling_tool_uses(messages: Sequence[Message], now: float) -> Message
         return None
     blocks = tuple(tool_result_block(i, INTERRUPTED_RESULT, is_error=True) for i in pending)
     return Message("user", blocks, timestamp=now)
+
+
+def without_empty(messages: Sequence[Message]) -> tuple[list[Message], int]:
+    """The messages with those no request may carry repaired: an answer of nothing (empty, or
+    only whitespace or thinking, as an earlier version stored a faulty reply) left out, and
+    whitespace-only text blocks dropped from the rest. Returns how many were left out. Only
+    broken messages change: every other one keeps its bytes (and the prompt cache its prefix)."""
+    out: list[Message] = []
+    dropped = 0
+    for message in messages:
+        broken = not message.content or any(
+            b.get("type") == "text" and not str(b.get("text", "")).strip() for b in message.content)
+        if not message.sent or not broken:
+            out.append(message)
+            continue
+        content = usable_content(message.content)
+        if not content or (message.role == "assistant" and not says_something(content)):
+            dropped += 1
+            continue
+        out.append(message.with_content(content))
+    return out, dropped

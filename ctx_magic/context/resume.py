@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ctx_magic.context.autocompact import without_usage
+from ctx_magic.context.invariants import without_empty
 from ctx_magic.context.reactive import strip_images
 from ctx_magic.context.state import ContextState, apply_decisions
 from ctx_magic.context.thinking import without_thinking
@@ -88,6 +89,10 @@ def fold_transcript(
         persisted_paths=persisted_paths,
         cleared=cleared,
     )
+    live, dropped = without_empty(live)
+    if dropped:
+        problems.append(f"{dropped} empty {'reply was' if dropped == 1 else 'replies were'} left out of the live "
+                        "context (an earlier version stored them; the API refuses empty messages)")
     return [apply_decisions(m, state) for m in live], state, problems
 
 

@@ -20,6 +20,7 @@ from ctx_magic.events import (
     Notice,
     Persisted,
     ReplyRestarted,
+    ReplyWithdrawn,
     ServerCompacted,
     ServerEdited,
     Snipped,
@@ -243,14 +244,21 @@ class TurnDisplay:
 
     def _on_reply_restarted(self, event: ReplyRestarted) -> None:
         """What the broken stream showed is withdrawn; the new attempt streams in its place."""
+        self._withdraw()
+        line = f"{event.reason.rstrip('.')}; asking again (attempt {event.attempt} of {event.attempts})."
+        show(rich(f'<div class="ctx-magic-notice" style="{NOTICE_STYLES["warning"]}">{html.escape(line)}'
+                  "</div>", line))
+
+    def _on_reply_withdrawn(self, event: ReplyWithdrawn) -> None:
+        """The last attempt broke too: nothing of it stays in the cell (the error line says why)."""
+        self._withdraw()
+
+    def _withdraw(self) -> None:
         self.text = self.thinking = ""
         if self.text_output is not None:
             self.text_output.update({"text/markdown": "", "text/plain": ""})
         if self.thinking_output is not None:
             self.thinking_output.update(thinking_html(""))
-        line = f"The connection broke mid-reply; asking again (attempt {event.attempt} of {event.attempts})."
-        show(rich(f'<div class="ctx-magic-notice" style="{NOTICE_STYLES["warning"]}">{html.escape(line)}'
-                  "</div>", line))
 
     def _close_text(self) -> None:
         self._close_thinking()

@@ -45,9 +45,11 @@ from ctx_magic.offline.faults import (
     STATUS_FAULTS,
     STREAM_ONLY_FAULTS,
     ApiError,
+    RandomFaults,
     check_faults,
     faulty_content,
     prompt_too_long,
+    reply_past_window,
     stream_body,
 )
 from ctx_magic.offline.models import capabilities
@@ -194,6 +196,7 @@ class OfflineAPI:
         self.cache = PromptCache(clock)
         self._lock = threading.Lock()
         self._faults: deque[str] = deque()
+        self._random: RandomFaults | None = None
         self._records: list[RecordedRequest] = []
         self._counters = _Counters()
         self.stall_release = threading.Event()
@@ -227,6 +230,12 @@ class OfflineAPI:
         check_faults(faults)
         with self._lock:
             self._faults.extend(faults)
+
+    def random_faults(self, rate: float, seed: int, names: tuple[str, ...] | None = None) -> None:
+        """From now on a call meets a fault with probability `rate` (seeded), after any queued
+        one; a rate of 0 stops them."""
+        with self._lock:
+            self._random = RandomFaults(rate, seed, *([names] if names else [])) if rate > 0 else None
 
     @property
     def pending_faults(self) -> tuple[str, ...]:
@@ -348,7 +357,7 @@ class OfflineAPI:
         seen = managed.compacted_from or managed.request  # what the model reads before any compaction
         segments = request_segments(seen)
         tokens = sum(s.tokens for s in segments)
-        fault = self._faults.popleft() if self._faults else None
+        fault = self._faults.popleft() if self._faults else (self._random.draw() if self._random else None)
         streaming = bool(request.get("stream"))
         failed = STATUS_FAULTS.get(fault or "")
         if fault == "overloaded_midstream" and not streaming:
@@ -356,6 +365,8 @@ class OfflineAPI:
         window = self._window(request["model"], betas)
         if failed is None and (fault == "ptl" or tokens > window):
             failed = prompt_too_long(max(tokens, window + 1), window)
+        if failed is None and managed.compaction is None and tokens + int(request["max_tokens"]) > window:
+            failed = reply_past_window(tokens, int(request["max_tokens"]), window)
         outcome = functools.partial(_Outcome, kind=kind, input_tokens=tokens, fault=fault, body=request,
                                     provider=provider, betas=betas)
         if failed is not None:

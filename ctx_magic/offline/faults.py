@@ -25,9 +25,10 @@ would answer it:
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ctx_magic.offline.conversation import Block
@@ -41,6 +42,12 @@ FAULTS: frozenset[str] = frozenset({
     "ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall", "empty_reply", "whitespace_reply",
     "overloaded_midstream", "early_close", "early_close_tool", "html_body", "redacted_thinking",
 })
+# What a soak draws from: every fault a session must come through on its own ("stall" waits for a
+# release no soak gives, "redacted_thinking" is an answer, not a failure).
+SURVIVABLE_FAULTS: tuple[str, ...] = (
+    "429", "500", "529", "401", "413", "ptl", "drop", "empty_reply", "whitespace_reply",
+    "overloaded_midstream", "early_close", "early_close_tool", "html_body",
+)
 STREAM_ONLY_FAULTS = frozenset({"overloaded_midstream", "early_close", "early_close_tool"})
 STALL_SECONDS = 60.0  # the longest a stalled stream waits to be released or cut
 DROP_AFTER_MIN_CHUNKS = 4  # a cut stream still sends message_start, ping, a block start, a delta
@@ -81,8 +88,34 @@ def prompt_too_long(tokens: int, window: int) -> ApiError:
     return ApiError(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {window} maximum")
 
 
+def reply_past_window(tokens: int, max_tokens: int, window: int) -> ApiError:
+    """The API's 400 for a prompt that fits but leaves less than max_tokens for the reply, in its
+    exact wording (current models refuse it rather than cut the reply short)."""
+    return ApiError(400, "invalid_request_error", f"input length and `max_tokens` exceed context limit: {tokens} + "
+                    f"{max_tokens} > {window}, decrease input length or `max_tokens` and try again")
+
+
 class ConnectionDropped(Exception):
     """Raised by a reply's body to say: close the connection now, mid-response."""
+
+
+@dataclass
+class RandomFaults:
+    """A fault on a share of the calls, drawn from `names` by a seeded generator: the same
+    sequence of calls meets the same faults."""
+
+    rate: float
+    seed: int
+    names: tuple[str, ...] = SURVIVABLE_FAULTS
+    _dice: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_faults(self.names)
+        self._dice = random.Random(self.seed)
+
+    def draw(self) -> str | None:
+        roll, name = self._dice.random(), self._dice.choice(self.names)  # two draws a call, whatever comes
+        return name if roll < self.rate else None
 
 
 def check_faults(names: Sequence[str]) -> None:

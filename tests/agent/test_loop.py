@@ -10,14 +10,24 @@ import errno
 import json
 import shutil
 
+import pytest
 from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
+from ctx_magic.agent.model import STREAM_BACKOFF_SECONDS
 from ctx_magic.agent.session import open_session
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.events import CompactionFailedEvent, Notice, ReplyRestarted, Status, ToolStarted
-from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block
+from ctx_magic.events import (
+    CompactionFailedEvent,
+    Notice,
+    ReplyRestarted,
+    ReplyWithdrawn,
+    Status,
+    TextDelta,
+    ToolStarted,
+)
+from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
 from ctx_magic.offline.policy import Policy
 from ctx_magic.settings import Settings
 
@@ -172,6 +182,91 @@ def test_a_stream_broken_mid_reply_is_asked_again_and_nothing_partial_stays(tmp_
     replies = [m for m in r.session.messages if m.role == "assistant"]
     assert len(replies) == 1 and replies[0].api_id  # one whole reply, from the second attempt
     assert sum(json.loads(line).get("role") == "assistant" for line in lines) == 1
+
+
+def test_an_overloaded_error_event_mid_stream_is_asked_again_after_a_wait(tmp_path):
+    with rig(tmp_path) as r:
+        started = r.clock()
+        r.api.inject("overloaded_midstream")
+        result = run_turn(r.session, "hello there")
+    assert result.error is None and result.text
+    assert r.clock() - started == STREAM_BACKOFF_SECONDS  # waited on the session's clock, not the wall's
+    assert [q.status for q in r.api.requests if q.path == "/v1/messages"] == [200, 200]
+
+
+def test_a_stream_closed_before_message_stop_never_runs_a_tool_with_half_its_input(tmp_path):
+    with rig(tmp_path) as r:
+        r.api.inject("early_close_tool")
+        result = run_turn(r.session, "run\n```python\nx = 41 + 1\nprint(x)\n```")
+    assert result.error is None
+    uses = [b for m in r.session.messages for b in m.blocks("tool_use")]
+    assert len(uses) == 1 and uses[0]["input"] == {"code": "x = 41 + 1\nprint(x)"}
+    assert "42" in json.dumps([m.to_json() for m in r.session.messages])
+
+
+def test_after_a_third_broken_stream_the_partial_reply_is_withdrawn_and_nothing_stored(tmp_path):
+    with rig(tmp_path) as r:
+        seen = []
+        r.session.listeners.append(seen.append)
+        r.api.inject("drop", "drop", "drop")
+        result = run_turn(r.session, "stream " * 300)
+        assert run_turn(r.session, "and now?").error is None
+    assert result.error is not None and "broke" in result.error
+    withdrawn = [e for e in seen if isinstance(e, ReplyWithdrawn)]
+    assert len(withdrawn) == 1 and withdrawn[0].reason == result.error
+    assert any(isinstance(e, TextDelta) for e in seen[: seen.index(withdrawn[0])])  # something had streamed
+    assert [m.role for m in r.session.messages] == ["user", "user", "assistant"]
+
+
+@pytest.mark.parametrize("fault", ["empty_reply", "whitespace_reply"])
+def test_an_empty_reply_is_asked_again_and_never_stored(tmp_path, fault):
+    with rig(tmp_path) as r:
+        r.api.inject(fault)
+        result = run_turn(r.session, "hello there")
+        lines = r.session.store.transcript_path.read_text().splitlines()
+    assert result.error is None and result.text
+    assert [m.role for m in r.session.messages] == ["user", "assistant"]
+    assert all(m.text.strip() for m in r.session.messages)
+    assert sum(json.loads(line).get("role") == "assistant" for line in lines) == 1
+
+
+def test_an_empty_reply_twice_ends_the_turn_with_a_warning_and_the_next_turn_works(tmp_path):
+    with rig(tmp_path) as r:
+        seen = []
+        r.session.listeners.append(seen.append)
+        run_turn(r.session, "run\n```python\nprint(1)\n```")
+        r.api.inject("whitespace_reply", "empty_reply")
+        result = run_turn(r.session, "run\n```python\nprint(2)\n```")
+        after = run_turn(r.session, "and now?")
+        for record in [q for q in r.api.requests if q.path == "/v1/messages"]:
+            assert_m5(record)
+    assert result.error is None
+    warnings = [e.text for e in seen if isinstance(e, Notice) and e.level == "warning"]
+    assert "The model's reply was empty 2 times; nothing was stored." in warnings
+    assert after.error is None
+    assert all(m.content and all(b.get("text", "x").strip() for b in m.content) for m in r.session.messages)
+
+
+def test_an_empty_reply_an_earlier_version_stored_is_repaired_at_resume(tmp_path):
+    with rig(tmp_path) as r:
+        run_turn(r.session, prompt(0))
+        r.session.append(Message("assistant", (), timestamp=r.clock()))  # what the loop used to store
+        r.session.append(user_text("and then?", timestamp=r.clock()))
+        r.session.append(Message("assistant", ({"type": "text", "text": "\n\n"},), timestamp=r.clock()))
+        r.session.end_turn()
+        sid = r.session.session_id
+        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
+                                         Settings(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
+        assert problems == ["2 empty replies were left out of the live context (an earlier version stored them; "
+                            "the API refuses empty messages)"]
+        before = len(r.api.requests)
+        assert run_turn(resumed, prompt(1)).error is None
+        manual_compact(resumed)
+        assert run_turn(resumed, prompt(2)).error is None
+        resumed.snip(2)
+        assert run_turn(resumed, prompt(3)).error is None
+        sent = [q for q in r.api.requests[before:] if q.path == "/v1/messages"]
+    assert {q.kind for q in sent} == {"normal", "compaction"} and all(q.status == 200 for q in sent)
 
 
 def test_one_overload_is_retried_by_the_sdk_transparently(tmp_path):

@@ -11,9 +11,11 @@ import pytest
 
 from ctx_magic.agent.model import (
     FALLBACK_LIMITS,
+    STREAM_BACKOFF_SECONDS,
     AnthropicModel,
     ModelRequest,
     map_error,
+    stream_reply,
     table_limits,
 )
 from ctx_magic.agent.request import system_blocks, to_api_messages
@@ -27,6 +29,8 @@ from ctx_magic.errors import (
     RateLimited,
     RequestTooLarge,
     ServerError,
+    StreamDropped,
+    StreamOverloaded,
     UnknownModel,
 )
 from ctx_magic.messages import Message, text_block, user_text
@@ -273,6 +277,18 @@ def test_real_prompt_too_long_reports_the_gap(model: AnthropicModel) -> None:
     assert str(caught.value) == f"The prompt is too long: {counted:,} tokens > {WINDOW:,} maximum."
 
 
+def test_a_prompt_that_leaves_no_room_for_the_reply_is_refused_as_too_long(model: AnthropicModel) -> None:
+    ask = request(user_text("The quick brown fox jumps over the lazy dog. " * 1_600))
+    counted = model.count_tokens(ask)
+    assert counted <= WINDOW < counted + MAX_OUTPUT
+    tight = ModelRequest(system=ask.system, tools=ask.tools, messages=ask.messages, max_tokens=MAX_OUTPUT)
+    with pytest.raises(PromptTooLong) as caught:  # the API's rule: input + max_tokens within the window
+        model.stream(tight)
+    assert (caught.value.actual, caught.value.limit) == (counted + MAX_OUTPUT, WINDOW)
+    assert str(caught.value) == (f"The prompt and the room asked for the reply exceed the window: {counted:,} + "
+                                 f"{MAX_OUTPUT:,} tokens > {WINDOW:,}.")
+
+
 def test_dropped_stream_is_a_network_error(model: AnthropicModel, api: OfflineAPI) -> None:
     api.inject("drop")
     pieces: list[str] = []
@@ -280,6 +296,59 @@ def test_dropped_stream_is_a_network_error(model: AnthropicModel, api: OfflineAP
         model.stream(request(user_text("stream " * 300)), on_text=pieces.append)
     assert caught.value.retryable is True
     assert_one_clear_line(caught.value)
+
+
+@pytest.mark.parametrize(("fault", "error_type", "words"), [
+    ("overloaded_midstream", StreamOverloaded, "mid-stream (overloaded_error: Overloaded)"),
+    ("early_close", StreamDropped, "ended before the reply was complete"),
+    ("early_close_tool", StreamDropped, "ended before the reply was complete"),
+    ("html_body", StreamDropped, "answered with text/html instead of a reply stream (HTTP 200)"),
+])
+def test_a_stream_that_never_reaches_message_stop_is_dropped_never_a_whole_reply(
+    model: AnthropicModel, api: OfflineAPI, fault: str, error_type: type[StreamDropped], words: str
+) -> None:
+    api.inject(fault)
+    tools = [PYTHON_TOOL] if fault == "early_close_tool" else None
+    ask = request(user_text("run it\n```python\nprint(1)\n```"), tools=tools)
+    with pytest.raises(StreamDropped) as caught:
+        model.stream(ask)
+    assert type(caught.value) is error_type and words in str(caught.value)
+    assert "AssertionError" not in str(caught.value)
+    assert_one_clear_line(caught.value)
+    assert model.stream(ask).stop_reason in ("end_turn", "tool_use")  # one fault, one call
+
+
+@pytest.mark.parametrize("fault", ["empty_reply", "whitespace_reply"])
+def test_an_empty_or_whitespace_reply_comes_back_with_no_blocks(model: AnthropicModel, api: OfflineAPI,
+                                                                 fault: str) -> None:
+    api.inject(fault)
+    assert model.stream(request(user_text("hello"))).content == ()
+
+
+def test_a_broken_stream_is_asked_again_and_an_overload_waits_first(model: AnthropicModel, api: OfflineAPI) -> None:
+    api.inject("overloaded_midstream", "drop")
+    waits: list[float] = []
+    heard: list[tuple[int, int]] = []
+    reply = stream_reply(model, request(user_text("stream " * 300)), sleep=waits.append,
+                         restarted=lambda attempt, attempts, error: heard.append((attempt, attempts)))
+    assert text_of(reply.content)
+    assert heard == [(2, 3), (3, 3)]
+    assert waits == [STREAM_BACKOFF_SECONDS]  # after the overload only; a dropped connection is asked at once
+
+
+def test_a_third_broken_stream_is_the_error(model: AnthropicModel, api: OfflineAPI) -> None:
+    api.inject("early_close", "early_close", "early_close")
+    with pytest.raises(StreamDropped):
+        stream_reply(model, request(user_text("hello")), sleep=lambda seconds: None)
+    assert api.model_calls() == 3
+
+
+def test_an_error_event_the_request_caused_is_not_asked_again() -> None:
+    error = status_error(200, "messages: bad", body={"type": "error", "error": {"type": "invalid_request_error",
+                                                                               "message": "messages: bad"}})
+    mapped = map_error(error)
+    assert not isinstance(mapped, StreamDropped)
+    assert str(mapped) == "The API stopped the reply with an error (invalid_request_error): messages: bad."
 
 
 def test_single_529_is_retried_transparently(url: str, api: OfflineAPI) -> None:

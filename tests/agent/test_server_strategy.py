@@ -27,9 +27,10 @@ SERVER = Settings(strategy="server")
 
 
 def big(n: int) -> str:
-    """A turn whose code prints about 10,000 tokens (under L1's 50,000-character limit)."""
-    return (f"Turn {n}: dump batch {n}.\n```python\n"
-            f"print('\\n'.join(f'row {n}-{{i}}: ' + 'x' * 60 for i in range(600)))\n```")
+    """A turn whose code prints about 10,000 tokens in two runs, each under L1's limit (50,000
+    characters scaled to the 100,000-token window: 25,000)."""
+    run = f"```python\nprint('\\n'.join(f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)))\n```"
+    return f"Turn {n}: dump batch {n}.\n{run}\n{run}"
 
 
 def main_calls(api) -> list:  # type: ignore[no-untyped-def]

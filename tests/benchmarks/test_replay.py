@@ -145,7 +145,8 @@ def test_a_main_call_that_talks_about_memory_still_gets_the_recorded_action() ->
 def test_raw_overflows_at_a_tiny_window_and_is_billed_up_to_it() -> None:
     replay = load_swe(swe_paths(CORPUS)[0])
     result = run_one("raw", replay, 3_000)
-    assert result.overflow and "prompt is too long" in (result.error or "")
+    # The window is first too small for the prompt and the reply it asks room for (the API's 400).
+    assert result.overflow and "exceed context limit" in (result.error or "")
     assert result.calls[-1].status == 400 and result.calls[-1].cost == 0
     assert 0 < result.cost < run_one("raw", replay, 200_000).cost  # the calls before the overflow
 

@@ -13,6 +13,7 @@ from ctx_magic.context.budget import (
     persisted_prompt,
     preview,
     prompt_limit_tokens,
+    scaled_budget,
 )
 from ctx_magic.messages import result_text, user_text
 
@@ -133,3 +134,24 @@ def test_a_user_message_over_a_quarter_of_the_threshold_or_50000_characters_is_o
     block = persisted_prompt("/s/tool-results/prompt-1-0.txt", "line\n" * 1_000, 100)
     assert block.startswith("<persisted-input>") and "/s/tool-results/prompt-1-0.txt" in block
     assert "5,000 characters" in block and block.count("line") <= 25
+
+
+def test_l1_limits_scale_with_the_window_below_200k():
+    assert scaled_budget(1.0) == scaled_budget(5.0)  # a 1M window keeps the seeds' figures
+    full = scaled_budget(1.0)
+    assert (full.max_result_chars, full.max_message_chars, full.preview_chars) == (
+        MAX_RESULT_CHARS, MAX_MESSAGE_RESULTS_CHARS, PREVIEW_CHARS)
+    small = scaled_budget(12_000 / 200_000)
+    assert (small.max_result_chars, small.max_message_chars, small.preview_chars) == (3_000, 12_000, 750)
+    tiny = scaled_budget(4_096 / 200_000)
+    assert tiny.preview_chars == 256 and tiny.max_result_chars == 1_024
+
+
+def test_a_45000_character_output_is_persisted_in_a_12000_token_window():
+    output = "\n".join(f"[{i}, {i * 7 % 1000}]," for i in range(4_000))[:45_000]
+    msgs, _ = one_result(output)
+    names = {b["id"]: b["name"] for m in msgs for b in m.blocks("tool_use")}
+    out, _decided, events = apply_tool_result_budget(msgs, 0, frozenset(), names, path_for,
+                                                     scaled_budget(12_000 / 200_000))
+    assert len(events) == 1 and events[0].original_chars == len(output)
+    assert len(result_text(out[-1].content[0])) < 1_500

@@ -10,6 +10,7 @@ from ctx_magic.context.invariants import (
     INTERRUPTED_RESULT,
     check_invariants,
     close_dangling_tool_uses,
+    without_empty,
 )
 from ctx_magic.context.state import ContextState
 from ctx_magic.errors import InvariantError
@@ -109,3 +110,17 @@ def test_tool_result_block_shape():
     assert tool_result_block("t", "x", is_error=True) == {
         "type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": True,
     }
+
+
+def test_empty_and_whitespace_answers_are_left_out_and_the_rest_keeps_its_bytes():
+    use = call()
+    thinking = {"type": "thinking", "thinking": "hmm", "signature": "s"}
+    kept = [user_text("go  "), assistant(text("fine  ")), user_text("next")]
+    broken = [Message("assistant", ()), assistant(text("\n\n")), assistant(thinking, text("\n\n")),
+              assistant(text(" "), use)]
+    messages = [kept[0], broken[0], kept[1], broken[1], kept[2], broken[2], broken[3], results((use["id"], "ok"))]
+    repaired, dropped = without_empty(messages)
+    assert dropped == 3
+    assert repaired[:3] == kept  # untouched, trailing spaces and all: no cache prefix changes
+    assert repaired[3].content == (use,) and repaired[3].uuid == broken[3].uuid
+    check_invariants(repaired)

@@ -30,6 +30,19 @@ def test_prompt_too_long_message_parses_to_numbers(sdk: anthropic.Anthropic) -> 
     assert (parsed.actual, parsed.limit, parsed.gap) == (counted, WINDOW, counted - WINDOW)
 
 
+def test_input_and_max_tokens_over_the_window_is_refused_in_the_apis_words(sdk: anthropic.Anthropic) -> None:
+    text = "The quick brown fox jumps over the lazy dog. " * 1_600
+    counted = sdk.messages.count_tokens(model=MODEL, messages=[user(text)]).input_tokens
+    max_tokens = WINDOW - counted + 1
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk.messages.create(model=MODEL, max_tokens=max_tokens, messages=[user(text)])
+    message = caught.value.api_message or ""
+    assert message == (f"input length and `max_tokens` exceed context limit: {counted} + {max_tokens} > {WINDOW}, "
+                       "decrease input length or `max_tokens` and try again")
+    assert caught.value.type == "invalid_request_error" and is_prompt_too_long(400, message)
+    assert sdk.messages.create(model=MODEL, max_tokens=max_tokens - 1, messages=[user(text)]).content
+
+
 def test_injected_ptl_fault_refuses_a_small_prompt(api: OfflineAPI, client: anthropic.Anthropic) -> None:
     api.inject("ptl")
     with pytest.raises(anthropic.BadRequestError) as caught:

@@ -136,3 +136,35 @@ def test_an_invalid_request_leaves_the_queued_fault_for_the_next_call(api: Offli
     with pytest.raises(anthropic.BadRequestError):
         client.messages.create(model=MODEL, max_tokens=100, messages=[user(" ")])
     assert api.pending_faults == ("empty_reply",)  # an invalid request never reaches the fault
+
+
+def test_random_faults_hit_about_their_share_of_calls_the_same_ones_for_the_same_seed() -> None:
+    def draws(seed: int) -> list[str | None]:
+        api = OfflineAPI()
+        api.random_faults(0.1, seed)
+        client = offline_client(api, max_retries=0)
+        for _ in range(200):
+            try:
+                client.messages.create(model=MODEL, max_tokens=50, messages=[user("hi")])
+            except (anthropic.APIError, ValueError):
+                pass
+        return [r.fault for r in api.requests]
+
+    first = draws(7)
+    assert first == draws(7) and first != draws(8)
+    hits = [f for f in first if f is not None]
+    assert 10 <= len(hits) <= 30 and set(hits) <= set(faults_module.SURVIVABLE_FAULTS)
+    assert "stall" not in faults_module.SURVIVABLE_FAULTS  # a soak never waits on a release nobody gives
+
+
+def test_a_queued_fault_comes_before_a_random_one_and_rate_0_stops_them() -> None:
+    api = OfflineAPI()
+    api.random_faults(1.0, 3, ("529",))
+    api.inject("500")
+    client = offline_client(api, max_retries=0)
+    for expected in (anthropic.InternalServerError, anthropic.APIStatusError):
+        with pytest.raises(expected):
+            client.messages.create(model=MODEL, max_tokens=50, messages=[user("hi")])
+    api.random_faults(0, 3)
+    assert client.messages.create(model=MODEL, max_tokens=50, messages=[user("hi")]).content
+    assert [r.fault for r in api.requests] == ["500", "529", None]
