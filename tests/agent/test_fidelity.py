@@ -126,8 +126,9 @@ def test_pins_survive_a_resume_and_the_compaction_after_it(tmp_path):
 
 
 def big_turn(n: int) -> str:
-    """A turn whose code prints about 10,000 tokens (under L1's 50,000-character limit)."""
-    return (f"Turn {n}: dump batch {n}.\n```python\nbatch_{n} = [f'row {n}-{{i}}: ' + 'x' * 60 for i in range(600)]"
+    """A turn whose code prints about 5,000 tokens (under L1's limit, 25,000 characters at a
+    100,000-token window)."""
+    return (f"Turn {n}: dump batch {n}.\n```python\nbatch_{n} = [f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)]"
             f"\nprint('\\n'.join(batch_{n}))\n```")
 
 
@@ -140,7 +141,7 @@ def test_the_apis_own_summary_is_audited_and_followed_by_the_pins_and_a_resume_k
         run_turn(r.session, big_turn(0))
         pin = r.session.pin_board.pin(PIN)
         turns = 1
-        while not events and turns < 14:
+        while not events and turns < 28:
             assert run_turn(r.session, big_turn(turns)).error is None
             turns += 1
         run_turn(r.session, "what is the convention?")
