@@ -126,9 +126,11 @@ def test_pins_survive_a_resume_and_the_compaction_after_it(tmp_path):
 
 
 def big_turn(n: int) -> str:
-    """A turn whose code prints about 10,000 tokens (under L1's 50,000-character limit)."""
-    return (f"Turn {n}: dump batch {n}.\n```python\nbatch_{n} = [f'row {n}-{{i}}: ' + 'x' * 60 for i in range(600)]"
-            f"\nprint('\\n'.join(batch_{n}))\n```")
+    """A turn whose code prints about 10,000 tokens in two runs, each under L1's limit (50,000
+    characters scaled to the 100,000-token window: 25,000)."""
+    run = (f"```python\nbatch_{n} = [f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)]"
+           f"\nprint('\\n'.join(batch_{n}))\n```")
+    return f"Turn {n}: dump batch {n}.\n{run}\n{run}"
 
 
 def test_the_apis_own_summary_is_audited_and_followed_by_the_pins_and_a_resume_keeps_them(tmp_path, monkeypatch):
