@@ -322,7 +322,7 @@ def run_replay(replay: corpus.Replay, window: int, storage: Path) -> Figures:
             raise RuntimeError(f"{replay.name} turn {n}: {result.error or 'actions left over'}")
         notes.wait(NOTES_WAIT_SECONDS)
         if n == 0:
-            session.pin(REPLAY_PIN)
+            session.pin_board.pin(REPLAY_PIN)
     figures.seconds = time.perf_counter() - started
     figures.turns = len(replay.turns)
     session.close()

@@ -171,7 +171,7 @@ def server_compacted(session: Session, answer: Message) -> list[Message] | None:
     audit = audit_summary([*before, *first_written(session, before)], str(first.get("content") or ""),
                           transcript_path=str(session.store.transcript_path),
                           message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
-    event = session.server_compacted(answer, audit=audit.report, carried=[(m.uuid, m.text) for m in audit.carried],
+    event = session.server.compacted(answer, audit=audit.report, carried=[(m.uuid, m.text) for m in audit.carried],
                                      pins=[p.id for p in session.pins])
     if event is None:
         return None

@@ -210,7 +210,7 @@ def _ready(session: Session, result: TurnResult) -> Prepared:
         result.compactions.append("auto")
         prepared = session.prepare()
         plan = prepared.plan
-    if plan.zone == "blocked" and not session.server_compacts():  # the API compacts what is sent to it
+    if plan.zone == "blocked" and not session.server.compacts():  # the API compacts what is sent to it
         raise ContextFull(f"The context is full ({plan.tokens_after:,} of {session.window.tokens:,} tokens) and could "
                           "not be compacted.", remedy=Remedy.COMPACT_OR_NEW)
     return prepared

@@ -18,9 +18,11 @@ from typing import Any
 
 from ctx_magic.agent.files import FileTools
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest
+from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.restore import load_saved
+from ctx_magic.agent.server_side import ServerSide
 from ctx_magic.agent.side_calls import SideCalls
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
@@ -32,34 +34,29 @@ from ctx_magic.context.decide import Plan, SessionFacts, decide
 from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, figures, measure, prepare, snip_now
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.microcompact import idle_gap
-from ctx_magic.context.pins import Pin, add_pin, pins_from_json, pins_message, remove_pin
-from ctx_magic.context.server import ServerPlan, cleared_tokens, server_plan
+from ctx_magic.context.pins import Pin
+from ctx_magic.context.server import cleared_tokens
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import clear_foreign_thinking, side_call_view
-from ctx_magic.context.tokens import ContextCount, message_tokens
+from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import (
-    AuditReport,
     Cleared,
     Compacted,
     Event,
     Notice,
     Persisted,
-    ServerCompacted,
-    ServerEdited,
     Snipped,
     ThinkingCleared,
     UsageUpdated,
     notify,
 )
-from ctx_magic.messages import Message, user_text
+from ctx_magic.messages import Message
 from ctx_magic.prices import Prices, model_prices
 from ctx_magic.settings import Settings, Window
 from ctx_magic.store.recorder import Recorder
 from ctx_magic.store.session import SessionDir, new_session_id
 
-SERVER_COMPACTION_MARKER = ("(The conversation before this point was compacted by the API; its summary opens the next "
-                            "message.)")
 DEFAULT_SYSTEM_PROMPT = """You are an assistant that works with the user's data through the tools you are given.
 Keep replies short and concrete; show results rather than describing them.
 Long outputs may be saved to disk and replaced by a preview; read the rest with read_file. Old tool
@@ -90,10 +87,10 @@ class Session:
         self.plugins = Plugins()
         self.plan = Plan()
         """The last decision made before a call (context/decide.py), with its reason."""
-        self.pins: tuple[Pin, ...] = pins_from_json(store.load_pins())
-        """What the user pinned (pins.json): re-injected after every summary, kept across resume."""
-        self._server_cleared: tuple[tuple[Any, Any], ...] = ()
-        """What the server's edits last cleared (a new ServerEdited is recorded when it changes)."""
+        self.pin_board = PinBoard(store, self.append, clock, lambda: self.settings.pin_budget_tokens)
+        """What the user pinned: re-injected after every summary, kept across resume."""
+        self.server = ServerSide(self)
+        """What the API does to the requests under the 'server' strategy."""
 
     # -- identity, settings, what every request carries ------------------------------------------
 
@@ -139,26 +136,9 @@ class Session:
             compactable_tools=self.frame.tools().clearable(),
             tool_results_dir=str(self.store.tool_results_dir), transcript_path=str(self.store.transcript_path))
 
-    def server_plan(self) -> ServerPlan | None:
-        """What the API takes over under the 'server' strategy (None under 'client')."""
-        if self.settings.strategy != "server":
-            return None
-        context = self.context_settings()
-        tools = self.frame.tools()
-        return server_plan(warning=context.thresholds.warning, autocompact=context.thresholds.autocompact,
-                           keep_recent=context.keep_recent, clear_at_least=context.clear_threshold,
-                           thinking=self.window.thinking != "off" or self._has_thinking(),
-                           supported=self.model.limits().context_edits, tools=tools.names(),
-                           clearable_tools=tools.clearable())
-
-    def server_compacts(self) -> bool:
-        """Whether the API compacts this session's requests (the 'server' strategy, where the
-        model takes it): then ctx_magic neither auto-compacts nor refuses a request as blocked."""
-        plan = self.server_plan()
-        return plan is not None and plan.server_compacts
-
-    def _has_thinking(self) -> bool:
-        return any(b.get("type") in ("thinking", "redacted_thinking") for m in self.messages for b in m.content)
+    @property
+    def pins(self) -> tuple[Pin, ...]:
+        return self.pin_board.pins
 
     def cache_warm(self) -> bool:
         """Whether the main call's prompt prefix is still in the cache (the last answer is younger
@@ -173,7 +153,7 @@ class Session:
         if purpose != "main":
             view = side_call_view(self.messages if messages is None else messages, cache_warm=self.cache_warm())
             return self.frame.build(view, purpose=purpose, tool_choice=tool_choice, max_tokens=max_tokens)
-        plan = self.server_plan()
+        plan = self.server.plan()
         return self.frame.build(self.messages if messages is None else messages, purpose=purpose,
                                 tool_choice=tool_choice, max_tokens=max_tokens,
                                 context_management=plan.context_management if plan else None,
@@ -214,7 +194,7 @@ class Session:
         return self.adopt(prepared.messages, prepared.state, prepared.events, write=False)
 
     def _prepared(self) -> Prepared:
-        plan = self.server_plan()
+        plan = self.server.plan()
         auto = not self.side_calls.busy and not (plan is not None and plan.server_compacts)
         prepared = prepare(self.messages, self.state, self.clock(), self.context_settings(),
                            overhead_tokens=self.frame.overhead_tokens(), facts=self._facts(auto),
@@ -309,7 +289,7 @@ class Session:
             cost += self.meter.add(part, call=False)
         server_cleared = cleared_tokens(reply.applied_edits)
         self.meter.count_savings(server_cleared)
-        self._server_edited(reply)
+        self.server.edited(reply)
         self.meter.main_call(reply.usage.prompt_tokens)
         self.frame.sent(self.messages)
         broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=self.settings.cache_ttl_seconds,
@@ -325,19 +305,6 @@ class Session:
         self.emit(UsageUpdated(reply.usage, count.tokens, self.state.correction.ratio, totals.to_json(),
                                round(totals.cache_hit_ratio, 4), round(cost, 6)))
 
-    def _server_edited(self, reply: ModelReply) -> None:
-        """The server's edits, recorded when they changed: the API re-applies them to every request
-        while the client sends its full history, so the same clearing comes back each call."""
-        cleared = tuple((e.get("type"), e.get("cleared_tool_uses", e.get("cleared_thinking_turns")))
-                        for e in reply.applied_edits)
-        if cleared == self._server_cleared:
-            return
-        self._server_cleared = cleared
-        if reply.applied_edits:
-            self.record(ServerEdited(tuple(dict(e) for e in reply.applied_edits), cleared_tokens(reply.applied_edits),
-                                     reply.api_id))
-            self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
-
     # -- compactions -------------------------------------------------------------------------------
 
     def compacted(self, new_messages: Sequence[Message], live: Sequence[Message], event: Compacted) -> None:
@@ -348,34 +315,6 @@ class Session:
         self.replace_live(live)
         self.compaction = self.compaction.compacted(event)
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
-
-    def server_compacted(self, message: Message, *, audit: AuditReport | None = None,
-                         carried: Sequence[tuple[str, str]] = (), pins: Sequence[str] = ()) -> ServerCompacted | None:
-        """An answer that opens with the API's compaction block: the live context now starts
-        there (behind a user marker, as the first message must be a user's, M5); the messages
-        before it leave the live context, the transcript keeps them. The marker carries the
-        user's messages the API's summary now answers for (`carried`, audited again next time)."""
-        block = message.content[0] if message.content else {}
-        if block.get("type") != "compaction" or message.uuid not in {m.uuid for m in self.messages}:
-            return None
-        live = list(self.messages)
-        at = next(i for i, m in enumerate(live) if m.uuid == message.uuid)
-        before = live[:at]
-        marker = user_text(SERVER_COMPACTION_MARKER, kind="normal", timestamp=self.clock(), server_compaction=True,
-                           **({"user_messages": [list(pair) for pair in carried]} if carried else {}))
-        self.recorder.message(marker)
-        kept = [marker, *live[at:]]
-        tokens_before = sum(message_tokens(m) for m in live if m.sent)
-        tokens_after = sum(message_tokens(m) for m in kept if m.sent)
-        event = ServerCompacted(message.uuid, tuple(m.uuid for m in kept), str(block.get("content") or ""),
-                                tokens_before, tokens_after, sum(1 for m in before if m.sent),
-                                tuple(m.uuid for m in before if m.sent), audit, tuple(pins))
-        self.record(event)
-        self.conversation = self.conversation.replaced(kept)
-        self.files.invalidate_stubs()
-        self.meter.expect_break()
-        self.meter.freed("compacted", tokens_before - tokens_after)
-        return event
 
     def switch_model(self, settings: Settings, model: Model, *, backend: str | None = None) -> ThinkingCleared | None:
         """Another model (or provider) for the next turns: the thinking blocks other models wrote
@@ -388,28 +327,6 @@ class Session:
         if event is not None:
             self.adopt(messages, self.state, [event])
         return event
-
-    # -- pins ----------------------------------------------------------------------------------------
-
-    def pin(self, text: str, *, cell: int | None = None) -> Pin:
-        """Pin `text` (a cell's source when `cell` is its execution count): stored, and shown to the
-        model at once. PinRefused past the budget."""
-        pins, pin = add_pin(self.pins, text, budget=self.settings.pin_budget_tokens, cell=cell, now=self.clock())
-        self.store.save_pins([p.to_json() for p in pins])
-        self.pins = pins
-        self.append(pins_message([pin], self.clock(), intro="The user pinned this; it stays in view after every "
-                                                            "summary:"))
-        return pin
-
-    def unpin(self, pin_id: str) -> Pin | None:
-        """Remove a pin (not re-injected from the next compaction on); None when there is no such pin."""
-        pins, removed = remove_pin(self.pins, pin_id)
-        if removed is not None:
-            self.store.save_pins([p.to_json() for p in pins])
-            self.pins = pins
-            self.append(user_text(f"[The user removed {removed.label}; it no longer applies.]", kind="attachment",
-                                  timestamp=self.clock(), unpinned=removed.id))
-        return removed
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()

@@ -127,7 +127,7 @@ class CellCapture:
         if source is None:
             return
         try:
-            session.pin(source, cell=record.execution_count)
+            session.pin_board.pin(source, cell=record.execution_count)
         except CtxMagicError as refused:  # said in the cell that absorbs it (the next %%agent's)
             notice(with_remedy(f"Cell {record.execution_count} was not pinned: {refused}", refused.remedy), "warning")
 

@@ -244,7 +244,7 @@ class Controller:
             self._before_command(session)
             if cell is not None:
                 text = self.cell_source(cell)
-            pin = session.pin(text or "", cell=cell)
+            pin = session.pin_board.pin(text or "", cell=cell)
             session.end_turn()
             self.panel.refresh()
             return pin
@@ -252,7 +252,7 @@ class Controller:
     def unpin(self, pin_id: str) -> Pin | None:
         with self.lock:
             session = self.require_session()
-            removed = session.unpin(pin_id)
+            removed = session.pin_board.unpin(pin_id)
             session.end_turn()
             self.panel.refresh()
             return removed
