@@ -76,9 +76,10 @@ def test_interrupt_while_the_reply_streams_keeps_the_conversation_valid(tmp_path
 SCENARIO = [
     SETUP + "\n%config CtxMagic.context_window = 20000\n%config CtxMagic.keep_recent = 3",
     "data = list(range(5000))\nprint(sum(data))",
-    # each part prints about 4,200 characters: under L1's limit at this window (5,000), so they stay live
-    *[f"%%agent\nPart {n}.\n```python\nprint('\\n'.join(f'row {{i}}: {{i * {n}}}' for i in range(350)))\n```"
-      for n in range(10)],
+    # Each part in two runs, each under L1's limit at this window (50,000 characters scaled: 5,000).
+    *[f"%%agent\nPart {n}.\n```python\nprint('\\n'.join(f'row {{i}}: {{i * {n}}}' for i in range(350)))\n```\n"
+      f"```python\nprint('\\n'.join(f'row {{i}}: {{i * {n}}}' for i in range(350, 700)))\n```"
+      for n in range(6)],
     "%%agent\nOne big dump.\n```python\nprint('x' * 70_000)\n```",
 ]
 NEXT = "%%agent\nWhat was in part 2?"
