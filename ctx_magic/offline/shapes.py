@@ -1,0 +1,106 @@
+"""The stand-in's values: its settings, the requests it records, the HTTP answers it gives."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ctx_magic.offline import providers
+from ctx_magic.offline.cache import minimum_cacheable_tokens
+from ctx_magic.offline.faults import ApiError
+from ctx_magic.offline.wire import error_json
+
+DEFAULT_WINDOW = 200_000  # the API's standard context window (SPEC T4)
+STANDARD_WINDOW = 200_000
+LONG_CONTEXT_BETA = "context-1m-2025-08-07"
+STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M only with the beta header
+DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
+MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
+KNOWN_MODEL_PREFIX = "claude-"
+LISTED_MODELS = ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5")
+MODEL_CREATED_AT = "1970-01-01T00:00:00Z"  # the SDK's epoch value for "release date unknown"
+JSON_HEADERS = (("content-type", "application/json"),)
+HTML_HEADERS = (("content-type", "text/html; charset=utf-8"),)
+SSE_HEADERS = (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
+
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    """One HTTP answer; `dropped` means: close the connection without answering at all."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: Iterable[bytes]
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request as the server saw it, for tests to read."""
+
+    method: str
+    path: str
+    body: Any  # the parsed JSON body, None when there was none or it did not parse
+    kind: str  # "normal" / "compaction" / "memory" for /v1/messages, "other" for the rest
+    input_tokens: int | None
+    status: int
+    fault: str | None = None
+    provider: str = "anthropic"
+    """anthropic | bedrock | vertex: whose paths and body the request came in."""
+    betas: tuple[str, ...] = ()
+    """The beta headers it carried (for Bedrock, its body's anthropic_beta)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class OfflineConfig:
+    """What the stand-in model looks like from outside."""
+
+    window: int = DEFAULT_WINDOW
+    """Context window in tokens: longer prompts get the API's prompt-too-long 400."""
+    max_output: int = DEFAULT_MAX_OUTPUT
+    """Largest max_tokens accepted; reported as the model's max_tokens."""
+    listed_models: tuple[str, ...] = LISTED_MODELS
+    """Ids returned by GET /v1/models (any claude- id is known)."""
+    min_cacheable_tokens: int | None = None
+    """Shortest prefix the prompt cache stores, in tokens; None: the model's own minimum
+    (cache.minimum_cacheable_tokens, e.g. 1,024 for Sonnet). Tests with tiny prompts set 0."""
+    thinking_types: tuple[str, ...] = ("enabled", "adaptive")
+    """The thinking types the Models API reports the model takes."""
+    context_edits: tuple[str, ...] = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
+    """The context-management strategies the Models API reports the model takes."""
+
+    def cache_minimum(self, model: str) -> int:
+        """The minimum cacheable length in force for `model`."""
+        return minimum_cacheable_tokens(model) if self.min_cacheable_tokens is None else self.min_cacheable_tokens
+
+
+@dataclass(frozen=True)
+class Outcome:
+    reply: HttpReply
+    kind: str = "other"
+    input_tokens: int | None = None
+    fault: str | None = None
+    body: Any = None
+    provider: str = "anthropic"
+    betas: tuple[str, ...] = ()
+
+
+def json_reply(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()) -> HttpReply:
+    return HttpReply(status, JSON_HEADERS + headers, [json.dumps(data, ensure_ascii=False).encode()])
+
+
+def error_reply(error: ApiError) -> HttpReply:
+    return json_reply(error.status, error_json(error.error_type, error.message), error.headers)
+
+
+def provider_error(provider: str, error: ApiError) -> HttpReply:
+    """An error in the shape of the provider the request came through."""
+    body, headers = providers.error_body(provider, error)
+    return json_reply(error.status, body, headers)
