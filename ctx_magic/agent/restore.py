@@ -4,8 +4,9 @@ what state.json kept beside it (engine decisions, compaction state, usage, plug-
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ctx_magic.agent.files import FileRead
 from ctx_magic.context.compaction_state import CompactionState
@@ -16,7 +17,25 @@ from ctx_magic.messages import Message
 from ctx_magic.store.session import SessionDir
 
 if TYPE_CHECKING:
-    from ctx_magic.agent.session import Session
+    from ctx_magic.agent.usage import UsageMeter
+
+
+class Saved(Protocol):
+    """What state.json keeps of a session (agent/session.py's Session)."""
+
+    compaction: CompactionState
+    meter: UsageMeter
+    clock: Callable[[], float]
+    frame: Any
+    plugins: Any
+    files: Any
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def settings(self) -> Any: ...
+    @property
+    def state(self) -> ContextState: ...
 
 
 @dataclass(frozen=True)
@@ -32,7 +51,7 @@ class SavedSession:
     problems: list[str] = field(default_factory=list)
 
 
-def saved_state(session: Session) -> dict[str, Any]:
+def saved_state(session: Saved) -> dict[str, Any]:
     """What state.json keeps of a session (read back by `load_saved`)."""
     return {
         "session_id": session.session_id, "model": session.settings.model, **session.compaction.to_json(),

@@ -7,8 +7,8 @@ methods.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ctx_magic.context.audit import AuditReport
 from ctx_magic.context.server import ServerPlan, cleared_tokens, server_plan
@@ -17,15 +17,41 @@ from ctx_magic.events import ServerCompacted, ServerEdited
 from ctx_magic.messages import Message, user_text
 
 if TYPE_CHECKING:
-    from ctx_magic.agent.model import ModelReply
-    from ctx_magic.agent.session import Session
+    from ctx_magic.agent.model import Model, ModelReply
+    from ctx_magic.agent.request import RequestFrame
+    from ctx_magic.agent.usage import UsageMeter
+    from ctx_magic.context.engine import ContextSettings
+    from ctx_magic.events import Event
+    from ctx_magic.settings import Settings, Window
+    from ctx_magic.store.recorder import Recorder
 
 SERVER_COMPACTION_MARKER = ("(The conversation before this point was compacted by the API; its summary opens the next "
                             "message.)")
 
 
+class Host(Protocol):
+    """What the server side reads and calls of its session (agent/session.py's Session)."""
+
+    frame: RequestFrame
+    meter: UsageMeter
+    recorder: Recorder
+    clock: Callable[[], float]
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def window(self) -> Window: ...
+    @property
+    def model(self) -> Model: ...
+    @property
+    def messages(self) -> tuple[Message, ...]: ...
+    def context_settings(self) -> ContextSettings: ...
+    def record(self, event: Event) -> None: ...
+    def replace_live(self, messages: Sequence[Message]) -> None: ...
+
+
 class ServerSide:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Host) -> None:
         self.session = session
         self._cleared: tuple[tuple[Any, Any], ...] = ()
         """What the server's edits last cleared (a new ServerEdited is recorded when it changes)."""

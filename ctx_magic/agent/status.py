@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ctx_magic.agent.usage import UsageTotals
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
@@ -14,7 +14,14 @@ from ctx_magic.events import Composition, ContextFigures
 from ctx_magic.prices import UNKNOWN_PRICES, Prices
 
 if TYPE_CHECKING:
-    from ctx_magic.agent.session import Session
+    from ctx_magic.agent.request import RequestFrame
+    from ctx_magic.agent.usage import UsageMeter
+    from ctx_magic.context.compaction_state import CompactionState
+    from ctx_magic.context.conversation import Conversation
+    from ctx_magic.context.decide import Plan
+    from ctx_magic.context.engine import ContextSettings
+    from ctx_magic.settings import Settings, Window
+    from ctx_magic.store.session import SessionDir
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,30 @@ class StatusSnapshot:
         }
 
 
-def snapshot_of(session: Session) -> StatusSnapshot:
+class Reported(Protocol):
+    """What a status snapshot reads of a session (agent/session.py's Session)."""
+
+    conversation: Conversation
+    plan: Plan
+    backend: str
+    frame: RequestFrame
+    meter: UsageMeter
+    compaction: CompactionState
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def window(self) -> Window: ...
+    @property
+    def store(self) -> SessionDir: ...
+    def context_settings(self) -> ContextSettings: ...
+    def tokens(self) -> int: ...
+    def prices(self) -> Prices: ...
+
+
+def snapshot_of(session: Reported) -> StatusSnapshot:
     """The session's status as it stands (counted locally, never by an API call)."""
     conversation = session.conversation
     settings = session.context_settings()
