@@ -36,7 +36,7 @@ JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extractio
 EXTRACTION_MAX_OUTPUT = 2_000
 # X2 at session end, for a session with something to carry over: one that compacted, or whose
 # conversation reached the size at which the seeds start keeping session notes (10,000 tokens).
-# A shorter one holds little a person has not said through %memory add or the memory tool, and
+# A shorter one holds little a person has not said through %memory add (or %memory extract), and
 # the call (the conversation read, the prompt written, up to 2,000 output tokens at five times
 # input) was 5-8 % of a short session's bill in the replay benchmark. `%memory extract` always runs.
 EXTRACT_FROM_TOKENS = 10_000
