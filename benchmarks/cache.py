@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clock import ManualClock  # a sibling module: these scripts run as files (python benchmarks/...)
+
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel, ModelReply, ModelRequest
 from ctx_magic.agent.session import Session, open_session
@@ -46,7 +48,6 @@ from ctx_magic.offline.transport import offline_client
 from ctx_magic.prices import format_usd
 from ctx_magic.settings import DEFAULT_MODEL, ModelLimits, Settings
 
-T0 = 1_767_225_600.0  # 2026-01-01: fixed, so every run sees the same timestamps
 THINK_SECONDS = (20.0, 90.0)  # the user reads the answer and types the next request
 CALL_SECONDS = 4.0  # one model call, streamed
 CACHE_TTL_SECONDS = 300.0  # the default "5m" prompt-cache lifetime the session asks for
@@ -57,17 +58,6 @@ PHASES = ((0.5, 1_000, 12_000), (0.7, 2_000, 24_000), (1.0, 20_000, 45_000))
 CHANGES = (Cleared, Snipped, Compacted, ServerEdited, ServerCompacted)  # events that rewrite what was sent
 
 
-class ManualClock:
-    """Time that only moves when the script says so: one clock for the session and the server."""
-
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass(frozen=True)

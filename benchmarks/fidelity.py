@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import fidelity_corpus as corpus
+from clock import ManualClock  # a sibling module: these scripts run as files (python benchmarks/...)
 
 import ctx_magic.agent.loop as loop_module
 from ctx_magic.agent.loop import run_turn
@@ -62,7 +63,6 @@ from ctx_magic.offline.policy import Answer, Policy, Rule
 from ctx_magic.offline.transport import offline_client
 from ctx_magic.settings import DEFAULT_MODEL, Settings
 
-T0 = 1_767_225_600.0  # 2026-01-01: fixed timestamps
 CALL_SECONDS = 5.0  # one model call, streamed
 LAST_OUTPUTS = 5
 # A recorded reply longer than this is cut: at a 20,000-token window the reply cap is 5,000 tokens,
@@ -77,15 +77,6 @@ PARTIAL_AT = {45: "--up-to", 60: "--from"}  # notebook turns at which the user c
 DUMP_CELL = "dump = np.random.RandomState(0).rand(3000, 4)\nprint(pd.DataFrame(dump).to_csv())"
 
 
-class ManualClock:
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # -- figures -----------------------------------------------------------------------------------

@@ -23,12 +23,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.clock import ManualClock
 from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
 from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
 from ctx_magic.offline.counting import has_images
 
-T0 = 1_767_225_600.0  # 2026-01-01T00:00Z: every run sees the same timestamps
 MODEL = "claude-sonnet-5-5"
 API_HEADERS = {"x-api-key": "offline", "content-type": "application/json", "anthropic-version": "2023-06-01"}
 MESSAGES = "/v1/messages"
@@ -44,17 +44,6 @@ OUTPUT_TOKENS_PER_SECOND = 50.0  # then the reply streams at this pace
 REFUSED_SECONDS = 0.5  # a request the API refuses comes back at once
 
 
-class ManualClock:
-    """Time that moves only when told: one clock for the strategy and the stand-in's cache."""
-
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += max(0.0, seconds)
 
 
 @dataclass(frozen=True)

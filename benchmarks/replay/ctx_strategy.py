@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ctx_magic.agent.loop as loop_module
-from benchmarks.replay.billing import MODEL, Bench, ManualClock
+from benchmarks.clock import ManualClock
+from benchmarks.replay.billing import MODEL, Bench
 from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
 from ctx_magic.agent.loop import run_turn
