@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -95,3 +96,19 @@ class Kernel:
         if self.manager.is_alive():
             self.client.stop_channels()
             self.manager.shutdown_kernel(now=True)
+
+
+SETUP = "%load_ext ctx_magic\n%config CtxMagic.permission = 'auto'\n%config CtxMagic.idle_timer = False"
+
+
+def start(kernels: list[Kernel], folder: Path, env: dict[str, str], setup: str = SETUP) -> Kernel:
+    """A kernel in `folder` with ctx_magic loaded (`setup`), added to `kernels` to be closed."""
+    kernel = Kernel(folder, env)
+    kernels.append(kernel)
+    assert "ERROR" not in kernel.execute(setup)
+    return kernel
+
+
+def session_id(kernel: Kernel) -> str:
+    text = kernel.execute("%ctx status --json")
+    return json.JSONDecoder().raw_decode(text[text.index("{"):])[0]["session_id"]

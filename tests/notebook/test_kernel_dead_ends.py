@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_rig import Kernel, kernel_env
+from kernel_rig import SETUP, Kernel, kernel_env, session_id, start
 
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
-SETUP = "%load_ext ctx_magic\n%config CtxMagic.permission = 'auto'\n%config CtxMagic.idle_timer = False"
 SMALL_WINDOW = 12_000
 DENSE_45K = "import json\nprint(json.dumps([[i, i * 7 % 1000] for i in range(4000)])[:45000])"
 
@@ -38,16 +36,6 @@ def kernels() -> Iterator[list[Kernel]]:
         kernel.close()
 
 
-def start(kernels: list[Kernel], folder: Path, env: dict[str, str], setup: str = SETUP) -> Kernel:
-    kernel = Kernel(folder, env)
-    kernels.append(kernel)
-    assert "ERROR" not in kernel.execute(setup)
-    return kernel
-
-
-def session_id(kernel: Kernel) -> str:
-    text = kernel.execute("%ctx status --json")
-    return json.JSONDecoder().raw_decode(text[text.index("{"):])[0]["session_id"]
 
 
 def calls(api: OfflineAPI, since: int = 0) -> list[Any]:

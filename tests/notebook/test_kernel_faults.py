@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 from image_samples import jpeg, png
-from kernel_rig import Kernel, kernel_env
+from kernel_rig import SETUP, Kernel, kernel_env, session_id, start
 
 from ctx_magic.images import API_MAX_BASE64_CHARS, API_MAX_IMAGES, sniff_media_type
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
-SETUP = "%load_ext ctx_magic\n%config CtxMagic.permission = 'auto'\n%config CtxMagic.idle_timer = False"
 RACE_ROUNDS = 8  # two kernels resuming one session at once, again and again: exactly one each time
 OUTPUT_MB = 20
 # 105 images are 210,000 tokens at T2's flat 2,000 each: a million-token window holds them uncompacted.
@@ -62,16 +61,6 @@ def kernels(tmp_path, api) -> Iterator[list[Kernel]]:
         kernel.close()
 
 
-def start(kernels: list[Kernel], tmp_path: Path, env: dict[str, str], setup: str = SETUP) -> Kernel:
-    kernel = Kernel(tmp_path, env)
-    kernels.append(kernel)
-    assert "ERROR" not in kernel.execute(setup)
-    return kernel
-
-
-def session_id(kernel: Kernel) -> str:
-    text = kernel.execute("%ctx status --json")
-    return json.JSONDecoder().raw_decode(text[text.index("{"):])[0]["session_id"]
 
 
 def main_requests(api: OfflineAPI) -> list[dict]:
