@@ -231,7 +231,7 @@ def play_session(session: Session, bench: Bench, keeper: NotesKeeper | None) -> 
         for cell in turn.cells:
             bench.clock.advance(cell.gap)
             if any(m.sent for m in session.messages):
-                session.prepare()  # the controller's idle check when a cell runs
+                session.live.prepare()  # the controller's idle check when a cell runs
             pending.append(cell)
         bench.clock.advance(turn.gap)
         absorb_cells(session, pending, bench.clock())

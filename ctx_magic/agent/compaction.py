@@ -124,7 +124,7 @@ def _run_compaction(session: Session, trigger: str, *, direction: str = "full", 
         trigger=trigger,
         now=session.clock(),
         transcript_path=str(session.store.transcript_path),
-        tokens_before=session.tokens(),
+        tokens_before=session.live.tokens(),
         measure=_measure(session),
         threshold=settings.thresholds.autocompact,
         direction=direction,
@@ -148,7 +148,7 @@ def compaction_reason(session: Session, trigger: str, instructions: str | None =
         return "the agent asked for it" + asked
     if trigger == "reactive":
         return "the API refused the request as too long (prompt too long)"
-    return session.plan.reason
+    return session.live.plan.reason
 
 
 def _apply(session: Session, result: CompactionResult, reason: str) -> CompactionResult:
@@ -237,7 +237,7 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
         notes_path=str(session.store.session_memory_path),
         transcript_path=str(session.store.transcript_path),
         now=session.clock(),
-        tokens_before=session.tokens(),
+        tokens_before=session.live.tokens(),
         measure=_measure(session),
         threshold=session.context_settings().thresholds.autocompact,
         previous_boundary=session.compaction.previous_boundary,

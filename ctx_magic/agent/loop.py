@@ -72,10 +72,10 @@ class Turn:
         self.compact_request: str | None = None
 
     def is_live_result(self, tool_use_id: str) -> bool:
-        return self.session.is_live_result(tool_use_id)
+        return self.session.live.is_live_result(tool_use_id)
 
     def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
-        return self.session.clear_results(tool_use_ids, "model")
+        return self.session.live.clear_results(tool_use_ids, "model")
 
     def ask_compaction(self, instructions: str) -> bool:
         if "model" in self.result.compactions or self.compact_request is not None:
@@ -200,15 +200,15 @@ def _ready(session: Session, result: TurnResult) -> Prepared:
     Past the threshold by estimate, the API's exact count is asked first (T3): a compaction the
     conversation does not need yet is a summary's worth of lost detail.
     """
-    prepared = session.prepare()
+    prepared = session.live.prepare()
     plan = prepared.plan
     if plan.check_exact:
-        exact = session.exact_tokens()
+        exact = session.live.exact_tokens()
         if exact is not None:
-            plan = session.replan(prepared, exact)
+            plan = session.live.replan(prepared, exact)
     if plan.compact and compaction.auto_compact(session, plan):
         result.compactions.append("auto")
-        prepared = session.prepare()
+        prepared = session.live.prepare()
         plan = prepared.plan
     if plan.zone == "blocked" and not session.server.compacts():  # the API compacts what is sent to it
         raise ContextFull(f"The context is full ({plan.tokens_after:,} of {session.window.tokens:,} tokens) and could "
@@ -246,7 +246,7 @@ def _shrink_request(session: Session) -> None:
         session.record(event)
     if changed:
         session.record(ImagesStripped(tuple(changed)))
-    session.replace_live(messages, session.state.with_persisted(persisted))
+    session.live.replace(messages, session.state.with_persisted(persisted))
 
 
 def _run_tools(session: Session, reply: ModelReply, turn: Turn) -> None:

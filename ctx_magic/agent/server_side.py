@@ -29,6 +29,12 @@ SERVER_COMPACTION_MARKER = ("(The conversation before this point was compacted b
                             "message.)")
 
 
+class Live(Protocol):
+    """The live context, as the server side swaps it (agent/live.py's LiveContext)."""
+
+    def replace(self, messages: Sequence[Message]) -> None: ...
+
+
 class Host(Protocol):
     """What the server side reads and calls of its session (agent/session.py's Session)."""
 
@@ -47,7 +53,8 @@ class Host(Protocol):
     def messages(self) -> tuple[Message, ...]: ...
     def context_settings(self) -> ContextSettings: ...
     def record(self, event: Event) -> None: ...
-    def replace_live(self, messages: Sequence[Message]) -> None: ...
+    @property
+    def live(self) -> Live: ...
 
 
 class ServerSide:
@@ -112,6 +119,6 @@ class ServerSide:
                                 tokens_before, tokens_after, sum(1 for m in before if m.sent),
                                 tuple(m.uuid for m in before if m.sent), audit, tuple(pins))
         session.record(event)
-        session.replace_live(kept)
+        session.live.replace(kept)
         session.meter.freed("compacted", tokens_before - tokens_after)
         return event

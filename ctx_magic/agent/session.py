@@ -3,20 +3,21 @@ it runs.
 
 The session is the only writer of its fields; the turn loop (loop.py), compaction
 (compaction.py) and the notebook act through its methods. Each part has one job: `Recorder`
-writes the transcript and state.json, `Conversation` is the live context, `CompactionState`
+writes the transcript and state.json, `LiveContext` holds the live context and carries out the
+engine's changes to it (agent/live.py), `CompactionState`
 holds the boundaries and the breaker, `UsageMeter` the spend and the cache watch, `SideCalls`
 the calls made beside the conversation.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.files import FileTools
+from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
@@ -29,26 +30,18 @@ from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.conversation import Conversation
-from ctx_magic.context.costs import Prices as CachePrices
-from ctx_magic.context.decide import Plan, SessionFacts, decide
-from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, measure, prepare, snip_now
+from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.invariants import close_dangling_tool_uses
-from ctx_magic.context.microcompact import idle_gap
 from ctx_magic.context.pins import Pin
 from ctx_magic.context.server import cleared_tokens
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import clear_foreign_thinking, side_call_view
+from ctx_magic.context.thinking import side_call_view
 from ctx_magic.context.tokens import ContextCount
-from ctx_magic.errors import CtxMagicError, Remedy
+from ctx_magic.errors import Remedy
 from ctx_magic.events import (
-    Cleared,
     Compacted,
-    ContextFigures,
-    ContextMeasured,
     Event,
     Notice,
-    Persisted,
-    Snipped,
     ThinkingCleared,
     UsageUpdated,
     notify,
@@ -79,16 +72,15 @@ class Session:
         self.backend = backend
         """Which server answers: 'anthropic' or 'offline' (shown in the status)."""
         self.listeners: list[Callable[[Event], None]] = []
-        self.recorder = Recorder(store, live=lambda: self.conversation.messages, notice=self.notice)
+        self.recorder = Recorder(store, live=lambda: self.live.messages, notice=self.notice)
         self.files = FileTools((root or Path.cwd()).resolve(), extra_roots=(store.root,))
         self.frame = RequestFrame(model, executor, self.files, settings or Settings(), system_prompt)
-        self.conversation = Conversation()
+        self.live = LiveContext(self)
+        """The conversation the next request carries, and the engine's work on it."""
         self.compaction = CompactionState()
         self.meter = UsageMeter(prices=self.prices)
         self.side_calls = SideCalls(self)
         self.plugins = Plugins()
-        self.plan = Plan()
-        """The last decision made before a call (context/decide.py), with its reason."""
         self.pin_board = PinBoard(store, self.append, clock, lambda: self.settings.pin_budget_tokens)
         """What the user pinned: re-injected after every summary, kept across resume."""
         self.server = ServerSide(self)
@@ -106,11 +98,11 @@ class Session:
 
     @property
     def messages(self) -> tuple[Message, ...]:
-        return self.conversation.messages
+        return self.live.messages
 
     @property
     def state(self) -> ContextState:
-        return self.conversation.state
+        return self.live.state
 
     @property
     def model(self) -> Model:
@@ -142,18 +134,12 @@ class Session:
     def pins(self) -> tuple[Pin, ...]:
         return self.pin_board.pins
 
-    def cache_warm(self) -> bool:
-        """Whether the main call's prompt prefix is still in the cache (the last answer is younger
-        than the cache TTL)."""
-        gap = idle_gap(self.messages, self.clock())
-        return gap is not None and gap <= self.settings.cache_ttl_seconds
-
     def request(self, messages: Sequence[Message] | None = None, *, purpose: str = "main",
                 tool_choice: dict[str, Any] | None = None, max_tokens: int | None = None) -> ModelRequest:
         """A main call (the live context, with the server's edits under the 'server' strategy), or
         a side call's (its messages seen as context/thinking.side_call_view says)."""
         if purpose != "main":
-            view = side_call_view(self.messages if messages is None else messages, cache_warm=self.cache_warm())
+            view = side_call_view(self.messages if messages is None else messages, cache_warm=self.live.cache_warm())
             return self.frame.build(view, purpose=purpose, tool_choice=tool_choice, max_tokens=max_tokens)
         plan = self.server.plan()
         return self.frame.build(self.messages if messages is None else messages, purpose=purpose,
@@ -175,114 +161,11 @@ class Session:
         try:
             self.recorder.message(message)
         finally:
-            self.conversation = self.conversation.appended(message)
+            self.live.append(message)
 
     def record(self, event: Event) -> None:
         self.recorder.event(event)
         self.emit(event)
-
-    # -- the engine --------------------------------------------------------------------------------
-
-    def prepare(self) -> Prepared:
-        """L1 -> L2 -> the decision -> its clearing, adopted (files and transcript written)."""
-        prepared = self._prepared()
-        self.adopt(prepared.messages, prepared.state, prepared.events)
-        return prepared
-
-    def prepare_in_memory(self) -> list[Message | Event]:
-        """The same without touching disk (the idle timer's thread): the writes to make later,
-        from the kernel's main thread, with `write_changes`."""
-        prepared = self._prepared()
-        return self.adopt(prepared.messages, prepared.state, prepared.events, write=False)
-
-    def _prepared(self) -> Prepared:
-        plan = self.server.plan()
-        auto = not self.side_calls.busy and not (plan is not None and plan.server_compacts)
-        settings = self.context_settings()
-        prepared = prepare(self.messages, self.state, self.clock(), settings,
-                           overhead_tokens=self.frame.overhead_tokens(), facts=self._facts(auto),
-                           may_clear=not (plan is not None and plan.server_clears))
-        self.plan = prepared.plan
-        events = [ContextMeasured(self._with_composition(e.figures, prepared.messages, prepared.state, settings))
-                  if isinstance(e, ContextMeasured) else e for e in prepared.events]
-        return dataclasses.replace(prepared, events=events)
-
-    def _facts(self, auto_compaction: bool) -> SessionFacts:
-        """What the decision needs to know about the session beyond its messages (decide.py)."""
-        notes = self.plugins.notes
-        last = self.compaction.boundaries[-1] if self.compaction.boundaries else None
-        return SessionFacts(
-            auto_compaction=auto_compaction, breaker_open=self.compaction.breaker_open,
-            notes_tokens=notes.tokens() if notes is not None else 0, calls=self.meter.totals.main_calls,
-            growth=self.meter.growth(), summary_tokens=last.summary_tokens if last is not None else 0,
-            after_compaction=last.tokens_after if last is not None else 0,
-            prices=CachePrices.of_model(self.prices(), self.settings.cache_ttl))
-
-    def replan(self, prepared: Prepared, exact_tokens: int) -> Plan:
-        """The decision again, once the API counted the context itself (T3)."""
-        self.plan = decide(prepared.situation.with_exact_count(exact_tokens))
-        return self.plan
-
-    def adopt(self, messages: Sequence[Message], state: ContextState, events: Sequence[Event], *,
-              write: bool = True) -> list[Message | Event]:
-        """Take what the engine returned: new snip markers and durable events go to the
-        transcript first (or are returned, unwritten)."""
-        live = {m.uuid for m in self.messages}
-        changes: list[Message | Event] = [m for m in messages if m.meta.get("snipped_count") and m.uuid not in live]
-        changes += [e for e in events if e.durable]
-        if write:
-            self.recorder.changes(changes)
-        self.conversation = self.conversation.adopted(messages, state)
-        if any(isinstance(e, (Cleared, Snipped, ThinkingCleared)) for e in events):
-            self.meter.expect_break()
-        for event in events:
-            self._count_freed(event)
-            self.emit(event)
-        return changes
-
-    def _count_freed(self, event: Event) -> None:
-        """What a change took out of the live context, for the priced savings."""
-        kinds = {Cleared: "cleared", Persisted: "persisted", Snipped: "snipped", ThinkingCleared: "thinking"}
-        kind = kinds.get(type(event))
-        if kind is not None:
-            self.meter.freed(kind, getattr(event, "tokens_freed", 0))
-
-    def write_changes(self, changes: Sequence[Message | Event]) -> None:
-        """Writes a change made off the main thread deferred (see `prepare(write=False)`)."""
-        self.recorder.changes(changes)
-
-    def clear_results(self, tool_use_ids: Sequence[str], trigger: str) -> tuple[list[str], list[str]]:
-        """Clear named results now (the model's snip tool); (cleared, unknown or protected)."""
-        messages, state, events, unknown = clear_now(self.messages, self.state, tool_use_ids, trigger,
-                                                     self.context_settings().compactable_tools)
-        self.adopt(messages, state, events)
-        return [i for e in events for i in e.replacements], unknown
-
-    def snip(self, keep_last: int) -> int:
-        """Snip the middle now, keeping about `keep_last` recent messages; how many were snipped."""
-        messages, state, events = snip_now(self.messages, self.state, self.clock(), self.context_settings(),
-                                           keep_last)
-        self.adopt(messages, state, events)
-        return sum(e.count for e in events)
-
-    def replace_live(self, messages: Sequence[Message], state: ContextState | None = None) -> None:
-        """A compaction or a 413 shrink swapped the live context: the index starts over (C10)."""
-        self.conversation = self.conversation.replaced(messages, state)
-        self.files.invalidate_stubs()
-        self.meter.expect_break()
-
-    def tokens(self) -> int:
-        return measure(self.messages, self.state, self.frame.overhead_tokens()).tokens
-
-    def exact_tokens(self) -> int | None:
-        """The API's own count of the next request (T3), or None when the endpoint fails."""
-        try:
-            return self.model.count_tokens(self.request())
-        except CtxMagicError:
-            return None
-
-    def is_live_result(self, tool_use_id: str) -> bool:
-        return self.conversation.is_live_result(tool_use_id)
 
     # -- what a response teaches -------------------------------------------------------------------
 
@@ -301,11 +184,7 @@ class Session:
                                    signature=self.frame.signature())
         if broke is not None:
             self.emit(broke)
-        # What the estimate stood for, as the API billed it: the prompt less the anchored part (and
-        # less what a clearing removed from that part, only while the same response anchors the count).
-        actual_new = reply.usage.prompt_tokens - (count.anchor_tokens - count.freed_tokens)
-        self.conversation = self.conversation.learned(self.state.correction.observe(count.estimated_tokens,
-                                                                                      actual_new))
+        self.live.learn_ratio(reply.usage.prompt_tokens, count)
         totals = self.meter.snapshot()
         self.emit(UsageUpdated(reply.usage, count.tokens, self.state.correction.ratio, totals.to_json(),
                                round(totals.cache_hit_ratio, 4), round(cost, 6)))
@@ -317,7 +196,7 @@ class Session:
         for message in new_messages:
             self.recorder.message(message)
         self.record(event)
-        self.replace_live(live)
+        self.live.replace(live)
         self.compaction = self.compaction.compacted(event)
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
 
@@ -326,12 +205,7 @@ class Session:
         leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
         self.backend = backend or self.backend
-        here = (model.name, getattr(model, "provider", "anthropic"))
-        messages, event = clear_foreign_thinking(
-            self.messages, lambda m: (m.meta.get("model"), m.meta.get("provider", "anthropic")) == here)
-        if event is not None:
-            self.adopt(messages, self.state, [event])
-        return event
+        return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"))
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()
@@ -356,7 +230,7 @@ class Session:
     def resume(self) -> list[str]:
         """Rebuild the live context from transcript and state (SPEC M4); returns problems."""
         saved = load_saved(self.store)
-        self.conversation = Conversation(tuple(saved.messages), saved.state)
+        self.live.restore(Conversation(tuple(saved.messages), saved.state))
         self.compaction = saved.compaction
         self.meter = UsageMeter(saved.usage, prices=self.prices)
         self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before (M4)
@@ -373,12 +247,6 @@ class Session:
     def status(self) -> StatusSnapshot:
         """The session as it stands (counted locally, never by an API call)."""
         return snapshot_of(self)
-
-    def _with_composition(self, figures: ContextFigures, messages: Sequence[Message], state: ContextState,
-                          settings: ContextSettings) -> ContextFigures:
-        """The figures with what the next request carries, part by part (the panel's bar)."""
-        return dataclasses.replace(figures, composition=self.frame.composition(
-            messages, state, tokens=figures.tokens, thresholds=settings.thresholds))
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""

@@ -95,11 +95,19 @@ class StatusSnapshot:
         }
 
 
-class Reported(Protocol):
-    """What a status snapshot reads of a session (agent/session.py's Session)."""
+class Live(Protocol):
+    """What a status snapshot reads of the live context (agent/live.py's LiveContext)."""
 
     conversation: Conversation
     plan: Plan
+
+    def tokens(self) -> int: ...
+
+
+class Reported(Protocol):
+    """What a status snapshot reads of a session (agent/session.py's Session)."""
+
+    live: Live
     backend: str
     frame: RequestFrame
     meter: UsageMeter
@@ -114,16 +122,15 @@ class Reported(Protocol):
     @property
     def store(self) -> SessionDir: ...
     def context_settings(self) -> ContextSettings: ...
-    def tokens(self) -> int: ...
     def prices(self) -> Prices: ...
 
 
 def snapshot_of(session: Reported) -> StatusSnapshot:
     """The session's status as it stands (counted locally, never by an API call)."""
-    conversation = session.conversation
+    conversation = session.live.conversation
     settings = session.context_settings()
-    context = figures(conversation.messages, conversation.state, settings, session.tokens(),
-                      session.plan.reason, counts=conversation.result_counts())
+    context = figures(conversation.messages, conversation.state, settings, session.live.tokens(),
+                      session.live.plan.reason, counts=conversation.result_counts())
     context = dataclasses.replace(context, composition=session.frame.composition(
         conversation.messages, conversation.state, tokens=context.tokens, thresholds=settings.thresholds))
     window, config, compaction = session.window, session.settings, session.compaction

@@ -116,7 +116,7 @@ class MemoryManager:
         """Whether the end of this session calls for an extraction (see EXTRACT_FROM_TOKENS)."""
         if not any(m.role == "user" and m.sent for m in session.messages):
             return False
-        return bool(session.compaction.boundaries) or session.tokens() >= EXTRACT_FROM_TOKENS
+        return bool(session.compaction.boundaries) or session.live.tokens() >= EXTRACT_FROM_TOKENS
 
     def extract_in_background(self, session: Session) -> threading.Thread:
         """At session end: extraction in a thread that reads a snapshot only."""

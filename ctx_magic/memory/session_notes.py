@@ -96,7 +96,7 @@ class NotesKeeper:
     def after_turn(self, session: Session, result: Any) -> None:
         correction = bool(getattr(result, "prompt", "")) and is_correction_or_decision(result.prompt)
         tool_calls = int(getattr(result, "tool_calls", 0))
-        tokens = session.tokens()
+        tokens = session.live.tokens()
         with self._lock:
             self.state = rebaselined(self.state, tokens)
         reason = extraction_due(self.state, tokens, session.context_settings().thresholds,
@@ -112,7 +112,7 @@ class NotesKeeper:
         snapshot = [m for m in self.session.messages if m.sent]
         if not snapshot:
             return False
-        tokens = self.session.tokens()
+        tokens = self.session.live.tokens()
         self._thread = threading.Thread(target=self._extract, args=(snapshot, tokens, reason),
                                         name="ctx-magic-session-notes", daemon=True)
         self._thread.start()

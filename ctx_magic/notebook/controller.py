@@ -230,7 +230,7 @@ class Controller:
                 option = "--from" if direction == "from" else "--up-to"
                 raise CtxMagicError(f"{option} {index} is outside the live context, which has "
                                     f"{len(session.messages)} messages (numbered from 0).")
-            session.prepare()
+            session.live.prepare()
             display = TurnDisplay()
             session.listeners.append(display)
             try:
@@ -246,7 +246,7 @@ class Controller:
     def snip(self, keep_last: int) -> int:
         with self.lock:
             session = self.require_session()
-            count = session.snip(keep_last)
+            count = session.live.snip(keep_last)
             session.end_turn()
             self.panel.refresh()
             return count
@@ -285,7 +285,7 @@ class Controller:
         when the endpoint fails."""
         session = self.require_session()
         self.cells.absorb(session)
-        estimate = session.prepare().tokens
+        estimate = session.live.prepare().tokens
         try:
             exact = session.model.count_tokens(session.request())
         except CtxMagicError as error:

@@ -34,7 +34,7 @@ class IdleWatch:
         try:
             self.flush(session)
             if any(m.sent for m in session.messages):
-                self._between_turns(session, session.prepare)
+                self._between_turns(session, session.live.prepare)
                 return True
         except CtxMagicError:
             pass
@@ -61,7 +61,7 @@ class IdleWatch:
             return
         try:
             if any(m.sent for m in session.messages):
-                self._between_turns(session, lambda: self.deferred.extend(session.prepare_in_memory()))
+                self._between_turns(session, lambda: self.deferred.extend(session.live.prepare_in_memory()))
         except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
             pass
         finally:
@@ -70,7 +70,7 @@ class IdleWatch:
     def flush(self, session: Session) -> None:
         """Write what the timer deferred (main thread only)."""
         if self.deferred:
-            session.write_changes(self.deferred)
+            session.live.write_changes(self.deferred)
             self.deferred = []
 
     def take_unshown(self) -> list[Event]:

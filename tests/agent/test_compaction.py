@@ -164,7 +164,7 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
         for n in range(10):
             run_turn(r.session, code_turn(n, lines=300 if n != 2 else 4_000))  # turn 2: persisted
         r.clock.advance(600)  # idle: old results get cleared at the next prepare
-        r.session.prepare()
+        r.session.live.prepare()
         manual_compact(r.session, direction="from", index=len(r.session.messages) - 4)
         run_turn(r.session, code_turn(10, lines=50))
         expected = r.session.request().messages
@@ -178,8 +178,8 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
         assert problems == []
         assert resumed.messages == r.session.messages
         assert resumed.request().messages == expected
-        r.session.prepare()  # the next turn starts with the zero-call layers, on both sides
-        resumed.prepare()
+        r.session.live.prepare()  # the next turn starts with the zero-call layers, on both sides
+        resumed.live.prepare()
         assert resumed.request().messages == r.session.request().messages
         assert resumed.status().to_json()["boundaries"] == r.session.status().to_json()["boundaries"]
         assert resumed.status().to_json()["tokens"] == r.session.status().to_json()["tokens"]
@@ -274,9 +274,9 @@ def test_t3_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_p
     with rig(tmp_path, window=30_000) as r:
         run_turn(r.session, code_turn(0, lines=200))
         threshold = r.session.context_settings().thresholds.autocompact
-        exact = r.session.exact_tokens()
+        exact = r.session.live.exact_tokens()
         assert exact is not None and exact < threshold
         # Make the padded estimate cross the threshold while the real size stays well under it.
-        r.session.conversation = r.session.conversation.learned(Correction(threshold / 300, 1))
+        r.session.live.correct(Correction(threshold / 300, 1))
         result = run_turn(r.session, "and a short question")
     assert result.compactions == [] and r.api.model_calls("compaction") == 0

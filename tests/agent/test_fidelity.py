@@ -296,7 +296,7 @@ def test_an_error_in_a_result_cleared_before_the_compaction_is_still_audited(tmp
         for n in range(1, 4):
             run_turn(r.session, code_turn(n))
         r.clock.advance(3_600)  # idle: old results are cleared at the next prepare
-        r.session.prepare()
+        r.session.live.prepare()
         assert r.session.state.cleared  # the failed result's text is gone from the context
         audit = manual_compact(r.session).event.audit
     assert audit is not None

@@ -117,7 +117,7 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
         assert "<summary>" in failures[1].reason
         assert "500" in failures[2].reason
         assert failures[2].breaker_open and r.session.status().to_json()["breaker_open"]
-        assert r.session.tokens() > r.session.context_settings().thresholds.autocompact
+        assert r.session.live.tokens() > r.session.context_settings().thresholds.autocompact
 
         calls = r.api.model_calls("compaction")
         assert run_turn(r.session, prompt(20)).error is None
@@ -263,7 +263,7 @@ def test_an_empty_reply_an_earlier_version_stored_is_repaired_at_resume(tmp_path
         assert run_turn(resumed, prompt(1)).error is None
         manual_compact(resumed)
         assert run_turn(resumed, prompt(2)).error is None
-        resumed.snip(2)
+        resumed.live.snip(2)
         assert run_turn(resumed, prompt(3)).error is None
         sent = [q for q in r.api.requests[before:] if q.path == "/v1/messages"]
     assert {q.kind for q in sent} == {"normal", "compaction"} and all(q.status == 200 for q in sent)
@@ -388,7 +388,7 @@ def test_t2_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_p
             code = f"for i in range(60): print('row', i, i * {n})"
             assert run_turn(r.session, f"turn {n}\n```python\n{code}\n```").error is None
             ratios.append(r.session.state.correction.ratio)
-            exact = r.session.exact_tokens()
-            assert exact is not None and abs(r.session.tokens() - exact) <= 0.05 * exact
+            exact = r.session.live.exact_tokens()
+            assert exact is not None and abs(r.session.live.tokens() - exact) <= 0.05 * exact
         assert r.session.state.cleared  # a pressure clearing happened on the way
     assert max(ratios) < 1.2  # it went to 1.93 when a stale 'freed' figure was subtracted again

@@ -25,7 +25,7 @@ def test_a_1m_models_limits_come_from_the_models_api_and_set_its_thresholds(tmp_
         limits = r.session.model.limits()
         window = r.session.window
         thresholds = r.session.context_settings().thresholds
-        prepared = r.session.prepare()
+        prepared = r.session.live.prepare()
     assert (limits.window, limits.max_output, limits.source) == (ONE_MILLION, 128_000, "models-api")
     assert (window.tokens, window.reply_cap, window.source) == (ONE_MILLION, 16_384, "models-api")
     # T4: effective = window - min(reply cap, 20,000); the 13,000 / 20,000 / 3,000 buffers unscaled.

@@ -31,8 +31,8 @@ def until_notes(r, keeper) -> int:  # type: ignore[no-untyped-def]
     warning = r.session.context_settings().thresholds.warning
     n = 0
     while keeper.extractions == 0:
-        assert r.session.tokens() < warning or n == 0 or keeper.running or keeper.extractions
-        if r.session.tokens() < warning:
+        assert r.session.live.tokens() < warning or n == 0 or keeper.running or keeper.extractions
+        if r.session.live.tokens() < warning:
             assert keeper.extractions == 0 and not keeper.running  # no compaction in sight: no notes
         run_turn(r.session, turn(n))
         keeper.wait(15)
@@ -45,7 +45,7 @@ def test_notes_are_extracted_in_the_background_once_a_compaction_is_in_sight(tmp
     with keeper_rig(tmp_path, window=30_000, config=NO_PRESSURE) as r:
         keeper = NotesKeeper(r.session)
         until_notes(r, keeper)
-        assert r.session.tokens() >= r.session.context_settings().thresholds.warning
+        assert r.session.live.tokens() >= r.session.context_settings().thresholds.warning
         assert keeper.extractions == 1 and keeper.last_error is None
         notes = r.session.store.session_memory_path.read_text()
         body = sections(notes)

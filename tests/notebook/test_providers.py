@@ -63,7 +63,7 @@ def test_bedrock_is_the_sdks_bedrock_client_signed_with_aws_credentials_and_answ
     assert backend.name == "bedrock" and "Amazon Bedrock (eu-west-1)" in backend.notice
     session = session_on(backend, tmp_path, clock)
     result = run_turn(session, prompt(0))
-    exact = session.exact_tokens()
+    exact = session.live.exact_tokens()
     calls = [q for q in api.requests if q.provider == "bedrock"]
     assert result.error is None and result.model_calls == 2  # thinking kept across the tool loop
     stream = "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
@@ -101,7 +101,7 @@ def test_vertex_is_the_sdks_vertex_client_with_region_and_project_from_the_setti
     assert isinstance(backend.client, anthropic.AnthropicVertex) and backend.client.region == "us-east5"
     session = session_on(backend, tmp_path, clock)
     result = run_turn(session, prompt(0))
-    exact = session.exact_tokens()
+    exact = session.live.exact_tokens()
     calls = [q for q in api.requests if q.provider == "vertex"]
     assert result.error is None and result.model_calls == 2
     stream = "/projects/my-project/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929"
