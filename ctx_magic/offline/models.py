@@ -1,9 +1,23 @@
-"""The Models API's `capabilities` object, as the stand-in's model has them (thinking types and
-context-management strategies are configurable; everything else is reported as unsupported)."""
+"""The Models API as the stand-in serves it: the model list, one model's info with its
+capabilities (thinking types and context-management strategies are configurable; everything
+else is reported as unsupported), and the context window in force for a request."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from ctx_magic.offline.faults import ApiError
+from ctx_magic.offline.shapes import (
+    KNOWN_MODEL_PREFIX,
+    LONG_CONTEXT_BETA,
+    MODEL_CREATED_AT,
+    STANDARD_WINDOW,
+    STANDARD_WINDOW_MODELS,
+    HttpReply,
+    OfflineConfig,
+    error_reply,
+    json_reply,
+)
 
 
 def _support(flag: bool) -> dict[str, bool]:
@@ -24,3 +38,41 @@ def capabilities(thinking_types: tuple[str, ...], context_edits: tuple[str, ...]
             "adaptive": _support("adaptive" in thinking_types), "enabled": _support("enabled" in thinking_types),
             "disabled": _support(True), "between_tools": _support(False)}},
     }
+
+
+def window(config: OfflineConfig, model: str, betas: tuple[str, ...] = ()) -> int:
+    """The window in force: Sonnet 4 and 4.5 keep the standard 200,000 unless the request
+    carries the 1M-context beta header."""
+    if STANDARD_WINDOW_MODELS.match(model) and LONG_CONTEXT_BETA not in betas:
+        return min(config.window, STANDARD_WINDOW)
+    return config.window
+
+
+def model_info(config: OfflineConfig, model_id: str) -> dict[str, Any]:
+    """One model as GET /v1/models/{id} describes it."""
+    return {
+        "id": model_id,
+        "type": "model",
+        "display_name": f"{model_id} (offline stand-in)",
+        "created_at": MODEL_CREATED_AT,
+        "lifecycle": "active",
+        "max_input_tokens": window(config, model_id),  # Sonnet 4 / 4.5: 200,000 without the 1M beta
+        "max_tokens": config.max_output,
+        "capabilities": capabilities(config.thinking_types, config.context_edits),
+    }
+
+
+def model_reply(config: OfflineConfig, model_id: str) -> HttpReply:
+    """GET /v1/models/{id}: any id starting with "claude-" is known, others are a 404."""
+    if not model_id.startswith(KNOWN_MODEL_PREFIX):
+        message = f"model: {model_id} is not known to the offline stand-in (ids start with '{KNOWN_MODEL_PREFIX}')"
+        return error_reply(ApiError(404, "not_found_error", message))
+    return json_reply(200, model_info(config, model_id))
+
+
+def models_page(config: OfflineConfig) -> HttpReply:
+    """GET /v1/models: the listed models, as one page."""
+    data = [model_info(config, m) for m in config.listed_models]
+    page = {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None}
+    page["last_id"] = data[-1]["id"] if data else None
+    return json_reply(200, page)

@@ -1,0 +1,163 @@
+"""POST /v1/messages and /v1/messages/count_tokens: the request checked, the fault drawn, the answer built."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ctx_magic.offline import models, providers
+from ctx_magic.offline.cache import Clock, PromptCache
+from ctx_magic.offline.counting import fit_output, input_tokens, output_tokens, request_segments
+from ctx_magic.offline.faults import (
+    HTML_PAGE,
+    STATUS_FAULTS,
+    STREAM_ONLY_FAULTS,
+    ApiError,
+    faulty_content,
+    prompt_too_long,
+    reply_past_window,
+    stream_body,
+)
+from ctx_magic.offline.policy import Policy
+from ctx_magic.offline.server_context import (
+    BETA_OF,
+    Managed,
+    check_compaction_blocks,
+    check_context_management,
+    manage,
+    with_management,
+)
+from ctx_magic.offline.shapes import (
+    HTML_HEADERS,
+    KNOWN_MODEL_PREFIX,
+    MAX_REQUEST_BYTES,
+    SSE_HEADERS,
+    HttpReply,
+    OfflineConfig,
+    Outcome,
+    json_reply,
+    provider_error,
+)
+from ctx_magic.offline.thinking import should_think, thinking_blocks
+from ctx_magic.offline.validate import InvalidRequest, check_request
+from ctx_magic.offline.wire import message_json, stream_events
+
+
+def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...] = ()) -> tuple[Any, ApiError | None]:
+    """The body as JSON, checked by the API's rules: a 413 over 32 MB, a 400 naming the place
+    of the first broken rule, a 404 for an unknown model (the request still comes back, to be
+    recorded)."""
+    if len(body) > MAX_REQUEST_BYTES:
+        return None, STATUS_FAULTS["413"]
+    try:
+        request = json.loads(body or b"null")
+        check_request(request, max_output=max_output)
+        check_context_management(request, betas)
+        check_compaction_blocks(request)
+    except (ValueError, InvalidRequest) as error:
+        return None, ApiError(400, "invalid_request_error", str(error))
+    if not request["model"].startswith(KNOWN_MODEL_PREFIX):
+        return request, ApiError(404, "not_found_error", f"model: {request['model']}")
+    return request, None
+
+
+class MessagesEndpoint:
+    """The Messages API's two endpoints. Not thread-safe alone: OfflineAPI calls it under its lock.
+
+    `config` and `policy` come with each call, as the app holds them then (tests swap them
+    between calls); the prompt cache, the stall release and the message counter live here.
+    """
+
+    def __init__(self, clock: Clock, next_fault: Callable[[], str | None]) -> None:
+        self.cache = PromptCache(clock)
+        self.stall_release = threading.Event()
+        """Set to let stalled streams finish (servers set it when they stop)."""
+        self._next_fault = next_fault
+        """The fault the next model call meets, if any (drawn only once a request is valid)."""
+        self._message_count = 0
+        """Numbers the message ids, so the same request asked twice gets two ids."""
+
+    def count_tokens(self, body: bytes, *, provider: str = "anthropic") -> Outcome:
+        """POST /v1/messages/count_tokens: the same count the usage of a reply reports."""
+        request, error = parse_request(body, max_output=None, betas=tuple(BETA_OF.values()))
+        if error is not None:
+            return Outcome(provider_error(provider, error), body=request, provider=provider)
+        tokens = input_tokens(manage(request, input_tokens).request if request.get("context_management") else request)
+        return Outcome(json_reply(200, providers.count_body(provider, tokens)), input_tokens=tokens, body=request,
+                       provider=provider)
+
+    def messages(self, body: bytes, config: OfflineConfig, policy: Policy, *, betas: tuple[str, ...] = (),
+                 provider: str = "anthropic") -> Outcome:
+        """POST /v1/messages: the policy's answer, plain or streamed, or the error the request
+        (or the fault it meets) earns."""
+        request, error = parse_request(body, max_output=config.max_output, betas=betas)
+        if error is not None:
+            return Outcome(provider_error(provider, error), body=request, provider=provider)
+        kind = policy.kind(request)
+        managed = manage(request, input_tokens)
+        seen = managed.compacted_from or managed.request  # what the model reads before any compaction
+        segments = request_segments(seen)
+        tokens = sum(s.tokens for s in segments)
+        fault = self._next_fault()
+        streaming = bool(request.get("stream"))
+        failed = STATUS_FAULTS.get(fault or "")
+        if fault == "overloaded_midstream" and not streaming:
+            failed = STATUS_FAULTS["529"]  # no stream to break: the overload comes as a status
+        window = models.window(config, request["model"], betas)
+        if failed is None and (fault == "ptl" or tokens > window):
+            failed = prompt_too_long(max(tokens, window + 1), window)
+        if failed is None and managed.compaction is None and tokens + int(request["max_tokens"]) > window:
+            failed = reply_past_window(tokens, int(request["max_tokens"]), window)
+        outcome = functools.partial(Outcome, kind=kind, input_tokens=tokens, fault=fault, body=request,
+                                    provider=provider, betas=betas)
+        if failed is not None:
+            return outcome(provider_error(provider, failed))
+        if fault == "html_body":
+            return outcome(HttpReply(200, HTML_HEADERS, [HTML_PAGE]))
+        minimum = config.cache_minimum(request["model"])
+        if managed.compaction is not None:  # the compaction read everything; the answer reads the summary
+            segments = request_segments(managed.request)
+        usage = self.cache.account(segments, minimum).to_json()
+        message = self._message(request, policy, usage, fault, managed)
+        if streaming:
+            stream = stream_body(fault, stream_events(message), self.stall_release)
+            if provider == "bedrock":
+                return outcome(HttpReply(200, providers.BEDROCK_STREAM_HEADERS, providers.bedrock_frames(stream)))
+            return outcome(HttpReply(200, SSE_HEADERS, stream))
+        if fault == "drop" or fault in STREAM_ONLY_FAULTS:  # a plain body cut short is a dropped one
+            return outcome(HttpReply(200, (), [], dropped=True))
+        return outcome(json_reply(200, message))
+
+    def _message(self, request: Mapping[str, Any], policy: Policy, usage: dict[str, Any], fault: str | None,
+                 managed: Managed | None = None) -> dict[str, Any]:
+        """The policy's answer (after its thinking), cut to max_tokens, with ids and usage; with
+        the server's compaction block first, and its edits, when context management ran."""
+        answer = policy.answer(request)
+        thinking = thinking_blocks(request, redacted=fault == "redacted_thinking") if should_think(request) else []
+        content, cut = fit_output([*thinking, *(dict(b) for b in answer.content)], int(request["max_tokens"]))
+        if fault in ("empty_reply", "whitespace_reply"):
+            content, cut = faulty_content(fault, content), False
+        if managed is not None and managed.pause and managed.compaction is not None:
+            content, cut = [], False
+        # Ids come from a digest of the request: deterministic (whatever side calls ran in
+        # between), and unique across server runs (a session resumed in a new kernel must not get
+        # the tool ids its history already holds). The message id adds the server's counter, so
+        # the same request asked twice still gets two ids, as from the real API.
+        digest = hashlib.sha256(json.dumps(request.get("messages"), sort_keys=True).encode()).hexdigest()[:12]
+        self._message_count += 1
+        calls = 0
+        for block in content:
+            if block["type"] == "tool_use":
+                calls += 1
+                block["id"] = f"toolu_offline_{digest}_{calls:02d}"
+        stop = "max_tokens" if cut else "tool_use" if calls else answer.stop_reason.replace("tool_use", "end_turn")
+        usage = {**usage, "output_tokens": output_tokens(content)}
+        extra: dict[str, Any] = {}
+        if managed is not None:
+            content, stop, usage, extra = with_management(managed, request, content, stop, usage, input_tokens)
+        return {**message_json(f"msg_offline_{digest}_{self._message_count:06d}", request["model"], content, stop,
+                               usage), **extra}
