@@ -1,6 +1,7 @@
 """What a turn looks like in the cell (SPEC N4): the reply streams as Markdown updated in
 place, tool calls and their outputs sit in collapsible blocks, a status line says what the
-agent is doing, and every change to the context gets a one-line notice.
+agent is doing, and every change to the context gets a one-line notice (worded in
+`notices.py`).
 
 The display only renders events; it computes nothing about the context itself.
 """
@@ -13,20 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ctx_magic.events import (
-    Cleared,
     Compacted,
-    CompactionFailedEvent,
     Event,
     Notice,
-    Persisted,
     ReplyRestarted,
     ReplyWithdrawn,
     ServerCompacted,
-    ServerEdited,
-    Snipped,
     Status,
     TextDelta,
-    ThinkingCleared,
     ThinkingDelta,
     ToolFinished,
     ToolOutputDelta,
@@ -34,7 +29,7 @@ from ctx_magic.events import (
 )
 from ctx_magic.images import human_size
 from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
-from ctx_magic.notebook.wording import count, with_remedy
+from ctx_magic.notebook.notices import NOTICE_STYLES, notice_for, notice_line, rich
 from ctx_magic.store.external import EXTERNAL_MIN_CHARS
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
@@ -44,11 +39,7 @@ STATUS_TEXT = {
     "compacting": "Compacting the conversation ({detail})…",
     "idle": "",
 }
-# Readable on a light and on a dark theme alike: quiet lines keep the theme's own text colour,
-# dimmed; warnings and errors use mid-tone colours that stand out on white and on black.
-NOTICE_STYLES = {"info": "opacity:0.75", "warning": "color:#d97706", "error": "color:#e53935"}
 STATUS_STYLE = "opacity:0.7;font-size:90%"
-INFO_STYLE = NOTICE_STYLES["info"]
 TOOL_INPUT_CHARS = 2_000
 PROGRESS_CHARS = 160  # the latest printed line shown beside the status while code runs
 # What a tool's output may show in the cell (and so in the .ipynb). Over this, the output has a
@@ -105,30 +96,11 @@ def show(data: dict[str, str]) -> None:
     display(data, raw=True, metadata=OWN_DISPLAY)
 
 
-def rich(html_text: str, plain: str) -> dict[str, str]:
-    return {"text/html": html_text, "text/plain": plain}
-
-
-def server_edit_line(event: ServerEdited) -> str:
-    parts = []
-    for edit in event.applied_edits:
-        if edit.get("type") == "clear_thinking_20251015":
-            parts.append(f"{edit.get('cleared_thinking_turns', 0)} thinking turn(s)")
-        else:
-            parts.append(f"{edit.get('cleared_tool_uses', 0)} tool result(s)")
-    return f"The API cleared {' and '.join(parts)} from this request: {event.tokens_cleared:,} tokens"
-
-
 def thinking_html(text: str) -> dict[str, str]:
     """A collapsed block with the thinking so far (closed unless the user opens it)."""
     return rich(f'<details class="ctx-magic-thinking"><summary>Thinking</summary>'
                 f'<pre style="white-space:pre-wrap;color:#666">{html.escape(text)}</pre></details>',
                 f"[thinking]\n{text}")
-
-
-def compaction_line(event: Compacted) -> str:
-    return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} → "
-            f"{event.tokens_after:,} tokens ({event.trigger})")
 
 
 def approval_request(code: str) -> dict[str, str]:
@@ -143,16 +115,6 @@ def approval_request(code: str) -> dict[str, str]:
 def show_approval_request(code: str) -> None:
     """`ask` mode: the code on screen first; the question follows at the input prompt."""
     show(approval_request(code))
-
-
-def compaction_notice(event: Compacted) -> dict[str, str]:
-    line = compaction_line(event)
-    body = html.escape(event.summary)
-    return rich(
-        f'<details class="ctx-magic-compaction"><summary>{html.escape(line)}</summary>'
-        f'<pre style="white-space:pre-wrap">{body}</pre></details>',
-        line,
-    )
 
 
 def record_html(record: CellRecord, where: str | None = None) -> str:
@@ -207,6 +169,10 @@ class TurnDisplay:
         handler = getattr(self, f"_on_{event.name}", None)
         if handler is not None:
             handler(event)
+        elif (shown := notice_for(event)) is not None:  # a change to the context, a Notice (notices.py)
+            if isinstance(event, (Compacted, ServerCompacted)):
+                self._close_text()  # the reply so far stays above the summary; what follows goes below
+            show(shown)
 
     # -- text ---------------------------------------------------------------------------------
 
@@ -246,8 +212,7 @@ class TurnDisplay:
         """What the broken stream showed is withdrawn; the new attempt streams in its place."""
         self._withdraw()
         line = f"{event.reason.rstrip('.')}; asking again (attempt {event.attempt} of {event.attempts})."
-        show(rich(f'<div class="ctx-magic-notice" style="{NOTICE_STYLES["warning"]}">{html.escape(line)}'
-                  "</div>", line))
+        show(notice_line(line, NOTICE_STYLES["warning"]))
 
     def _on_reply_withdrawn(self, event: ReplyWithdrawn) -> None:
         """The last attempt broke too: nothing of it stays in the cell (the error line says why)."""
@@ -338,52 +303,6 @@ class TurnDisplay:
         plain = f"[{event.tool}{' error' if event.is_error else ''}]\n{output}"
         show(rich(f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
                   f"{head}{body}</details>", plain))
-
-    # -- context changes ----------------------------------------------------------------------
-
-    def _on_compacted(self, event: Compacted) -> None:
-        self._close_text()
-        show(compaction_notice(event))
-
-    def _on_cleared(self, event: Cleared) -> None:
-        why = {"idle": "after an idle gap", "pressure": "to make room", "model": "at the agent's request",
-               "user": "at your request"}.get(event.trigger, event.trigger)
-        line = (f"Cleared {count(len(event.replacements), 'old tool result')} {why}: about {event.tokens_freed:,} "
-                "tokens freed (the transcript keeps them)")
-        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
-
-    def _on_persisted(self, event: Persisted) -> None:
-        line = f"Saved a {event.original_chars:,}-character output to {event.path} (a preview stays in context)"
-        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
-
-    def _on_snipped(self, event: Snipped) -> None:
-        line = f"Snipped {event.count:,} messages from the middle of the conversation (the transcript keeps them)"
-        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
-
-    def _on_thinking_cleared(self, event: ThinkingCleared) -> None:
-        why = "after an idle gap" if event.trigger == "idle" else "that the new model cannot take"
-        line = (f"Cleared {count(event.blocks, 'old thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
-                "(the transcript keeps them)")
-        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(line)}</div>', line))
-
-    def _on_server_edited(self, event: ServerEdited) -> None:
-        show(rich(f'<div class="ctx-magic-notice" style="{INFO_STYLE}">{html.escape(server_edit_line(event))}</div>',
-                  server_edit_line(event)))
-
-    def _on_server_compacted(self, event: ServerCompacted) -> None:
-        self._close_text()
-        line = (f"The API compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
-                f"{event.tokens_after:,} tokens (server)")
-        show(rich(f'<details class="ctx-magic-compaction"><summary>{html.escape(line)}</summary>'
-                  f'<pre style="white-space:pre-wrap">{html.escape(event.summary)}</pre></details>', line))
-
-    def _on_compaction_failed(self, event: CompactionFailedEvent) -> None:
-        return  # the loop's Notice says it in one line
-
-    def _on_notice(self, event: Notice) -> None:
-        style = NOTICE_STYLES.get(event.level, NOTICE_STYLES["info"])
-        text = with_remedy(event.text, event.remedy)
-        show(rich(f'<div class="ctx-magic-notice" style="{style}">{html.escape(text)}</div>', text))
 
 
 def notice(text: str, level: str = "info", remedy: str = "") -> None:

@@ -3,11 +3,12 @@ session's `StatusSnapshot`.
 
 Its synced traits hold the figures (tokens, thresholds, zone, the composition of the next
 request, every model call's size and cache use, the changes to the context with their
-summaries, the outputs saved to disk, memory, cell marks); its children render them as plain
-HTML and standard widgets, so every frontend shows the same panel. Updates are throttled while
-the agent streams (a few a second at most) and flushed at each turn end. The JupyterLab
-extension reads the same traits for the status bar and the cell badges, and opens a change's
-card when its chart marker or a cell's badge is clicked.
+summaries, the outputs saved to disk, memory, cell marks), set from what `ui/fold.py` says each
+event changes; its children render them as plain HTML and standard widgets, so every frontend
+shows the same panel. Updates are throttled while the agent streams (a few a second at most)
+and flushed at each turn end. The JupyterLab extension reads the same traits for the status bar
+and the cell badges, and opens a change's card when its chart marker or a cell's badge is
+clicked.
 """
 
 from __future__ import annotations
@@ -22,25 +23,10 @@ import ipywidgets as widgets
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 
 from ctx_magic.agent.status import StatusSnapshot
-from ctx_magic.events import (
-    BreakerReset,
-    CacheBroke,
-    Cleared,
-    Compacted,
-    CompactionFailedEvent,
-    ContextFigures,
-    ContextMeasured,
-    Event,
-    Persisted,
-    ServerCompacted,
-    ServerEdited,
-    Snipped,
-    Status,
-    ThinkingCleared,
-    UsageUpdated,
-)
-from ctx_magic.ui.cards import ChangeCards, audit_text, counts_html, markdown_outputs, memories_html, persisted_html
-from ctx_magic.ui.marks import CellIndex, with_marks
+from ctx_magic.events import Compacted, Event, ServerCompacted, Status
+from ctx_magic.ui.cards import ChangeCards, counts_html, markdown_outputs, memories_html, persisted_html
+from ctx_magic.ui.fold import EventFold, context_traits
+from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.picture import chart_html, composition_html, headline_html
 from ctx_magic.ui.style import panel_style
 
@@ -50,10 +36,7 @@ PER_SESSION_TRAITS = ("tokens", "threshold", "warning", "blocking", "window", "z
                       "live_results", "cleared_results", "persisted_results", "cache_hit_ratio", "cache_breaks",
                       "spend", "timeline", "persisted", "session_memory", "memories", "cell_marks", "breaker_open",
                       "session_id", "model", "calls", "composition", "cost")
-CLEARING_TRIGGERS = ("idle", "pressure")  # a Cleared of the model or the user is a snip of results
 STATE_WORDS = {"thinking": "thinking…", "running": "running code…", "compacting": "compacting…"}
-TRIGGER_MARK_WORDS = {"auto": "an automatic", "manual": "a", "model": "the agent's", "reactive": "a recovery",
-                      "session-memory": "a", "server": "the API's own"}
 
 
 class ContextPanel(widgets.VBox):
@@ -101,11 +84,10 @@ class ContextPanel(widgets.VBox):
                  cells: CellIndex | None = None, kernel: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.clock = clock
-        self.cells = cells or CellIndex()
-        """Which notebook cells an event's tool results or messages stand for."""
-        self.kernel = kernel
-        """This kernel process: marks of cells without an id are kept for its cells only."""
         self._pending: dict[str, Any] = {}
+        self.fold = EventFold(self._now, cells or CellIndex(), kernel)
+        """What each event changes in the traits (`kernel`: marks of cells without an id are kept
+        for this kernel process's cells only)."""
         self._last_flush = -FLUSH_INTERVAL
         self.header = widgets.HTML()
         self.headline = widgets.HTML()
@@ -132,6 +114,11 @@ class ContextPanel(widgets.VBox):
         self._render()
 
     @property
+    def cells(self) -> CellIndex:
+        """Which notebook cells an event's tool results or messages stand for."""
+        return self.fold.cells
+
+    @property
     def load_originals(self) -> Callable[[Sequence[str]], str] | None:
         return self.cards.load_originals
 
@@ -139,7 +126,7 @@ class ContextPanel(widgets.VBox):
 
     def handle(self, event: Event) -> None:
         """Fold one event into the pending figures; flush when the throttle allows."""
-        changes = self._changes(event)
+        changes = self.fold.changes(event)
         if not changes:
             return
         self._pending.update(changes)
@@ -153,93 +140,6 @@ class ContextPanel(widgets.VBox):
     def _now(self, name: str) -> Any:
         """A trait as it will be after the pending changes."""
         return self._pending.get(name, getattr(self, name))
-
-    def _changes(self, event: Event) -> dict[str, Any]:
-        if isinstance(event, ContextMeasured):
-            return context_traits(event.figures)
-        if isinstance(event, UsageUpdated):
-            usage = event.usage
-            call = {"prompt": usage.prompt_tokens, "read": usage.cache_read_input_tokens,
-                    "write": usage.cache_creation_input_tokens, "output": usage.output_tokens,
-                    "usd": event.cost_usd}
-            changes: dict[str, Any] = {"calls": [*self._now("calls"), call]}
-            if event.totals:  # a replayed call (from the transcript) has no totals: the status has them
-                cost = {**self._now("cost"), "session_usd": event.totals.get("cost_usd", 0.0)}
-                changes.update(spend=dict(event.totals), cache_hit_ratio=event.cache_hit_ratio, cost=cost)
-            return changes
-        if isinstance(event, Status):
-            return {"status": event.state}
-        if isinstance(event, CacheBroke):
-            return {"cache_breaks": [*self._now("cache_breaks"), event.summary()]}
-        if isinstance(event, (Compacted, ServerCompacted)):
-            return self._compacted(event)
-        if isinstance(event, ServerEdited):
-            cleared = sum(int(e.get("cleared_tool_uses", 0) or 0) for e in event.applied_edits)
-            thinking = sum(int(e.get("cleared_thinking_turns", 0) or 0) for e in event.applied_edits)
-            return self._change({"kind": "clearing", "trigger": "server", "results": cleared, "thinking": thinking,
-                                 "tokens_freed": event.tokens_cleared},
-                                f"the API cleared {event.tokens_cleared:,} tokens from the request")
-        if isinstance(event, ThinkingCleared):
-            return self._change({"kind": "clearing", "trigger": f"thinking-{event.trigger}", "results": 0,
-                                 "thinking": event.blocks, "tokens_freed": event.tokens_freed},
-                                f"cleared {event.blocks} thinking block{'' if event.blocks == 1 else 's'}")
-        if isinstance(event, Cleared):
-            return self._cleared(event)
-        if isinstance(event, Snipped):
-            return self._change({"kind": "snip", "trigger": event.trigger, "messages": event.count,
-                                 "tokens_freed": event.tokens_freed}, f"snipped {event.count:,} messages")
-        if isinstance(event, Persisted):
-            key = f"saved-{event.tool_use_id}"
-            persisted = [*self._now("persisted"), {"key": key, "tool_use_id": event.tool_use_id, "path": event.path,
-                                                    "chars": event.original_chars, "preview": event.replacement}]
-            refs = self.cells.results([event.tool_use_id]).values()
-            why = f"its output ({event.original_chars:,} characters) was saved to disk"
-            return {"persisted": persisted, "cell_marks": self._marks(refs, "persisted", why, key)}
-        if isinstance(event, CompactionFailedEvent):
-            return {"breaker_open": event.breaker_open}
-        if isinstance(event, BreakerReset):
-            return {"breaker_open": False}
-        return {}
-
-    def _change(self, entry: dict[str, Any], label: str) -> dict[str, Any]:
-        timeline = self._now("timeline")
-        entry = {**entry, "key": f"{entry['kind']}-{len(timeline)}", "at": len(self._now("calls")),
-                 "label": label}
-        return {"timeline": [*timeline, entry]}
-
-    def _compacted(self, event: Compacted | ServerCompacted) -> dict[str, Any]:
-        if isinstance(event, ServerCompacted):
-            trigger, boundary, reason, rebound = ("server", event.message_uuid,
-                                                  "the API compacted the conversation itself", False)
-        else:
-            trigger, boundary, reason, rebound = event.trigger, event.boundary_uuid, event.reason, event.rebound
-        entry = {"kind": "compaction", "key": f"compaction-{boundary}", "at": len(self._now("calls")),
-                 "label": f"{trigger} compaction: {event.tokens_before:,} → {event.tokens_after:,} tokens",
-                 "trigger": trigger, "reason": reason, "tokens_before": event.tokens_before,
-                 "tokens_after": event.tokens_after, "messages": event.messages_summarized, "summary": event.summary,
-                 "boundary_uuid": boundary, "replaced": list(event.summarized_uuids),
-                 "rebound": rebound, "audit": audit_text(event.audit)}
-        refs = self.cells.in_messages(event.summarized_uuids)
-        why = f"it was summarized by {TRIGGER_MARK_WORDS.get(trigger, 'a')} compaction"
-        return {"timeline": [*self._now("timeline"), entry], "tokens": event.tokens_after, "breaker_open": False,
-                "cell_marks": self._marks(refs, "summarized", why, entry["key"])}
-
-    def _cleared(self, event: Cleared) -> dict[str, Any]:
-        refs = self.cells.results(event.tool_use_ids)
-        kind = "clearing" if event.trigger in CLEARING_TRIGGERS else "snip"
-        n = len(event.replacements)
-        changes = self._change({"kind": kind, "trigger": event.trigger, "results": n,
-                                "tokens_freed": event.tokens_freed, "cells": sorted(r.count for r in refs.values())},
-                               f"cleared {n} tool result{'' if n == 1 else 's'}")
-        key = changes["timeline"][-1]["key"]
-        why = {"idle": "it was cleared after an idle gap", "pressure": "it was cleared to make room",
-               "model": "the agent snipped it", "user": "it was cleared at your request"}.get(event.trigger,
-                                                                                             "it was cleared")
-        changes["cell_marks"] = self._marks(refs.values(), "cleared", why, key)
-        return changes
-
-    def _marks(self, refs: Any, kind: str, why: str, card: str) -> dict[str, Any]:
-        return with_marks(self._now("cell_marks"), refs, kind=kind, why=why, card=card, current_kernel=self.kernel)
 
     def load(self, status: StatusSnapshot, *, session_memory: str = "",
              memories: Sequence[Mapping[str, Any]] = ()) -> None:
@@ -298,13 +198,3 @@ class ContextPanel(widgets.VBox):
         self.notes_card.set_title(0, f"Session notes ({len(self.session_memory):,} characters)")
         self.notes.outputs = markdown_outputs(self.session_memory) if self.session_memory else ()
 
-
-def context_traits(c: ContextFigures) -> dict[str, Any]:
-    """The engine's figures under the panel's trait names."""
-    traits = {"tokens": c.tokens, "threshold": c.threshold, "warning": c.warning, "blocking": c.blocking,
-              "window": c.window, "zone": c.zone, "percent_left": c.percent_left, "messages": c.messages,
-              "live_results": c.live_results, "cleared_results": c.cleared_results,
-              "persisted_results": c.persisted_results}
-    if c.composition is not None:
-        traits["composition"] = c.composition.to_json()
-    return traits

@@ -11,8 +11,9 @@ from IPython.core.error import UsageError
 from notebook_rig import captured, cell, close_shell, controller, new_shell, run
 
 from ctx_magic.events import Compacted
-from ctx_magic.notebook.display import approval_request, compaction_line
+from ctx_magic.notebook.display import approval_request
 from ctx_magic.notebook.magics import MESSAGE_IN_LINE
+from ctx_magic.notebook.notices import compaction_line
 
 
 @pytest.fixture
