@@ -36,6 +36,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.replay.cell_render import render_cell
+
 Block = dict[str, Any]
 
 DEFAULT_CORPUS = Path("/work/shared/corpus")
@@ -91,9 +93,7 @@ class Cell:
     @functools.cached_property
     def content(self) -> str | list[Block]:
         """The tool_result content, as ctx_magic's cell capture renders it (text, then images)."""
-        from benchmarks.replay.ctx_strategy import render_cell  # the one place that knows ctx_magic
-
-        return render_cell(self)
+        return render_cell(self.source, self.execution_count, self.outputs)
 
 
 @dataclass(frozen=True)

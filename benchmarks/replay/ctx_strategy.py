@@ -1,6 +1,7 @@
-"""The ctx_magic strategy: the real agent loop, replaying a session. ALL coupling of the replay
+"""The ctx_magic strategy: the real agent loop, replaying a session. The coupling of the replay
 benchmark to ctx_magic's internals is in this file (the Session / loop APIs, the notes keeper,
-the memory manager, cell capture), so that a rename upstream is adapted here only.
+the memory manager) and in cell_render.py (cell capture), so that a rename upstream is adapted
+there only.
 
 What runs: `open_session` + `run_turn` with an `AnthropicModel` whose SDK client talks to the
 billing meter in process (`offline_client(meter)`), a scripted Executor answering each tool call
@@ -22,7 +23,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import ctx_magic.agent.loop as loop_module
 from benchmarks.clock import ManualClock
 from benchmarks.replay.billing import MODEL, Bench
+from benchmarks.replay.cell_render import IMAGE_MAX_BYTES, cell_record
 from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
 from ctx_magic.agent.loop import run_turn
@@ -41,14 +43,13 @@ from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, P
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import notebook_cell_id, user_text
-from ctx_magic.notebook.capture import CellRecord, cell_messages
+from ctx_magic.notebook.capture import cell_messages
 from ctx_magic.offline.transport import offline_client
 from ctx_magic.settings import Settings
 
 if TYPE_CHECKING:
-    from benchmarks.replay.corpus import Cell
+    pass
 
-IMAGE_MAX_BYTES = 1_000_000  # ctx_magic's default image_max_bytes setting
 CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"  # the controller's
 NOTES_WAIT_SECONDS = 120.0  # a background notes extraction is waited for at each turn end
 UNBOUNDED_CALLS = 1_000_000  # the replay's per-turn model-call limit
@@ -88,39 +89,6 @@ class CtxOptions:
             else:
                 raise ValueError(f"unknown ctx_magic option {flag!r} in {name!r}")
         return options
-
-
-# -- cells as ctx_magic captures them -------------------------------------------------------------
-
-
-def _text(value: Any) -> str:
-    return "".join(value) if isinstance(value, list) else str(value)
-
-
-def _mime_data(data: Mapping[str, Any]) -> dict[str, Any]:
-    """nbformat's mime bundle as IPython hands it over (base64 images on one line)."""
-    return {mime: _text(v).replace("\n", "") if mime.startswith("image/") else _text(v) for mime, v in data.items()}
-
-
-def cell_record(cell: Cell) -> CellRecord:
-    """A cell's stored outputs as ctx_magic's capture records a cell run."""
-    record = CellRecord(cell.source, cell.execution_count)
-    for output in cell.outputs:
-        kind = output.get("output_type")
-        if kind == "stream":
-            (record.stderr if output.get("name") == "stderr" else record.stdout).append(_text(output.get("text", "")))
-        elif kind == "display_data":
-            record.displays.append(_mime_data(output.get("data") or {}))
-        elif kind == "execute_result":
-            record.result = _mime_data(output.get("data") or {})
-        elif kind == "error":
-            record.error = "\n".join(output.get("traceback") or [f"{output.get('ename')}: {output.get('evalue')}"])
-    return record
-
-
-def render_cell(cell: Cell) -> str | list[dict[str, Any]]:
-    """The tool_result content ctx_magic sends for a cell (text, then images within the cap)."""
-    return cell_record(cell).content(IMAGE_MAX_BYTES)
 
 
 # -- the scripted executor --------------------------------------------------------------------------
@@ -220,7 +188,8 @@ def absorb_cells(session: Session, cells: list[Any], now: float) -> None:
         session.append(user_text(CELLS_INTRO, timestamp=now))
     for cell in cells:
         cell_id = notebook_cell_id(cell.execution_count, f"{len(session.messages):012x}")  # same ids every run
-        for message in cell_messages(cell_record(cell), cell_id, IMAGE_MAX_BYTES, now):
+        record = cell_record(cell.source, cell.execution_count, cell.outputs)
+        for message in cell_messages(record, cell_id, IMAGE_MAX_BYTES, now):
             session.append(message)
 
 
