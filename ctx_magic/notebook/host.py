@@ -91,6 +91,14 @@ class SessionHost:
             notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
         return session, notes
 
+    def require(self) -> Session:
+        """The current session, or a one-line error that says how to get one."""
+        if self.session is None and self.carried:
+            raise CtxMagicError(f"Session {self.carried} goes on at the next %%agent (the extension was reloaded).")
+        if self.session is None:
+            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
+        return self.session
+
     def _resume_target(self, resume: str) -> str:
         if resume == "latest":
             found = latest_session(self._storage_dir())
