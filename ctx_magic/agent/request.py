@@ -99,6 +99,10 @@ class RequestFrame:
         return dataclasses.replace(request, thinking=thinking_param(window), context_management=context_management,
                                    betas=tuple(dict.fromkeys([*window.betas, *betas])))
 
+    def resume_tail(self, cached_tail: str | None) -> None:
+        """At resume: the message the cache held last (state.json), so the breakpoints are the same (M4)."""
+        self.cached_tail = cached_tail
+
     def sent(self, messages: Sequence[Message]) -> None:
         """A main call went out with `messages`: the cache now holds the prefix ending with them."""
         self.cached_tail = next((m.uuid for m in reversed(messages) if m.sent), None)

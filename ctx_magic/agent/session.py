@@ -234,7 +234,7 @@ class Session:
         self.compaction = saved.compaction
         self.meter = UsageMeter(saved.usage, prices=self.prices)
         self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before (M4)
-        self.frame.cached_tail = saved.cached_tail  # and the same breakpoints
+        self.frame.resume_tail(saved.cached_tail)  # and the same breakpoints
         self.plugins.restore(saved.plugin_state)
         self.files.reads.update({r.path: r for r in saved.reads})
         problems = list(saved.problems)

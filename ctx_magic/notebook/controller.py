@@ -1,8 +1,9 @@
 """Everything ctx_magic keeps in one kernel, put together: the settings, the session host, the
-cell capture, the idle watch, the panel and memory links, and the agent's executor.
+cell capture, the idle watch, the panel and memory links, the agent's executor, and the
+commands (commands.py) that carry out the magics' turns and context commands.
 
-The magics are thin: they parse options and call this controller, which runs turns and the
-context commands under one lock, and renders what happened through the display.
+The magics are thin: they parse options and call this controller for sessions, and its
+`commands` for turns and the context commands.
 """
 
 from __future__ import annotations
@@ -15,23 +16,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.agent import compaction
-from ctx_magic.agent.loop import TurnResult, run_turn
 from ctx_magic.agent.session import Session
-from ctx_magic.context.pins import Pin
-from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Event, Notice, Status, ToolOutputDelta, notify
+from ctx_magic.events import Event, ToolOutputDelta, notify
 from ctx_magic.notebook.backend import Backend
-from ctx_magic.notebook.capture import OutputRecorder, pinned_source
+from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.cells import CellCapture
+from ctx_magic.notebook.commands import Commands
 from ctx_magic.notebook.config import CtxMagic
-from ctx_magic.notebook.display import TurnDisplay, notice, show_approval_request
+from ctx_magic.notebook.display import notice
 from ctx_magic.notebook.executor import KernelExecutor, find_notebook_path
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.panel_link import PanelLink, in_jupyter_server
-from ctx_magic.notebook.wording import compacted_line, summary_line
 
 
 class Controller:
@@ -46,15 +43,13 @@ class Controller:
         self.lock = threading.RLock()
         self.listeners: list[Callable[[Event], None]] = []
         """Hear every event of the current session (the panel, and tests)."""
-        self.turn_running = False
-        """True while an agent turn runs: the agent's own code must not start another, or compact."""
-        self._display: TurnDisplay | None = None
         output = OutputRecorder(shell, image_max_bytes=lambda: self.settings.image_max_bytes)
         self.executor = KernelExecutor(shell, output, permission=lambda: self.settings.permission,
                                        image_max_bytes=lambda: self.settings.image_max_bytes,
-                                       notebook_path=self.notebook_path, show_code=self._ask_to_run,
-                                       inventory_tokens=lambda: self.settings.kernel_inventory_tokens)
-        self.executor.on_output = self._tool_output
+                                       notebook_path=self.notebook_path,
+                                       show_code=lambda code: self.commands.ask_to_run(code),
+                                       inventory_tokens=lambda: self.settings.kernel_inventory_tokens,
+                                       on_output=self._tool_output)
         self.cells = CellCapture(output, image_max_bytes=lambda: self.settings.image_max_bytes, clock=self.now)
         self.memory = MemoryLink(self.settings.to_settings, self.storage_dir)
         self.panel = PanelLink(session_memory=self.memory.notes_text, memories=self.memory.rows)
@@ -64,6 +59,11 @@ class Controller:
                                 opened=self._opened, closing=self._closing, backend=backend)
         self.idle = IdleWatch(self.lock, lambda: self.host.session)
         self.settings.observe(lambda change: self.host.retries_changed(change["new"]), names="max_retries")
+        self.commands = Commands(shell=shell, lock=self.lock, host=self.host, cells=self.cells, idle=self.idle,
+                                 memory=self.memory, panel=self.panel, executor=self.executor,
+                                 show_tool_output=lambda: self.settings.show_tool_output,
+                                 show_panel=self.show_panel_once)
+        """Turns and the context commands (%%agent's message, %compact, %pin, %ctx count)."""
 
     @property
     def session(self) -> Session | None:
@@ -112,12 +112,6 @@ class Controller:
             self.cells.abandon()
             self.report_internal_error(error)
 
-    def _ask_to_run(self, code: str) -> None:
-        """`ask` mode, before the question: the code on screen, and a status that says why we wait."""
-        if self._display is not None:
-            self._display.awaiting_approval()
-        show_approval_request(code)
-
     def _tool_output(self, text: str) -> None:
         if self.session is not None:
             self.session.emit(ToolOutputDelta(text))
@@ -156,7 +150,7 @@ class Controller:
 
     def carry_on(self, session_id: str | None, pending: list[Any]) -> None:
         """After `%reload_ext`: resume this session at the next turn, with the cells recorded before."""
-        self.host.carried = session_id
+        self.host.carry(session_id)
         self.cells.carry(pending)
 
     def _opened(self, session: Session) -> None:
@@ -168,139 +162,13 @@ class Controller:
     def _closing(self, session: Session, extract: bool) -> None:
         self.memory.session_ended(session, extract=extract)
 
-    def require_session(self) -> Session:
-        if self.session is None and self.host.carried:
-            raise CtxMagicError(f"Session {self.host.carried} goes on at the next %%agent (the extension was "
-                                "reloaded).")
-        if self.session is None:
-            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
-        return self.session
-
-    def refuse_inside_turn(self, what: str) -> None:
-        """The agent's code calling %%agent or %compact would edit the context mid-turn (M5)."""
-        if self.turn_running:
-            raise CtxMagicError(f"An agent turn is running: {what} cannot be used from inside it.")
-
-    def _before_command(self, session: Session) -> None:
-        """What every turn and context command starts with: settings, deferred writes, new cells."""
-        self.host.apply_settings(session)
-        self.idle.flush(session)
-        self.cells.absorb(session)
-
-    # -- turns and context commands ------------------------------------------------------------------
-
-    def run(self, prompt: str, *, display: TurnDisplay | None = None) -> TurnResult:
-        with self.lock:
-            self.idle.cancel()
-            session = self.require_session()
-            before: list[Event] = []  # what the settings did (a model switch drops thinking blocks)
-            session.listeners.append(before.append)
-            try:
-                self._before_command(session)
-            finally:
-                session.listeners.remove(before.append)
-            self.memory.before_turn(session)
-            display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
-                                             record_for=lambda _id: self.executor.last_record,
-                                             output_path=lambda tool_use_id: str(session.store.tool_result_path(
-                                                 tool_use_id)))
-            for event in [*self.idle.take_unshown(), *before]:
-                display(event)
-            self.show_panel_once()
-            session.listeners.append(display)
-            self.turn_running, self._display = True, display
-            try:
-                result = run_turn(session, prompt)
-            finally:
-                self.turn_running, self._display = False, None
-                session.listeners.remove(display)
-                self.panel.refresh()
-            display.finish(summary_line(session.status(), result))
-            problem = self.memory.after_turn(session)
-            if problem:
-                display(Notice("warning", problem))
-            self.idle.schedule(session)
-            return result
-
-    def compact(self, instructions: str | None, *, direction: str = "full", index: int | None = None) -> Any:
-        with self.lock:
-            session = self.require_session()
-            self._before_command(session)
-            if index is not None and not 0 <= index <= len(session.messages):
-                option = "--from" if direction == "from" else "--up-to"
-                raise CtxMagicError(f"{option} {index} is outside the live context, which has "
-                                    f"{len(session.messages)} messages (numbered from 0).")
-            session.live.prepare()
-            display = TurnDisplay()
-            session.listeners.append(display)
-            try:
-                result = compaction.manual_compact(session, instructions, direction=direction, index=index)
-            finally:
-                session.emit(Status("idle"))
-                session.listeners.remove(display)
-                session.end_turn()
-            display.finish(compacted_line(session.status()))
-            self.panel.refresh()
-            return result
-
-    def snip(self, keep_last: int) -> int:
-        with self.lock:
-            session = self.require_session()
-            count = session.live.snip(keep_last)
-            session.end_turn()
-            self.panel.refresh()
-            return count
-
-    def pin(self, text: str | None = None, *, cell: int | None = None) -> Pin:
-        """Pin an instruction, or the source of the cell with execution count `cell`."""
-        with self.lock:
-            session = self.require_session()
-            self._before_command(session)
-            if cell is not None:
-                text = self.cell_source(cell)
-            pin = session.pin_board.pin(text or "", cell=cell)
-            session.end_turn()
-            self.panel.refresh()
-            return pin
-
-    def unpin(self, pin_id: str) -> Pin | None:
-        with self.lock:
-            session = self.require_session()
-            removed = session.pin_board.unpin(pin_id)
-            session.end_turn()
-            self.panel.refresh()
-            return removed
-
-    def cell_source(self, execution_count: int) -> str:
-        """What the user typed in cell In[n] (a `# ctx: pin` marker line left out)."""
-        history = getattr(self.shell, "history_manager", None)
-        raw = getattr(history, "input_hist_raw", None) or self.shell.user_ns.get("In") or []
-        if not 0 < execution_count < len(raw) or not str(raw[execution_count]).strip():
-            raise CtxMagicError(f"There is no cell In[{execution_count}] in this kernel to pin.")
-        source = str(raw[execution_count])
-        return pinned_source(source) if pinned_source(source) is not None else source.strip("\n")
-
-    def count_line(self) -> str:
-        """The exact size from the API's count_tokens (T3) beside the estimate; the estimate alone
-        when the endpoint fails."""
-        session = self.require_session()
-        self.cells.absorb(session)
-        estimate = session.live.prepare().tokens
-        try:
-            exact = session.model.count_tokens(session.request())
-        except CtxMagicError as error:
-            return f"Estimated context: {estimate:,} tokens (count_tokens unavailable: {error})"
-        drift = (estimate - exact) / exact * 100 if exact else 0.0
-        return (f"Exact context: {exact:,} tokens (count_tokens API); the estimate was {estimate:,} "
-                f"({drift:+.1f}%).")
-
     def show_sidebar(self, *, inline: bool = False) -> None:
-        self.require_session()
+        self.host.require()
         self.panel.show(sidebar=not inline and self.in_jupyter_server())
 
     def memory_command(self, args: Any) -> None:
         args.session_id = self.session.session_id if self.session is not None else ""
-        self.memory.command(args, self.require_session)
+        self.memory.command(args, self.host.require)
         self.panel.refresh()
 
     def close(self) -> None:

@@ -59,7 +59,8 @@ class KernelExecutor:
     def __init__(self, shell: Any, recorder: OutputRecorder, *, permission: Callable[[], str],
                  image_max_bytes: Callable[[], int], notebook_path: Callable[[], Path | None],
                  ask: Callable[[str], str] | None = None, show_code: Callable[[str], None] | None = None,
-                 inventory_tokens: Callable[[], int] = lambda: KERNEL_INVENTORY_TOKENS) -> None:
+                 inventory_tokens: Callable[[], int] = lambda: KERNEL_INVENTORY_TOKENS,
+                 on_output: Callable[[str], None] | None = None) -> None:
         self.shell = shell
         self.recorder = recorder
         self.permission = permission
@@ -69,7 +70,7 @@ class KernelExecutor:
         self.ask = ask or input
         self.show_code = show_code or (lambda code: None)
         self.running = False
-        self.on_output: Callable[[str], None] | None = None
+        self.on_output = on_output
         """Hears what the agent's code prints while it runs (the turn's display shows progress)."""
         self.recent_code: list[str] = []
         self.last_record: CellRecord | None = None

@@ -38,6 +38,10 @@ class SessionHost:
         self.carried: str | None = None
         """The session of this kernel before the extension was reloaded: the next turn resumes it."""
 
+    def carry(self, session_id: str | None) -> None:
+        """After `%reload_ext`: the session this kernel had before; the next turn resumes it."""
+        self.carried = session_id
+
     def _backend(self) -> Backend:
         """The backend; chosen again when the `provider` setting changed (unless one was given)."""
         settings = self._settings()
@@ -90,6 +94,14 @@ class SessionHost:
         if sid is not None:
             notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
         return session, notes
+
+    def require(self) -> Session:
+        """The current session, or a one-line error that says how to get one."""
+        if self.session is None and self.carried:
+            raise CtxMagicError(f"Session {self.carried} goes on at the next %%agent (the extension was reloaded).")
+        if self.session is None:
+            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
+        return self.session
 
     def _resume_target(self, resume: str) -> str:
         if resume == "latest":

@@ -74,6 +74,7 @@ class AgentMagics(Magics):
     def __init__(self, shell: Any, controller: Controller) -> None:
         super().__init__(shell)
         self.controller = controller
+        self.commands = controller.commands
 
     @magic_arguments()
     @kwds(usage=AGENT_USAGE, formatter_class=HelpFormatter)
@@ -95,7 +96,7 @@ class AgentMagics(Magics):
         if cell is None and line.strip() and not line.lstrip().startswith("-"):
             raise UsageError(MESSAGE_IN_LINE)
         args = parse_argstring(self.agent, line)
-        self.controller.refuse_inside_turn("%%agent")
+        self.commands.refuse_inside_turn("%%agent")
         if args.new and args.resume is not None:
             raise UsageError("Use either --new or --resume, not both.")
         if args.permission:
@@ -109,7 +110,7 @@ class AgentMagics(Magics):
         if args.new and not text:
             notice(f"New session {session.session_id}.")
         if text:
-            result = self.controller.run(text)
+            result = self.commands.run(text)
             if result.error:
                 return None
 
@@ -127,7 +128,7 @@ class AgentMagics(Magics):
     def compact(self, line: str) -> None:
         """Compact the agent's context now (optionally with instructions for the summary)."""
         args = parse_argstring(self.compact, line)
-        self.controller.refuse_inside_turn("%compact")
+        self.commands.refuse_inside_turn("%compact")
         chosen = [name for name in ("up_to", "from_", "snip") if getattr(args, name) is not None]
         if len(chosen) > 1:
             raise UsageError("Use only one of --up-to, --from and --snip.")
@@ -137,12 +138,12 @@ class AgentMagics(Magics):
                 raise UsageError(f"--{name.rstrip('_').replace('_', '-')} needs a number of 0 or more.")
         instructions = " ".join(args.instructions).strip() or None
         if args.snip is not None:
-            count = self.controller.snip(args.snip)
+            count = self.commands.snip(args.snip)
             notice(f"Snipped {count} messages." if count else "Nothing to snip yet.")
             return
         direction, index = ("up_to", args.up_to) if args.up_to is not None else (
             ("from", args.from_) if args.from_ is not None else ("full", None))
-        self.controller.compact(instructions, direction=direction, index=index)
+        self.commands.compact(instructions, direction=direction, index=index)
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
@@ -172,13 +173,13 @@ class AgentMagics(Magics):
         agent's context, and kept with the session across restarts. A cell whose first line is
         `# ctx: pin` is pinned when it runs. Pins share a token budget (CtxMagic.pin_budget_tokens).
         """
-        self.controller.refuse_inside_turn("%pin")
+        self.commands.refuse_inside_turn("%pin")
         if self.controller.session is None:  # a pin can come before the first message
             for line_ in self.controller.ensure_session()[1]:
                 notice(line_)
         stripped = line.strip()
         if stripped and not stripped.startswith("-"):
-            pin = self.controller.pin(stripped)  # the text as typed: no shell-style unquoting
+            pin = self.commands.pin(stripped)  # the text as typed: no shell-style unquoting
             notice(f"Pinned {pin.id}: it stays in the agent's context after every summary.")
             return
         args = parse_argstring(self.pin, line)
@@ -187,14 +188,14 @@ class AgentMagics(Magics):
         if len(chosen) > 1 or (chosen and args.text):
             raise UsageError("Use one of TEXT, --cell N, --list and --remove ID.")
         if args.cell is not None:
-            pin = self.controller.pin(cell=args.cell)
+            pin = self.commands.pin(cell=args.cell)
             notice(f"Pinned cell {args.cell} as {pin.id}: its source stays in the agent's context after every "
                    "summary.")
         elif args.remove is not None:
-            removed = self.controller.unpin(args.remove)
+            removed = self.commands.unpin(args.remove)
             notice(f"Removed {args.remove}." if removed else f"No pin {args.remove!r} (see %pin --list).")
         else:
-            plain_or_rich({"text/plain": pins_listing(self.controller.require_session())})
+            plain_or_rich({"text/plain": pins_listing(self.controller.host.require())})
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
@@ -211,7 +212,7 @@ class AgentMagics(Magics):
         if args.command == "config":
             plain_or_rich({"text/plain": json.dumps(self.controller.settings.describe(), indent=1)})
             return
-        session = self.controller.require_session()
+        session = self.controller.host.require()
         if args.command == "status":
             status = session.status()
             if args.json:
@@ -223,6 +224,6 @@ class AgentMagics(Magics):
             written = export_transcript(session.store.load_transcript().records, session.session_id, target)
             notice(f"Wrote the full transcript to {written}.")
         elif args.command == "count":
-            notice(self.controller.count_line())
+            notice(self.commands.count_line())
         elif args.command == "sidebar":
             self.controller.show_sidebar(inline=args.inline)

@@ -1,0 +1,170 @@
+"""The magics' commands carried out on the current session: a turn, compact, snip, pin, unpin, the exact count."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctx_magic.agent import compaction
+from ctx_magic.agent.loop import TurnResult, run_turn
+from ctx_magic.agent.session import Session
+from ctx_magic.context.pins import Pin
+from ctx_magic.errors import CtxMagicError
+from ctx_magic.events import Event, Notice, Status
+from ctx_magic.notebook.capture import pinned_source
+from ctx_magic.notebook.cells import CellCapture
+from ctx_magic.notebook.display import TurnDisplay, show_approval_request
+from ctx_magic.notebook.executor import KernelExecutor
+from ctx_magic.notebook.host import SessionHost
+from ctx_magic.notebook.idle import IdleWatch
+from ctx_magic.notebook.memory_link import MemoryLink
+from ctx_magic.notebook.panel_link import PanelLink
+from ctx_magic.notebook.wording import compacted_line, summary_line
+
+
+def cell_source(shell: Any, execution_count: int) -> str:
+    """What the user typed in cell In[n] (a `# ctx: pin` marker line left out)."""
+    history = getattr(shell, "history_manager", None)
+    raw = getattr(history, "input_hist_raw", None) or shell.user_ns.get("In") or []
+    if not 0 < execution_count < len(raw) or not str(raw[execution_count]).strip():
+        raise CtxMagicError(f"There is no cell In[{execution_count}] in this kernel to pin.")
+    source = str(raw[execution_count])
+    return pinned_source(source) if pinned_source(source) is not None else source.strip("\n")
+
+
+@dataclass(eq=False)
+class Commands:
+    """Runs turns and the context commands under one lock, and renders what happened."""
+
+    shell: Any
+    """The IPython shell: its input history is where `%pin --cell N` finds a cell's source."""
+    lock: threading.RLock
+    """Shared with the idle watch: a turn, a command and an idle clearing never overlap."""
+    host: SessionHost
+    cells: CellCapture
+    idle: IdleWatch
+    memory: MemoryLink
+    panel: PanelLink
+    executor: KernelExecutor
+    show_tool_output: Callable[[], bool]
+    """The `show_tool_output` setting, read at each turn."""
+    show_panel: Callable[[], None]
+    """Shows the panel's sidebar anchor once per kernel (a turn may be the first use)."""
+    turn_running: bool = field(default=False, init=False)
+    """True while an agent turn runs: the agent's own code must not start another, or compact."""
+    _display: TurnDisplay | None = field(default=None, init=False)
+
+    def refuse_inside_turn(self, what: str) -> None:
+        """The agent's code calling %%agent or %compact would edit the context mid-turn (M5)."""
+        if self.turn_running:
+            raise CtxMagicError(f"An agent turn is running: {what} cannot be used from inside it.")
+
+    def ask_to_run(self, code: str) -> None:
+        """`ask` mode, before the question: the code on screen, and a status that says why we wait."""
+        if self._display is not None:
+            self._display.awaiting_approval()
+        show_approval_request(code)
+
+    def _before_command(self, session: Session) -> None:
+        """What every turn and context command starts with: settings, deferred writes, new cells."""
+        self.host.apply_settings(session)
+        self.idle.flush(session)
+        self.cells.absorb(session)
+
+    def run(self, prompt: str, *, display: TurnDisplay | None = None) -> TurnResult:
+        with self.lock:
+            self.idle.cancel()
+            session = self.host.require()
+            before: list[Event] = []  # what the settings did (a model switch drops thinking blocks)
+            session.listeners.append(before.append)
+            try:
+                self._before_command(session)
+            finally:
+                session.listeners.remove(before.append)
+            self.memory.before_turn(session)
+            display = display or TurnDisplay(show_tools=self.show_tool_output(),
+                                             record_for=lambda _id: self.executor.last_record,
+                                             output_path=lambda tool_use_id: str(session.store.tool_result_path(
+                                                 tool_use_id)))
+            for event in [*self.idle.take_unshown(), *before]:
+                display(event)
+            self.show_panel()
+            session.listeners.append(display)
+            self.turn_running, self._display = True, display
+            try:
+                result = run_turn(session, prompt)
+            finally:
+                self.turn_running, self._display = False, None
+                session.listeners.remove(display)
+                self.panel.refresh()
+            display.finish(summary_line(session.status(), result))
+            problem = self.memory.after_turn(session)
+            if problem:
+                display(Notice("warning", problem))
+            self.idle.schedule(session)
+            return result
+
+    def compact(self, instructions: str | None, *, direction: str = "full", index: int | None = None) -> Any:
+        with self.lock:
+            session = self.host.require()
+            self._before_command(session)
+            if index is not None and not 0 <= index <= len(session.messages):
+                option = "--from" if direction == "from" else "--up-to"
+                raise CtxMagicError(f"{option} {index} is outside the live context, which has "
+                                    f"{len(session.messages)} messages (numbered from 0).")
+            session.live.prepare()
+            display = TurnDisplay()
+            session.listeners.append(display)
+            try:
+                result = compaction.manual_compact(session, instructions, direction=direction, index=index)
+            finally:
+                session.emit(Status("idle"))
+                session.listeners.remove(display)
+                session.end_turn()
+            display.finish(compacted_line(session.status()))
+            self.panel.refresh()
+            return result
+
+    def snip(self, keep_last: int) -> int:
+        with self.lock:
+            session = self.host.require()
+            count = session.live.snip(keep_last)
+            session.end_turn()
+            self.panel.refresh()
+            return count
+
+    def pin(self, text: str | None = None, *, cell: int | None = None) -> Pin:
+        """Pin an instruction, or the source of the cell with execution count `cell`."""
+        with self.lock:
+            session = self.host.require()
+            self._before_command(session)
+            if cell is not None:
+                text = cell_source(self.shell, cell)
+            pin = session.pin_board.pin(text or "", cell=cell)
+            session.end_turn()
+            self.panel.refresh()
+            return pin
+
+    def unpin(self, pin_id: str) -> Pin | None:
+        with self.lock:
+            session = self.host.require()
+            removed = session.pin_board.unpin(pin_id)
+            session.end_turn()
+            self.panel.refresh()
+            return removed
+
+    def count_line(self) -> str:
+        """The exact size from the API's count_tokens (T3) beside the estimate; the estimate alone
+        when the endpoint fails."""
+        session = self.host.require()
+        self.cells.absorb(session)
+        estimate = session.live.prepare().tokens
+        try:
+            exact = session.model.count_tokens(session.request())
+        except CtxMagicError as error:
+            return f"Estimated context: {estimate:,} tokens (count_tokens unavailable: {error})"
+        drift = (estimate - exact) / exact * 100 if exact else 0.0
+        return (f"Exact context: {exact:,} tokens (count_tokens API); the estimate was {estimate:,} "
+                f"({drift:+.1f}%).")
