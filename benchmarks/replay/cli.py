@@ -17,7 +17,7 @@ from pathlib import Path
 from benchmarks.replay.corpus import DEFAULT_CORPUS, load_corpus
 from benchmarks.replay.results import RunResult, floor_of, run_one
 from benchmarks.replay.strategies import ABLATIONS, DEFAULT, FLOOR, strategy
-from benchmarks.replay.table import grouped, target_lines, window_tables
+from benchmarks.replay.table import costliest, grouped, target_lines, window_tables
 
 DEFAULT_WINDOWS = (32_000, 200_000, 1_000_000)
 
@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strategies", default=",".join(DEFAULT), help="comma-separated (raw always runs)")
     parser.add_argument("--ablations", action="store_true", help="add ctx_magic with mechanisms switched off")
     parser.add_argument("--sources", default="", help="only these sources: swe, claude-code, notebook")
+    parser.add_argument("--per-session", type=int, default=0, metavar="N",
+                        help="also list, per window, the N sessions where ctx_magic bills most above raw")
     args = parser.parse_args(argv)
     args.windows = [int(w.replace("_", "")) for w in args.windows.split(",") if w.strip()]
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -95,6 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     tables = grouped(results)
     for window in args.windows:
         print(window_tables(window, tables[window]) + "\n")
+        if args.per_session and "ctx_magic" in tables[window]:
+            print(f"Where ctx_magic bills most above raw (sessions raw finishes, window {window:,}):\n")
+            print(costliest(tables[window], count=args.per_session) + "\n")
     lines = target_lines(tables)
     if lines:
         print("## Targets (issue 10)\n")

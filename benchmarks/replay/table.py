@@ -117,6 +117,26 @@ def window_tables(window: int, by_strategy: dict[str, dict[str, RunResult]]) -> 
     return (f"## Window {window:,}\n\n{main}\n\nBilled vs raw by source:\n\n{markdown(header, source_rows)}")
 
 
+def costliest(by_strategy: dict[str, dict[str, RunResult]], name: str = "ctx_magic", count: int = 10) -> str:
+    """The `count` sessions raw finishes on which `name` bills most above raw, with what its side
+    calls and rewrites were on each: where the money beyond raw goes, session by session."""
+    runs, raw = by_strategy.get(name, {}), by_strategy["raw"]
+    finished = [k for k in runs if k in raw and not raw[k].overflow and raw[k].cost > 0]
+    worst = sorted(finished, key=lambda k: runs[k].cost / raw[k].cost, reverse=True)[:count]
+    rows = []
+    for key in worst:
+        run, base = runs[key], raw[key].cost
+        side: Counter[str] = Counter()
+        for c in run.calls:
+            if c.side:
+                side[c.rule or c.kind] += c.cost
+        rows.append([key, f"{raw[key].largest_request:,}", f"{run.cost / base:.2f}",
+                     ", ".join(f"{k} {v / base:.3f}" for k, v in side.most_common()) or "-",
+                     counts(run.events)])
+    header = ("session", "raw's largest request", f"{name} vs raw", "side calls (cost × raw)", "events")
+    return markdown(header, rows)
+
+
 CACHE_TTL_SECONDS = 300.0
 KEPT_PREFIX = 0.9  # a call "kept the cached conversation" when it read at least this much of the last request
 

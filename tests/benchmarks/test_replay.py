@@ -32,9 +32,9 @@ from benchmarks.replay.corpus import (  # noqa: E402
 )
 from benchmarks.replay.ctx_strategy import CtxOptions, run_ctx_magic  # noqa: E402
 from benchmarks.replay.harness import api_messages, cell_messages  # noqa: E402
-from benchmarks.replay.results import floor_of, run_one  # noqa: E402
+from benchmarks.replay.results import RunResult, floor_of, run_one  # noqa: E402
 from benchmarks.replay.strategies import strategy  # noqa: E402
-from benchmarks.replay.table import warm_misses  # noqa: E402
+from benchmarks.replay.table import costliest, warm_misses  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
 
 CORPUS = Path("/work/shared/corpus")
@@ -225,6 +225,22 @@ def test_claude_code_log_keeps_prompts_tools_and_recorded_gaps() -> None:
 def test_the_quick_corpus_is_small_and_has_every_source() -> None:
     replays = load_corpus(CORPUS, quick=True)
     assert {r.source for r in replays} == {"swe", "claude-code", "notebook"} and len(replays) <= 6
+
+
+def test_costliest_lists_the_sessions_most_above_raw_with_their_side_calls() -> None:
+    """Overflowed raw runs are left out (raw's bill stops early there); the rest are ordered by
+    their ratio to raw, and each side call's rule shows its cost as a share of raw's bill."""
+    def run(strategy: str, name: str, calls: list[Call], overflow: bool = False) -> RunResult:
+        return RunResult(strategy, name, "swe", 32_000, calls, overflow=overflow, largest_request=1_000)
+
+    main = Call("normal", 200, 0.0, input_tokens=100)  # billed 100
+    notes = Call("memory", 200, 1.0, input_tokens=50, rule="session-notes")  # billed 50
+    raw = {"a": run("raw", "a", [main]), "b": run("raw", "b", [main]), "c": run("raw", "c", [main], overflow=True)}
+    ours = {"a": run("ctx_magic", "a", [main]), "b": run("ctx_magic", "b", [main, notes]),
+            "c": run("ctx_magic", "c", [main, notes, notes])}
+    table = costliest({"raw": raw, "ctx_magic": ours}, count=5).splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| b", "| a"]
+    assert table[2] == "| b | 1,000 | 1.50 | session-notes 0.500 | - |"
 
 
 # -- the command -----------------------------------------------------------------------------------
