@@ -262,8 +262,9 @@ def pipeline_against_json(settings: ContextSettings, work: Workload, repeat: int
     base = prepare(conversation(work), ContextState(), T0, settings)
     pipeline, encoding = [], []
     for _ in range(repeat * 4):
-        turns = TurnCache()  # as a session's request frame has it: the previous request's turns
+        turns = TurnCache()  # as a session's request frame has it: the previous request's turns and images
         turns.turns(base.messages)
+        turns.image_count(base.messages)
         messages = appended(base, len(work.outputs), 1)
         start = time.perf_counter()
         prepared = prepare(messages, base.state, now_after(messages), settings)

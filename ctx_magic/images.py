@@ -244,13 +244,14 @@ def _image_count(message: Message) -> int:
 
 
 def count_images(messages: Sequence[Message]) -> int:
+    """The image blocks the messages send (unsent messages' images are not counted)."""
     total = 0
     for message in messages:
-        count = message.memo.get("image_count")
+        memo = message.memo
+        count = memo.get("sent_images")
         if count is None:
-            count = _image_count(message)
-        if count and message.sent:
-            total += count
+            count = memo["sent_images"] = _image_count(message) if message.sent else 0
+        total += count
     return total
 
 
@@ -275,7 +276,7 @@ def recheck(block: Block) -> Block:
 
 
 def limit_images(messages: Sequence[Message], max_images: int = API_MAX_IMAGES,
-                 step: int = OMIT_STEP) -> tuple[list[Message], int]:
+                 step: int = OMIT_STEP, *, total: int | None = None) -> tuple[list[Message], int]:
     """The messages of one request with at most `max_images` images, and how many were left out.
 
     The most recent are kept; once over the count the oldest are left out in steps of `step`
@@ -283,8 +284,9 @@ def limit_images(messages: Sequence[Message], max_images: int = API_MAX_IMAGES,
     When more than MANY_IMAGES remain, any over MANY_IMAGES_MAX_SIDE pixels a side are left out
     too, as the API requires; every image kept is `recheck`ed. Left-out images become
     `[image omitted: ...]` text. Pure: the same messages always give the same request.
+    `total` is `count_images(messages)` when the caller knows it already.
     """
-    total = count_images(messages)
+    total = count_images(messages) if total is None else total
     if total == 0:
         return list(messages), 0
     over = total - max_images

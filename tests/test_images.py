@@ -149,3 +149,15 @@ def test_stored_images_are_rechecked_a_wrong_type_fixed_and_no_image_replaced():
 def test_unsent_messages_do_not_count():
     boundary = Message("user", (image(png()),), kind="boundary")
     assert count_images([boundary, *conversation(3)]) == 3
+
+
+def test_the_request_frames_image_count_counts_only_what_was_added_and_recounts_after_a_change():
+    from ctx_magic.agent.request import TurnCache
+
+    cache, messages = TurnCache(), conversation(5)
+    assert cache.image_count(messages) == 5
+    grown = [*messages, *conversation(2), Message("user", (image(png()),), kind="boundary")]
+    assert cache.image_count(grown) == 7  # the two new images; the boundary's is never sent
+    changed = [Message("user", (text_block("cleared"),)), *grown[1:]]  # a message replaced: counted again
+    assert cache.image_count(changed) == 6 == count_images(changed)
+    assert cache.image_count(conversation(3)) == 3  # shorter: counted from scratch

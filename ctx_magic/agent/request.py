@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -26,7 +27,7 @@ from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Composition
-from ctx_magic.images import limit_images
+from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
 from ctx_magic.settings import CACHE_TTL, Settings, Window
 
@@ -209,19 +210,32 @@ def to_api_messages(messages: Sequence[Message], *, cache_ttl: str | None = CACH
 
 
 class TurnCache:
-    """The last request's turns, reused when the next request starts with the same messages:
-    a turn adds a few messages at the end, and rebuilding 10,000 messages' turns each call cost
-    more than the rest of the pipeline together (benchmarks/scale.py)."""
+    """The last request's turns and image count, reused when the next request starts with the
+    same messages: a turn adds a few messages at the end, and rebuilding 10,000 messages' turns
+    (or counting their images) each call cost more than the rest of the pipeline together
+    (benchmarks/scale.py)."""
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
         self._turns: list[Turn] = []
+        self._counted: list[Message] = []
+        self._images = 0
         self._lock = threading.Lock()
+
+    def image_count(self, messages: Sequence[Message]) -> int:
+        """`count_images(messages)`, counting only what follows the last request's messages."""
+        with self._lock:
+            known = len(self._counted)
+            reuse = 0 < known <= len(messages) and all(map(operator.is_, messages, self._counted))
+            total = (self._images if reuse else 0) + count_images(messages[known:] if reuse else messages)
+            self._counted, self._images = list(messages), total
+            return total
 
     def turns(self, messages: Sequence[Message]) -> list[Turn]:
         with self._lock:
             known = len(self._messages)
-            reuse = 0 < known <= len(messages) and all(a is b for a, b in zip(messages, self._messages))
+            # The same objects up to `known` (compared in C: this runs over every message each call).
+            reuse = 0 < known <= len(messages) and all(map(operator.is_, messages, self._messages))
             turns = _add_turns(list(self._turns) if reuse else [], messages[known:] if reuse else messages)
             self._messages, self._turns = list(messages), turns
             return list(turns)
@@ -239,7 +253,7 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
                   cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages
     (at most 100 images of them: the oldest become a line saying so)."""
-    messages, _omitted = limit_images(messages)
+    messages, _omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
     built = turns.turns(messages) if turns is not None else _add_turns([], messages)
     return ModelRequest(
