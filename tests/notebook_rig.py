@@ -71,16 +71,22 @@ def controller(shell: InteractiveShell):  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def clocked_shell(tmp_path: Any, monkeypatch: Any) -> Iterator[InteractiveShell]:
-    """A fresh offline shell in `tmp_path` whose controller runs on a manual clock
-    (`shell.user_ns["_clock"]`)."""
+def offline_shell(tmp_path: Any, monkeypatch: Any) -> Iterator[InteractiveShell]:
+    """A fresh shell in `tmp_path` with no API key (the offline stand-in answers), closed after."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     shell = new_shell()
-    clock = ManualClock(1_800_000_000.0)
-    controller(shell).clock = clock
-    shell.user_ns["_clock"] = clock
     try:
         yield shell
     finally:
         close_shell(shell)
+
+
+@contextmanager
+def clocked_shell(tmp_path: Any, monkeypatch: Any) -> Iterator[InteractiveShell]:
+    """The same, with its controller on a manual clock (`shell.user_ns["_clock"]`)."""
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        clock = ManualClock(1_800_000_000.0)
+        controller(shell).clock = clock
+        shell.user_ns["_clock"] = clock
+        yield shell

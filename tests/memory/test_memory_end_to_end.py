@@ -8,18 +8,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from notebook_rig import close_shell, controller, new_shell, run, status
+from notebook_rig import controller, offline_shell, run, status
 
 from ctx_magic.events import Compacted, Status
 
 
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    sh = new_shell()
-    yield sh
-    close_shell(sh)
+    with offline_shell(tmp_path, monkeypatch) as sh:
+        yield sh
 
 
 def batch(n: int) -> str:

@@ -6,18 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from notebook_rig import cell, close_shell, controller, new_shell, run
+from notebook_rig import cell, close_shell, controller, new_shell, offline_shell, run
 
 from ctx_magic.store.pending import PENDING_ID_KEY
 
 
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    shell = new_shell()
-    yield shell
-    close_shell(shell)
+    with offline_shell(tmp_path, monkeypatch) as sh:
+        yield sh
 
 
 def cell_results(shell) -> list[str]:

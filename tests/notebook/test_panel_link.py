@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from notebook_rig import captured, cell, close_shell, controller, new_shell, texts
+from notebook_rig import captured, cell, controller, offline_shell, texts
 
 from ctx_magic.events import Compacted, UsageUpdated
 from ctx_magic.messages import Message, Usage, user_text
@@ -18,11 +18,8 @@ from ctx_magic.ui.marks import CellIndex
 
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    sh = new_shell()
-    yield sh
-    close_shell(sh)
+    with offline_shell(tmp_path, monkeypatch) as sh:
+        yield sh
 
 
 def widget_ids(out) -> list[str]:

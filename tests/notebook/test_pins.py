@@ -6,16 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from notebook_rig import cell, close_shell, controller, new_shell, run
+from notebook_rig import cell, close_shell, controller, new_shell, offline_shell, run
 
 
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    shell = new_shell()
-    yield shell
-    close_shell(shell)
+    with offline_shell(tmp_path, monkeypatch) as sh:
+        yield sh
 
 
 def last_request(shell) -> str:  # type: ignore[no-untyped-def]

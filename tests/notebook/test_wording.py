@@ -8,7 +8,7 @@ import json
 
 import pytest
 from IPython.core.error import UsageError
-from notebook_rig import captured, cell, close_shell, controller, new_shell, run
+from notebook_rig import captured, cell, controller, offline_shell, run
 
 from ctx_magic.events import Compacted
 from ctx_magic.notebook.display import approval_request
@@ -18,11 +18,8 @@ from ctx_magic.notebook.notices import compaction_line
 
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    sh = new_shell()
-    yield sh
-    close_shell(sh)
+    with offline_shell(tmp_path, monkeypatch) as sh:
+        yield sh
 
 
 def test_cell_magic_help_shows_the_cell_form_and_option_values_as_written(shell):
