@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctx_magic.offline import providers
 from ctx_magic.offline.cache import minimum_cacheable_tokens
+from ctx_magic.offline.counting import environment_unit
 from ctx_magic.offline.faults import ApiError
 from ctx_magic.offline.wire import error_json
 
@@ -75,6 +76,10 @@ class OfflineConfig:
     """The thinking types the Models API reports the model takes."""
     context_edits: tuple[str, ...] = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
     """The context-management strategies the Models API reports the model takes."""
+    unit: str = field(default_factory=environment_unit)
+    """How the server counts tokens: "calibrated" (like the real API), or on purpose otherwise
+    ("x1.3", "x0.8", "noisy"; counting.UNITS) to test a client that counts differently.
+    Defaults to the CTX_MAGIC_OFFLINE_UNIT environment variable, else "calibrated"."""
 
     def cache_minimum(self, model: str) -> int:
         """The minimum cacheable length in force for `model`."""
