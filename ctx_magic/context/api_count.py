@@ -70,6 +70,11 @@ OPUS_4_7 = Family("claude-opus-4-7", text_factor=CLAUDE_5.text_factor, frame=11,
 _MODEL = re.compile(r"claude-(?:(\d+)(?:-(\d))?-)?(opus|sonnet|haiku|fable|mythos)(?:-(\d+)(?:-(\d)(?!\d))?)?")
 
 
+def names_a_family(model: str) -> bool:
+    """Whether a model id names a Claude model family (opus, sonnet, haiku, fable, mythos)."""
+    return _MODEL.search(model) is not None
+
+
 @functools.lru_cache(maxsize=256)
 def family_of(model: str | None) -> Family:
     """The tokenizer family of a model id; an id we cannot read counts as the newest family."""

@@ -1,7 +1,8 @@
 """`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--unit U]`.
 
 Runs the offline stand-in for the Anthropic Messages API on 127.0.0.1 and prints one line
-with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key. `--max-seconds S` makes it stop by itself (tests use it).
+with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key.
+`--max-seconds S` makes it stop by itself (tests use it).
 """
 
 from __future__ import annotations

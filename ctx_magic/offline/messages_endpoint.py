@@ -41,13 +41,13 @@ from ctx_magic.offline.server_context import (
 )
 from ctx_magic.offline.shapes import (
     HTML_HEADERS,
-    KNOWN_MODEL_PREFIX,
     MAX_REQUEST_BYTES,
     SSE_HEADERS,
     HttpReply,
     OfflineConfig,
     Outcome,
     json_reply,
+    known_model,
     provider_error,
 )
 from ctx_magic.offline.thinking import should_think, thinking_blocks
@@ -55,7 +55,8 @@ from ctx_magic.offline.validate import InvalidRequest, check_request
 from ctx_magic.offline.wire import message_json, stream_events
 
 
-def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...] = ()) -> tuple[Any, ApiError | None]:
+def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...] = (),
+                  provider: str = "anthropic") -> tuple[Any, ApiError | None]:
     """The body as JSON, checked by the API's rules: a 413 over 32 MB, a 400 naming the place
     of the first broken rule, a 404 for an unknown model (the request still comes back, to be
     recorded)."""
@@ -63,12 +64,12 @@ def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...]
         return None, STATUS_FAULTS["413"]
     try:
         request = json.loads(body or b"null")
-        check_request(request, max_output=max_output)
+        check_request(request, max_output=max_output, provider=provider)
         check_context_management(request, betas)
         check_compaction_blocks(request)
     except (ValueError, InvalidRequest) as error:
         return None, ApiError(400, "invalid_request_error", str(error))
-    if not request["model"].startswith(KNOWN_MODEL_PREFIX):
+    if not known_model(request["model"]):
         return request, ApiError(404, "not_found_error", f"model: {request['model']}")
     return request, None
 
@@ -91,7 +92,7 @@ class MessagesEndpoint:
 
     def count_tokens(self, body: bytes, config: OfflineConfig, *, provider: str = "anthropic") -> Outcome:
         """POST /v1/messages/count_tokens: the same count the usage of a reply reports."""
-        request, error = parse_request(body, max_output=None, betas=tuple(BETA_OF.values()))
+        request, error = parse_request(body, max_output=None, betas=tuple(BETA_OF.values()), provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
         count = functools.partial(input_tokens, unit=unit_named(config.unit))
@@ -103,7 +104,7 @@ class MessagesEndpoint:
                  provider: str = "anthropic") -> Outcome:
         """POST /v1/messages: the policy's answer, plain or streamed, or the error the request
         (or the fault it meets) earns."""
-        request, error = parse_request(body, max_output=config.max_output, betas=betas)
+        request, error = parse_request(body, max_output=config.max_output, betas=betas, provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
         kind = policy.kind(request)

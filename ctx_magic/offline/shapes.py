@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctx_magic.context import api_count
 from ctx_magic.offline import providers
 from ctx_magic.offline.cache import minimum_cacheable_tokens
 from ctx_magic.offline.counting import environment_unit
@@ -21,6 +22,14 @@ STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M on
 DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
 MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
 KNOWN_MODEL_PREFIX = "claude-"
+TEST_MODEL_PREFIX = "claude-offline"  # ids tests make up for the stand-in itself
+
+
+def known_model(model_id: str) -> bool:
+    """An id the stand-in answers for: a Claude model family's name (opus, sonnet, haiku, fable,
+    mythos: a misspelt one is a 404, as from the API) or one of the stand-in's own test ids."""
+    return model_id.startswith(TEST_MODEL_PREFIX) or (
+        model_id.startswith(KNOWN_MODEL_PREFIX) and api_count.names_a_family(model_id))
 LISTED_MODELS = ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5")
 MODEL_CREATED_AT = "1970-01-01T00:00:00Z"  # the SDK's epoch value for "release date unknown"
 JSON_HEADERS = (("content-type", "application/json"),)
