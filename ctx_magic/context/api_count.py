@@ -127,7 +127,7 @@ SEARCH_RESULT_WRAPPER = 10
 # that is not scaled down (1092 x 1092 pixels, about 1,590 tokens), and a page of a PDF the way the
 # PDF docs estimate it (text plus the page as an image, 1,500 to 3,000 tokens).
 UNSEEN_IMAGE = 1590
-PDF_PAGE = 2250
+PDF_PAGE = 1500
 IMAGE_PIXELS_PER_TOKEN = 750  # the vision docs: tokens = width x height / 750
 # Server tools: the API adds its own instructions for each kind, which the client never sees.
 # Measured on the cassettes' first requests with each kind (Claude 4 models; scaled by the
@@ -368,10 +368,27 @@ def _last_assistant(messages: list[Mapping[str, Any]]) -> int:
     return -1
 
 
+def _references(block: Block) -> Iterable[str]:
+    """The tools a block loads by tool_reference (in a tool result, or a system message's addition)."""
+    if block.get("type") == "tool_reference":
+        yield str(block.get("tool_name", ""))
+    inner = block.get("tool")
+    if isinstance(inner, Mapping) and inner.get("type") == "tool_reference":
+        yield str(inner.get("tool_name", ""))
+    content = block.get("content")
+    if isinstance(content, list):
+        for item in content:
+            if isinstance(item, Mapping):
+                yield from _references(item)
+
+
 def message_counts(request: Mapping[str, Any], family: Family | None = None) -> list[list[int]]:
     """Each message's blocks as counted, the message's header folded into its first block.
-    Thinking the model no longer reads (an earlier turn's, for a model that drops it) counts 0."""
+    Thinking the model no longer reads (an earlier turn's, for a model that drops it) counts 0;
+    a deferred tool's definition counts where a tool_reference loads it."""
     family = family or family_of(request.get("model"))
+    deferred = {str(t.get("name")): tool_tokens({**t, "defer_loading": False}, family)
+                for t in request.get("tools") or [] if isinstance(t, Mapping) and t.get("defer_loading")}
     messages = [m for m in request.get("messages") or [] if isinstance(m, Mapping)]
     keeps = keeps_thinking(request.get("model"))
     current = _last_assistant(messages)
@@ -382,7 +399,8 @@ def message_counts(request: Mapping[str, Any], family: Family | None = None) -> 
         row = []
         for block in message_blocks(message):
             dropped = block.get("type") in ("thinking", "redacted_thinking") and not keeps and i != current
-            row.append(0 if dropped else block_tokens(block, family))
+            loaded = sum(deferred.get(name, 0) for name in _references(block)) if deferred else 0
+            row.append(0 if dropped else block_tokens(block, family) + loaded)
         header = message_overhead(role, previous)
         if row:
             row[0] += header
