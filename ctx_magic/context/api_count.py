@@ -125,7 +125,7 @@ DOCUMENT_WRAPPER = 10
 SEARCH_RESULT_WRAPPER = 10
 # Images and documents the stand-in cannot see (a URL, a file id): the vision docs' largest image
 # that is not scaled down (1092 x 1092 pixels, about 1,590 tokens), and a page of a PDF the way the
-# PDF docs estimate it (text plus the page as an image, 1,500 to 3,000 tokens).
+# PDF docs estimate it (text plus the page as an image, 1,500 to 3,000 tokens: the lower end).
 UNSEEN_IMAGE = 1590
 PDF_PAGE = 1500
 IMAGE_PIXELS_PER_TOKEN = 750  # the vision docs: tokens = width x height / 750

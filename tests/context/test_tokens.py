@@ -130,11 +130,19 @@ def test_correction_starts_unpadded_and_learns_ratio():
     """The estimate is calibrated, so it starts at 1.0; the server's own ratio is learned."""
     corr = Correction()
     assert corr.ratio == STARTING_RATIO == 1.0
-    corr = corr.observe(estimated=1_000, actual=1_100)
-    assert corr.ratio == pytest.approx(1.1)
-    corr = corr.observe(estimated=1_000, actual=1_100)
-    assert corr.ratio == pytest.approx(1.1)
-    assert corr.observations == 2
+    first = corr.observe(estimated=10_000, actual=13_000)  # a whole first request, 30 % over
+    assert first.ratio == pytest.approx((1.0 * 950 + 1.3 * 10_000) / 10_950)
+    later = first
+    for _ in range(5):
+        later = later.observe(estimated=1_000, actual=1_300)
+    assert later.ratio == pytest.approx(1.3, abs=0.02)  # within 2 % after five more responses
+    assert later.observations == 6
+
+
+def test_one_noisy_sample_moves_the_ratio_by_its_weight_only():
+    """A small delta twice its estimate (a hidden addition) does not double every later estimate."""
+    corr = Correction().observe(estimated=300, actual=600)
+    assert corr.ratio == pytest.approx((1.0 * 950 + 2.0 * 300) / 1_250)
 
 
 def test_correction_ignores_tiny_samples():
