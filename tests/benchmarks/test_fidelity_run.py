@@ -3,17 +3,21 @@ and one trajectory; the guarantees it measures hold there (no timings checked)."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.corpus_location import corpus_missing, corpus_path
+
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path("/work/shared/corpus")
+CORPUS = corpus_path()
 
 
-@pytest.mark.skipif(not (CORPUS / "handson-ml3").is_dir(), reason="shared corpus not present")
+@pytest.mark.skipif(corpus_missing("handson-ml3") is not None and os.environ.get("CI") != "true",
+                              reason=corpus_missing("handson-ml3") or "")
 def test_fidelity_benchmark_runs_a_short_notebook_session(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "benchmarks/fidelity.py", "--windows", "20000", "--swe", "1", "--no-claude-code",
