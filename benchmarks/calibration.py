@@ -126,7 +126,7 @@ def exact_requests(exchanges: Sequence[Exchange]) -> None:
             if e.endpoint == "count_tokens":
                 groups["count_tokens answers"].append(pairs[id(e)])
         groups["everything recorded"].append(pairs[id(e)])
-    order = [*CLASSES, "all countable", "fitted on", "held out", "family claude-4", "family claude-opus-4-7",
+    order = [*CLASSES, "all countable", "fitted on", "held out", "family claude-4",
              "family claude-5", "count_tokens answers", "everything recorded"]
     table("Exact requests: the stand-in's count against the real API's (pydantic-ai cassettes)",
           ["class", *RATIO_HEADER], [[name, *ratio_row(groups[name])] for name in order if name in groups])

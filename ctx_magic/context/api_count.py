@@ -51,23 +51,27 @@ class Family:
 
 
 # The tokenizer Claude 3 through Opus 4.6 (Sonnet 4.x, Haiku 4.5) share. The frame (7) and the
-# role-change cost are exact on every one-block request recorded; the text factor is fitted on the
-# Claude Code deltas and the cassettes. The tool prompt is what the recorded usage shows today: it
-# is larger than the 346 (auto, none) and 313 (any, tool) tokens Anthropic's "tool use pricing and
-# tokens" page lists for the Claude 4 models, and requests recorded earlier show a shorter one.
+# role-change cost are exact on every recorded request of one text block per message. The text
+# factor is the best of 1.00 to 1.20 on the fitted half of the cassettes' requests without server
+# tools (the Claude Code deltas' tool results alone give 1.14: code and logs count a little denser
+# than prose). The tool prompt is what the recorded usage shows today: larger than the 346 (auto,
+# none) and 313 (any, tool) tokens Anthropic's "tool use pricing and tokens" page lists for the
+# Claude 4 models; requests recorded earlier show a prompt about 180 tokens shorter.
 CLAUDE_4 = Family("claude-4", text_factor=1.10, frame=7, tool_prompt_auto=497, tool_prompt_forced=589,
                   image_long_edge=1568, image_max_tokens=1600)
 # Anthropic's token-counting docs: Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use
-# a newer tokenizer that makes about 30 % more tokens of the same text. Opus 4.7 frames a request
-# with more tokens (11) than the models after it (6); the vision docs give the newer models a
-# larger native resolution (2,576 pixels on the long edge).
-CLAUDE_5 = Family("claude-5", text_factor=1.40, frame=6, tool_prompt_auto=440, tool_prompt_forced=530,
+# a newer tokenizer that makes about 30 % more tokens of the same text. The factor is the best of
+# 1.30 to 1.55 on the fitted half of these models' cassettes (27 % over Claude 4's); the frame is
+# one token shorter; the tool prompt (auto) is the mean of what the recorded Opus 4.8, Opus 5,
+# Fable 5 and Sonnet 5 requests show (they range from about 380 to 450), forced adds the Claude 4
+# models' gap in this family's unit. The vision docs give these models a larger native resolution
+# (2,576 pixels on the long edge).
+CLAUDE_5 = Family("claude-5", text_factor=1.40, frame=6, tool_prompt_auto=440, tool_prompt_forced=555,
                   image_long_edge=2576, image_max_tokens=4784)
-OPUS_4_7 = Family("claude-opus-4-7", text_factor=CLAUDE_5.text_factor, frame=11,
-                  tool_prompt_auto=CLAUDE_5.tool_prompt_auto, tool_prompt_forced=CLAUDE_5.tool_prompt_forced,
-                  image_long_edge=CLAUDE_5.image_long_edge, image_max_tokens=CLAUDE_5.image_max_tokens)
 
-_MODEL = re.compile(r"claude-(?:(\d+)(?:-(\d))?-)?(opus|sonnet|haiku|fable|mythos)(?:-(\d+)(?:-(\d)(?!\d))?)?")
+# claude-<name>-<major>[-<minor>][-<date>], or the older claude-<major>[-<minor>]-<name>[-<date>]
+_MODEL = re.compile(r"claude-(?:(\d+)(?:-(\d))?-)?(opus|sonnet|haiku|fable|mythos)"
+                    r"(?:-(\d{1,2})(?!\d)(?:-(\d)(?!\d))?)?")
 
 
 def names_a_family(model: str) -> bool:
@@ -87,7 +91,7 @@ def family_of(model: str | None) -> Family:
     if name in ("fable", "mythos") or major >= 5:
         return CLAUDE_5
     if name == "opus" and (major, minor) >= (4, 7):
-        return OPUS_4_7 if (major, minor) == (4, 7) else CLAUDE_5
+        return CLAUDE_5
     return CLAUDE_4
 
 
@@ -105,12 +109,13 @@ def text_tokens(text: str, family: Family, kind: float = 1.0) -> int:
 
 ROLE_CHANGE = 3  # a message whose role differs from the one before it (the turn's header); exact in the traffic
 SAME_ROLE = 1  # a message continuing the previous one's role: the API joins them with a separator
-# Per block, beyond its text: fitted on the recorded tool calls and results (a call with one
-# argument and its result cost about 50 tokens of wrapping in the cassettes).
+# Per block, beyond its text: set from the cassettes' tool rounds (a call with one argument and its
+# result add about 50 tokens beyond their text and the two role changes).
 TOOL_USE_WRAPPER = 20
 TOOL_PARAMETER = 8  # each input field is its own tagged parameter
 TOOL_RESULT_WRAPPER = 22
-# By kind of text, relative to the family's factor (fitted on the Claude Code deltas): the
+# By kind of text, relative to the family's factor (a regression on the fitted half of the Claude
+# Code deltas): the
 # arguments a model writes into a tool call (code, paths, JSON) count more per o200k token than
 # prose; a thinking block counts as the model's full thinking, of which the text sent back is a
 # summary for the Claude 4 models.
@@ -361,10 +366,14 @@ def message_blocks(message: Mapping[str, Any]) -> list[Block]:
     return [b for b in content or [] if isinstance(b, Mapping)]
 
 
-def _last_assistant(messages: list[Mapping[str, Any]]) -> int:
+def _turn_in_progress(messages: list[Mapping[str, Any]]) -> int:
+    """The last assistant message if the turn is still going on (nothing after it, or only tool
+    results answering it), else -1: a new user turn closes the previous turn's thinking."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].get("role") == "assistant":
             return i
+        if any(b.get("type") != "tool_result" for b in message_blocks(messages[i])):
+            return -1
     return -1
 
 
@@ -391,7 +400,7 @@ def message_counts(request: Mapping[str, Any], family: Family | None = None) -> 
                 for t in request.get("tools") or [] if isinstance(t, Mapping) and t.get("defer_loading")}
     messages = [m for m in request.get("messages") or [] if isinstance(m, Mapping)]
     keeps = keeps_thinking(request.get("model"))
-    current = _last_assistant(messages)
+    current = _turn_in_progress(messages)
     counts: list[list[int]] = []
     previous: str | None = None
     for i, message in enumerate(messages):
