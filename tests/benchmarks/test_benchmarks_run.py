@@ -42,7 +42,7 @@ def test_scale_benchmark_runs_on_a_small_workload() -> None:
 
 
 @pytest.mark.skipif(corpus_missing("mini-swe-agent-gemini3") is not None and os.environ.get("CI") != "true",
-                              reason=corpus_missing("mini-swe-agent-gemini3") or "")
+                    reason=corpus_missing("mini-swe-agent-gemini3") or "")  # absent under CI it runs, and fails
 def test_estimation_benchmark_prints_every_table() -> None:
     out = run("benchmarks/estimation.py", "--corpus", str(CORPUS))
     for title in ("Whole request", "Estimated part alone", "Large deltas only", "Sensitivity"):
