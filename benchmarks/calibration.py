@@ -203,6 +203,8 @@ def delta_kind(blocks: Sequence[dict[str, Any]], family: api_count.Family) -> st
         return "images"
     if largest.get("type") in ("thinking", "redacted_thinking"):
         return "thinking"
+    if largest.get("type") == "tool_use":
+        return "tool calls (their arguments)"
     kind = text_kind(_block_text(largest))
     return f"tool results: {kind}" if largest.get("type") == "tool_result" else kind
 
@@ -235,14 +237,14 @@ def claude_code_deltas(sessions: Sequence[Session]) -> list[Delta]:
     return deltas
 
 
-def learned(deltas_by_session: Sequence[Sequence[Delta]]) -> list[tuple[int, int]]:
-    """The engine's figure for each delta: its default-unit estimate times the ratio learned from
-    the session's earlier responses (Correction, reset per session)."""
-    pairs: list[tuple[int, int]] = []
+def learned(deltas_by_session: Sequence[Sequence[Delta]]) -> dict[int, tuple[int, int]]:
+    """The engine's figure for each delta (by id): its default-unit estimate times the ratio
+    learned from the session's earlier responses (Correction, reset per session)."""
+    pairs: dict[int, tuple[int, int]] = {}
     for deltas in deltas_by_session:
         correction = Correction()
         for d in deltas:
-            pairs.append((math.ceil(d.default_estimate * correction.ratio), d.real))
+            pairs[id(d)] = (math.ceil(d.default_estimate * correction.ratio), d.real)
             correction = correction.observe(d.default_estimate, d.real)
     return pairs
 
@@ -250,6 +252,7 @@ def learned(deltas_by_session: Sequence[Sequence[Delta]]) -> list[tuple[int, int
 def delta_tables(sessions: Sequence[Session]) -> None:
     per_session = [claude_code_deltas([s]) for s in sessions]
     deltas = [d for ds in per_session for d in ds]
+    engine = learned(per_session)
     groups: dict[str, list[Delta]] = defaultdict(list)
     for d in deltas:
         groups[d.kind].append(d)
@@ -258,14 +261,11 @@ def delta_tables(sessions: Sequence[Session]) -> None:
     kinds = sorted(k for k in groups if k not in ("all", "fitted on", "held out"))
     table("Claude Code deltas: the estimate of what was added since the previous response, by kind",
           ["largest block added", "n", "median real tok", "model's family: median err %", "within 5 %",
-           "median ratio", "default unit x learned ratio: median err %"],
+           "median ratio", "engine (default unit x learned ratio): median err %", "within 5 %"],
           [[k, f"{len(groups[k]):,}", f"{statistics.median(d.real for d in groups[k]):,.0f}",
             *[ratio_row([(d.family_estimate, d.real) for d in groups[k]])[i] for i in (3, 5, 1)],
-            ratio_row(learned([[d for d in ds if d.kind == k] for ds in per_session]))[3]]
+            *[ratio_row([engine[id(d)] for d in groups[k]])[i] for i in (3, 5)]]
            for k in [*kinds, "fitted on", "held out", "all"]])
-    whole = learned(per_session)
-    print(f"\nThe engine's delta estimate (default unit, ratio learned per session): median error "
-          f"{ratio_row(whole)[3]} %, within 5 % {ratio_row(whole)[5]} %, over {len(whole):,} deltas.")
 
 
 # -- 3. cache split --------------------------------------------------------------------------
