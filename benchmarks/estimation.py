@@ -211,7 +211,7 @@ class Sums:
 
 
 SWEEP: dict[str, tuple[Learner, bool]] = {
-    "engine (EMA 0.3)": (Correction(), True),
+    "engine (decayed sums, prior)": (Correction(), True),
     "EMA 0.1": (Ema(0.1), True),
     "EMA 0.5": (Ema(0.5), True),
     "EMA 0.3 x1.1": (Ema(0.3, 1.1), True),
