@@ -1,8 +1,10 @@
-"""`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--unit U]`.
+"""`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--auth-token TOKEN]
+[--unit U] [--max-seconds S]`.
 
 Runs the offline stand-in for the Anthropic Messages API on 127.0.0.1 and prints one line
-with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key.
-`--max-seconds S` makes it stop by itself (tests use it).
+with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key, or, with
+`--auth-token`, as at an LLM gateway: ANTHROPIC_AUTH_TOKEN=<that token> (any other credential is a 401).
+`--unit` makes it count tokens otherwise than the real API, on purpose (x1.3, x0.8, noisy).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="shortest prefix the prompt cache stores, in tokens (default: the model's own minimum, e.g. 1024)",
     )
     parser.add_argument(
+        "--auth-token", default=None,
+        help="accept only this credential, as a bearer token or x-api-key, like a gateway (default: any)",
+    )
+    parser.add_argument(
         "--unit", choices=list(UNITS), default=None,
         help="how tokens are counted: like the real API (calibrated, the default) or on purpose otherwise, "
              f"to test a client that counts differently (default: ${UNIT_VARIABLE}, else calibrated)",
@@ -50,7 +56,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    config = OfflineConfig(window=args.window, max_output=args.max_output, min_cacheable_tokens=args.min_cacheable)
+    config = OfflineConfig(window=args.window, max_output=args.max_output, min_cacheable_tokens=args.min_cacheable,
+                           credential=args.auth_token)
     if args.unit is not None:
         config = dataclasses.replace(config, unit=args.unit)
     api = OfflineAPI(config)

@@ -85,6 +85,9 @@ class OfflineConfig:
     """The thinking types the Models API reports the model takes."""
     context_edits: tuple[str, ...] = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
     """The context-management strategies the Models API reports the model takes."""
+    credential: str | None = None
+    """The one API key or bearer token accepted, as a gateway configured with a key accepts only
+    it; None: any non-empty credential but the key `invalid`."""
     unit: str = field(default_factory=environment_unit)
     """How the server counts tokens: "calibrated" (like the real API), or on purpose otherwise
     ("x1.3", "x0.8", "noisy"; counting.UNITS) to test a client that counts differently.
