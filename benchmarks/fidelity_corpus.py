@@ -24,9 +24,10 @@ from typing import Any
 
 from estimation import load_claude_code
 
+from benchmarks.corpus_location import corpus_path
 from ctx_magic.messages import result_text
 
-DEFAULT_CORPUS = Path("/work/shared/corpus")
+DEFAULT_CORPUS = corpus_path()  # CTX_MAGIC_CORPUS, else ../shared/corpus
 SWE_DIR = "mini-swe-agent-gemini3/trajs"
 CC_SESSION = "claude-code-session-share/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"
 NOTEBOOK = "handson-ml3/tools_pandas.ipynb"

@@ -17,6 +17,7 @@ from ctx_magic.context.costs import Prices as CachePrices
 from ctx_magic.context.decide import Plan, SessionFacts, decide
 from ctx_magic.context.engine import ContextSettings, Prepared, clear_now, measure, prepare, snip_now
 from ctx_magic.context.microcompact import idle_gap
+from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import clear_foreign_thinking
 from ctx_magic.context.tokens import ContextCount, Correction
@@ -121,6 +122,10 @@ class LiveContext:
         """What the decision needs to know about the session beyond its messages (decide.py)."""
         host = self.host
         notes = host.plugins.notes
+        if notes is not None and self.tokens() >= host.context_settings().thresholds.autocompact:
+            # A compaction is at hand: notes still being written (started at the warning level,
+            # which one large turn can be from the threshold) are what it would stand on.
+            notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
         boundaries = host.compaction.boundaries
         last = boundaries[-1] if boundaries else None
         return SessionFacts(

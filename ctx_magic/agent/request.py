@@ -22,6 +22,7 @@ from ctx_magic.agent.context_tools import CONTEXT_TOOLS
 from ctx_magic.agent.files import FileTools, file_tools
 from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.tools import Executor, ToolRegistry
+from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import Thresholds
@@ -72,8 +73,10 @@ class RequestFrame:
         return ToolRegistry([*self.executor.tools(), *file_tools(self.files), *CONTEXT_TOOLS])
 
     def overhead_tokens(self) -> int:
-        """What the system prompt and the tools add to every request."""
-        return count_text(self.system_prompt()) + count_text(json.dumps(self.tools().specs()))
+        """What the system prompt, the tools and the request's own frame (with the API's hidden
+        tool-use prompt) add to every request, counted as the API counts them."""
+        return request_tokens({"model": self.settings.model, "system": self.system_prompt(),
+                               "tools": self.tools().specs(), "messages": []})
 
     def composition(self, messages: Sequence[Message], state: ContextState, *, tokens: int,
                     thresholds: Thresholds) -> Composition:
