@@ -1,0 +1,157 @@
+"""`%%agent`'s own time before the request leaves, at 1,000 and 10,000 messages.
+
+A session of N messages (user prompts, the agent's `python` calls with their outputs, its
+answers) is written to a transcript and resumed in an in-process IPython shell with
+ctx_magic loaded, the offline stand-in answering through an in-process transport. Each
+measured `%%agent` cell is timed from the moment the cell is handed to IPython to the moment
+the transport is handed the Messages request (its first byte is about to be sent): the
+magic, the settings, the cells absorbed, the zero-call layers, the decision, the request
+built and encoded by the SDK. What the model does after that is not counted.
+
+Two turns warm the session up (the first after a resume indexes the whole history); the
+figure is the median of the measured turns. The machine is shared: read medians and ratios.
+
+    python benchmarks/latency.py [--sizes 1000,10000] [--turns 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from ctx_magic.messages import Message, Usage, text_block, tool_result_block, tool_use_block
+from ctx_magic.notebook.backend import Backend
+from ctx_magic.offline.app import OfflineAPI, OfflineConfig
+from ctx_magic.offline.transport import OFFLINE_API_KEY, OFFLINE_BASE_URL, OfflineTransport
+from ctx_magic.store.session import SessionDir
+
+WARM_UP_TURNS = 2  # the first turn after a resume indexes the whole history; the second settles
+WINDOW = 2_000_000  # room for 10,000 messages with no compaction, so every turn does the same work
+SESSION_ID = "latency"
+OUTPUT_LINES = 12  # each `python` call prints a small table: a typical short cell output
+
+
+class StampedTransport(OfflineTransport):
+    """The stand-in's transport, noting when each Messages request is handed to it."""
+
+    def __init__(self, api: OfflineAPI) -> None:
+        super().__init__(api)
+        self.sent: list[float] = []
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/v1/messages":
+            self.sent.append(time.perf_counter())
+        return super().handle_request(request)
+
+
+def history(count: int, now: float) -> list[Message]:
+    """`count` messages in exchanges of four: a prompt, a `python` call, its output, an answer."""
+    messages: list[Message] = []
+    prompt_tokens = 2_000
+    n = 0
+    while len(messages) < count:
+        at = now - 60 - (count - len(messages))  # a second apart, the last one a minute ago
+        call = f"toolu_{n:06d}"
+        table = "\n".join(f"{row:>4}  region-{row % 7}  {row * 37 % 1000 / 10:>6.1f}" for row in range(OUTPUT_LINES))
+        exchange = [
+            Message("user", (text_block(f"Step {n}: summarise batch {n} of the sensor readings."),), timestamp=at),
+            Message("assistant", (text_block("Looking at it."), tool_use_block(call, "python",
+                                                                                  {"code": f"show_batch({n})"})),
+                    timestamp=at, api_id=f"msg_{n:06d}a",
+                    usage=Usage(input_tokens=prompt_tokens, output_tokens=40)),
+            Message("user", (tool_result_block(call, table),), timestamp=at),
+            Message("assistant", (text_block(f"Batch {n} averages {n % 50 + 20.5} C; nothing stands out."),),
+                    timestamp=at, api_id=f"msg_{n:06d}b", usage=Usage(input_tokens=prompt_tokens + 200,
+                                                                      output_tokens=20)),
+        ]
+        messages += exchange
+        prompt_tokens += 260
+        n += 1
+    return messages[:count] if messages[count - 1].role == "assistant" else messages[:count - 1]
+
+
+def write_session(storage: Path, messages: list[Message]) -> None:
+    store = SessionDir(storage, SESSION_ID).create()
+    transcript = store.transcript()
+    for message in messages:
+        transcript.append_message(message)
+    transcript.sync()
+    transcript.close()
+
+
+def shell_with_backend(folder: Path, transport: StampedTransport) -> Any:
+    """An InteractiveShell in `folder` with ctx_magic loaded, answered by `transport`'s stand-in."""
+    import anthropic
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from ctx_magic.notebook.extension import controller_of
+
+    os.chdir(folder)
+    InteractiveShell.clear_instance()
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config)
+    for line in ("%load_ext ctx_magic", "%config CtxMagic.permission = 'auto'", "%config CtxMagic.idle_timer = False",
+                 "%config CtxMagic.user_memory_dir = '.user-data'", f"%config CtxMagic.context_window = {WINDOW}",
+                 "%config CtxMagic.snip_max_messages = 1000000"):
+        shell.run_cell(line, store_history=False)
+    client = anthropic.Anthropic(api_key=OFFLINE_API_KEY, base_url=OFFLINE_BASE_URL, max_retries=0,
+                                 http_client=httpx2.Client(transport=transport))
+    backend = Backend(client, "offline", "", transport.api)
+    host = controller_of(shell).host
+    host.backend, host._given = backend, True
+    return shell
+
+
+def measure(size: int, turns: int) -> list[float]:
+    """Milliseconds from each measured cell's start to its Messages request, at `size` messages."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    here = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="ctx-latency-") as folder:
+        write_session(Path(folder) / ".ctx_magic", history(size, time.time()))
+        transport = StampedTransport(OfflineAPI(OfflineConfig(window=WINDOW)))
+        shell = shell_with_backend(Path(folder), transport)
+        try:
+            with capture_output(display=True):
+                shell.run_cell(f"%agent --resume {SESSION_ID}", store_history=True)
+            times = []
+            for turn in range(WARM_UP_TURNS + turns):
+                before = len(transport.sent)
+                with capture_output(display=True):
+                    start = time.perf_counter()
+                    shell.run_cell(f"%%agent\nHow does batch {turn} compare with the last one?", store_history=True)
+                if len(transport.sent) == before:
+                    raise RuntimeError(f"turn {turn} sent no request")
+                if turn >= WARM_UP_TURNS:
+                    times.append((transport.sent[before] - start) * 1000)
+            return times
+        finally:
+            shell.run_line_magic("unload_ext", "ctx_magic")
+            InteractiveShell.clear_instance()
+            os.chdir(here)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000", help="messages in the resumed session, comma-separated")
+    parser.add_argument("--turns", type=int, default=7, help="measured turns per size (after the warm-up)")
+    options = parser.parse_args()
+    print("| messages | median ms | min ms | max ms | turns |\n| --- | --- | --- | --- | --- |")
+    for size in (int(s) for s in options.sizes.split(",")):
+        times = measure(size, options.turns)
+        print(f"| {size:,} | {statistics.median(times):.1f} | {min(times):.1f} | {max(times):.1f} | {len(times)} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
