@@ -11,11 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-# The context figures live in figures.py; imported from here too, as they long were.
-from ctx_magic.figures import FREE_PARTS as FREE_PARTS
-from ctx_magic.figures import USED_PARTS as USED_PARTS
-from ctx_magic.figures import Composition as Composition
-from ctx_magic.figures import ContextFigures as ContextFigures
+from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Usage
 
 

@@ -21,7 +21,8 @@ from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import clear_foreign_thinking
 from ctx_magic.context.tokens import ContextCount, Correction
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Cleared, ContextFigures, ContextMeasured, Event, Persisted, Snipped, ThinkingCleared
+from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped, ThinkingCleared
+from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Message
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from ctx_magic.context.composition import compose
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text
-from ctx_magic.events import Composition
+from ctx_magic.figures import Composition
 from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
 from ctx_magic.settings import CACHE_TTL, Settings, Window
@@ -193,22 +193,6 @@ def _with_breakpoints(turns: list[Turn], cache_ttl: str | None, tail: Message | 
     return marked
 
 
-def to_api_messages(messages: Sequence[Message], *, cache_ttl: str | None = CACHE_TTL,
-                    cached_tail: str | None = None) -> list[Turn]:
-    """Sendable messages, same-role runs merged, tool results first in each user turn, and the
-    cache breakpoints: on the last block, and on the last block of `cached_tail` (the message
-    the previous request ended with) when it is still there.
-
-    The API looks for an earlier cache entry only about 20 blocks back from a breakpoint; a
-    user who ran many cells between two turns adds more than that, and the whole cached
-    conversation would be written again. A breakpoint where the previous request ended finds
-    its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
-    """
-    messages, _omitted = limit_images(messages)  # the API takes at most 100 images a request
-    tail = next((m for m in messages if m.uuid == cached_tail), None) if cached_tail else None
-    return _with_breakpoints(_add_turns([], messages), cache_ttl, tail)
-
-
 class TurnCache:
     """The last request's turns and image count, reused when the next request starts with the
     same messages: a turn adds a few messages at the end, and rebuilding 10,000 messages' turns
@@ -252,7 +236,16 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
                   cache_ttl: str, tool_choice: Mapping[str, Any] | None = None, purpose: str = "main",
                   cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages
-    (at most 100 images of them: the oldest become a line saying so)."""
+    (at most 100 images of them: the oldest become a line saying so), same-role runs merged,
+    tool results first in each user turn, and the cache breakpoints: on the last block, and on
+    the last block of `cached_tail` (the message the previous request ended with) when it is
+    still there.
+
+    The API looks for an earlier cache entry only about 20 blocks back from a breakpoint; a
+    user who ran many cells between two turns adds more than that, and the whole cached
+    conversation would be written again. A breakpoint where the previous request ended finds
+    its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
+    """
     messages, _omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
     built = turns.turns(messages) if turns is not None else _add_turns([], messages)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ctx_magic.agent.usage import UsageTotals
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
 from ctx_magic.context.engine import figures
-from ctx_magic.events import Composition, ContextFigures
+from ctx_magic.figures import Composition, ContextFigures
 from ctx_magic.prices import UNKNOWN_PRICES, Prices
 
 if TYPE_CHECKING:

@@ -36,10 +36,6 @@ class Conversation:
     def is_live_result(self, tool_use_id: str) -> bool:
         return tool_use_id in self.state.positions and tool_use_id not in self.state.cleared
 
-    @property
-    def sent_count(self) -> int:
-        return sum(1 for m in self.messages if m.sent)
-
     def result_counts(self) -> tuple[int, int, int]:
         """(live, cleared, persisted) tool results, from the index or, before one, the messages."""
         if self.state.indexed:

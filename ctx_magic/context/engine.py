@@ -34,7 +34,8 @@ from ctx_magic.context.tokens import (
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextFigures, ContextMeasured, Event, Snipped
+from ctx_magic.events import Cleared, ContextMeasured, Event, Snipped
+from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Message
 from ctx_magic.settings import CLEAR_AT_LEAST, DEFAULTS, Settings
 from ctx_magic.store.session import safe_name

@@ -13,14 +13,13 @@ from ctx_magic.events import (
     CacheBroke,
     Cleared,
     Compacted,
-    Composition,
-    ContextFigures,
     ContextMeasured,
     Persisted,
     Status,
     TextDelta,
     UsageUpdated,
 )
+from ctx_magic.figures import Composition, ContextFigures
 from ctx_magic.messages import Usage, notebook_cell_id
 from ctx_magic.ui.panel import FLUSH_INTERVAL, ContextPanel
 
