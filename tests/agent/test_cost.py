@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 from agent_rig import rig
+from traitlets import TraitError
 
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.events import UsageUpdated
 from ctx_magic.messages import Usage
+from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.prices import UNKNOWN_PRICES, Billed, Prices, cost_usd, format_usd, model_prices, table_prices
-from ctx_magic.settings import Settings, setting_problem
+from ctx_magic.settings import Settings
 
 SONNET_5_5 = lambda: table_prices("claude-sonnet-5-5")  # noqa: E731 - read at call time
 
@@ -76,9 +78,11 @@ def test_contract_prices_override_the_table_and_are_checked_when_set():
     assert (contract.input, contract.output, contract.cache_read, contract.cache_write_5m) == (1.5, 7.5, 0.05, 2.50)
     assert contract.source == "config"
     assert model_prices("gpt-x") is UNKNOWN_PRICES and model_prices("gpt-x", "input=1 output=2").source == "config"
-    assert setting_problem("prices", "input=2 output=9") is None
-    assert "expected name=value" in setting_problem("prices", "cheap please")
-    assert "cannot be negative" in setting_problem("prices", "input=-1")
+    CtxMagic().prices = "input=2 output=9"
+    with pytest.raises(TraitError, match="expected name=value"):
+        CtxMagic().prices = "cheap please"
+    with pytest.raises(TraitError, match="cannot be negative"):
+        CtxMagic().prices = "input=-1"
     with pytest.raises(ValueError, match="a number of dollars"):
         Prices.parse("output=ten")
 

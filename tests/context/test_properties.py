@@ -85,7 +85,7 @@ def engine_settings(draw):
     return ContextSettings(
         thresholds=compute_thresholds(window, min(max_output, window // 2), env={}),
         keep_recent=draw(st.integers(1, 8)),
-        idle_minutes=draw(st.sampled_from([5.0, 60.0])),
+        idle_seconds=draw(st.sampled_from([300.0, 3600.0])),
         clear_at_least=draw(st.sampled_from([100, 2_000, 20_000])),
         snip_max_messages=draw(st.sampled_from([10, 25, 60, 200])),
         tool_results_dir="/session/tool-results",

@@ -139,7 +139,7 @@ def test_every_config_name_reaches_the_session(shell):
     assert session.settings.model == "claude-haiku-5-5" and session.model.name == "claude-haiku-5-5"
     assert engine.thresholds.window == 50_000 and engine.thresholds.max_output == 4_000
     assert engine.thresholds.autocompact == int((50_000 - 4_000) * 0.6)
-    assert (engine.keep_recent, engine.idle_minutes, engine.snip_max_messages) == (3, 7.0, 50)
+    assert (engine.keep_recent, engine.idle_seconds, engine.snip_max_messages) == (3, 7.0 * 60, 50)
     assert session.settings.cache_ttl == "1h" and engine.clear_at_least == 5_000
     assert session.model.client.max_retries == 4
     data = status(shell)
