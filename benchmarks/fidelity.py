@@ -192,7 +192,7 @@ class Measurer:
         saved = {str(folder / n): (folder / n).read_text(encoding="utf-8")
                  for n in recall.unrecorded_files(records, sorted(p.name for p in folder.glob("*.txt")))}
         entries = recall.entries(records, saved)
-        live = list(session.messages)
+        live = list(session.live.messages)
         after = context_text(live)
         audit = event.audit.text if event.audit is not None else ""
         before = after.replace(audit, "", 1) if audit else after
@@ -219,7 +219,7 @@ class Measurer:
             f.names_before.add(has_name(before, name))
             f.names_after.add(has_name(after, name))
         self._last_outputs(written, live, entries)
-        for pin in session.pins:
+        for pin in session.pin_board.pins:
             f.pins.add(pin.text in after)
         f.audit_tokens.append(event.audit.tokens if event.audit is not None else 0)
         f.inventory_tokens.append(count_text(inventory_text(live)) if inventory_text(live) else 0)
@@ -383,7 +383,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
                 if n == 20:
                     cell("%compact keep the DataFrames, their columns and what was computed from them")
                 if n in PARTIAL_AT:  # partial compactions (C8): the older half, then the newer half
-                    cell(f"%compact {PARTIAL_AT[n]} {len(session.messages) // 2}")
+                    cell(f"%compact {PARTIAL_AT[n]} {len(session.live.messages) // 2}")
                 controller.memory.notes.wait(NOTES_WAIT_SECONDS)
     finally:
         os.chdir(cwd)

@@ -213,6 +213,8 @@ class AnthropicModel:
     client: Any
     name: str = DEFAULT_MODEL
     provider: str = "anthropic"
+    backend: str = "anthropic"
+    """Which server answers: 'anthropic', 'bedrock', 'vertex' or 'offline' (shown in the status)."""
     _limits: ModelLimits | None = field(default=None, repr=False)
 
     @property

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ctx_magic.context.autocompact import CompactionResult, compact_conversation
-from ctx_magic.context.pins import Pin
+from ctx_magic.context.autocompact import Compaction, CompactionResult, Split, plan_split, rebuild, summary_request
 from ctx_magic.context.snip import safe_cuts
 from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text, message_tokens
@@ -199,47 +198,27 @@ def keep_from(messages: Sequence[Message], covered_uuid: str | None, threshold: 
     return cut
 
 
-def session_memory_compact(
-    messages: Sequence[Message],
-    notes: str,
-    covered_uuid: str | None,
-    *,
-    notes_path: str,
-    transcript_path: str,
-    now: float,
-    tokens_before: int,
-    measure: Callable[[Sequence[Message]], int],
-    threshold: int,
-    previous_boundary: str | None = None,
-    turns_since: int = 0,
-    attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
-    auto: bool = True,
-    pins: Sequence[Pin] = (),
-    originals: Callable[[Sequence[Message]], Sequence[Message]] = lambda span: (),
-) -> CompactionResult | None:
-    """The notes as the summary, zero model calls; None when the notes cannot be used or the
-    result would still be over the threshold (it would compact again at once). `auto` is False
-    when the user asked for the compaction (no "continue without asking", C5)."""
+def notes_split(messages: Sequence[Message], notes: str, covered_uuid: str | None, threshold: int) -> Split | None:
+    """Where a compaction from the notes cuts the live context: the messages the notes cover are
+    summarized by them, the recent tail is kept (`keep_from`). None when the notes cannot stand
+    for what they would replace (none yet, or covering no live message) or there is nothing
+    of the user's to replace."""
     if is_empty(notes):
         return None
     start = keep_from(messages, covered_uuid, threshold)
     if start is None or start == 0:
         return None
+    split = plan_split(messages, "full", start)
     try:
-        result = compact_conversation(
-            messages, _NoModel(), trigger="session-memory", now=now, transcript_path=transcript_path,
-            tokens_before=tokens_before, measure=measure, threshold=threshold, split_at=start,
-            previous_boundary=previous_boundary, turns_since=turns_since, attachments=attachments,
-            summary_text=truncate_for_compact(notes, notes_path), auto=auto, pins=pins,
-            originals=originals,
-        )
+        summary_request(split)
     except CompactionFailed:
         return None
+    return split
+
+
+def compact_from_notes(job: Compaction, notes: str, notes_path: str, *, attachments: Sequence[Message] = (),
+                       originals: Sequence[Message] = ()) -> CompactionResult | None:
+    """The notes as the summary, zero model calls; None when the result would still be over the
+    threshold (it would compact again at once)."""
+    result = rebuild(job, truncate_for_compact(notes, notes_path), attachments=attachments, originals=originals)
     return None if result.event.rebound else result
-
-
-class _NoModel:
-    """Session-memory compaction never calls a model; reaching this would be a bug."""
-
-    def summarize(self, messages: Sequence[Message], prompt: str) -> str:
-        raise CompactionFailed("session-memory compaction does not call the model")

@@ -96,10 +96,11 @@ class NotesKeeper:
     def after_turn(self, session: Session, result: Any) -> None:
         correction = bool(getattr(result, "prompt", "")) and is_correction_or_decision(result.prompt)
         tool_calls = int(getattr(result, "tool_calls", 0))
-        tokens = session.live.tokens()
+        setup = session.setup()
+        tokens = session.live.tokens(setup.overhead_tokens)
         with self._lock:
             self.state = rebaselined(self.state, tokens)
-        reason = extraction_due(self.state, tokens, session.context_settings().thresholds,
+        reason = extraction_due(self.state, tokens, setup.context.thresholds,
                                 last_turn_tool_calls=tool_calls, correction=correction)
         if reason is None or not self.start(reason):
             with self._lock:
@@ -109,10 +110,10 @@ class NotesKeeper:
         """Start an extraction in the background; False when one is already running."""
         if self.running:
             return False
-        snapshot = [m for m in self.session.messages if m.sent]
+        snapshot = [m for m in self.session.live.messages if m.sent]
         if not snapshot:
             return False
-        tokens = self.session.live.tokens()
+        tokens = self.session.tokens()
         self._thread = threading.Thread(target=self._extract, args=(snapshot, tokens, reason),
                                         name="ctx-magic-session-notes", daemon=True)
         self._thread.start()

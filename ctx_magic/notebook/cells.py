@@ -92,7 +92,7 @@ class CellCapture:
         records = [*self._left_behind(session), *self.pending]
         if not records:
             return
-        if not any(m.sent for m in session.messages):
+        if not any(m.sent for m in session.live.messages):
             session.append(user_text(CELLS_INTRO, timestamp=self._clock(), synthetic=True))
         for record in records:
             cell_id = notebook_cell_id(record.execution_count)

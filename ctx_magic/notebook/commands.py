@@ -110,11 +110,11 @@ class Commands:
         with self.lock:
             session = self.host.require()
             self._before_command(session)
-            if index is not None and not 0 <= index <= len(session.messages):
+            if index is not None and not 0 <= index <= len(session.live.messages):
                 option = "--from" if direction == "from" else "--up-to"
                 raise CtxMagicError(f"{option} {index} is outside the live context, which has "
-                                    f"{len(session.messages)} messages (numbered from 0).")
-            session.live.prepare()
+                                    f"{len(session.live.messages)} messages (numbered from 0).")
+            session.prepare()
             display = TurnDisplay()
             session.listeners.append(display)
             try:
@@ -130,7 +130,7 @@ class Commands:
     def snip(self, keep_last: int) -> int:
         with self.lock:
             session = self.host.require()
-            count = session.live.snip(keep_last)
+            count = session.live.snip(keep_last, session.clock(), session.setup())
             session.end_turn()
             self.panel.refresh()
             return count
@@ -160,9 +160,10 @@ class Commands:
         when the endpoint fails."""
         session = self.host.require()
         self.cells.absorb(session)
-        estimate = session.live.prepare().tokens
+        setup = session.setup()
+        estimate = session.prepare(setup)[0].count.tokens
         try:
-            exact = session.model.count_tokens(session.request())
+            exact = session.frame.model.count_tokens(session.request(setup))
         except CtxMagicError as error:
             return f"Estimated context: {estimate:,} tokens (count_tokens unavailable: {error})"
         drift = (estimate - exact) / exact * 100 if exact else 0.0

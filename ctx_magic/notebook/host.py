@@ -57,12 +57,12 @@ class SessionHost:
         if self.backend is None:
             return
         self.backend = self.backend.with_retries(max_retries)
-        if self.session is not None and isinstance(self.session.model, AnthropicModel):
-            self.session.frame.reconfigure(self.session.settings, self._model(self.session.model.name))
+        if self.session is not None and isinstance(self.session.frame.model, AnthropicModel):
+            self.session.frame.reconfigure(self.session.frame.settings, self._model(self.session.frame.model.name))
 
     def _model(self, name: str) -> AnthropicModel:
         backend = self._backend()
-        return AnthropicModel(backend.client, name=name, provider=backend.provider)
+        return AnthropicModel(backend.client, name=name, provider=backend.provider, backend=backend.name)
 
     def check_model(self, name: str) -> None:
         """An unknown model says so now, in one line."""
@@ -87,12 +87,12 @@ class SessionHost:
             self.end(extract=sid != self.session.session_id)
         session, problems = open_session(model, self._executor, self._storage_dir(), settings, session_id=sid,
                                          resume=sid is not None, system_prompt=JUPYTER_SYSTEM_PROMPT,
-                                         root=self._root(), clock=self._clock, backend=backend.name)
+                                         root=self._root(), clock=self._clock)
         self.session = session
         self._opened(session)
         notes += problems
         if sid is not None:
-            notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
+            notes.append(f"Resumed session {sid}: {sum(1 for m in session.live.messages if m.sent)} live messages.")
         return session, notes
 
     def require(self) -> Session:
@@ -117,9 +117,9 @@ class SessionHost:
         """`%config` changes take effect at the next turn; a new model (or provider) drops the
         thinking blocks it cannot take from the live context."""
         settings = self._settings()
-        provider = getattr(session.model, "provider", settings.provider)
-        if session.model.name != settings.model or (not self._given and provider != settings.provider):
-            session.switch_model(settings, self._model(settings.model), backend=self._backend().name)
+        provider = getattr(session.frame.model, "provider", settings.provider)
+        if session.frame.model.name != settings.model or (not self._given and provider != settings.provider):
+            session.switch_model(settings, self._model(settings.model))
         else:
             session.frame.reconfigure(settings)
 

@@ -33,8 +33,8 @@ class IdleWatch:
             return False
         try:
             self.flush(session)
-            if any(m.sent for m in session.messages):
-                self._between_turns(session, session.live.prepare)
+            if any(m.sent for m in session.live.messages):
+                self._between_turns(session, session.prepare)
                 return True
         except CtxMagicError:
             pass
@@ -43,9 +43,9 @@ class IdleWatch:
         return False
 
     def schedule(self, session: Session) -> None:
-        if not session.settings.idle_timer:
+        if not session.frame.settings.idle_timer:
             return
-        self.timer = threading.Timer(session.settings.idle_seconds + IDLE_TIMER_SLACK, self._fired)
+        self.timer = threading.Timer(session.frame.settings.idle_seconds + IDLE_TIMER_SLACK, self._fired)
         self.timer.daemon = True
         self.timer.start()
 
@@ -60,8 +60,8 @@ class IdleWatch:
         if session is None or not self._lock.acquire(blocking=False):
             return
         try:
-            if any(m.sent for m in session.messages):
-                self._between_turns(session, lambda: self.deferred.extend(session.live.prepare_in_memory()))
+            if any(m.sent for m in session.live.messages):
+                self._between_turns(session, lambda: self.deferred.extend(session.prepare(write=False)[1]))
         except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
             pass
         finally:

@@ -88,11 +88,11 @@ class PanelLink:
         """Follow `session`: the same panel, its history replayed from the transcript."""
         self._session = session
         if self.widget is None:
-            index = CellIndex(live=lambda: self._session.messages if self._session is not None else ())
+            index = CellIndex(live=lambda: self._session.live.messages if self._session is not None else ())
             self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
                                        kernel=KERNEL_RUN)
         self.widget.reset()
-        settings = session.settings
+        settings = session.frame.settings
 
         def prices(model: str | None) -> Prices:
             return model_prices(model or settings.model, settings.prices)

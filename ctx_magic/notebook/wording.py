@@ -103,7 +103,7 @@ def status_text(status: StatusSnapshot) -> str:
 
 def pins_listing(session: Session) -> str:
     """`%pin --list`: each pin with its id, then what they take of their budget."""
-    pins = session.pins
+    pins = session.pin_board.pins
     if not pins:
         return "No pins yet: %pin TEXT, %pin --cell N, or a cell starting with # ctx: pin."
     lines = []
@@ -112,6 +112,6 @@ def pins_listing(session: Session) -> str:
         more = " …" if len(pin.text.strip().splitlines()) > 1 or len(first) > 100 else ""
         lines.append(f"{pin.id}{f' (cell {pin.cell})' if pin.cell is not None else ''}: {first[:100]}{more}")
     used = pins_tokens(pins)
-    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {session.settings.pin_budget_tokens:,} tokens "
+    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {session.frame.settings.pin_budget_tokens:,} tokens "
                  "(CtxMagic.pin_budget_tokens)")
     return "\n".join(lines)

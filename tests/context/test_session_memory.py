@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from builders import assistant, call, results, text
 
+from ctx_magic.context.autocompact import Compaction
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.session_memory import (
     KEEP_MAX_TOKENS,
@@ -17,20 +18,21 @@ from ctx_magic.context.session_memory import (
     TOOL_CALLS_BETWEEN,
     WAIT_FOR_EXTRACTION_SECONDS,
     ExtractionState,
+    compact_from_notes,
     empty_template,
     extraction_due,
     is_correction_or_decision,
     is_empty,
     keep_from,
+    notes_split,
     rebaselined,
     sections,
-    session_memory_compact,
     tail_limits,
     truncate_for_compact,
     update_step,
 )
 from ctx_magic.context.thresholds import compute_thresholds
-from ctx_magic.context.tokens import estimate_messages, message_tokens
+from ctx_magic.context.tokens import message_tokens
 from ctx_magic.memory.prompts import notes_prompt
 from ctx_magic.memory.session_notes import apply_update, enforce_caps
 from ctx_magic.messages import user_text
@@ -195,9 +197,13 @@ def test_s3_notes_that_cover_no_live_message_cannot_be_used():
 
 
 def compact(msgs, notes=NOTES, threshold=10**9, covered=None):
-    return session_memory_compact(
-        msgs, notes, covered or msgs[-10].uuid, notes_path="/s/session-memory.md", transcript_path="/s/t.jsonl",
-        now=1.0, tokens_before=99_999, measure=estimate_messages, threshold=threshold)
+    """A compaction from the notes, as the loop makes one: no model call anywhere."""
+    split = notes_split(msgs, notes, covered or msgs[-10].uuid, threshold)
+    if split is None:
+        return None
+    job = Compaction(split, "session-memory", now=1.0, tokens_before=99_999, threshold=threshold,
+                     transcript_path="/s/t.jsonl", auto=True)
+    return compact_from_notes(job, notes, "/s/session-memory.md")
 
 
 def test_s3_the_notes_become_the_summary_with_no_model_call():

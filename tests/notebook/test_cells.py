@@ -19,8 +19,8 @@ def shell(tmp_path, monkeypatch):
 
 def cell_results(shell) -> list[str]:
     session = controller(shell).session
-    uses = {b["id"] for m in session.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"}
-    return [json.dumps(b["content"]) for m in session.messages for b in m.blocks("tool_result")
+    uses = {b["id"] for m in session.live.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"}
+    return [json.dumps(b["content"]) for m in session.live.messages for b in m.blocks("tool_result")
             if b["tool_use_id"] in uses]
 
 
@@ -33,7 +33,7 @@ def test_n2_a_cell_after_a_turn_is_on_disk_until_the_next_turn_takes_it(shell):
     run(shell, "%%agent\nwhat did I print?")
     assert not store.pending_cells_path.exists()
     assert any("kept on disk" in r for r in cell_results(shell))
-    uses = [m for m in controller(shell).session.messages if m.meta.get(PENDING_ID_KEY)]
+    uses = [m for m in controller(shell).session.live.messages if m.meta.get(PENDING_ID_KEY)]
     assert [m.meta[PENDING_ID_KEY] for m in uses] == [waiting.id]
 
 

@@ -174,7 +174,7 @@ def test_an_interrupted_run_keeps_what_it_printed_for_the_agent_and_the_user(she
     code = "print('epoch 1 done', flush=True)\nraise KeyboardInterrupt"
     _, shown = run(shell, f"%%agent\ntrain\n```python\n{code}\n```")
     session = controller(shell).session
-    results = [b for m in session.messages for b in m.blocks("tool_result")]
+    results = [b for m in session.live.messages for b in m.blocks("tool_result")]
     assert "Interrupted" in shown and "epoch 1 done" in shown and "Traceback" not in shown
     assert results[-1]["is_error"] and result_text(results[-1]).startswith(INTERRUPTED_RESULT)
     assert "epoch 1 done" in result_text(results[-1])

@@ -95,20 +95,20 @@ def test_user_cells_enter_the_context_as_notebook_cell_pairs(shell):
     cell(shell, "1 / 0")
     run(shell, "%%agent\nWhat happened?")
     session = controller(shell).session
-    calls = [b for m in session.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"]
+    calls = [b for m in session.live.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"]
     assert [c["input"]["source"].splitlines()[0] for c in calls] == ["values = [3, 1, 2]", "1 / 0"]
-    outputs = {b["tool_use_id"]: b for m in session.messages for b in m.blocks("tool_result")}
+    outputs = {b["tool_use_id"]: b for m in session.live.messages for b in m.blocks("tool_result")}
     first, second = (outputs[c["id"]] for c in calls)
     assert "sorted: [1, 2, 3]" in first["content"] and "[Out[" in first["content"] and "3" in first["content"]
     assert second.get("is_error") and "ZeroDivisionError" in second["content"]
-    assert "not for the agent" not in json.dumps([m.to_json() for m in session.messages])
+    assert "not for the agent" not in json.dumps([m.to_json() for m in session.live.messages])
 
 
 def test_own_magic_cells_are_not_recorded(shell):
     run(shell, "%%agent\nhello")
     run(shell, "%ctx status")
     run(shell, "%%agent\nhello again")
-    names = [b["name"] for m in controller(shell).session.messages for b in m.blocks("tool_use")]
+    names = [b["name"] for m in controller(shell).session.live.messages for b in m.blocks("tool_use")]
     assert "notebook_cell" not in names
 
 
@@ -119,7 +119,7 @@ def test_cell_images_become_image_blocks_within_the_cap(shell):
                    f"display(Image(data=base64.b64decode('{png}')))")
     cell(shell, "display(Image(data=b'\\x89PNG' + bytes(1000), format='png'))")
     run(shell, "%%agent\nlook at the plots")
-    results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
+    results = [b for m in controller(shell).session.live.messages for b in m.blocks("tool_result")]
     first, second = results[0]["content"], results[1]["content"]
     assert isinstance(first, list) and first[1]["type"] == "image" and first[1]["source"]["data"] == png
     assert isinstance(second, str) and "over the size cap" in second
@@ -135,13 +135,13 @@ def test_every_config_name_reaches_the_session(shell):
         shell.run_line_magic("config", f"CtxMagic.{name} = {value!r}")
     run(shell, "%%agent\nhello")
     session = controller(shell).session
-    engine = session.context_settings()
-    assert session.settings.model == "claude-haiku-5-5" and session.model.name == "claude-haiku-5-5"
+    engine = session.setup().context
+    assert session.frame.settings.model == "claude-haiku-5-5" and session.frame.model.name == "claude-haiku-5-5"
     assert engine.thresholds.window == 50_000 and engine.thresholds.max_output == 4_000
     assert engine.thresholds.autocompact == int((50_000 - 4_000) * 0.6)
     assert (engine.keep_recent, engine.idle_seconds, engine.snip_max_messages) == (3, 7.0 * 60, 50)
-    assert session.settings.cache_ttl == "1h" and engine.clear_at_least == 5_000
-    assert session.model.client.max_retries == 4
+    assert session.frame.settings.cache_ttl == "1h" and engine.clear_at_least == 5_000
+    assert session.frame.model.client.max_retries == 4
     data = status(shell)
     assert data["model"] == "claude-haiku-5-5" and data["window"] == 50_000
     with captured() as out:
@@ -321,7 +321,7 @@ def test_network_down_is_one_line_and_the_same_session_goes_on_when_it_is_back(t
         sid = status(shell)["session_id"]
         with serve_in_thread(api, port):
             shell.run_line_magic("config", "CtxMagic.max_retries = 1")
-            assert controller(shell).session.model.client.max_retries == 1
+            assert controller(shell).session.frame.model.client.max_retries == 1
             _, shown = run(shell, "%%agent\nand now?")
             assert "Could not reach" not in shown and api.model_calls() == 1
         data = status(shell)
@@ -374,7 +374,7 @@ def test_the_agents_own_code_cannot_start_a_turn_or_compact_inside_one(shell):
     assert "%%agent cannot be used from inside it" in shown and "%compact cannot be used from inside it" in shown
     assert not any(m.text.strip() == "nested hello" for m in session.store.load_transcript().messages())
     assert not session.compaction.boundaries
-    check_invariants(session.messages)
+    check_invariants(session.live.messages)
     assert run(shell, "%%agent\nstill fine?")[0].error_in_exec is None
 
 
@@ -417,14 +417,14 @@ def test_reloading_the_extension_goes_on_with_the_same_session_and_the_cells_run
     _, shown = run(shell, "%%agent\nafter the reload")
     assert f"Resumed session {sid}" in shown and status(shell)["session_id"] == sid
     session = controller(shell).session
-    sources = [b["input"]["source"] for m in session.messages for b in m.blocks("tool_use")
+    sources = [b["input"]["source"] for m in session.live.messages for b in m.blocks("tool_use")
                if b["name"] == "notebook_cell"]
     assert sources == ["print('user cell A')"]
     shell.run_line_magic("unload_ext", "ctx_magic")
     shell.run_line_magic("load_ext", "ctx_magic")
     run(shell, "%%agent\nand again")
     assert status(shell)["session_id"] == sid
-    check_invariants(controller(shell).session.messages)
+    check_invariants(controller(shell).session.live.messages)
 
 
 def test_compact_past_the_end_is_one_line_and_a_summary_bigger_than_the_chat_is_said(shell):
@@ -441,7 +441,7 @@ def test_compact_past_the_end_is_one_line_and_a_summary_bigger_than_the_chat_is_
 def test_a_value_whose_repr_raises_is_named_with_its_error_for_the_agent(shell):
     code = "class Bad:\n    def __repr__(self):\n        raise RuntimeError('no repr today')\nBad()"
     run(shell, f"%%agent\nshow it\n```python\n{code}\n```")
-    results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
+    results = [b for m in controller(shell).session.live.messages for b in m.blocks("tool_result")]
     assert "its repr raised RuntimeError: no repr today" in results[-1]["content"]
 
 
@@ -479,7 +479,7 @@ def test_after_a_reload_status_says_the_session_goes_on_and_config_cells_are_not
     cell(shell, "%config CtxMagic.keep_recent = 4")
     _, shown = run(shell, "%%agent\nagain")
     assert "offline stand-in" not in shown.lower().split("resumed session")[0]  # said once, not per reload
-    assert not [b for m in controller(shell).session.messages for b in m.blocks("tool_use")
+    assert not [b for m in controller(shell).session.live.messages for b in m.blocks("tool_use")
                 if b["name"] == "notebook_cell"]
 
 
@@ -487,5 +487,5 @@ def test_a_display_updated_in_place_reaches_the_agent_as_its_latest_state(shell)
     code = ("from IPython.display import display\nh = display('first', display_id=True)\nh.update('second')\n"
             "h.update('third')\ndisplay('other')")
     run(shell, f"%%agent\nshow\n```python\n{code}\n```")
-    result = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")][-1]["content"]
+    result = [b for m in controller(shell).session.live.messages for b in m.blocks("tool_result")][-1]["content"]
     assert "'third'" in result and "'other'" in result and "'first'" not in result and "'second'" not in result

@@ -82,5 +82,5 @@ def test_a_user_cell_enters_the_context_with_the_frontends_cell_id_and_this_kern
     cell(shell, "%%agent\nhello")
     result = shell.run_cell("x = 1\nprint(x)", store_history=True, cell_id="3f2a-cell")  # as ipykernel runs it
     cell(shell, "%%agent\nand now?")
-    use = next(m for m in ctl.session.messages if m.meta.get("cell_id") == "3f2a-cell")
+    use = next(m for m in ctl.session.live.messages if m.meta.get("cell_id") == "3f2a-cell")
     assert use.meta["kernel"] == KERNEL_RUN and use.meta["cell"] == result.execution_count

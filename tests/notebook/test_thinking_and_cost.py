@@ -41,7 +41,7 @@ def test_a_turn_with_thinking_shows_it_collapsed_and_says_what_it_cost(shell):
     assert seen["cost"]["session_usd"] > 0 and seen["cost"]["prices_source"] == "table"
     assert seen["window_source"] == "models-api"
     session = controller(shell).session
-    assert session is not None and session.messages[1].content[0]["type"] == "thinking"
+    assert session is not None and session.live.messages[1].content[0]["type"] == "thinking"
 
 
 def test_thinking_updates_in_place_a_few_times_a_second_then_the_answer_follows(shell):
