@@ -375,7 +375,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
                 if n == 30:
                     controller.host.backend.stand_in.inject("ptl")  # the API says too long: reactive compaction
                 cell(f"%%agent\n{step.prompt}")
-                session = controller.session
+                session = controller.host.session
                 if n == 0:
                     session.hooks.post_compact.append(Measurer(session, figures))
                 if n == 2:

@@ -256,6 +256,14 @@ class ToolOutputDelta(Event):
 
 
 @dataclass(frozen=True)
+class ApprovalAsked(Event):
+    """The agent's code waits for the person's approval (`ask` mode): shown before the question."""
+
+    name: ClassVar[str] = "approval_asked"
+    code: str
+
+
+@dataclass(frozen=True)
 class Notice(Event):
     """A line for the user: backend chosen, a retry, an error that ended the turn."""
 

@@ -11,6 +11,7 @@ and the hooks, and applies the result to the session.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -141,8 +142,8 @@ def _summarize(session: Session, trigger: str, *, direction: str = "full", split
     job = _job(session, setup, plan_split(session.live.messages, direction, split_at), trigger)
     messages, prompt = summary_request(job.split, instructions)
     summary = summarize_with_retries(session.side_calls.summarize, messages, prompt)
-    originals = first_written(session, job.split.to_summarize)
-    result = rebuild(job, summary, originals=originals, attachments=rehydration(session, setup, job.split.kept))
+    result = rebuild(job, summary, originals=first_written(session, job.split.to_summarize),
+                     attachments=functools.partial(rehydration, session, setup))
     return _apply(session, result, compaction_reason(session, trigger, instructions))
 
 
@@ -253,7 +254,7 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
     job = _job(session, setup, split, "session-memory", auto)
     result = compact_from_notes(job, notes, str(session.store.session_memory_path),
                                 originals=first_written(session, split.to_summarize),
-                                attachments=rehydration(session, setup, split.kept))
+                                attachments=functools.partial(rehydration, session, setup))
     if result is not None:
         result = _apply(session, result, compaction_reason(session, "auto" if auto else "manual"))
     return result

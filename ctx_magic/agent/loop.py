@@ -34,6 +34,7 @@ from ctx_magic.errors import (
     RequestTooLarge,
 )
 from ctx_magic.events import (
+    Event,
     ImagesStripped,
     ReplyRestarted,
     ReplyWithdrawn,
@@ -89,6 +90,9 @@ class Turn:
 
     def search_transcript(self, **query: Any) -> str:
         return search_session(self.session.store, **query)
+
+    def emit(self, event: Event) -> None:
+        self.session.emit(event)
 
     def run_tools(self, reply: ModelReply, setup: CallSetup) -> None:
         """Run each tool call of `reply` (the answer to the call made with `setup`) and append one

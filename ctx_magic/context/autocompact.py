@@ -162,11 +162,6 @@ class Split:
     kept_after: list[Message]
     direction: str
 
-    @property
-    def kept(self) -> list[Message]:
-        """The messages the new context keeps, as it keeps them (their usage no longer anchors)."""
-        return [without_usage(m) for m in (*self.kept_before, *self.kept_after)]
-
 
 def plan_split(messages: Sequence[Message], direction: str = "full", index: int | None = None) -> Split:
     """Cut at a place that separates no tool_use from its result (moving the cut earlier).
@@ -222,10 +217,10 @@ def summary_request(split: Split, instructions: str | None = None) -> tuple[list
     return to_summarize, compact_prompt(kind, instructions)
 
 
-def rebuild(job: Compaction, summary_text: str, *, attachments: Sequence[Message] = (),
-            originals: Sequence[Message] = ()) -> CompactionResult:
-    """The new live context of a summary: boundary, summary, pins, the kept messages and the
-    `attachments` re-read for them (before the boundary for a 'from' split, after it otherwise).
+def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] = (),
+            attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: ()) -> CompactionResult:
+    """The new live context of a summary: boundary, summary, pins, the kept messages and what
+    `attachments` re-reads for them (before the boundary for a 'from' split, after it otherwise).
     Whatever wrote the summary, the coverage audit appends what it left out (context/audit.py),
     reading also the span's `originals`: its messages as first written, before a clearing or a
     persisting changed them, so an error line in a cleared result is still audited."""
@@ -240,7 +235,7 @@ def rebuild(job: Compaction, summary_text: str, *, attachments: Sequence[Message
     pinned = [pins_message(job.pins, now)] if job.pins else []
     kept_before = [without_usage(m) for m in split.kept_before]
     kept_after = [without_usage(m) for m in split.kept_after]
-    extra = list(attachments)
+    extra = list(attachments([*kept_before, *kept_after]))
     summarized = [m for m in split.to_summarize if m.sent]
     count = sum(snipped_count(m) for m in summarized)
     boundary_meta = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctx_magic.context.autocompact import Compaction, CompactionResult, Split, plan_split, rebuild, summary_request
@@ -216,9 +216,10 @@ def notes_split(messages: Sequence[Message], notes: str, covered_uuid: str | Non
     return split
 
 
-def compact_from_notes(job: Compaction, notes: str, notes_path: str, *, attachments: Sequence[Message] = (),
-                       originals: Sequence[Message] = ()) -> CompactionResult | None:
+def compact_from_notes(job: Compaction, notes: str, notes_path: str, *, originals: Sequence[Message] = (),
+                       attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
+                       ) -> CompactionResult | None:
     """The notes as the summary, zero model calls; None when the result would still be over the
     threshold (it would compact again at once)."""
-    result = rebuild(job, truncate_for_compact(notes, notes_path), attachments=attachments, originals=originals)
+    result = rebuild(job, truncate_for_compact(notes, notes_path), originals=originals, attachments=attachments)
     return None if result.event.rebound else result

@@ -55,8 +55,9 @@ def compact(messages, summarizer=None, *, direction="full", split_at=None, trigg
     split = plan_split(messages, direction, split_at)
     sent, prompt = summary_request(split)
     summary = summarize_with_retries((summarizer or FakeSummarizer()).summarize, sent, prompt)
-    return rebuild(Compaction(split, trigger, now=1.0, tokens_before=1_000, threshold=threshold,
-                              transcript_path="/s/transcript.jsonl", **job), summary, attachments=attachments)
+    job = Compaction(split, trigger, now=1.0, tokens_before=1_000, threshold=threshold,
+                     transcript_path="/s/transcript.jsonl", **job)
+    return rebuild(job, summary, attachments=lambda kept: attachments)
 
 
 # -- C1 ------------------------------------------------------------------------------------

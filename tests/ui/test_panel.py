@@ -46,7 +46,7 @@ def scripted_session(shell) -> None:
 def test_panel_traits_hold_the_engine_figures_after_a_session(shell):
     scripted_session(shell)
     ctl = controller(shell)
-    panel, session = ctl.panel.widget, ctl.session
+    panel, session = ctl.panel.widget, ctl.host.session
     status = session.status().to_json()
     assert panel.session_id == session.session_id
     assert (panel.window, panel.threshold, panel.warning, panel.blocking) == (
@@ -63,7 +63,7 @@ def test_composition_comes_from_the_status_and_adds_up_to_the_window(shell):
     scripted_session(shell)
     ctl = controller(shell)
     panel = ctl.panel.widget
-    assert panel.composition == ctl.session.status().to_json()["composition"]
+    assert panel.composition == ctl.host.session.status().to_json()["composition"]
     used = sum(panel.composition[p] for p in ("system", "tools", "memory", "messages", "tool_results", "persisted"))
     assert used == panel.tokens
     assert used + panel.composition["free"] + panel.composition["buffer"] + panel.composition["reserve"] == 30_000
@@ -74,13 +74,13 @@ def test_chart_has_one_bar_per_model_call_and_one_marker_per_change(shell):
     scripted_session(shell)
     ctl = controller(shell)
     panel = ctl.panel.widget
-    assert len(panel.calls) == ctl.session.status().usage.calls - 1  # the summary call is a side call
+    assert len(panel.calls) == ctl.host.session.status().usage.calls - 1  # the summary call is a side call
     assert panel.chart.value.count('class="ctx-magic-call"') == len(panel.calls)
     assert panel.chart.value.count('data-kind="compaction"') >= 1
     markers = panel.chart.value.count('class="ctx-magic-marker"')
     assert markers == len(panel.timeline)
     assert panel.chart.value.count('class="ctx-magic-marker" type="button" data-kind="compaction"') == len(
-        ctl.session.compaction.boundaries)
+        ctl.host.session.compaction.boundaries)
 
 
 def test_every_change_has_a_card_with_its_key_and_compactions_show_the_decisions_reason(shell):
@@ -90,7 +90,7 @@ def test_every_change_has_a_card_with_its_key_and_compactions_show_the_decisions
     kinds = [entry["kind"] for entry in panel.timeline]
     assert "clearing" in kinds and kinds[-1] == "compaction"
     compactions = [e for e in panel.timeline if e["kind"] == "compaction"]
-    assert [e["summary"] for e in compactions] == [b.summary for b in ctl.session.compaction.boundaries]
+    assert [e["summary"] for e in compactions] == [b.summary for b in ctl.host.session.compaction.boundaries]
     assert compactions[-1]["reason"] == "the user asked for it: keep the table facts"
     card = panel.cards.box.children[0]  # newest first
     assert f"ctx-magic-card-{compactions[-1]['key']}" in card._dom_classes
@@ -122,15 +122,15 @@ def test_a_new_and_a_resumed_session_refill_the_same_panel(shell):
     ctl = controller(shell)
     panel = ctl.panel.widget
     timeline, calls = [(e["kind"], e["at"]) for e in panel.timeline], list(panel.calls)
-    sid = ctl.session.session_id
+    sid = ctl.host.session.session_id
     run(shell, "%agent --new")
-    assert ctl.panel.widget is panel and panel.timeline == [] and panel.session_id == ctl.session.session_id
+    assert ctl.panel.widget is panel and panel.timeline == [] and panel.session_id == ctl.host.session.session_id
     assert panel.persisted == [] and panel.cell_marks == {} and panel.calls == []
     run(shell, f"%agent --resume {sid}")
     assert ctl.panel.widget is panel and panel.session_id == sid
     assert [(e["kind"], e["at"]) for e in panel.timeline] == timeline
     assert panel.calls == calls  # every model call, rebuilt from the responses' usage in the transcript
-    assert panel.tokens == ctl.session.status().tokens
+    assert panel.tokens == ctl.host.session.status().tokens
     assert panel.cell_marks["count:1"]["kind"] == "summarized"
 
 
