@@ -47,6 +47,7 @@ from clock import ManualClock  # a sibling module: these scripts run as files (p
 import ctx_magic.agent.loop as loop_module
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolOutput
 from ctx_magic.context import recall
@@ -54,7 +55,6 @@ from ctx_magic.context.audit import has_name, has_path
 from ctx_magic.context.span_facts import is_user_prompt, span_facts
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Compacted
-from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import Message, result_text
 from ctx_magic.notebook.inventory import HEADER as INVENTORY_HEADER
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig

@@ -37,11 +37,11 @@ from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.capture import cell_messages
 from ctx_magic.offline.transport import offline_client

@@ -31,9 +31,9 @@ from ctx_magic.context.autocompact import (
 )
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
 from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
+from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS, compact_from_notes, notes_split
 from ctx_magic.context.pins import pins_message
 from ctx_magic.context.reactive import reactive_split
-from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS, compact_from_notes, notes_split
 from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CompactionFailed, ModelError, Remedy
 from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, Status
@@ -75,8 +75,8 @@ def rehydration(session: Session, setup: CallSetup, kept: Sequence[Message]) -> 
         attachments.append(user_text(body, kind="attachment", timestamp=now, rehydrated=read.path))
     extra = getattr(session.frame.executor, "context_attachments", None)
     notes = list(extra()) if callable(extra) else []
-    if session.store.session_memory_path.exists():
-        notes.append(f"Session notes are kept at {session.store.session_memory_path} (read_file to see them).")
+    if session.store.notes_path.exists():
+        notes.append(f"Session notes are kept at {session.store.notes_path} (read_file to see them).")
     tools = ", ".join(setup.tools.names())
     notes.append(f"Tools available: {tools}.")
     body = "\n\n".join(notes)
@@ -235,7 +235,7 @@ def pending_prompt_index(messages: Sequence[Message]) -> int | None:
     return None
 
 
-def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResult | None:
+def notes_compaction(session: Session, *, auto: bool = True) -> CompactionResult | None:
     """Session-memory compaction: the notes as the summary, zero model calls; None when there are
     no usable notes or the result would still be over the threshold."""
     source = session.plugins.notes
@@ -252,7 +252,7 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
     if split is None:
         return None
     job = _job(session, setup, split, "session-memory", auto)
-    result = compact_from_notes(job, notes, str(session.store.session_memory_path),
+    result = compact_from_notes(job, notes, str(session.store.notes_path),
                                 originals=first_written(session, split.to_summarize),
                                 attachments=functools.partial(rehydration, session, setup))
     if result is not None:
@@ -263,7 +263,7 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
 def auto_compact(session: Session, plan: Plan) -> bool:
     """Auto-compaction, carried out as the plan says (notes first when it lists them, then a
     summary); True when the context was compacted. A failed summary counts toward the breaker."""
-    if COMPACT_FROM_NOTES in plan.compact and try_session_memory(session) is not None:
+    if COMPACT_FROM_NOTES in plan.compact and notes_compaction(session) is not None:
         return True
     try:
         _summarize(session, "auto", split_at=pending_prompt_index(session.live.messages))
@@ -292,7 +292,7 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
     failures = session.compaction.failures
     result = None
     if trigger == "manual" and not instructions and direction == "full" and index is None:
-        result = try_session_memory(session, auto=False)
+        result = notes_compaction(session, auto=False)
     if result is None:
         result = _summarize(session, trigger, direction=direction, split_at=index, instructions=instructions)
     e = result.event

@@ -21,7 +21,7 @@ from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget, s
 from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, decide
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
-from ctx_magic.context.session_memory import tail_limits
+from ctx_magic.context.notes import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
 from ctx_magic.context.thinking import clear_old_thinking

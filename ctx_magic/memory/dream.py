@@ -177,7 +177,7 @@ def read_notes(sessions: Sequence[SessionDir], budget_tokens: int = NOTES_BUDGET
     left = budget_tokens
     for session in reversed(sessions):
         try:
-            text = session.session_memory_path.read_text(encoding="utf-8").strip()
+            text = session.notes_path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
             continue
         cost = count_text(text)

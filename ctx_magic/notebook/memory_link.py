@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.wording import count
 from ctx_magic.notebook.workspace import Workspace

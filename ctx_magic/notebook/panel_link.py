@@ -106,7 +106,7 @@ class PanelLink:
     def refresh(self) -> None:
         """The session's current status into the panel (turn ends, %compact, idle checks)."""
         if self.widget is not None and self._session is not None:
-            self.widget.load(self._session.status(), session_memory=self._memory.notes_text(),
+            self.widget.load(self._session.status(), notes=self._memory.notes_text(),
                              memories=self._memory.rows())
 
     def show_once(self) -> None:

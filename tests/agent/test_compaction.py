@@ -105,7 +105,7 @@ def test_c7_the_sessions_own_files_are_skipped_and_five_work_files_still_come_ba
     with rig(tmp_path, window=200_000) as r:
         for n in range(7):
             r.session.files.read_file(f"data/f{n}.txt", tool_use_id=f"t{n}")
-        notes = r.session.store.session_memory_path
+        notes = r.session.store.notes_path
         notes.write_text("# Session Title\nnotes\n")
         r.session.files.read_file(str(notes), tool_use_id="tnotes")  # the most recent read
         run_turn(r.session, "hello")

@@ -24,7 +24,7 @@ def batch(n: int) -> str:
     return f"%%agent\nRainfall batch {n}, please.\n```python\n{code}\n```"
 
 
-def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(shell):
+def test_notes_then_compaction_from_notes_then_memories_in_the_next_session(shell):
     shell.run_line_magic("config", "CtxMagic.context_window = 40000")
     shell.run_line_magic("config", "CtxMagic.clear_at_least = 10000000")  # reach the threshold
     run(shell, "%%agent\nI prefer plots in dark mode. Always label the axes in millimetres.")

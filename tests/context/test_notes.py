@@ -7,7 +7,7 @@ from builders import assistant, call, results, text
 
 from ctx_magic.context.autocompact import Compaction
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.context.session_memory import (
+from ctx_magic.context.notes import (
     KEEP_MAX_TOKENS,
     KEEP_MIN_TEXT_MESSAGES,
     KEEP_MIN_TOKENS,
@@ -18,12 +18,15 @@ from ctx_magic.context.session_memory import (
     TOOL_CALLS_BETWEEN,
     WAIT_FOR_EXTRACTION_SECONDS,
     ExtractionState,
+    apply_update,
     compact_from_notes,
     empty_template,
+    enforce_caps,
     extraction_due,
     is_correction_or_decision,
     is_empty,
     keep_from,
+    notes_prompt,
     notes_split,
     rebaselined,
     sections,
@@ -33,8 +36,6 @@ from ctx_magic.context.session_memory import (
 )
 from ctx_magic.context.thresholds import compute_thresholds
 from ctx_magic.context.tokens import message_tokens
-from ctx_magic.memory.prompts import notes_prompt
-from ctx_magic.memory.session_notes import apply_update, enforce_caps
 from ctx_magic.messages import user_text
 
 NOTES = empty_template().replace("_what is being worked on right now, pending tasks, the next steps_",

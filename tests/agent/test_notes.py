@@ -7,10 +7,10 @@ from agent_rig import rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.context.session_memory import sections
+from ctx_magic.context.notes import sections
 from ctx_magic.events import Compacted, Status
-from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.settings import Settings
 
 
@@ -47,7 +47,7 @@ def test_notes_are_extracted_in_the_background_once_a_compaction_is_in_sight(tmp
         until_notes(r, keeper)
         assert r.session.tokens() >= r.session.setup().context.thresholds.warning
         assert keeper.extractions == 1 and keeper.last_error is None
-        notes = r.session.store.session_memory_path.read_text()
+        notes = r.session.store.notes_path.read_text()
         body = sections(notes)
         assert "Batch 0: tabulate it." in body["Task Specification"]
         assert body["Session Title"].strip()
@@ -74,11 +74,11 @@ def test_a_correction_is_noted_at_once_when_notes_are_kept(tmp_path):
         run_turn(r.session, "No, use the median instead of the mean")
         keeper.wait(15)
         assert keeper.extractions == 2
-        notes = sections(r.session.store.session_memory_path.read_text())
+        notes = sections(r.session.store.notes_path.read_text())
         assert "No, use the median instead of the mean" in notes["Errors & Corrections"]
 
 
-def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_path):
+def test_auto_compaction_goes_through_the_notes_with_zero_model_calls(tmp_path):
     config = Settings(clear_at_least=10**7)  # no pressure clearing: let the threshold be reached
     with keeper_rig(tmp_path, window=40_000, config=config) as r:
         NotesKeeper(r.session)
