@@ -37,11 +37,6 @@ class StatusSnapshot:
     provider: str = "anthropic"
     strategy: str = "client"
 
-    @property
-    def cost_usd(self) -> float:
-        """What the session has spent so far."""
-        return self.usage.cost_usd
-
     def cost_json(self) -> dict[str, Any]:
         """The dollar figures: spent, saved by each kind of change, and the rates used."""
         saved = self.usage.saved_usd
@@ -57,10 +52,6 @@ class StatusSnapshot:
     @property
     def breaker_open(self) -> bool:
         return self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES
-
-    @property
-    def tokens(self) -> int:
-        return self.context.tokens
 
     def to_json(self) -> dict[str, Any]:
         """The status as `%ctx status --json` prints it."""

@@ -109,13 +109,6 @@ class Prepared:
     """What the decision saw after the clearing step (asked again with an exact count)."""
     plan: Plan
 
-    @property
-    def tokens(self) -> int:
-        return self.count.tokens
-
-    @property
-    def zone(self) -> str:
-        return self.plan.zone
 
 
 # -- the index ------------------------------------------------------------------------------

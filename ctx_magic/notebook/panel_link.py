@@ -95,7 +95,7 @@ class PanelLink:
         def prices(model: str | None) -> Prices:
             return model_prices(model or settings.model, settings.prices)
 
-        for event in replayed(session.store.load_transcript().records, self.widget.cells, prices):
+        for event in replayed(session.store.load_transcript().records, self.widget.fold.cells, prices):
             self.widget.handle(event)
         self.refresh()
 

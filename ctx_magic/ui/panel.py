@@ -113,15 +113,6 @@ class ContextPanel(widgets.VBox):
         self.layout.width = "100%"
         self._render()
 
-    @property
-    def cells(self) -> CellIndex:
-        """Which notebook cells an event's tool results or messages stand for."""
-        return self.fold.cells
-
-    @property
-    def load_originals(self) -> Callable[[Sequence[str]], str] | None:
-        return self.cards.load_originals
-
     # -- events in -----------------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
@@ -158,7 +149,7 @@ class ContextPanel(widgets.VBox):
         """Forget the figures and the changes of the previous session (a new or resumed one follows)."""
         self._pending = {name: self.trait_defaults(name) for name in PER_SESSION_TRAITS}
         self.cards.clear()
-        self.cells.clear()
+        self.fold.cells.clear()
         self.flush()
 
     def flush(self) -> None:

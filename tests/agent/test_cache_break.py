@@ -22,7 +22,7 @@ def test_c10_a_lost_cache_is_reported_once_as_unexplained(tmp_path):
         r.session.listeners.append(lambda e: seen.append(e) if isinstance(e, CacheBroke) else None)
         turns(r, range(3))
         assert seen == []
-        r.api.cache.clear()  # the server lost the cached prefix for no reason the client knows
+        r.api.endpoint.cache.clear()  # the server lost the cached prefix for no reason the client knows
         turns(r, [3, 4])
         status = r.session.status().to_json()
     assert len(seen) == 1 and seen[0].reason == "unexplained" and not seen[0].expected

@@ -106,6 +106,6 @@ def test_a_sessions_spend_is_the_sum_of_its_responses_at_the_model_prices(tmp_pa
                                   for e in seen)
     assert seen[1].usage.cache_read_input_tokens > 0  # the second call read the first one's prefix
     assert [round(t.cost_usd, 9) for t in turns] == [round(by_hand(e.usage), 9) for e in seen]
-    assert status.cost_usd == pytest.approx(sum(by_hand(e.usage) for e in seen))
+    assert status.usage.cost_usd == pytest.approx(sum(by_hand(e.usage) for e in seen))
     assert status.to_json()["cost"]["prices_per_mtok"] == {"input": 2.0, "cache_write_5m": 2.5,
                                                            "cache_write_1h": 4.0, "cache_read": 0.1, "output": 10.0}

@@ -130,7 +130,7 @@ def test_l3_freed_tokens_before_anchor_lower_the_count():
     msgs = session([big] * 10, usage=Usage(150_000, 100))
     before = prepare(msgs, ContextState(), 1.0, settings(clear_at_least=10**9), facts=LONG_WITHOUT_COMPACTION)
     after = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
-    assert after.tokens < before.tokens - 20_000
+    assert after.count.tokens < before.count.tokens - 20_000
 
 
 def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():

@@ -127,7 +127,7 @@ def test_prepare_keeps_m5_is_idempotent_and_never_grows(convo, cfg, idle):
     assert again.messages == out.messages
     assert [e for e in again.events if e.durable] == []
     before = measure(raw, ContextState()).tokens
-    assert out.tokens <= before
+    assert out.count.tokens <= before
 
 
 @PROPERTY_SETTINGS

@@ -130,7 +130,7 @@ def test_a_new_and_a_resumed_session_refill_the_same_panel(shell):
     assert ctl.panel.widget is panel and panel.session_id == sid
     assert [(e["kind"], e["at"]) for e in panel.timeline] == timeline
     assert panel.calls == calls  # every model call, rebuilt from the responses' usage in the transcript
-    assert panel.tokens == ctl.host.session.status().tokens
+    assert panel.tokens == ctl.host.session.status().context.tokens
     assert panel.cell_marks["count:1"]["kind"] == "summarized"
 
 
