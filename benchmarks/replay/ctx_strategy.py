@@ -43,7 +43,7 @@ from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.messages import notebook_cell_id, user_text
-from ctx_magic.notebook.capture import cell_messages
+from ctx_magic.notebook.outputs import cell_messages
 from ctx_magic.offline.transport import offline_client
 from ctx_magic.settings import Settings
 

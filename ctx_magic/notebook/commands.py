@@ -12,7 +12,6 @@ from ctx_magic.agent.session import Session
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Event, Notice, Status
-from ctx_magic.notebook.capture import pinned_source
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import TurnDisplay
@@ -20,6 +19,7 @@ from ctx_magic.notebook.executor import KernelExecutor
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
+from ctx_magic.notebook.outputs import pinned_source
 from ctx_magic.notebook.panel_link import PanelLink
 from ctx_magic.notebook.wording import compacted_line, summary_line
 

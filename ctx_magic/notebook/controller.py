@@ -19,7 +19,6 @@ from typing import Any
 from ctx_magic.agent.session import Session
 from ctx_magic.events import Event, notify
 from ctx_magic.notebook.backend import Backend
-from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.commands import Commands
 from ctx_magic.notebook.config import CtxMagic
@@ -28,6 +27,7 @@ from ctx_magic.notebook.executor import KernelExecutor
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
+from ctx_magic.notebook.outputs import OutputRecorder
 from ctx_magic.notebook.panel_link import PanelLink
 from ctx_magic.notebook.workspace import Workspace
 

@@ -29,8 +29,8 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.images import human_size
-from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 from ctx_magic.notebook.notices import NOTICE_STYLES, notice_for, notice_line, rich
+from ctx_magic.notebook.outputs import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 from ctx_magic.store.external import EXTERNAL_MIN_CHARS
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most

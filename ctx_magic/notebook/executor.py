@@ -13,9 +13,9 @@ from typing import Any
 
 from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall, ToolContext, ToolInterrupted, ToolOutput
 from ctx_magic.events import ApprovalAsked, ToolOutputDelta
-from ctx_magic.notebook.capture import CellRecord, OutputRecorder, strip_ansi
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.inventory import inventory
+from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, strip_ansi
 from ctx_magic.notebook.workspace import Workspace
 
 NOTEBOOK_TOOL = {

@@ -14,8 +14,8 @@ from ctx_magic.agent.usage import billed
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_json
 from ctx_magic.messages import Message
-from ctx_magic.notebook.capture import KERNEL_RUN
 from ctx_magic.notebook.memory_link import MemoryLink
+from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.prices import UNKNOWN_PRICES, Prices, cost_usd, model_prices
 from ctx_magic.ui.cards import close_tree

@@ -21,7 +21,6 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.messages import result_text
-from ctx_magic.notebook.capture import CellRecord
 from ctx_magic.notebook.display import (
     SHOWN_HEAD_CHARS,
     SHOWN_TAIL_CHARS,
@@ -29,6 +28,7 @@ from ctx_magic.notebook.display import (
     TurnDisplay,
     shown_text,
 )
+from ctx_magic.notebook.outputs import CellRecord
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from notebook_rig import captured, cell, controller, offline_shell, texts
 
 from ctx_magic.events import Compacted, UsageUpdated
 from ctx_magic.messages import Message, Usage, user_text
-from ctx_magic.notebook.capture import KERNEL_RUN
+from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.panel_link import NO_SIDEBAR, labextension_installed, replayed
 from ctx_magic.ui.marks import CellIndex
 

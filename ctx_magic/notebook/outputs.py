@@ -1,4 +1,4 @@
-"""Cell outputs as tool results (SPEC N2).
+"""Cell outputs as tool results.
 
 While a cell runs, what it prints, displays, returns and raises is recorded; after it, the
 record waits for the next agent turn, where it enters the context as a `notebook_cell`
