@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path("/work/shared/corpus")
 

@@ -17,6 +17,8 @@ from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 SMALL_WINDOW = 12_000
 DENSE_45K = "import json\nprint(json.dumps([[i, i * 7 % 1000] for i in range(4000)])[:45000])"
 

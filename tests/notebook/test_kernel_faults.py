@@ -21,6 +21,8 @@ from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 RACE_ROUNDS = 8  # two kernels resuming one session at once, again and again: exactly one each time
 OUTPUT_MB = 20
 # 105 images are 210,000 tokens at T2's flat 2,000 each: a million-token window holds them uncompacted.

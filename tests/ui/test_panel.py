@@ -30,6 +30,19 @@ def shell(tmp_path, monkeypatch):
         yield sh
 
 
+def part(widget, css_class: str):  # type: ignore[no-untyped-def]
+    """The one widget under `widget` (itself included) that carries `css_class`."""
+    found = [w for w in widget_tree(widget) if css_class in getattr(w, "_dom_classes", ())]
+    assert len(found) == 1, (css_class, found)
+    return found[0]
+
+
+def widget_tree(widget):  # type: ignore[no-untyped-def]
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from widget_tree(child)
+
+
 def scripted_session(shell) -> None:
     shell.run_line_magic("config", "CtxMagic.context_window = 30000")
     shell.run_line_magic("config", "CtxMagic.keep_recent = 2")
@@ -95,7 +108,8 @@ def test_every_change_has_a_card_with_its_key_and_compactions_show_the_decisions
     card = panel.cards.box.children[0]  # newest first
     assert f"ctx-magic-card-{compactions[-1]['key']}" in card._dom_classes
     assert "Compaction (manual)" in card.get_title(0)
-    facts, _, summary, button, originals = card.children[0].children
+    facts, summary, button, originals = (part(card, f"ctx-magic-{name}") for name in (
+        "card-facts", "card-summary", "originals-button", "originals"))
     assert "the user asked for it: keep the table facts" in facts.value
     assert summary.outputs[0]["data"]["text/markdown"].startswith(compactions[-1]["summary"][:40])
     button.click()  # open the original messages the summary replaced, from the transcript
@@ -168,7 +182,7 @@ def test_panel_is_driven_only_by_events():
     assert [(e["kind"], e["at"]) for e in panel.timeline] == [("clearing", 1), ("compaction", 1)]
     assert panel.timeline[-1]["replaced"] == ["u1"] and panel.tokens == 1_000
     assert panel.composition["messages"] == 1_000  # the live figures carry the composition too
-    assert "compaction threshold 18,000" in panel.cards.box.children[0].children[0].children[0].value
+    assert "compaction threshold 18,000" in part(panel.cards.box, "ctx-magic-card-facts").value
 
 
 def test_a_compaction_audit_shows_in_its_card_when_present():
@@ -177,14 +191,11 @@ def test_a_compaction_audit_shows_in_its_card_when_present():
                         text="- the user's deadline (Friday)")
     panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "## 1. Primary Request",
                            summarized_uuids=("u1",), audit=audit))
-    body = panel.cards.box.children[0].children[0]
-    titles = [c.value for c in body.children if hasattr(c, "value")]
-    assert any("Added by the coverage audit" in t for t in titles)
-    assert body.children[4].outputs[0]["data"]["text/markdown"] == "- the user's deadline (Friday)"
+    audit_part = part(panel.cards.box, "ctx-magic-card-audit")
+    assert audit_part.outputs[0]["data"]["text/markdown"] == "- the user's deadline (Friday)"
     plain = ContextPanel(clock=ManualClock())
     plain.handle(Compacted("auto", 5_000, 1_000, 12, "b2", ("b2",), "s", summarized_uuids=("u1",)))
-    body = plain.cards.box.children[0].children[0]
-    assert not any("coverage audit" in getattr(c, "value", "") for c in body.children)
+    assert not [w for w in widget_tree(plain.cards.box) if "ctx-magic-card-audit" in getattr(w, "_dom_classes", ())]
 
 
 def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
@@ -202,7 +213,7 @@ def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
 
 def test_panel_carries_its_own_theme_aware_stylesheet():
     panel = ContextPanel(clock=ManualClock())
-    style = panel.children[0].value
+    style = next(w for w in panel.children if getattr(w, "value", "").startswith("<style")).value
     assert style.startswith("<style") and ".ctx-magic-panel" in style
     assert "#eee" not in style.lower() and "var(--jp-layout-color" in style
 
