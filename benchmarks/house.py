@@ -24,6 +24,7 @@ class ClassInfo:
     where: str
     protocol: bool
     members: set[str] = field(default_factory=set)
+    methods: set[str] = field(default_factory=set)
 
 
 def python_files(root: Path) -> list[Path]:
@@ -48,6 +49,11 @@ def _defined_names(node: ast.ClassDef) -> set[str]:
     return names
 
 
+def _methods(node: ast.ClassDef) -> set[str]:
+    return {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list)}
+
+
 def _is_protocol(node: ast.ClassDef) -> bool:
     return any((isinstance(b, ast.Name) and b.id == "Protocol")
                or (isinstance(b, ast.Attribute) and b.attr == "Protocol") for b in node.bases)
@@ -66,7 +72,8 @@ def classes(files: list[Path], root: Path) -> list[ClassInfo]:
             if isinstance(node, ast.ClassDef):
                 protocol = _is_protocol(node)
                 members = _protocol_members(node) if protocol else _defined_names(node)
-                found.append(ClassInfo(node.name, f"{path.relative_to(root)}:{node.lineno}", protocol, members))
+                found.append(ClassInfo(node.name, f"{path.relative_to(root)}:{node.lineno}", protocol, members,
+                                       _methods(node)))
     return found
 
 
@@ -154,7 +161,9 @@ def main() -> None:
     print("## Protocols\n\n| protocol | where | implementers | seam |\n| --- | --- | --- | --- |")
     single = 0
     for proto in (c for c in found if c.protocol):
-        implementers = [c.name for c in concrete if proto.members and proto.members <= c.members]
+        # An implementer has every member, and the Protocol's methods as methods (not data fields).
+        implementers = [c.name for c in concrete if proto.members and proto.members <= c.members
+                        and proto.methods <= c.methods]
         seam = proto.name in seams
         single += len(implementers) <= 1 and not seam
         print(f"| {proto.name} | {proto.where} | {', '.join(implementers) or '-'} | {'yes' if seam else ''} |")

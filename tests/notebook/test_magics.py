@@ -125,6 +125,16 @@ def test_cell_images_become_image_blocks_within_the_cap(shell):
     assert isinstance(second, str) and "over the size cap" in second
 
 
+def test_config_lists_every_setting_with_its_help(shell):
+    """The help comes from the traits themselves: nothing is read from ctx_magic's source."""
+    with captured() as out:
+        shell.run_line_magic("config", "CtxMagic")
+    listing = texts(out)
+    for name, trait in controller(shell).settings.traits(config=True).items():
+        assert f"CtxMagic.{name}=" in listing, name
+        assert " ".join(trait.help.split()[:4]) in " ".join(listing.split()), name
+
+
 def test_every_config_name_reaches_the_session(shell):
     settings = {
         "model": "claude-haiku-5-5", "context_window": 50_000, "max_output_tokens": 4_000, "autocompact_pct": 60.0,
