@@ -11,7 +11,11 @@ built and encoded by the SDK. What the model does after that is not counted.
 Two turns warm the session up (the first after a resume indexes the whole history); the
 figure is the median of the measured turns. The machine is shared: read medians and ratios.
 
-    python benchmarks/latency.py [--sizes 1000,10000] [--turns 7]
+    python benchmarks/latency.py [--sizes 1000,10000] [--turns 7] [--trace]
+
+`--trace` follows one measured turn at 1,000 messages instead: how many of ctx_magic's
+functions are called before the request leaves (the stand-in's aside), in how many files, and
+how often the path enters agent/session.py, with the files in the order first reached.
 """
 
 from __future__ import annotations
@@ -141,11 +145,58 @@ def measure(size: int, turns: int) -> list[float]:
             os.chdir(here)
 
 
+def trace(size: int = 1_000) -> None:
+    """One turn's path through ctx_magic, from the cell to the request (see the module doc)."""
+    import sys
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    here = Path.cwd()
+    calls: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="ctx-latency-") as folder:
+        write_session(Path(folder) / ".ctx_magic", history(size, time.time()))
+        transport = StampedTransport(OfflineAPI(OfflineConfig(window=WINDOW)))
+        shell = shell_with_backend(Path(folder), transport)
+        try:
+            with capture_output(display=True):
+                shell.run_cell(f"%agent --resume {SESSION_ID}", store_history=True)
+                for turn in range(WARM_UP_TURNS):
+                    shell.run_cell(f"%%agent\nWarm-up turn {turn}.", store_history=True)
+            sent = len(transport.sent)
+
+            def follow(frame: Any, event: str, _arg: Any) -> None:
+                where = frame.f_code.co_filename
+                if event == "call" and len(transport.sent) == sent and "/ctx_magic/" in where \
+                        and "/offline/" not in where:
+                    calls.append(where.split("/ctx_magic/")[1])
+
+            with capture_output(display=True):
+                sys.setprofile(follow)
+                try:
+                    shell.run_cell("%%agent\nHow does the last batch compare?", store_history=True)
+                finally:
+                    sys.setprofile(None)
+        finally:
+            shell.run_line_magic("unload_ext", "ctx_magic")
+            InteractiveShell.clear_instance()
+            os.chdir(here)
+    files = list(dict.fromkeys(calls))
+    entered = sum(1 for n, f in enumerate(calls) if f == "agent/session.py" and (n == 0 or calls[n - 1] != f))
+    print(f"{len(calls):,} calls of ctx_magic's functions in {len(files)} files before the request leaves; "
+          f"agent/session.py entered {entered} times\n")
+    print(" -> ".join(files))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000", help="messages in the resumed session, comma-separated")
     parser.add_argument("--turns", type=int, default=7, help="measured turns per size (after the warm-up)")
+    parser.add_argument("--trace", action="store_true", help="follow one turn's path instead of timing")
     options = parser.parse_args()
+    if options.trace:
+        trace()
+        return
     print("| messages | median ms | min ms | max ms | turns |\n| --- | --- | --- | --- | --- |")
     for size in (int(s) for s in options.sizes.split(",")):
         times = measure(size, options.turns)
