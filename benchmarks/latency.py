@@ -9,7 +9,8 @@ magic, the settings, the cells absorbed, the zero-call layers, the decision, the
 built and encoded by the SDK. What the model does after that is not counted.
 
 Two turns warm the session up (the first after a resume indexes the whole history); the
-figure is the median of the measured turns. The machine is shared: read medians and ratios.
+figures are the medians of the measured turns: the wall time, and the kernel thread's own CPU
+time over the same stretch, which other processes on a shared machine do not inflate.
 
     python benchmarks/latency.py [--sizes 1000,10000] [--turns 7] [--trace]
 
@@ -47,11 +48,12 @@ class StampedTransport(OfflineTransport):
 
     def __init__(self, api: OfflineAPI) -> None:
         super().__init__(api)
-        self.sent: list[float] = []
+        self.sent: list[tuple[float, float]] = []
+        """(wall clock, this thread's CPU clock) when each Messages request was handed over."""
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.url.path == "/v1/messages":
-            self.sent.append(time.perf_counter())
+            self.sent.append((time.perf_counter(), time.thread_time()))
         return super().handle_request(request)
 
 
@@ -115,8 +117,9 @@ def shell_with_backend(folder: Path, transport: StampedTransport) -> Any:
     return shell
 
 
-def measure(size: int, turns: int) -> list[float]:
-    """Milliseconds from each measured cell's start to its Messages request, at `size` messages."""
+def measure(size: int, turns: int) -> list[tuple[float, float]]:
+    """(wall, CPU) milliseconds from each measured cell's start to its Messages request, at `size`
+    messages."""
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
@@ -132,12 +135,13 @@ def measure(size: int, turns: int) -> list[float]:
             for turn in range(WARM_UP_TURNS + turns):
                 before = len(transport.sent)
                 with capture_output(display=True):
-                    start = time.perf_counter()
+                    start, cpu = time.perf_counter(), time.thread_time()
                     shell.run_cell(f"%%agent\nHow does batch {turn} compare with the last one?", store_history=True)
                 if len(transport.sent) == before:
                     raise RuntimeError(f"turn {turn} sent no request")
                 if turn >= WARM_UP_TURNS:
-                    times.append((transport.sent[before] - start) * 1000)
+                    wall, thread = transport.sent[before]
+                    times.append(((wall - start) * 1000, (thread - cpu) * 1000))
             return times
         finally:
             shell.run_line_magic("unload_ext", "ctx_magic")
@@ -197,11 +201,13 @@ def main() -> None:
     if options.trace:
         trace()
         return
-    print("| messages | median ms | min ms | max ms | turns |\n| --- | --- | --- | --- | --- |")
+    print("| messages | median ms | min ms | max ms | median CPU ms | turns |\n| --- | --- | --- | --- | --- | --- |")
     for size in (int(s) for s in options.sizes.split(",")):
         times = measure(size, options.turns)
-        print(f"| {size:,} | {statistics.median(times):.1f} | {min(times):.1f} | {max(times):.1f} | {len(times)} |",
-              flush=True)
+        wall = [w for w, _ in times]
+        cpu = statistics.median(c for _, c in times)
+        print(f"| {size:,} | {statistics.median(wall):.1f} | {min(wall):.1f} | {max(wall):.1f} | {cpu:.1f} | "
+              f"{len(times)} |", flush=True)
 
 
 if __name__ == "__main__":
