@@ -147,7 +147,8 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
             return RequestTooLarge(f"The request is larger than the API accepts (413): {message}")
         if status == 401:
             return AuthenticationFailed(
-                "The API rejected the key (401). Check ANTHROPIC_API_KEY, or unset it to use the offline backend."
+                "The API rejected the credential (401). Check ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, a gateway's "
+                "bearer token), or unset it to use the offline backend."
             )
         if status == 403:
             return AuthenticationFailed(f"The API refused access (403): {message}")

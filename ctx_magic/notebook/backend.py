@@ -3,11 +3,12 @@ Vertex AI (the `provider` setting), or, with no Anthropic key, the offline stand
 here, at the top, so the agent package never knows the stand-in exists.
 
 Each provider goes through the anthropic SDK's own client with that provider's usual
-credentials: ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL); for Bedrock the AWS credential chain
+credentials: ANTHROPIC_API_KEY, or ANTHROPIC_AUTH_TOKEN (a bearer token, as an LLM gateway takes it),
+with ANTHROPIC_BASE_URL for a server other than Anthropic's; for Bedrock the AWS credential chain
 (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE or the `aws_profile`
 setting, a Bedrock API key in AWS_BEARER_TOKEN_BEDROCK) and AWS_REGION or the `region` setting
-(`pip install "anthropic[bedrock]"`); for Vertex Google's application default credentials
-(`gcloud auth application-default login`, `pip install "anthropic[vertex]"`), CLOUD_ML_REGION or
+(`pip install "ctx_magic[bedrock]"`); for Vertex Google's application default credentials
+(`gcloud auth application-default login`, `pip install "ctx_magic[vertex]"`), CLOUD_ML_REGION or
 `region`, ANTHROPIC_VERTEX_PROJECT_ID or `project`. ANTHROPIC_BEDROCK_BASE_URL and
 ANTHROPIC_VERTEX_BASE_URL point a provider's client elsewhere (a proxy, the stand-in in tests).
 """
@@ -58,10 +59,12 @@ class Backend:
 def choose_backend(env: Mapping[str, str] | None = None, *, max_retries: int = MAX_RETRIES,
                    offline_window: int = OFFLINE_WINDOW, provider: str = PROVIDER, region: str = "",
                    project: str = "", aws_profile: str = "", vertex_credentials: Any = None) -> Backend:
-    """The client for `provider`. For Anthropic: the real API when ANTHROPIC_API_KEY is set
-    (ANTHROPIC_BASE_URL honored), else the stand-in. A base URL without a key is refused:
-    silently answering from the stand-in instead of the server someone pointed ctx_magic at would
-    be a surprise. `vertex_credentials` replaces Google's default credentials (tests)."""
+    """The client for `provider`. For Anthropic: the server at ANTHROPIC_BASE_URL (else Anthropic's)
+    with ANTHROPIC_AUTH_TOKEN as a bearer token or ANTHROPIC_API_KEY (the token first when both are
+    set, the order Claude Code uses, so one environment serves both), else the stand-in. A base URL
+    without a credential is refused: silently answering from the stand-in instead of the server
+    someone pointed ctx_magic at would be a surprise. `vertex_credentials` replaces Google's
+    default credentials (tests)."""
     env = os.environ if env is None else env
     if provider == "bedrock":
         return _bedrock(env, max_retries, region, aws_profile)
@@ -69,15 +72,21 @@ def choose_backend(env: Mapping[str, str] | None = None, *, max_retries: int = M
         return _vertex(env, max_retries, region, project, vertex_credentials)
     import anthropic
 
-    key = env.get("ANTHROPIC_API_KEY", "").strip()
-    base_url = env.get("ANTHROPIC_BASE_URL", "").strip() or None
+    token = _value(env, "ANTHROPIC_AUTH_TOKEN")
+    key = _value(env, "ANTHROPIC_API_KEY")
+    base_url = _value(env, "ANTHROPIC_BASE_URL")
+    where = f" at {base_url}" if base_url else ""
+    if token:  # passed explicitly, so the SDK reads no credential of its own from the process
+        client = anthropic.Anthropic(auth_token=token, base_url=base_url, max_retries=max_retries)
+        notice = f"Using the Anthropic Messages API{where} with the bearer token in ANTHROPIC_AUTH_TOKEN."
+        return Backend(client, "anthropic", notice)
     if key:
         client = anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=max_retries)
-        where = f" at {base_url}" if base_url else ""
         return Backend(client, "anthropic", f"Using the Anthropic Messages API{where}.")
     if base_url:
-        raise CtxMagicError(f"ANTHROPIC_BASE_URL is set ({base_url}) but ANTHROPIC_API_KEY is not: set the key to "
-                            "use that server, or unset ANTHROPIC_BASE_URL to use the offline stand-in.")
+        raise CtxMagicError(f"ANTHROPIC_BASE_URL is set ({base_url}) but neither ANTHROPIC_API_KEY nor "
+                            "ANTHROPIC_AUTH_TOKEN is: set the key (or a gateway's bearer token) to use that server, "
+                            "or unset ANTHROPIC_BASE_URL to use the offline stand-in.")
     stand_in = OfflineAPI(OfflineConfig(window=offline_window))
     return Backend(offline_client(stand_in, max_retries=max_retries), "offline", OFFLINE_NOTICE, stand_in)
 
@@ -96,7 +105,7 @@ def _bedrock(env: Mapping[str, str], max_retries: int, region: str, aws_profile:
     try:
         import boto3  # noqa: F401 - the SDK signs Bedrock requests with botocore
     except ImportError as error:
-        raise CtxMagicError('Bedrock needs boto3: pip install "anthropic[bedrock]".') from error
+        raise CtxMagicError('Bedrock needs boto3: pip install "ctx_magic[bedrock]".') from error
     token = _value(env, "AWS_BEARER_TOKEN_BEDROCK")
     keys = {"aws_access_key": _value(env, "AWS_ACCESS_KEY_ID"), "aws_secret_key": _value(env, "AWS_SECRET_ACCESS_KEY"),
             "aws_session_token": _value(env, "AWS_SESSION_TOKEN")}
@@ -124,7 +133,7 @@ def _vertex(env: Mapping[str, str], max_retries: int, region: str, project: str,
         try:
             import google.auth  # noqa: F401 - the SDK loads application default credentials with it
         except ImportError as error:
-            raise CtxMagicError('Vertex needs google-auth: pip install "anthropic[vertex]", then '
+            raise CtxMagicError('Vertex needs google-auth: pip install "ctx_magic[vertex]", then '
                                 "gcloud auth application-default login.") from error
     project_id = project or _value(env, "ANTHROPIC_VERTEX_PROJECT_ID", "GOOGLE_CLOUD_PROJECT")
     options: dict[str, Any] = {"project_id": project_id} if project_id else {}

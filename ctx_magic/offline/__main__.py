@@ -1,7 +1,9 @@
-"""`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--max-seconds S]`.
+"""`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--auth-token TOKEN]
+[--max-seconds S]`.
 
 Runs the offline stand-in for the Anthropic Messages API on 127.0.0.1 and prints one line
-with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key.
+with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key, or, with
+`--auth-token`, as at an LLM gateway: ANTHROPIC_AUTH_TOKEN=<that token> (any other credential is a 401).
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="shortest prefix the prompt cache stores, in tokens (default: the model's own minimum, e.g. 1024)",
     )
     parser.add_argument(
+        "--auth-token", default=None,
+        help="accept only this credential, as a bearer token or x-api-key, like a gateway (default: any)",
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop by itself after this many seconds (tests use it)"
     )
     args = parser.parse_args(argv)
@@ -42,7 +48,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    config = OfflineConfig(window=args.window, max_output=args.max_output, min_cacheable_tokens=args.min_cacheable)
+    config = OfflineConfig(window=args.window, max_output=args.max_output, min_cacheable_tokens=args.min_cacheable,
+                           credential=args.auth_token)
     api = OfflineAPI(config)
     server, stop = start_server(api, args.port)
     print(

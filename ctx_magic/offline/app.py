@@ -195,7 +195,7 @@ class OfflineAPI:
         where = providers.route(method, route)
         if where is not None:
             return self._provider(where, headers, body)
-        auth_error = self._check_auth(headers)
+        auth_error = _check_auth(headers, self.config.credential)
         if auth_error is not None:
             return _Outcome(_error_reply(auth_error))
         if method == "POST" and route == "/v1/messages":
@@ -224,12 +224,16 @@ class OfflineAPI:
         return self.endpoint.messages(body, self.config, self.policy, betas=body_betas or _betas(headers),
                                        provider=where.provider)
 
-    @staticmethod
-    def _check_auth(headers: Mapping[str, str]) -> ApiError | None:
-        """No x-api-key (nor bearer token) is refused, and so is the key `invalid`."""
-        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not key:
-            return ApiError(401, "authentication_error", "x-api-key header is required")
-        if key == "invalid":
-            return ApiError(401, "authentication_error", "invalid x-api-key")
-        return None
+
+def _check_auth(headers: Mapping[str, str], accepted: str | None) -> ApiError | None:
+    """An x-api-key header or an `Authorization: Bearer` token, as the API and LLM gateways take
+    them; none is refused, and so is the key `invalid` or, when `accepted` is set, any other."""
+    key = headers.get("x-api-key", "").strip()
+    bearer = headers.get("authorization", "")
+    token = bearer[len("Bearer "):].strip() if bearer.startswith("Bearer ") else ""
+    given = key or token
+    if not given:
+        return ApiError(401, "authentication_error", "x-api-key header is required")
+    if given == "invalid" or (accepted is not None and given != accepted):
+        return ApiError(401, "authentication_error", "invalid x-api-key" if key else "Invalid bearer token")
+    return None

@@ -75,6 +75,9 @@ class OfflineConfig:
     """The thinking types the Models API reports the model takes."""
     context_edits: tuple[str, ...] = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
     """The context-management strategies the Models API reports the model takes."""
+    credential: str | None = None
+    """The one API key or bearer token accepted, as a gateway configured with a key accepts only
+    it; None: any non-empty credential but the key `invalid`."""
 
     def cache_minimum(self, model: str) -> int:
         """The minimum cacheable length in force for `model`."""

@@ -90,5 +90,6 @@ def test_choose_backend_reads_the_process_environment_by_default(
 
 
 def test_a_base_url_without_a_key_is_refused_in_one_line() -> None:
-    with pytest.raises(CtxMagicError, match="ANTHROPIC_BASE_URL is set .* but ANTHROPIC_API_KEY is not"):
+    refused = "ANTHROPIC_BASE_URL is set .* but neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is"
+    with pytest.raises(CtxMagicError, match=refused):
         choose_backend(env={"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})

@@ -185,8 +185,9 @@ def test_stream_faults_are_asked_again_withdrawn_or_said_in_one_line(tmp_path, s
 def test_a_base_url_without_a_key_and_a_window_of_5_are_each_one_clear_line(tmp_path, kernels):
     kernel = start(kernels, tmp_path, kernel_env(ANTHROPIC_BASE_URL="http://127.0.0.1:9"), "%load_ext ctx_magic")
     shown = kernel.execute("%%agent\nhello")
-    assert shown.strip() == ("ANTHROPIC_BASE_URL is set (http://127.0.0.1:9) but ANTHROPIC_API_KEY is not: set the "
-                             "key to use that server, or unset ANTHROPIC_BASE_URL to use the offline stand-in.")
+    assert shown.strip() == ("ANTHROPIC_BASE_URL is set (http://127.0.0.1:9) but neither ANTHROPIC_API_KEY nor "
+                             "ANTHROPIC_AUTH_TOKEN is: set the key (or a gateway's bearer token) to use that server, "
+                             "or unset ANTHROPIC_BASE_URL to use the offline stand-in.")
     lines = kernel.execute("%config CtxMagic.context_window = 5").strip().splitlines()
     assert len(lines) == 1
     assert lines[0].endswith(  # after the logger's prefix (IPython's format)

@@ -113,8 +113,14 @@ def test_vertex_needs_a_region_and_google_auth_and_says_so_in_one_line(monkeypat
     with pytest.raises(CtxMagicError, match="Vertex needs a region"):
         choose_backend({}, provider="vertex")
     monkeypatch.setitem(sys.modules, "google.auth", None)  # google-auth not installed
-    with pytest.raises(CtxMagicError, match=r'pip install "anthropic\[vertex\]"'):
+    with pytest.raises(CtxMagicError, match=r'pip install "ctx_magic\[vertex\]"'):
         choose_backend({"CLOUD_ML_REGION": "global"}, provider="vertex")
+
+
+def test_bedrock_without_boto3_names_the_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "boto3", None)  # boto3 not installed
+    with pytest.raises(CtxMagicError, match=r'^Bedrock needs boto3: pip install "ctx_magic\[bedrock\]".$'):
+        choose_backend(AWS, provider="bedrock")
 
 
 @pytest.mark.parametrize(("model", "provider", "sent"), [

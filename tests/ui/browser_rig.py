@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXTENSION_SRC = REPO / "labextension"
@@ -49,17 +52,49 @@ def newest_source_mtime() -> float:
     return max(f.stat().st_mtime for f in files if f.is_file())
 
 
+def build_is_current() -> bool:
+    marker = LABEXTENSION_OUT / "package.json"
+    return marker.is_file() and marker.stat().st_mtime >= newest_source_mtime()
+
+
 def built_labextension() -> Path:
     """The extension built from the current sources (`pip install .` builds it; a development
     tree rebuilds here when the TypeScript or CSS is newer than the build)."""
-    marker = LABEXTENSION_OUT / "package.json"
-    if marker.is_file() and marker.stat().st_mtime >= newest_source_mtime():
+    if build_is_current():
         return LABEXTENSION_OUT
     env = tool_env()
     if not (LABEXTENSION_SRC / "node_modules").is_dir():
         subprocess.run(["jlpm", "install"], cwd=LABEXTENSION_SRC, env=env, check=True, timeout=BUILD_TIMEOUT)
     subprocess.run(["jlpm", "build"], cwd=LABEXTENSION_SRC, env=env, check=True, timeout=BUILD_TIMEOUT)
     return LABEXTENSION_OUT
+
+
+def on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def chromium_missing() -> str | None:
+    if CHROMIUM.is_file():
+        return None
+    return f"Debian's Chromium is not at {CHROMIUM}: apt-get install -y chromium (never a downloaded browser)"
+
+
+def node_missing() -> str | None:
+    if shutil.which("node", path=tool_env()["PATH"]):
+        return None
+    return "Node.js is not installed, so the labextension cannot be built: apt-get install -y nodejs (18 or newer)"
+
+
+def needs(*missing: str | None) -> None:
+    """Skip, saying what is missing and how to install it, on a machine without the browser or
+    Node.js; under CI=true fail instead: `.ci/run` installs both, so these tests never silently
+    stop running there."""
+    reasons = [reason for reason in missing if reason]
+    if not reasons:
+        return
+    if on_ci():
+        pytest.fail("; ".join(reasons) + " (CI=true: .ci/run installs it, so this test must run)", pytrace=False)
+    pytest.skip("; ".join(reasons))
 
 
 def free_port() -> int:

@@ -14,7 +14,9 @@ resume the marks come back on the old cells and not on a new cell that reuses an
 Screenshots are left in test-artifacts/.
 
 Needs Debian's chromium (/usr/bin/chromium), jupyterlab, notebook and playwright (the `test`
-extra); the labextension is built from labextension/ when the build is missing or older.
+extra); the labextension is built from labextension/ when the build is missing or older, which
+needs Node.js. Without Chromium or Node.js the test skips saying what to install; under CI=true it
+fails instead.
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui.browser_rig import CHROMIUM, PACKAGE, REPO, JupyterLab, built_labextension, chromium_page
+from ui.browser_rig import (
+    PACKAGE,
+    REPO,
+    JupyterLab,
+    build_is_current,
+    built_labextension,
+    chromium_missing,
+    chromium_page,
+    needs,
+    node_missing,
+)
 
 pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
 
@@ -224,8 +236,7 @@ def app(request: pytest.FixtureRequest) -> str:
 
 
 def test_panel_badges_cards_themes_widths_sessions_and_ask(app: str, tmp_path: Path) -> None:
-    if not CHROMIUM.is_file():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (never a downloaded browser)")
+    needs(chromium_missing(), None if build_is_current() else node_missing())
     root = tmp_path / "root"
     root.mkdir()
     (root / "marks.ipynb").write_text(json.dumps(notebook_json(MARKS_CELLS)))

@@ -1,8 +1,11 @@
-"""`pip install .` builds the JupyterLab extension from labextension/ and installs it prebuilt
-(SPEC U2): in a fresh virtual environment (no system site packages) made from a clean copy of
+"""`pip install .` builds the JupyterLab extension from labextension/ and installs it prebuilt:
+in a fresh virtual environment (no system site packages) made from a clean copy of
 the project (what a clone has: no node_modules, no build output), `jupyter labextension list`
-shows @ctx-magic/labextension enabled and OK. Slow: pip builds jupyterlab's environment and jlpm
-installs the npm dependencies (the npm registry and PyPI are the only network it needs)."""
+shows @ctx-magic/labextension enabled and OK; the wheel `python -m build` makes carries the built
+extension, and installed where Node.js is not on the PATH it gives the same listing; a wheel built
+without Node.js installs without the sidebar. Slow: pip builds jupyterlab's environment and jlpm
+installs the npm dependencies (the npm registry and PyPI are the only network it needs). The tests
+that build need Node.js: without it they skip saying so, and fail under CI=true."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ui.browser_rig import REPO
+from ui.browser_rig import REPO, needs, node_missing
 
 pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
 
@@ -61,19 +64,16 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
     return output
 
 
-def test_pip_install_builds_and_installs_the_labextension(tmp_path: Path) -> None:
-    project = clean_copy(tmp_path / "project")
-    assert not (project / "labextension" / "node_modules").exists()
-    assert (project / "labextension" / "yarn.lock").is_file(), "yarn.lock must be committed"
-    env = clean_env(tmp_path)
+def fresh_venv(tmp_path: Path, env: dict[str, str]) -> Path:
+    """A virtual environment that does not see the system's site-packages; `env` now runs in it."""
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)  # no --system-site-packages
-    python = venv / "bin" / "python"
     env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
     env["VIRTUAL_ENV"] = str(venv)
+    return venv
 
-    run([str(python), "-m", "pip", "install", str(project), "jupyterlab>=4,<5"], tmp_path, env)
 
+def assert_listed_enabled_and_ok(venv: Path, tmp_path: Path, env: dict[str, str]) -> None:
     installed = venv / "share" / "jupyter" / "labextensions" / PACKAGE
     assert json.loads((installed / "package.json").read_text())["name"] == PACKAGE
     assert json.loads((installed / "install.json").read_text())["packageName"] == "ctx_magic"
@@ -82,6 +82,43 @@ def test_pip_install_builds_and_installs_the_labextension(tmp_path: Path) -> Non
     line = next((text for text in listing.splitlines() if PACKAGE in text), "")
     assert re.search(rf"{re.escape(PACKAGE)} v0\.1\.0 .*enabled.*OK", line), listing
     assert "(python, ctx_magic)" in line, listing
+
+
+def test_pip_install_builds_and_installs_the_labextension(tmp_path: Path) -> None:
+    needs(node_missing())
+    project = clean_copy(tmp_path / "project")
+    assert not (project / "labextension" / "node_modules").exists()
+    assert (project / "labextension" / "yarn.lock").is_file(), "yarn.lock must be committed"
+    env = clean_env(tmp_path)
+    venv = fresh_venv(tmp_path, env)
+
+    run([str(venv / "bin" / "python"), "-m", "pip", "install", str(project), "jupyterlab>=4,<5"], tmp_path, env)
+
+    assert_listed_enabled_and_ok(venv, tmp_path, env)
+
+
+def test_the_built_wheel_carries_the_labextension_and_installs_the_sidebar_without_node(tmp_path: Path) -> None:
+    """`python -m build` (an sdist, then the wheel from it) where Node.js is installed; the wheel
+    goes into a fresh environment whose PATH has no Node.js, as a user's machine may have none."""
+    needs(node_missing())
+    project = clean_copy(tmp_path / "project")
+    dist = tmp_path / "dist"
+    run([sys.executable, "-m", "build", "--outdir", str(dist), str(project)], tmp_path, clean_env(tmp_path))
+    (wheel,) = dist.glob("ctx_magic-*.whl")
+    shipped = f"ctx_magic-0.1.0.data/data/share/jupyter/labextensions/{PACKAGE}"
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {f"{shipped}/package.json", f"{shipped}/install.json"} <= set(names)
+    assert [n for n in names if n.startswith(f"{shipped}/static/remoteEntry.")]
+
+    env = clean_env(tmp_path)
+    bare = tmp_path / "bare-path"  # the PATH holds the venv's scripts and this empty folder: no node, no jlpm
+    bare.mkdir()
+    env["PATH"] = str(bare)
+    venv = fresh_venv(tmp_path, env)
+    assert shutil.which("node", path=env["PATH"]) is None
+    run([str(venv / "bin" / "python"), "-m", "pip", "install", str(wheel), "jupyterlab>=4,<5"], tmp_path, env)
+
+    assert_listed_enabled_and_ok(venv, tmp_path, env)
 
 
 def test_pip_install_without_node_installs_the_package_without_the_sidebar(tmp_path: Path) -> None:
