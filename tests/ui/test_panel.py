@@ -108,8 +108,8 @@ def test_every_change_has_a_card_with_its_key_and_compactions_show_the_decisions
     card = panel.cards.box.children[0]  # newest first
     assert f"ctx-magic-card-{compactions[-1]['key']}" in card._dom_classes
     assert "Compaction (manual)" in card.get_title(0)
-    facts, summary, button, originals = (part(card, f"ctx-magic-{name}") for name in (
-        "card-facts", "card-summary", "originals-button", "originals"))
+    facts, summary, button, originals = (part(card, name) for name in (
+        "ctx-magic-part-facts", "ctx-magic-part-summary", "ctx-magic-originals-button", "ctx-magic-part-originals"))
     assert "the user asked for it: keep the table facts" in facts.value
     assert summary.outputs[0]["data"]["text/markdown"].startswith(compactions[-1]["summary"][:40])
     button.click()  # open the original messages the summary replaced, from the transcript
@@ -182,7 +182,7 @@ def test_panel_is_driven_only_by_events():
     assert [(e["kind"], e["at"]) for e in panel.timeline] == [("clearing", 1), ("compaction", 1)]
     assert panel.timeline[-1]["replaced"] == ["u1"] and panel.tokens == 1_000
     assert panel.composition["messages"] == 1_000  # the live figures carry the composition too
-    assert "compaction threshold 18,000" in part(panel.cards.box, "ctx-magic-card-facts").value
+    assert "compaction threshold 18,000" in part(panel.cards.box, "ctx-magic-part-facts").value
 
 
 def test_a_compaction_audit_shows_in_its_card_when_present():
@@ -191,11 +191,11 @@ def test_a_compaction_audit_shows_in_its_card_when_present():
                         text="- the user's deadline (Friday)")
     panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "## 1. Primary Request",
                            summarized_uuids=("u1",), audit=audit))
-    audit_part = part(panel.cards.box, "ctx-magic-card-audit")
+    audit_part = part(panel.cards.box, "ctx-magic-part-audit")
     assert audit_part.outputs[0]["data"]["text/markdown"] == "- the user's deadline (Friday)"
     plain = ContextPanel(clock=ManualClock())
     plain.handle(Compacted("auto", 5_000, 1_000, 12, "b2", ("b2",), "s", summarized_uuids=("u1",)))
-    assert not [w for w in widget_tree(plain.cards.box) if "ctx-magic-card-audit" in getattr(w, "_dom_classes", ())]
+    assert not [w for w in widget_tree(plain.cards.box) if "ctx-magic-part-audit" in getattr(w, "_dom_classes", ())]
 
 
 def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
