@@ -344,7 +344,7 @@ def main() -> None:
     shutil.rmtree(storage, ignore_errors=True)
     try:
         run = run_session(args.turns, args.seed, args.window, config, storage)
-        th = run.session.context_settings().thresholds
+        th = run.session.setup().context.thresholds
         print(f"{args.turns} turns, seed {args.seed}, window {th.window:,}: warning {th.warning:,}, autocompact "
               f"{th.autocompact:,}; snip at {args.snip_max_messages} messages\n")
         steps = transitions(run.requests)

@@ -47,6 +47,7 @@ from clock import ManualClock  # a sibling module: these scripts run as files (p
 import ctx_magic.agent.loop as loop_module
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolOutput
 from ctx_magic.context import recall
@@ -54,7 +55,6 @@ from ctx_magic.context.audit import has_name, has_path
 from ctx_magic.context.span_facts import is_user_prompt, span_facts
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Compacted
-from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import Message, result_text
 from ctx_magic.notebook.inventory import HEADER as INVENTORY_HEADER
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
@@ -192,7 +192,7 @@ class Measurer:
         saved = {str(folder / n): (folder / n).read_text(encoding="utf-8")
                  for n in recall.unrecorded_files(records, sorted(p.name for p in folder.glob("*.txt")))}
         entries = recall.entries(records, saved)
-        live = list(session.messages)
+        live = list(session.live.messages)
         after = context_text(live)
         audit = event.audit.text if event.audit is not None else ""
         before = after.replace(audit, "", 1) if audit else after
@@ -219,7 +219,7 @@ class Measurer:
             f.names_before.add(has_name(before, name))
             f.names_after.add(has_name(after, name))
         self._last_outputs(written, live, entries)
-        for pin in session.pins:
+        for pin in session.pin_board.pins:
             f.pins.add(pin.text in after)
         f.audit_tokens.append(event.audit.tokens if event.audit is not None else 0)
         f.inventory_tokens.append(count_text(inventory_text(live)) if inventory_text(live) else 0)
@@ -375,7 +375,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
                 if n == 30:
                     controller.host.backend.stand_in.inject("ptl")  # the API says too long: reactive compaction
                 cell(f"%%agent\n{step.prompt}")
-                session = controller.session
+                session = controller.host.session
                 if n == 0:
                     session.hooks.post_compact.append(Measurer(session, figures))
                 if n == 2:
@@ -383,7 +383,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
                 if n == 20:
                     cell("%compact keep the DataFrames, their columns and what was computed from them")
                 if n in PARTIAL_AT:  # partial compactions (C8): the older half, then the newer half
-                    cell(f"%compact {PARTIAL_AT[n]} {len(session.messages) // 2}")
+                    cell(f"%compact {PARTIAL_AT[n]} {len(session.live.messages) // 2}")
                 controller.memory.notes.wait(NOTES_WAIT_SECONDS)
     finally:
         os.chdir(cwd)

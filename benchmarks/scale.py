@@ -157,7 +157,7 @@ def appended(base: Prepared, first: int, count: int) -> list[Message]:
     """The prepared conversation plus `count` new exchanges billed from its live size."""
     rng = random.Random(first)
     new: list[Message] = []
-    billed = base.tokens
+    billed = base.count.tokens
     for n in range(first, first + count):
         new += exchange(n, "python", output_text(rng, "python", NEW_OUTPUT_CHARS), billed)
         billed += EXCHANGE_FRAMING_TOKENS + NEW_OUTPUT_CHARS // 4
@@ -180,7 +180,7 @@ def timed(fn: Callable[[], T]) -> tuple[float, T]:
 def summary(p: Prepared) -> str:
     kinds = Counter(type(e).__name__ for e in p.events if type(e).__name__ != "ContextMeasured")
     events = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none"
-    return f"{len(p.messages):,} live msgs, {p.tokens:,} tokens, {p.zone}; events: {events}"
+    return f"{len(p.messages):,} live msgs, {p.count.tokens:,} tokens, {p.plan.zone}; events: {events}"
 
 
 @dataclass

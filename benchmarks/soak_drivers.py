@@ -95,21 +95,21 @@ class InProcess:
         """Wait for the background side calls (notes, memories) a kernel would go on running."""
         controller = self._controller()
         controller.memory.wait()
-        session = controller.session
+        session = controller.host.session
         notes = session.plugins.notes if session is not None else None
         if notes is not None:
             notes.wait(KERNEL_TIMEOUT)
 
     def session_id(self) -> str:
-        session = self._controller().session
+        session = self._controller().host.session
         return session.session_id if session is not None else ""
 
     def kill(self) -> None:
         self.settle()  # a real kernel's threads die with it: none may write after the next one starts
         controller = self._controller()
         controller.idle.cancel()
-        if controller.session is not None:
-            controller.session.store.release()  # what the OS does with a dead process's lock
+        if controller.host.session is not None:
+            controller.host.session.store.release()  # what the OS does with a dead process's lock
         self._start()
 
     def close(self) -> None:

@@ -51,8 +51,6 @@ class InvariantError(CtxMagicError, ValueError):
 class ModelError(CtxMagicError):
     """A call to the model failed."""
 
-    retryable = False
-
 
 _PTL_NUMBERS = re.compile(r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)\s*maximum", re.IGNORECASE)
 # "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease ..."
@@ -99,15 +97,15 @@ class RequestTooLarge(ModelError):
 
 
 class Overloaded(ModelError):
-    retryable = True
+    pass
 
 
 class RateLimited(ModelError):
-    retryable = True
+    pass
 
 
 class ServerError(ModelError):
-    retryable = True
+    pass
 
 
 class AuthenticationFailed(ModelError):
@@ -115,7 +113,7 @@ class AuthenticationFailed(ModelError):
 
 
 class NetworkError(ModelError):
-    retryable = True
+    pass
 
 
 class StreamDropped(NetworkError):
@@ -132,10 +130,6 @@ class StreamOverloaded(StreamDropped):
     after a wait, like a 529 the SDK would retry."""
 
     backoff = True
-
-
-class EmptyReply(ModelError):
-    """The model answered with nothing usable (no blocks, or only whitespace), even when asked again."""
 
 
 class UnknownModel(ModelError):

@@ -11,11 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-# The context figures live in figures.py; imported from here too, as they long were.
-from ctx_magic.figures import FREE_PARTS as FREE_PARTS
-from ctx_magic.figures import USED_PARTS as USED_PARTS
-from ctx_magic.figures import Composition as Composition
-from ctx_magic.figures import ContextFigures as ContextFigures
+from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Usage
 
 
@@ -257,6 +253,14 @@ class ToolOutputDelta(Event):
 
     name: ClassVar[str] = "tool_output_delta"
     text: str
+
+
+@dataclass(frozen=True)
+class ApprovalAsked(Event):
+    """The agent's code waits for the person's approval (`ask` mode): shown before the question."""
+
+    name: ClassVar[str] = "approval_asked"
+    code: str
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ctx_magic.agent.model import AnthropicModel, ModelRequest
-from ctx_magic.agent.request import system_blocks, to_api_messages
+from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.request import build_request
 from ctx_magic.messages import Message, user_text
 
 
@@ -19,12 +19,7 @@ class SdkTextModel:
 
     def complete(self, messages: Sequence[Message], prompt: str) -> str:
         self.prompts.append(prompt)
-        request = ModelRequest(
-            system=system_blocks("You are a data-science assistant."),
-            tools=[],
-            messages=to_api_messages([*messages, user_text(prompt)]),
-            max_tokens=4_096,
-            purpose="memory",
-        )
+        request = build_request([*messages, user_text(prompt)], system="You are a data-science assistant.", tools=[],
+                                max_tokens=4_096, cache_ttl="5m")
         reply = self.model.stream(request)
         return "".join(b.get("text", "") for b in reply.content if b.get("type") == "text")

@@ -1,5 +1,6 @@
-"""One settings source (ctx_magic/settings.py): defaults as named constants, bounds said in one
-line, the window and reply cap resolved once, and the traitlets config built from it."""
+"""The settings: each declared once as a trait of `CtxMagic` with its help and bounds, refused in
+one line by traitlets when out of bounds, made into the one frozen `Settings` the engine and the
+loop read; defaults as named constants; the window and reply cap resolved once."""
 
 from __future__ import annotations
 
@@ -11,21 +12,9 @@ import pytest
 from traitlets import TraitError
 
 from ctx_magic.notebook.config import CtxMagic
-from ctx_magic.settings import (
-    CLEAR_AT_LEAST,
-    KEEP_RECENT,
-    MIN_CONTEXT_WINDOW,
-    ModelLimits,
-    Settings,
-    setting_problem,
-)
+from ctx_magic.settings import MIN_CONTEXT_WINDOW, ModelLimits, Settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ctx_magic"
-
-
-def test_the_seeds_numbers_are_the_defaults():
-    assert (KEEP_RECENT, CLEAR_AT_LEAST) == (5, 20_000)
-    assert Settings().keep_recent == KEEP_RECENT and Settings().snip_max_messages == 200
 
 
 @pytest.mark.parametrize("constant", ["KEEP_RECENT", "CLEAR_AT_LEAST", "SNIP_MAX_MESSAGES", "DEFAULT_MAX_OUTPUT",
@@ -52,29 +41,47 @@ def test_the_window_resolves_once_from_the_setting_or_the_model():
     assert (small.tokens, small.reply_cap, small.source) == (12_000, 3_000, "config")
 
 
-@pytest.mark.parametrize(("name", "value", "line"), [
-    ("context_window", 5, f"context_window must be at least {MIN_CONTEXT_WINDOW:,} (or 0: ask the Models API); got 5"),
-    ("keep_recent", 0, "keep_recent must be at least 1; got 0"),
-    ("autocompact_pct", 150.0, "autocompact_pct must be between 1 and 100 (or 0: the default threshold); got 150.0"),
-    ("cache_ttl", "2h", "cache_ttl must be one of '5m', '1h', got '2h'"),
+@pytest.mark.parametrize(("name", "value", "words"), [
+    ("context_window", 5, f"should not be less than {MIN_CONTEXT_WINDOW}, but a value of 5 was specified (or 0: ask "
+                          "the Models API)"),
+    ("keep_recent", 0, "should not be less than 1, but a value of 0 was specified"),
+    ("autocompact_pct", 150.0, "should not be greater than 100, but a value of 150.0 was specified (or 0: the "
+                               "default threshold)"),
+    ("idle_minutes", -1.0, "should not be less than 0.01, but a value of -1.0 was specified (or 0: the cache TTL)"),
+    ("max_retries", 11, "should not be greater than 10, but a value of 11 was specified"),
+    ("cache_ttl", "2h", "expected any of ['5m', '1h'] (case-insensitive), not the str '2h'"),
+    ("thinking", "sometimes", "expected any of ['off', 'enabled', 'adaptive']"),
+    ("provider", "azure", "expected any of ['anthropic', 'bedrock', 'vertex']"),
+    ("strategy", "both", "expected any of ['client', 'server']"),
+    ("prices", "cheap please", "prices: expected name=value"),
 ])
-def test_a_value_out_of_bounds_is_one_clear_line(name, value, line):
-    assert setting_problem(name, value) == line
-    with pytest.raises(TraitError, match=name) as refused:  # traitlets words the choices itself
-        setattr(CtxMagic(), name, value)
+def test_a_value_out_of_bounds_is_refused_in_one_line_naming_the_setting(name, value, words):
+    config = CtxMagic()
+    with pytest.raises(TraitError) as refused:
+        setattr(config, name, value)
+    assert name in str(refused.value)
+    assert words in str(refused.value)
     assert "\n" not in str(refused.value)
+    assert getattr(config, name) == getattr(Settings(), name)
 
 
-def test_zero_keeps_its_meaning_where_a_setting_gives_it_one():
-    assert setting_problem("context_window", 0) is None and setting_problem("clear_at_least", 0) is None
+@pytest.mark.parametrize("name", ["context_window", "clear_at_least", "autocompact_pct", "idle_minutes"])
+def test_zero_keeps_its_meaning_where_a_setting_gives_it_one(name):
+    config = CtxMagic()
+    setattr(config, name, 0)
+    assert getattr(config.to_settings(), name) == 0
 
 
 def test_every_setting_is_a_trait_with_its_default_and_help():
-    config = CtxMagic()
+    traits = CtxMagic().traits(config=True)
+    assert sorted(traits) == sorted(f.name for f in dataclasses.fields(Settings))
     for spec in dataclasses.fields(Settings):
-        trait = config.traits()[spec.name]
-        assert trait.default_value == spec.default, spec.name
-        assert trait.help, spec.name
+        assert traits[spec.name].default_value == spec.default, spec.name
+        assert traits[spec.name].help, spec.name
+
+
+def test_the_config_makes_the_one_frozen_settings_value():
+    config = CtxMagic()
     assert config.to_settings() == Settings()
     config.keep_recent = 3
     assert config.to_settings() == Settings(keep_recent=3)
@@ -84,10 +91,3 @@ def test_the_readme_table_lists_every_setting_with_its_default():
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
     for spec in dataclasses.fields(Settings):
         assert f"| `{spec.name}` | `{spec.default!r}` |" in readme, spec.name
-
-
-@pytest.mark.parametrize(("name", "value"), [("thinking", "sometimes"), ("provider", "azure"), ("strategy", "both")])
-def test_the_new_choices_are_checked_at_config_time(name, value):
-    assert f"{name} must be one of" in setting_problem(name, value)
-    with pytest.raises(TraitError):
-        setattr(CtxMagic(), name, value)

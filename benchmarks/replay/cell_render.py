@@ -1,12 +1,12 @@
 """A notebook cell's stored outputs as ctx_magic's cell capture records and renders them (the
-replay's one tie to `ctx_magic.notebook.capture`)."""
+replay's one tie to `ctx_magic.notebook.outputs`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctx_magic.notebook.capture import CellRecord
+from ctx_magic.notebook.outputs import CellRecord
 from ctx_magic.settings import IMAGE_MAX_BYTES
 
 

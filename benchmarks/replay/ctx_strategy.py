@@ -37,13 +37,13 @@ from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.messages import notebook_cell_id, user_text
-from ctx_magic.notebook.capture import cell_messages
+from ctx_magic.notebook.outputs import cell_messages
 from ctx_magic.offline.transport import offline_client
 from ctx_magic.settings import Settings
 
@@ -184,10 +184,10 @@ def count_event(events: Counter[str], event: Event) -> None:
 
 def absorb_cells(session: Session, cells: list[Any], now: float) -> None:
     """The controller's way: cells recorded since the last turn enter before the next one."""
-    if cells and not any(m.sent for m in session.messages):
+    if cells and not any(m.sent for m in session.live.messages):
         session.append(user_text(CELLS_INTRO, timestamp=now))
     for cell in cells:
-        cell_id = notebook_cell_id(cell.execution_count, f"{len(session.messages):012x}")  # same ids every run
+        cell_id = notebook_cell_id(cell.execution_count, f"{len(session.live.messages):012x}")  # same ids every run
         record = cell_record(cell.source, cell.execution_count, cell.outputs)
         for message in cell_messages(record, cell_id, IMAGE_MAX_BYTES, now):
             session.append(message)
@@ -199,8 +199,8 @@ def play_session(session: Session, bench: Bench, keeper: NotesKeeper | None) -> 
         pending = []
         for cell in turn.cells:
             bench.clock.advance(cell.gap)
-            if any(m.sent for m in session.messages):
-                session.live.prepare()  # the controller's idle check when a cell runs
+            if any(m.sent for m in session.live.messages):
+                session.prepare()  # the controller's idle check when a cell runs
             pending.append(cell)
         bench.clock.advance(turn.gap)
         absorb_cells(session, pending, bench.clock())
@@ -217,11 +217,12 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
     options = options or CtxOptions()
     events: Counter[str] = Counter()
     with storage_folder() as root, lifted_call_limit():
-        model = AnthropicModel(offline_client(bench.meter, max_retries=0), name=MODEL)  # type: ignore[arg-type]
+        model = AnthropicModel(offline_client(bench.meter, max_retries=0), name=MODEL,  # type: ignore[arg-type]
+                               backend="offline")
         executor = ScriptedExecutor(bench.replay, bench.clock)
         session, _ = open_session(model, executor, root / ".ctx_magic", agent_config(bench.window, options),
                                   session_id="replay", system_prompt=bench.replay.system, root=root,
-                                  clock=bench.clock, backend="offline")
+                                  clock=bench.clock)
         session.listeners.append(lambda event: count_event(events, event))
         keeper = NotesKeeper(session) if options.notes else None
         try:

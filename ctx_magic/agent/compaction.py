@@ -1,26 +1,40 @@
-"""Compaction as the loop runs it: auto (L4) with its circuit breaker (L6), manual (C8),
-reactive (L5), the model's own `compact` tool, hooks (C9), rehydration (C7), cleanup (C10).
+"""Compaction as the loop runs it: auto with its circuit breaker, manual (whole or partial),
+reactive after a prompt-too-long, the model's own `compact` tool, from the session's notes,
+and what follows the API's own compaction; the hooks, the files re-read after a summary and
+the cleanup.
 
-The engine (context/autocompact.py) decides and builds; this module supplies the model call,
-the files to re-read and the hooks, and applies the result to the session.
+Each compaction is one value (context/autocompact.Compaction) built once from the session;
+the engine summarizes and rebuilds, this module supplies the model call, the files to re-read
+and the hooks, and applies the result to the session.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
+from ctx_magic.agent.request import CallSetup
+from ctx_magic.agent.server_side import server_compaction
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolError
 from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
-from ctx_magic.context.autocompact import CompactionResult, compact_conversation
+from ctx_magic.context.autocompact import (
+    Compaction,
+    CompactionResult,
+    Split,
+    plan_split,
+    rebuild,
+    summarize_with_retries,
+    summary_request,
+)
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
 from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
+from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS, compact_from_notes, notes_split
 from ctx_magic.context.pins import pins_message
 from ctx_magic.context.reactive import reactive_split
-from ctx_magic.context.session_memory import WAIT_FOR_EXTRACTION_SECONDS, session_memory_compact
-from ctx_magic.context.tokens import count_context, count_text
+from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CompactionFailed, ModelError, Remedy
 from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, Status
 from ctx_magic.messages import Message, user_text
@@ -28,20 +42,20 @@ from ctx_magic.messages import Message, user_text
 POST_COMPACT_MAX_FILES = 5
 POST_COMPACT_MAX_TOKENS_PER_FILE = 5_000
 POST_COMPACT_TOKEN_BUDGET = 50_000
-MIN_TOKENS_PER_FILE = 200  # the C7 budgets shrink with the window (T5), never below a file's first lines
+MIN_TOKENS_PER_FILE = 200  # the re-read budgets shrink with the window, never below a file's first lines
 
 
-def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
-    """Attachments after a compaction (C7): recent files re-read fresh, within budget, and a
-    note of the tools and the session's files."""
+def rehydration(session: Session, setup: CallSetup, kept: Sequence[Message]) -> list[Message]:
+    """Attachments after a compaction: recent files re-read fresh, within budget, and a note of
+    the tools and the session's files."""
     visible = {
         str(session.files.resolve(b["input"].get("path", ""), must_exist=False))
         for m in kept for b in m.blocks("tool_use")
         if b.get("name") == "read_file" and isinstance(b.get("input"), dict) and _safe_path(session, b)
     }
     attachments: list[Message] = []
-    # C7's 50,000 tokens of files would overflow a small window at once: they scale with it (T5).
-    scale = session.context_settings().thresholds.scale
+    # 50,000 tokens of files would overflow a small window at once: they scale with it.
+    scale = setup.context.thresholds.scale
     budget = round(POST_COMPACT_TOKEN_BUDGET * scale)
     per_file = max(MIN_TOKENS_PER_FILE, round(POST_COMPACT_MAX_TOKENS_PER_FILE * scale))
     now = session.clock()
@@ -59,11 +73,11 @@ def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
         budget -= count_text(text)
         body = f'<recent-file path="{read.path}">\n{text}\n</recent-file>'
         attachments.append(user_text(body, kind="attachment", timestamp=now, rehydrated=read.path))
-    extra = getattr(session.executor, "context_attachments", None)
+    extra = getattr(session.frame.executor, "context_attachments", None)
     notes = list(extra()) if callable(extra) else []
-    if session.store.session_memory_path.exists():
-        notes.append(f"Session notes are kept at {session.store.session_memory_path} (read_file to see them).")
-    tools = ", ".join(session.frame.tools().names())
+    if session.store.notes_path.exists():
+        notes.append(f"Session notes are kept at {session.store.notes_path} (read_file to see them).")
+    tools = ", ".join(setup.tools.names())
     notes.append(f"Tools available: {tools}.")
     body = "\n\n".join(notes)
     attachments.append(user_text(f"<context-refresh>\n{body}\n</context-refresh>", kind="attachment", timestamp=now))
@@ -95,7 +109,7 @@ def first_written(session: Session, span: Sequence[Message]) -> list[Message]:
     """The span's messages as the transcript first wrote them, where a layer changed them since
     (a cleared or persisted result): what the coverage audit must also read."""
     changed = {m.uuid for m in span if m.tool_result_ids and any(
-        i in session.state.cleared or i in session.state.persisted for i in m.tool_result_ids)}
+        i in session.live.state.cleared or i in session.live.state.persisted for i in m.tool_result_ids)}
     if not changed:
         return []
     try:
@@ -104,38 +118,32 @@ def first_written(session: Session, span: Sequence[Message]) -> list[Message]:
         return []
 
 
-def _measure(session: Session):  # type: ignore[no-untyped-def]
-    overhead = session.frame.overhead_tokens()
-    correction = session.state.correction
-    return lambda msgs: count_context(msgs, overhead_tokens=overhead, correction=correction).tokens
+def _job(session: Session, setup: CallSetup, split: Split, trigger: str, auto: bool | None = None) -> Compaction:
+    """The compaction of `split`, with what the session builds its new context with."""
+    live, compaction = session.live, session.compaction
+    return Compaction(
+        split, trigger, now=session.clock(), tokens_before=live.tokens(setup.overhead_tokens),
+        threshold=setup.context.thresholds.autocompact, transcript_path=str(session.store.transcript_path),
+        overhead_tokens=setup.overhead_tokens, correction=live.state.correction,
+        previous_boundary=compaction.previous_boundary, turns_since=compaction.turns_since_boundary,
+        pins=session.pin_board.pins, auto=auto)
 
 
-def _run_compaction(session: Session, trigger: str, *, direction: str = "full", split_at: int | None = None,
-                    instructions: str | None = None) -> CompactionResult:
+def _summarize(session: Session, trigger: str, *, direction: str = "full", split_at: int | None = None,
+               instructions: str | None = None) -> CompactionResult:
+    """A compaction with a summary: the model asked, the new context built and applied.
+    CompactionFailed leaves the conversation as it was."""
     for hook in session.hooks.pre_compact:
         added = hook(trigger, instructions)
         if added:
             instructions = f"{instructions}\n{added}" if instructions else added
-    settings = session.context_settings()
+    setup = session.setup()
     session.emit(Status("compacting", trigger))
-    result = compact_conversation(
-        session.messages,
-        session.side_calls,
-        trigger=trigger,
-        now=session.clock(),
-        transcript_path=str(session.store.transcript_path),
-        tokens_before=session.live.tokens(),
-        measure=_measure(session),
-        threshold=settings.thresholds.autocompact,
-        direction=direction,
-        split_at=split_at,
-        instructions=instructions,
-        previous_boundary=session.compaction.previous_boundary,
-        turns_since=session.compaction.turns_since_boundary,
-        attachments=lambda kept: rehydration(session, kept),
-        pins=session.pins,
-        originals=lambda span: first_written(session, span),
-    )
+    job = _job(session, setup, plan_split(session.live.messages, direction, split_at), trigger)
+    messages, prompt = summary_request(job.split, instructions)
+    summary = summarize_with_retries(session.side_calls.summarize, messages, prompt)
+    result = rebuild(job, summary, originals=first_written(session, job.split.to_summarize),
+                     attachments=functools.partial(rehydration, session, setup))
     return _apply(session, result, compaction_reason(session, trigger, instructions))
 
 
@@ -152,7 +160,7 @@ def compaction_reason(session: Session, trigger: str, instructions: str | None =
 
 
 def _apply(session: Session, result: CompactionResult, reason: str) -> CompactionResult:
-    """Swap in the new context, record it, run the post-compact hooks and cleanup (C9, C10)."""
+    """Swap in the new context, record it, run the post-compact and session-start hooks."""
     result = dataclasses.replace(result, event=dataclasses.replace(result.event, reason=reason))
     session.compacted(result.new_messages, result.messages, result.event)
     for hook in session.hooks.post_compact:
@@ -172,29 +180,36 @@ def _apply(session: Session, result: CompactionResult, reason: str) -> Compactio
 
 def server_compacted(session: Session, answer: Message) -> list[Message] | None:
     """The API compacted (its compaction block opens `answer`): the session's live context starts
-    there, and what follows ctx_magic's own summaries follows the API's too (issue 12): what the
-    coverage audit finds missing from it, the pins word for word, the files and the kernel's state
-    (C7). Returned, not appended: they go after the answer's tool results, which must follow it.
+    there, and what follows ctx_magic's own summaries follows the API's too: what the coverage
+    audit finds missing from it, the pins word for word, the files and the kernel's state.
+    Returned, not appended: they go after the answer's tool results, which must follow it.
     None when `answer` holds no compaction."""
+    live = session.live.messages
     first = answer.content[0] if answer.content else {}
-    at = next((i for i, m in enumerate(session.messages) if m.uuid == answer.uuid), None)
+    at = next((i for i, m in enumerate(live) if m.uuid == answer.uuid), None)
     if first.get("type") != "compaction" or at is None:
         return None
-    before = [m for m in session.messages[:at] if m.sent]
-    threshold = session.context_settings().thresholds.autocompact
+    before = [m for m in live[:at] if m.sent]
+    setup = session.setup()
+    pins = session.pin_board.pins
     audit = audit_summary([*before, *first_written(session, before)], str(first.get("content") or ""),
                           transcript_path=str(session.store.transcript_path),
-                          message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
-    event = session.server.compacted(answer, audit=audit.report, carried=[(m.uuid, m.text) for m in audit.carried],
-                                     pins=[p.id for p in session.pins])
-    if event is None:
+                          message_budget=int(setup.context.thresholds.autocompact * MESSAGES_SHARE_OF_THRESHOLD))
+    compacted = server_compaction(live, answer, session.clock(), audit=audit.report, pins=[p.id for p in pins],
+                                  carried=[(m.uuid, m.text) for m in audit.carried])
+    if compacted is None:
         return None
+    marker, kept, event = compacted
+    session.recorder.message(marker)
+    session.record(event)
+    session.live.replace(kept)
+    session.meter.freed("compacted", event.tokens_before - event.tokens_after)
     now = session.clock()
     followup = [user_text(audit.text, kind="attachment", timestamp=now, audit=True)] if audit.text else []
-    followup += [pins_message(session.pins, now)] if session.pins else []
+    followup += [pins_message(pins, now)] if pins else []
     if audit.report.added:
         session.notice(audit_line(audit.report), "info")
-    return [*followup, *rehydration(session, session.messages)]
+    return [*followup, *rehydration(session, setup, session.live.messages)]
 
 
 def audit_line(report: AuditReport) -> str:
@@ -220,9 +235,9 @@ def pending_prompt_index(messages: Sequence[Message]) -> int | None:
     return None
 
 
-def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResult | None:
-    """Session-memory compaction (S3): the notes as the summary, zero model calls; None when
-    there are no usable notes or the result would still be over the threshold."""
+def notes_compaction(session: Session, *, auto: bool = True) -> CompactionResult | None:
+    """Session-memory compaction: the notes as the summary, zero model calls; None when there are
+    no usable notes or the result would still be over the threshold."""
     source = session.plugins.notes
     if source is None:
         return None
@@ -232,33 +247,26 @@ def try_session_memory(session: Session, *, auto: bool = True) -> CompactionResu
         return None
     notes, covered = current
     session.emit(Status("compacting", "session memory"))
-    result = session_memory_compact(
-        session.messages, notes, covered,
-        notes_path=str(session.store.session_memory_path),
-        transcript_path=str(session.store.transcript_path),
-        now=session.clock(),
-        tokens_before=session.live.tokens(),
-        measure=_measure(session),
-        threshold=session.context_settings().thresholds.autocompact,
-        previous_boundary=session.compaction.previous_boundary,
-        turns_since=session.compaction.turns_since_boundary,
-        attachments=lambda kept: rehydration(session, kept),
-        auto=auto,
-        pins=session.pins,
-        originals=lambda span: first_written(session, span),
-    )
+    setup = session.setup()
+    split = notes_split(session.live.messages, notes, covered, setup.context.thresholds.autocompact)
+    if split is None:
+        return None
+    job = _job(session, setup, split, "session-memory", auto)
+    result = compact_from_notes(job, notes, str(session.store.notes_path),
+                                originals=first_written(session, split.to_summarize),
+                                attachments=functools.partial(rehydration, session, setup))
     if result is not None:
         result = _apply(session, result, compaction_reason(session, "auto" if auto else "manual"))
     return result
 
 
 def auto_compact(session: Session, plan: Plan) -> bool:
-    """L4, carried out as the plan says (notes first when it lists them, then a summary); True
-    when the context was compacted. A failed summary counts toward the breaker (L6)."""
-    if COMPACT_FROM_NOTES in plan.compact and try_session_memory(session) is not None:
+    """Auto-compaction, carried out as the plan says (notes first when it lists them, then a
+    summary); True when the context was compacted. A failed summary counts toward the breaker."""
+    if COMPACT_FROM_NOTES in plan.compact and notes_compaction(session) is not None:
         return True
     try:
-        _run_compaction(session, "auto", split_at=pending_prompt_index(session.messages))
+        _summarize(session, "auto", split_at=pending_prompt_index(session.live.messages))
     except CompactionFailed as error:
         state = session.compaction_failed()
         session.record(CompactionFailedEvent("auto", str(error), state.failures, state.breaker_open))
@@ -273,20 +281,20 @@ def auto_compact(session: Session, plan: Plan) -> bool:
 
 def manual_compact(session: Session, instructions: str | None = None, *, direction: str = "full",
                    index: int | None = None, trigger: str = "manual") -> CompactionResult:
-    """%compact (C8) or the model's compact tool; a success resets the breaker (L6).
+    """%compact (whole or partial) or the model's compact tool; a success resets the breaker.
 
     A plain compaction (no instructions, the whole conversation) tries session memory first:
     notes cannot follow instructions, and a partial compaction has its own split.
     """
-    if index is not None and not 0 <= index <= len(session.messages):
-        raise CompactionFailed(f"Message {index} is outside the live context, which has {len(session.messages)} "
+    if index is not None and not 0 <= index <= len(session.live.messages):
+        raise CompactionFailed(f"Message {index} is outside the live context, which has {len(session.live.messages)} "
                                "messages (numbered from 0).")
     failures = session.compaction.failures
     result = None
     if trigger == "manual" and not instructions and direction == "full" and index is None:
-        result = try_session_memory(session, auto=False)
+        result = notes_compaction(session, auto=False)
     if result is None:
-        result = _run_compaction(session, trigger, direction=direction, split_at=index, instructions=instructions)
+        result = _summarize(session, trigger, direction=direction, split_at=index, instructions=instructions)
     e = result.event
     if e.tokens_after >= e.tokens_before:
         session.notice(f"The summary and the files re-read after it are larger than what they replaced "
@@ -298,8 +306,8 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
 
 
 def reactive_compact(session: Session) -> CompactionResult:
-    """L5: summarize all but the last five messages (pairs intact) after a prompt-too-long."""
+    """After a prompt-too-long: summarize all but the last five messages (pairs intact)."""
     try:
-        return _run_compaction(session, "reactive", split_at=reactive_split(session.messages))
+        return _summarize(session, "reactive", split_at=reactive_split(session.live.messages))
     except ModelError as error:
         raise CompactionFailed(str(error)) from error

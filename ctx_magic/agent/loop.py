@@ -16,6 +16,7 @@ from typing import Any
 from ctx_magic.agent import compaction
 from ctx_magic.agent.context_tools import search_session
 from ctx_magic.agent.model import ModelReply, stream_reply
+from ctx_magic.agent.request import CallSetup
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
 from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_prompt, prompt_limit_tokens
@@ -33,6 +34,7 @@ from ctx_magic.errors import (
     RequestTooLarge,
 )
 from ctx_magic.events import (
+    Event,
     ImagesStripped,
     ReplyRestarted,
     ReplyWithdrawn,
@@ -70,12 +72,15 @@ class Turn:
         self.session = session
         self.result = result
         self.compact_request: str | None = None
+        self._setup: CallSetup | None = None
+        """The setup of the model call whose tool calls are running."""
 
     def is_live_result(self, tool_use_id: str) -> bool:
         return self.session.live.is_live_result(tool_use_id)
 
     def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
-        return self.session.live.clear_results(tool_use_ids, "model")
+        compactable = self._setup.context.compactable_tools if self._setup is not None else frozenset()
+        return self.session.live.clear_results(tool_use_ids, "model", compactable)
 
     def ask_compaction(self, instructions: str) -> bool:
         if "model" in self.result.compactions or self.compact_request is not None:
@@ -86,6 +91,40 @@ class Turn:
     def search_transcript(self, **query: Any) -> str:
         return search_session(self.session.store, **query)
 
+    def emit(self, event: Event) -> None:
+        self.session.emit(event)
+
+    def run_tools(self, reply: ModelReply, setup: CallSetup) -> None:
+        """Run each tool call of `reply` (the answer to the call made with `setup`) and append one
+        message with all their results."""
+        session, self._setup = self.session, setup
+        registry: ToolRegistry = setup.tools
+        outputs: list[Block] = []
+        calls = [ToolCall(b["id"], b["name"], b.get("input") or {}) for b in reply.tool_uses]
+        current: ToolCall | None = None
+        try:
+            for call in calls:
+                current = call
+                session.emit(ToolStarted(call.id, call.name, dict(call.input)))
+                session.emit(Status("running", call.name))
+                output: ToolOutput = registry.run(call, self)
+                outputs.append(tool_result_block(call.id, output.content or "(no output)", is_error=output.is_error))
+                session.emit(ToolFinished(call.id, call.name, result_text(outputs[-1]), output.is_error))
+        except KeyboardInterrupt as interrupt:
+            done = {b["tool_use_id"] for b in outputs}
+            partial = getattr(interrupt, "partial", "")
+            for call in calls:
+                if call.id in done:
+                    continue
+                text = INTERRUPTED_RESULT
+                if partial and current is not None and call.id == current.id:
+                    text += f"\n\n[output before the interrupt]\n{partial}"  # nothing it printed is lost
+                    session.emit(ToolFinished(call.id, call.name, text, True))
+                outputs.append(tool_result_block(call.id, text, is_error=True))
+            session.append(Message("user", tuple(outputs), timestamp=session.clock()))
+            raise
+        session.append(Message("user", tuple(outputs), timestamp=session.clock()))
+
 
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     """One turn of the conversation: the user's message and everything it leads to."""
@@ -94,7 +133,7 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     session.begin_turn()
     spent_before = session.meter.snapshot().cost_usd
     try:
-        session.append(Message("user", tuple(_fitted(session, blocks)), timestamp=session.clock()))
+        session.append(Message("user", tuple(_fitted(session, session.setup(), blocks)), timestamp=session.clock()))
         _loop(session, Turn(session, result))
     except KeyboardInterrupt:
         result.interrupted = True
@@ -110,9 +149,9 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     return result
 
 
-def _fitted(session: Session, blocks: list[Block]) -> list[Block]:
+def _fitted(session: Session, setup: CallSetup, blocks: list[Block]) -> list[Block]:
     """The user's text blocks, each too large for the conversation saved to a file first."""
-    threshold = session.context_settings().thresholds.autocompact
+    threshold = setup.context.thresholds.autocompact
     out: list[Block] = []
     for n, block in enumerate(blocks):
         text = block.get("text", "") if block.get("type") == "text" else ""
@@ -131,9 +170,9 @@ def _loop(session: Session, turn: Turn) -> None:
     reactive_used = stripped = False
     empty = 0
     for _ in range(MAX_MODEL_CALLS_PER_TURN):
-        prepared = _ready(session, result)
+        setup, prepared = _ready(session, result)
         try:
-            reply = _call(session, prepared.count)
+            reply = _call(session, setup, prepared.count)
         except PromptTooLong as error:
             if reactive_used:
                 raise CtxMagicError(f"{error} It happened again after compacting; the conversation is kept as it "
@@ -151,7 +190,7 @@ def _loop(session: Session, turn: Turn) -> None:
             if stripped:
                 raise
             stripped = True
-            _shrink_request(session)
+            _shrink_request(session, setup)
             continue
         result.model_calls += 1
         if not says_something(reply.content):
@@ -173,7 +212,7 @@ def _loop(session: Session, turn: Turn) -> None:
             result.compactions.append("server")
         result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
         if reply.tool_uses:
-            _run_tools(session, reply, turn)
+            turn.run_tools(reply, setup)
         for message in after_server or ():  # after the results: they must follow the answer's tool uses
             session.append(message)
         if not reply.tool_uses:
@@ -187,41 +226,46 @@ def _loop(session: Session, turn: Turn) -> None:
 
 def written_by(session: Session) -> dict[str, str]:
     """Which model, on which provider, wrote an answer (its thinking blocks are bound to them)."""
-    meta = {"model": session.model.name}
-    provider = getattr(session.model, "provider", "anthropic")
+    model = session.frame.model
+    meta = {"model": model.name}
+    provider = getattr(model, "provider", "anthropic")
     if provider != "anthropic":
         meta["provider"] = provider
     return meta
 
 
-def _ready(session: Session, result: TurnResult) -> Prepared:
-    """The context prepared and the decision carried out: compacted when the plan says so.
+def _ready(session: Session, result: TurnResult) -> tuple[CallSetup, Prepared]:
+    """The call's setup and the context prepared, the decision carried out: compacted when the
+    plan says so.
 
-    Past the threshold by estimate, the API's exact count is asked first (T3): a compaction the
+    Past the threshold by estimate, the API's exact count is asked first: a compaction the
     conversation does not need yet is a summary's worth of lost detail.
     """
-    prepared = session.live.prepare()
+    setup = session.setup()
+    prepared, _ = session.prepare(setup)
     plan = prepared.plan
     if plan.check_exact:
-        exact = session.live.exact_tokens()
+        exact = session.exact_tokens(setup)
         if exact is not None:
             plan = session.live.replan(prepared, exact)
     if plan.compact and compaction.auto_compact(session, plan):
         result.compactions.append("auto")
-        prepared = session.live.prepare()
+        setup = session.setup()
+        prepared, _ = session.prepare(setup)
         plan = prepared.plan
-    if plan.zone == "blocked" and not session.server.compacts():  # the API compacts what is sent to it
-        raise ContextFull(f"The context is full ({plan.tokens_after:,} of {session.window.tokens:,} tokens) and could "
+    if plan.zone == "blocked" and not setup.server_compacts:  # the API compacts what is sent to it
+        raise ContextFull(f"The context is full ({plan.tokens_after:,} of {setup.window.tokens:,} tokens) and could "
                           "not be compacted.", remedy=Remedy.COMPACT_OR_NEW)
-    return prepared
+    return setup, prepared
 
 
-def _call(session: Session, count: ContextCount) -> ModelReply:
+def _call(session: Session, setup: CallSetup, count: ContextCount) -> ModelReply:
     """One whole reply (a stream that broke off is asked for again, model.stream_reply); when
     none comes, what the broken attempts showed in the cell is withdrawn."""
     session.emit(Status("thinking"))
     try:
-        reply = stream_reply(session.model, session.request(), on_text=lambda text: session.emit(TextDelta(text)),
+        reply = stream_reply(session.frame.model, session.request(setup),
+                             on_text=lambda text: session.emit(TextDelta(text)),
                              on_thinking=lambda text: session.emit(ThinkingDelta(text)),
                              restarted=lambda attempt, attempts, error: session.emit(
                                  ReplyRestarted(attempt, attempts, str(error))),
@@ -229,16 +273,16 @@ def _call(session: Session, count: ContextCount) -> ModelReply:
     except ModelError as error:
         session.emit(ReplyWithdrawn(str(error)))
         raise
-    session.learn(reply, count)
+    session.learn(reply, count, setup)
     return reply
 
 
-def _shrink_request(session: Session) -> None:
-    """A 413 for bytes (L5): images out, oversized results to disk; recorded before adopted (M2)."""
+def _shrink_request(session: Session, setup: CallSetup) -> None:
+    """A 413 for bytes: images out, oversized results to disk; recorded before adopted."""
     session.notice("The request was larger than the API accepts; removing images, saving oversized outputs "
                    "to disk and retrying.", "warning")
-    messages, changed = strip_images(session.messages)
-    settings = session.context_settings()
+    messages, changed = strip_images(session.live.messages)
+    settings = setup.context
     messages, persisted = persist_oversized(messages, settings.persisted_path,
                                             max_chars=settings.budget.max_result_chars,
                                             preview_chars=settings.budget.preview_chars)
@@ -246,34 +290,4 @@ def _shrink_request(session: Session) -> None:
         session.record(event)
     if changed:
         session.record(ImagesStripped(tuple(changed)))
-    session.live.replace(messages, session.state.with_persisted(persisted))
-
-
-def _run_tools(session: Session, reply: ModelReply, turn: Turn) -> None:
-    """Run each tool call and append one message with all their results."""
-    registry: ToolRegistry = session.frame.tools()
-    outputs: list[Block] = []
-    calls = [ToolCall(b["id"], b["name"], b.get("input") or {}) for b in reply.tool_uses]
-    current: ToolCall | None = None
-    try:
-        for call in calls:
-            current = call
-            session.emit(ToolStarted(call.id, call.name, dict(call.input)))
-            session.emit(Status("running", call.name))
-            output: ToolOutput = registry.run(call, turn)
-            outputs.append(tool_result_block(call.id, output.content or "(no output)", is_error=output.is_error))
-            session.emit(ToolFinished(call.id, call.name, result_text(outputs[-1]), output.is_error))
-    except KeyboardInterrupt as interrupt:
-        done = {b["tool_use_id"] for b in outputs}
-        partial = getattr(interrupt, "partial", "")
-        for call in calls:
-            if call.id in done:
-                continue
-            text = INTERRUPTED_RESULT
-            if partial and current is not None and call.id == current.id:
-                text += f"\n\n[output before the interrupt]\n{partial}"  # nothing it printed is lost
-                session.emit(ToolFinished(call.id, call.name, text, True))
-            outputs.append(tool_result_block(call.id, text, is_error=True))
-        session.append(Message("user", tuple(outputs), timestamp=session.clock()))
-        raise
-    session.append(Message("user", tuple(outputs), timestamp=session.clock()))
+    session.live.replace(messages, session.live.state.with_persisted(persisted))

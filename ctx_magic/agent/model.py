@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ctx_magic.agent.catalog import FALLBACK_LIMITS, MODEL_TABLE, provider_model_id, table_limits
+from ctx_magic.agent.catalog import provider_model_id, table_limits
 from ctx_magic.errors import (
     AuthenticationFailed,
     ModelError,
@@ -29,8 +29,6 @@ from ctx_magic.errors import (
 from ctx_magic.messages import Block, Usage, usable_content
 from ctx_magic.settings import CONTEXT_EDITS, DEFAULT_MODEL, ModelLimits
 
-__all__ = ["FALLBACK_LIMITS", "MODEL_TABLE", "AnthropicModel", "Model", "ModelReply", "ModelRequest", "map_error",
-           "stream_reply", "table_limits"]
 STREAM_ATTEMPTS = 3  # a reply that broke off mid-stream is asked for again, twice at most
 STREAM_BACKOFF_SECONDS = 0.5  # the SDK's first retry wait, doubled at each retry after an overload
 THINKING_TYPES = ("enabled", "adaptive")  # the order ModelLimits lists them in
@@ -216,6 +214,8 @@ class AnthropicModel:
     client: Any
     name: str = DEFAULT_MODEL
     provider: str = "anthropic"
+    backend: str = "anthropic"
+    """Which server answers: 'anthropic', 'bedrock', 'vertex' or 'offline' (shown in the status)."""
     _limits: ModelLimits | None = field(default=None, repr=False)
 
     @property

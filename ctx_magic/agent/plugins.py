@@ -1,18 +1,21 @@
-"""What plugs into a session from above: the compaction hooks (SPEC C9), the session's notes
-(S1-S3) and whatever else listens at turn ends and keeps a little state in state.json."""
+"""What plugs into a session: the compaction hooks, the session's notes and whatever else
+listens at turn ends and keeps a little state in state.json."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ctx_magic.events import Compacted
+
+if TYPE_CHECKING:
+    from ctx_magic.agent.notes import NotesKeeper
 
 
 @dataclass
 class Hooks:
-    """PreCompact, PostCompact and SessionStart callables (SPEC C9)."""
+    """PreCompact, PostCompact and SessionStart callables, plain Python registered with `add`."""
 
     pre_compact: list[Callable[[str, str | None], str | None]] = field(default_factory=list)
     """(trigger, user instructions) -> extra instructions or None."""
@@ -28,29 +31,16 @@ class Hooks:
         lists[name].append(fn)
 
 
-class NotesSource(Protocol):
-    """The session's notes (SPEC S1-S3), kept by a background extractor."""
-
-    def wait(self, timeout: float) -> None:
-        """Block until a running extraction ends (at most `timeout` seconds)."""
-
-    def current(self) -> tuple[str, str | None] | None:
-        """(notes, uuid of the last message they cover), or None when there are none yet."""
-
-    def tokens(self) -> int:
-        """The notes' size in tokens, 0 when there are none yet (cheap: no file read)."""
-
-
 class Plugins:
     """A session's plug-in slots. The notes keeper, for one, attaches here."""
 
     def __init__(self) -> None:
-        self.notes: NotesSource | None = None
+        self.notes: NotesKeeper | None = None
         self._turn_listeners: list[Callable[[Any, Any], None]] = []
         self._state: dict[str, Any] = {}
 
-    def attach_notes(self, source: NotesSource) -> None:
-        self.notes = source
+    def attach_notes(self, keeper: NotesKeeper) -> None:
+        self.notes = keeper
 
     def on_turn_end(self, callback: Callable[[Any, Any], None]) -> None:
         """Called at each turn end with (session, turn result)."""

@@ -1,11 +1,15 @@
 """From the live context to the API's request body.
 
-`RequestFrame` holds what every request of a session carries before its messages: the system
-prompt (with the long-term memory section), the tools, the reply cap and the cache TTL.
+`RequestFrame` holds what every request of a session carries before its messages: the model
+and the settings in force, the system prompt (with the long-term memory section), the tools,
+and where the previous main call's cached prefix ended. Once per model call it works out a
+`CallSetup`: the window, the tools and their specs serialized once, what they add to every
+request in tokens, the engine's settings and, under the 'server' strategy, the API's edits.
+
 Boundaries and meta messages are dropped, consecutive messages of one role are merged into
 one turn (notebook cells arrive as synthetic tool calls after the assistant's own reply),
-and prompt-cache breakpoints go on the system prompt and on the latest message (SPEC, agent
-loop issue), so each call reads the previous call's prefix from the cache.
+and prompt-cache breakpoints go on the system prompt and on the latest message, so each call
+reads the previous call's prefix from the cache.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import operator
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ctx_magic.agent.context_tools import CONTEXT_TOOLS
@@ -24,13 +29,81 @@ from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.tools import Executor, ToolRegistry
 from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
+from ctx_magic.context.engine import ContextSettings
+from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text
-from ctx_magic.events import Composition
+from ctx_magic.figures import Composition
 from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
 from ctx_magic.settings import CACHE_TTL, Settings, Window
+from ctx_magic.store.session import SessionDir
+
+
+@dataclass(frozen=True)
+class CallSetup:
+    """What one model call's requests carry besides their messages, worked out once per call."""
+
+    settings: Settings
+    window: Window
+    tools: ToolRegistry
+    specs: tuple[dict[str, Any], ...]
+    """What the model is offered, in the API's shape."""
+    system_prompt: str
+    system_tokens: int
+    memory_tokens: int
+    """The long-term memory section's share of `system_tokens`."""
+    tools_tokens: int
+    overhead_tokens: int
+    """What the system prompt, the tools and the request's own frame (with the API's hidden
+    tool-use prompt) add to every request, counted as the API counts them."""
+    signature: str
+    """Changes when the system prompt or the tools change (a cache break's explanation)."""
+    context: ContextSettings
+    """The engine's settings for this window and these tools."""
+    server: ServerPlan | None
+    """What the API takes over under the 'server' strategy (None under 'client')."""
+    server_thinking: bool = False
+    """Whether `server` was planned for a conversation with thinking in it."""
+    context_edits: tuple[str, ...] = ()
+    """The context edits the model takes (the Models API's, or the table's)."""
+
+    def composition(self, messages: Sequence[Message], state: ContextState, tokens: int) -> Composition:
+        """What the next request carries, part by part, scaled to the measured `tokens`."""
+        return compose(messages, state, tokens=tokens, thresholds=self.context.thresholds,
+                       system_tokens=self.system_tokens, memory_tokens=self.memory_tokens,
+                       tools_tokens=self.tools_tokens)
+
+    def server_plan(self, messages: Sequence[Message]) -> ServerPlan | None:
+        """The API's edits for a request of `messages`: the call's plan, planned again only when
+        the thinking blocks it was planned for are gone (or came) since."""
+        if self.server is None or uses_thinking(self.window, messages) == self.server_thinking:
+            return self.server
+        return _server_plan(self.window, self.context, self.tools, self.context_edits, not self.server_thinking)
+
+    @property
+    def server_compacts(self) -> bool:
+        """The API compacts what is sent to it: ctx_magic neither auto-compacts nor refuses a
+        request as blocked."""
+        return self.server is not None and self.server.server_compacts
+
+    @property
+    def server_clears(self) -> bool:
+        return self.server is not None and self.server.server_clears
+
+
+def uses_thinking(window: Window, messages: Sequence[Message]) -> bool:
+    """Whether a request carries thinking: the setting, or thinking blocks earlier models wrote."""
+    return window.thinking != "off" or any(
+        b.get("type") in ("thinking", "redacted_thinking") for m in messages for b in m.content)
+
+
+def _server_plan(window: Window, context: ContextSettings, tools: ToolRegistry, supported: Sequence[str],
+                 thinking: bool) -> ServerPlan:
+    th = context.thresholds
+    return server_plan(warning=th.warning, autocompact=th.autocompact, keep_recent=context.keep_recent,
+                       clear_at_least=context.clear_threshold, thinking=thinking, supported=supported,
+                       tools=tools.names(), clearable_tools=tools.clearable())
 
 
 class RequestFrame:
@@ -44,7 +117,7 @@ class RequestFrame:
         self.executor = executor
         self._base_prompt = system_prompt
         self.memory_section = ""
-        """Long-term memories for the system prompt, set at the session's first turn (X3)."""
+        """Long-term memories for the system prompt, set at the session's first turn."""
         self._window: Window | None = None
         self.cached_tail: str | None = None
         """The last message the previous main call sent: the cache holds the prefix ending there."""
@@ -69,42 +142,44 @@ class RequestFrame:
     def system_prompt(self) -> str:
         return self._base_prompt + (f"\n\n{self.memory_section}" if self.memory_section else "")
 
-    def tools(self) -> ToolRegistry:
-        return ToolRegistry([*self.executor.tools(), *file_tools(self.files), *CONTEXT_TOOLS])
+    def setup(self, messages: Sequence[Message], store: SessionDir) -> CallSetup:
+        """This call's setup for a conversation of `messages` kept in `store`: the tools gathered
+        and their specs serialized once, the engine's settings, the server's plan."""
+        settings, window = self.settings, self.window
+        tools = ToolRegistry([*self.executor.tools(), *file_tools(self.files), *CONTEXT_TOOLS])
+        specs = tools.specs()
+        specs_json = json.dumps(specs)
+        system = self.system_prompt()
+        context = ContextSettings.create(
+            window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
+            compactable_tools=tools.clearable(), tool_results_dir=str(store.tool_results_dir),
+            transcript_path=str(store.transcript_path))
+        server, thinking, edits = None, False, ()
+        if settings.strategy == "server":
+            thinking, edits = uses_thinking(window, messages), self.model.limits().context_edits
+            server = _server_plan(window, context, tools, edits, thinking)
+        overhead = request_tokens({"model": settings.model, "system": system, "tools": specs, "messages": []})
+        return CallSetup(settings, window, tools, tuple(specs), system, count_text(system),
+                         count_text(self.memory_section), count_text(specs_json), overhead,
+                         hashlib.sha256((system + specs_json).encode()).hexdigest(), context, server, thinking,
+                         tuple(edits))
 
-    def overhead_tokens(self) -> int:
-        """What the system prompt, the tools and the request's own frame (with the API's hidden
-        tool-use prompt) add to every request, counted as the API counts them."""
-        return request_tokens({"model": self.settings.model, "system": self.system_prompt(),
-                               "tools": self.tools().specs(), "messages": []})
-
-    def composition(self, messages: Sequence[Message], state: ContextState, *, tokens: int,
-                    thresholds: Thresholds) -> Composition:
-        """What the next request carries, part by part, scaled to the measured `tokens`."""
-        return compose(messages, state, tokens=tokens, thresholds=thresholds,
-                       system_tokens=count_text(self.system_prompt()), memory_tokens=count_text(self.memory_section),
-                       tools_tokens=count_text(json.dumps(self.tools().specs())))
-
-    def signature(self) -> str:
-        """Changes when the system prompt or the tools change (a cache break's explanation)."""
-        return hashlib.sha256((self.system_prompt() + json.dumps(self.tools().specs())).encode()).hexdigest()
-
-    def build(self, messages: Sequence[Message], *, purpose: str = "main",
-              tool_choice: Mapping[str, Any] | None = None, max_tokens: int | None = None,
-              context_management: Mapping[str, Any] | None = None, betas: Sequence[str] = ()) -> ModelRequest:
+    def build(self, messages: Sequence[Message], setup: CallSetup, *, purpose: str = "main",
+              max_tokens: int | None = None, server: ServerPlan | None = None) -> ModelRequest:
         """Every call, main or side, carries the session's thinking settings (a change in them
         would invalidate the cached messages) with the thinking budget on top of its reply cap."""
-        window = self.window
-        request = build_request(messages, system=self.system_prompt(), tools=self.tools().specs(),
+        window = setup.window
+        request = build_request(messages, system=setup.system_prompt, tools=setup.specs,
                                 max_tokens=(max_tokens or window.reply_cap) + window.thinking_budget,
-                                cache_ttl=self.settings.cache_ttl, tool_choice=tool_choice, purpose=purpose,
-                                cached_tail=self.cached_tail,
+                                cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
                                 turns=self._turns if purpose == "main" else None)  # side calls: other threads
-        return dataclasses.replace(request, thinking=thinking_param(window), context_management=context_management,
-                                   betas=tuple(dict.fromkeys([*window.betas, *betas])))
+        return dataclasses.replace(
+            request, purpose=purpose, thinking=thinking_param(window),
+            context_management=server.context_management if server is not None else None,
+            betas=tuple(dict.fromkeys([*window.betas, *(server.betas if server is not None else ())])))
 
     def resume_tail(self, cached_tail: str | None) -> None:
-        """At resume: the message the cache held last (state.json), so the breakpoints are the same (M4)."""
+        """At resume: the message the cache held last (state.json), so the breakpoints are the same."""
         self.cached_tail = cached_tail
 
     def sent(self, messages: Sequence[Message]) -> None:
@@ -149,10 +224,11 @@ def _api_blocks(message: Message) -> tuple[list[Block], bool]:
     return list(blocks), ordered
 
 
-Turn = dict[str, Any]
+ApiTurn = dict[str, Any]
+"""One message in the API's shape: a role and its blocks, same-role runs merged."""
 
 
-def _add_turns(turns: list[Turn], messages: Iterable[Message]) -> list[Turn]:
+def _add_turns(turns: list[ApiTurn], messages: Iterable[Message]) -> list[ApiTurn]:
     """`turns` with `messages` after them: same-role runs merged, tool results first in each
     user turn (the API wants them before anything else in it). Changes only the last turn of
     `turns` (replaced, not edited) and the turns it adds."""
@@ -175,7 +251,7 @@ def _add_turns(turns: list[Turn], messages: Iterable[Message]) -> list[Turn]:
     return turns
 
 
-def _with_breakpoints(turns: list[Turn], cache_ttl: str | None, tail: Message | None) -> list[Turn]:
+def _with_breakpoints(turns: list[ApiTurn], cache_ttl: str | None, tail: Message | None) -> list[ApiTurn]:
     """The turns with cache breakpoints on the last block and on `tail`'s last block; only the
     turns they touch are copied."""
     if not cache_ttl or not turns:
@@ -196,22 +272,6 @@ def _with_breakpoints(turns: list[Turn], cache_ttl: str | None, tail: Message | 
     return marked
 
 
-def to_api_messages(messages: Sequence[Message], *, cache_ttl: str | None = CACHE_TTL,
-                    cached_tail: str | None = None) -> list[Turn]:
-    """Sendable messages, same-role runs merged, tool results first in each user turn, and the
-    cache breakpoints: on the last block, and on the last block of `cached_tail` (the message
-    the previous request ended with) when it is still there.
-
-    The API looks for an earlier cache entry only about 20 blocks back from a breakpoint; a
-    user who ran many cells between two turns adds more than that, and the whole cached
-    conversation would be written again. A breakpoint where the previous request ended finds
-    its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
-    """
-    messages, _omitted = limit_images(messages)  # the API takes at most 100 images a request
-    tail = next((m for m in messages if m.uuid == cached_tail), None) if cached_tail else None
-    return _with_breakpoints(_add_turns([], messages), cache_ttl, tail)
-
-
 class TurnCache:
     """The last request's turns and image count, reused when the next request starts with the
     same messages: a turn adds a few messages at the end, and rebuilding 10,000 messages' turns
@@ -220,7 +280,7 @@ class TurnCache:
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
-        self._turns: list[Turn] = []
+        self._turns: list[ApiTurn] = []
         self._counted: list[Message] = []
         self._images = 0
         self._lock = threading.Lock()
@@ -234,7 +294,7 @@ class TurnCache:
             self._counted, self._images = list(messages), total
             return total
 
-    def turns(self, messages: Sequence[Message]) -> list[Turn]:
+    def turns(self, messages: Sequence[Message]) -> list[ApiTurn]:
         with self._lock:
             known = len(self._messages)
             # The same objects up to `known` (compared in C: this runs over every message each call).
@@ -252,10 +312,18 @@ def system_blocks(system_prompt: str, *, cache_ttl: str | None = CACHE_TTL) -> l
 
 
 def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
-                  cache_ttl: str, tool_choice: Mapping[str, Any] | None = None, purpose: str = "main",
-                  cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
+                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages
-    (at most 100 images of them: the oldest become a line saying so)."""
+    (at most 100 images of them: the oldest become a line saying so), same-role runs merged,
+    tool results first in each user turn, and the cache breakpoints: on the last block, and on
+    the last block of `cached_tail` (the message the previous request ended with) when it is
+    still there.
+
+    The API looks for an earlier cache entry only about 20 blocks back from a breakpoint; a
+    user who ran many cells between two turns adds more than that, and the whole cached
+    conversation would be written again. A breakpoint where the previous request ended finds
+    its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
+    """
     messages, _omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
     built = turns.turns(messages) if turns is not None else _add_turns([], messages)
@@ -264,6 +332,4 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
         tools=list(tools),
         messages=_with_breakpoints(built, cache_ttl, tail),
         max_tokens=max_tokens,
-        tool_choice=tool_choice,
-        purpose=purpose,
     )

@@ -1,12 +1,10 @@
-"""Reading a stored session back (SPEC M4): the transcript folded into the live context, and
-what state.json kept beside it (engine decisions, compaction state, usage, plug-in state)."""
+"""Reading a stored session back: the transcript folded into the live context, and what
+state.json kept beside it (engine decisions, compaction state, usage, plug-in state)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from ctx_magic.agent.files import FileRead
 from ctx_magic.context.compaction_state import CompactionState
@@ -15,27 +13,6 @@ from ctx_magic.context.state import ContextState
 from ctx_magic.events import Compacted, event_from_json
 from ctx_magic.messages import Message
 from ctx_magic.store.session import SessionDir
-
-if TYPE_CHECKING:
-    from ctx_magic.agent.usage import UsageMeter
-
-
-class Saved(Protocol):
-    """What state.json keeps of a session (agent/session.py's Session)."""
-
-    compaction: CompactionState
-    meter: UsageMeter
-    clock: Callable[[], float]
-    frame: Any
-    plugins: Any
-    files: Any
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def settings(self) -> Any: ...
-    @property
-    def state(self) -> ContextState: ...
 
 
 @dataclass(frozen=True)
@@ -49,17 +26,6 @@ class SavedSession:
     cached_tail: str | None = None
     reads: list[FileRead] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-
-
-def saved_state(session: Saved) -> dict[str, Any]:
-    """What state.json keeps of a session (read back by `load_saved`)."""
-    return {
-        "session_id": session.session_id, "model": session.settings.model, **session.compaction.to_json(),
-        "engine": session.state.to_json(), "usage": session.meter.snapshot().to_json(),
-        "reads": [dataclasses.asdict(r) for r in session.files.reads.values()], "saved_at": session.clock(),
-        "system_extra": session.frame.memory_section, "cached_tail": session.frame.cached_tail,
-        "extra": session.plugins.saved(),
-    }
 
 
 def load_saved(store: SessionDir) -> SavedSession:

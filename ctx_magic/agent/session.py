@@ -1,16 +1,18 @@
 """One agent session: the live conversation, its record on disk, and what the loop learns as
 it runs.
 
-The session is the only writer of its fields; the turn loop (loop.py), compaction
-(compaction.py) and the notebook act through its methods. Each part has one job: `Recorder`
-writes the transcript and state.json, `LiveContext` holds the live context and carries out the
-engine's changes to it (agent/live.py), `CompactionState`
-holds the boundaries and the breaker, `UsageMeter` the spend and the cache watch, `SideCalls`
-the calls made beside the conversation.
+The session builds its parts and is the only writer of its fields; each part is given the
+few collaborators it uses, never the session. `Recorder` writes the transcript and
+state.json, `RequestFrame` holds the model, the settings and what every request carries,
+`LiveContext` holds the live context and carries out the engine's changes to it,
+`CompactionState` holds the boundaries and the breaker, `UsageMeter` the spend and the cache
+watch, `SideCalls` the calls made beside the conversation, `PinBoard` the user's pins.
+The turn loop (loop.py), compaction (compaction.py) and the notebook act through them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,34 +23,26 @@ from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
-from ctx_magic.agent.request import RequestFrame
-from ctx_magic.agent.restore import load_saved, saved_state
-from ctx_magic.agent.server_side import ServerSide
+from ctx_magic.agent.request import CallSetup, RequestFrame
+from ctx_magic.agent.restore import load_saved
+from ctx_magic.agent.server_side import ServerEdits
 from ctx_magic.agent.side_calls import SideCalls
-from ctx_magic.agent.status import StatusSnapshot, snapshot_of
+from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.compaction_state import CompactionState
-from ctx_magic.context.conversation import Conversation
-from ctx_magic.context.engine import ContextSettings
+from ctx_magic.context.costs import RelativePrices
+from ctx_magic.context.decide import SessionFacts
+from ctx_magic.context.engine import Prepared, figures
 from ctx_magic.context.invariants import close_dangling_tool_uses
-from ctx_magic.context.pins import Pin
+from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.server import cleared_tokens
-from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import side_call_view
 from ctx_magic.context.tokens import ContextCount
-from ctx_magic.errors import Remedy
-from ctx_magic.events import (
-    Compacted,
-    Event,
-    Notice,
-    ThinkingCleared,
-    UsageUpdated,
-    notify,
-)
+from ctx_magic.errors import CtxMagicError, Remedy
+from ctx_magic.events import Compacted, Event, Notice, ThinkingCleared, UsageUpdated, notify
 from ctx_magic.messages import Message
 from ctx_magic.prices import Prices, model_prices
-from ctx_magic.settings import Settings, Window
+from ctx_magic.settings import Settings
 from ctx_magic.store.recorder import Recorder
 from ctx_magic.store.session import SessionDir, new_session_id
 
@@ -63,89 +57,76 @@ class Session:
 
     def __init__(self, model: Model, executor: Executor, store: SessionDir, settings: Settings | None = None, *,
                  system_prompt: str = DEFAULT_SYSTEM_PROMPT, root: Path | None = None,
-                 clock: Callable[[], float] = time.time, hooks: Hooks | None = None,
-                 backend: str = "anthropic", sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store = store
+        self.session_id = store.session_id
         self.clock = clock
         self.sleep = sleep
         """What waits before a call is asked again (injected: tests never wait on the wall clock)."""
-        self.hooks = hooks or Hooks()
-        self.backend = backend
-        """Which server answers: 'anthropic' or 'offline' (shown in the status)."""
         self.listeners: list[Callable[[Event], None]] = []
+        self.hooks = Hooks()
+        """PreCompact, PostCompact and SessionStart callables, registered with `hooks.add`."""
         self.recorder = Recorder(store, live=lambda: self.live.messages, notice=self.notice)
         self.files = FileTools((root or Path.cwd()).resolve(), extra_roots=(store.root,))
         self.frame = RequestFrame(model, executor, self.files, settings or Settings(), system_prompt)
-        self.live = LiveContext(self)
+        self.meter = UsageMeter(prices=self.prices)
+        self.live = LiveContext(self.recorder, self.meter, self.files, self.emit)
         """The conversation the next request carries, and the engine's work on it."""
         self.compaction = CompactionState()
-        self.meter = UsageMeter(prices=self.prices)
-        self.side_calls = SideCalls(self)
+        self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
         self.plugins = Plugins()
-        self.pin_board = PinBoard(store, self.append, clock, lambda: self.settings.pin_budget_tokens)
+        self.pin_board = PinBoard(store, self.frame, self.append, clock)
         """What the user pinned: re-injected after every summary, kept across resume."""
-        self.server = ServerSide(self)
-        """What the API does to the requests under the 'server' strategy."""
+        self.server_edits = ServerEdits()
 
-    # -- identity, settings, what every request carries ------------------------------------------
-
-    @property
-    def store(self) -> SessionDir:
-        return self.recorder.store
-
-    @property
-    def session_id(self) -> str:
-        return self.store.session_id
-
-    @property
-    def messages(self) -> tuple[Message, ...]:
-        return self.live.messages
-
-    @property
-    def state(self) -> ContextState:
-        return self.live.state
-
-    @property
-    def model(self) -> Model:
-        return self.frame.model
-
-    @property
-    def executor(self) -> Executor:
-        return self.frame.executor
-
-    @property
-    def settings(self) -> Settings:
-        return self.frame.settings
-
-    @property
-    def window(self) -> Window:
-        return self.frame.window
+    # -- what every request carries ------------------------------------------------------------------
 
     def prices(self) -> Prices:
         """The prices in force: the model's list prices, with any contract prices set."""
-        return model_prices(self.settings.model, self.settings.prices)
+        settings = self.frame.settings
+        return model_prices(settings.model, settings.prices)
 
-    def context_settings(self) -> ContextSettings:
-        return ContextSettings.create(
-            self.window.tokens, self.window.reply_cap, self.settings, thinking_budget=self.window.thinking_budget,
-            compactable_tools=self.frame.tools().clearable(),
-            tool_results_dir=str(self.store.tool_results_dir), transcript_path=str(self.store.transcript_path))
+    def setup(self) -> CallSetup:
+        """The next model call's setup (the tools, the engine's settings, the server's plan)."""
+        return self.frame.setup(self.live.messages, self.store)
 
-    @property
-    def pins(self) -> tuple[Pin, ...]:
-        return self.pin_board.pins
+    def request(self, setup: CallSetup) -> ModelRequest:
+        """The main call's request: the live context, with the server's edits under the 'server'
+        strategy."""
+        messages = self.live.messages
+        return self.frame.build(messages, setup, server=setup.server_plan(messages))
 
-    def request(self, messages: Sequence[Message] | None = None, *, purpose: str = "main",
-                tool_choice: dict[str, Any] | None = None, max_tokens: int | None = None) -> ModelRequest:
-        """A main call (the live context, with the server's edits under the 'server' strategy), or
-        a side call's (its messages seen as context/thinking.side_call_view says)."""
-        if purpose != "main":
-            view = side_call_view(self.messages if messages is None else messages, cache_warm=self.live.cache_warm())
-            return self.frame.build(view, purpose=purpose, tool_choice=tool_choice, max_tokens=max_tokens)
-        plan = self.server.plan()
-        return self.frame.build(self.messages if messages is None else messages, purpose=purpose,
-                                tool_choice=tool_choice, max_tokens=max_tokens,
-                                context_management=plan.context_management if plan else None,
-                                betas=plan.betas if plan else ())
+    def prepare(self, setup: CallSetup | None = None, *,
+                write: bool = True) -> tuple[Prepared, list[Message | Event]]:
+        """The live context prepared for a call (live.py), with what the decision needs to know of
+        the session beyond its messages."""
+        setup = setup or self.setup()
+        notes = self.plugins.notes
+        if notes is not None and self.live.tokens(setup.overhead_tokens) >= setup.context.thresholds.autocompact:
+            # A compaction is at hand: notes still being written (started at the warning level,
+            # which one large turn can be from the threshold) are what it would stand on.
+            notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
+        boundaries = self.compaction.boundaries
+        last = boundaries[-1] if boundaries else None
+        facts = SessionFacts(
+            auto_compaction=not self.side_calls.busy and not setup.server_compacts,
+            breaker_open=self.compaction.breaker_open, notes_tokens=notes.tokens() if notes is not None else 0,
+            calls=self.meter.totals.main_calls, growth=self.meter.growth(),
+            summary_tokens=last.summary_tokens if last is not None else 0,
+            after_compaction=last.tokens_after if last is not None else 0,
+            prices=RelativePrices.of_model(self.prices(), setup.settings.cache_ttl))
+        return self.live.prepare(setup, self.clock(), facts, write=write)
+
+    def tokens(self) -> int:
+        """The live context's size as the next request would carry it, by the local count."""
+        return self.live.tokens(self.setup().overhead_tokens)
+
+    def exact_tokens(self, setup: CallSetup | None = None) -> int | None:
+        """The API's own count of the next request, or None when the endpoint fails."""
+        try:
+            return self.frame.model.count_tokens(self.request(setup or self.setup()))
+        except CtxMagicError:
+            return None
 
     # -- events and the store ----------------------------------------------------------------------
 
@@ -156,8 +137,8 @@ class Session:
         self.emit(Notice(level, text, remedy.value))
 
     def append(self, message: Message) -> None:
-        """Add a message to the transcript (before any layer can change it, M2) and the live
-        context. On a full disk it stays live and waits to be written; the StorageError ends the turn."""
+        """Add a message to the transcript (before any layer can change it) and the live context.
+        On a full disk it stays live and waits to be written; the StorageError ends the turn."""
         try:
             self.recorder.message(message)
         finally:
@@ -169,30 +150,32 @@ class Session:
 
     # -- what a response teaches -------------------------------------------------------------------
 
-    def learn(self, reply: ModelReply, count: ContextCount) -> None:
-        """A main-loop response: its usage and cost, the cache watch, the estimate's correction
-        (T2), and what the server's edits did to the request (the 'server' strategy)."""
+    def learn(self, reply: ModelReply, count: ContextCount, setup: CallSetup) -> None:
+        """A main-loop response: its usage and cost, the cache watch, the estimate's correction,
+        and what the server's edits did to the request (the 'server' strategy)."""
         cost = self.meter.add(reply.usage)
         for part in reply.compaction_usage:  # a server compaction's own call, billed with this answer
             cost += self.meter.add(part, call=False)
-        server_cleared = cleared_tokens(reply.applied_edits)
-        self.meter.count_savings(server_cleared)
-        self.server.edited(reply)
+        self.meter.count_savings(cleared_tokens(reply.applied_edits))
+        edited = self.server_edits.changed(reply)
+        if edited is not None:
+            self.record(edited)
+            self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
         self.meter.main_call(reply.usage.prompt_tokens)
-        self.frame.sent(self.messages)
-        broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=self.settings.cache_ttl_seconds,
-                                   signature=self.frame.signature())
+        self.frame.sent(self.live.messages)
+        broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=setup.settings.cache_ttl_seconds,
+                                   signature=setup.signature)
         if broke is not None:
             self.emit(broke)
         self.live.learn_ratio(reply.usage.prompt_tokens, count)
         totals = self.meter.snapshot()
-        self.emit(UsageUpdated(reply.usage, count.tokens, self.state.correction.ratio, totals.to_json(),
+        self.emit(UsageUpdated(reply.usage, count.tokens, self.live.state.correction.ratio, totals.to_json(),
                                round(totals.cache_hit_ratio, 4), round(cost, 6)))
 
     # -- compactions -------------------------------------------------------------------------------
 
     def compacted(self, new_messages: Sequence[Message], live: Sequence[Message], event: Compacted) -> None:
-        """A compaction's result: recorded first (M2), then live; the breaker closes (L6)."""
+        """A compaction's result: recorded first, then live; the breaker closes."""
         for message in new_messages:
             self.recorder.message(message)
         self.record(event)
@@ -200,11 +183,10 @@ class Session:
         self.compaction = self.compaction.compacted(event)
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
 
-    def switch_model(self, settings: Settings, model: Model, *, backend: str | None = None) -> ThinkingCleared | None:
+    def switch_model(self, settings: Settings, model: Model) -> ThinkingCleared | None:
         """Another model (or provider) for the next turns: the thinking blocks other models wrote
         leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
-        self.backend = backend or self.backend
         return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"))
 
     def compaction_failed(self) -> CompactionState:
@@ -221,24 +203,31 @@ class Session:
             self.notice(problem, "warning")
 
     def end_turn(self) -> None:
-        """Make the transcript durable and save state.json (each turn end, M2)."""
+        """Make the transcript durable and save state.json (each turn end)."""
         self.recorder.end_turn(self.state_json())
 
     def state_json(self) -> dict[str, Any]:
-        return saved_state(self)
+        """What state.json keeps of the session (read back by restore.load_saved)."""
+        return {
+            "session_id": self.session_id, "model": self.frame.settings.model, **self.compaction.to_json(),
+            "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
+            "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
+            "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
+            "extra": self.plugins.saved(),
+        }
 
     def resume(self) -> list[str]:
-        """Rebuild the live context from transcript and state (SPEC M4); returns problems."""
+        """Rebuild the live context from transcript and state; returns problems."""
         saved = load_saved(self.store)
-        self.live.restore(Conversation(tuple(saved.messages), saved.state))
+        self.live.restore(saved.messages, saved.state)
         self.compaction = saved.compaction
         self.meter = UsageMeter(saved.usage, prices=self.prices)
-        self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before (M4)
+        self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before
         self.frame.resume_tail(saved.cached_tail)  # and the same breakpoints
         self.plugins.restore(saved.plugin_state)
         self.files.reads.update({r.path: r for r in saved.reads})
         problems = list(saved.problems)
-        closing = close_dangling_tool_uses(self.messages, self.clock())
+        closing = close_dangling_tool_uses(self.live.messages, self.clock())
         if closing is not None:
             self.append(closing)
             problems.append("the last tool calls had no results (interrupted); they were closed with an error")
@@ -246,7 +235,20 @@ class Session:
 
     def status(self) -> StatusSnapshot:
         """The session as it stands (counted locally, never by an API call)."""
-        return snapshot_of(self)
+        setup, live = self.setup(), self.live
+        tokens = live.tokens(setup.overhead_tokens)
+        context = figures(live.messages, live.state, setup.context, tokens, live.plan.reason,
+                          counts=live.result_counts())
+        context = dataclasses.replace(context, composition=setup.composition(live.messages, live.state, tokens))
+        window, settings, compaction = setup.window, setup.settings, self.compaction
+        return StatusSnapshot(
+            session_id=self.session_id, model=settings.model, backend=getattr(self.frame.model, "backend", "anthropic"),
+            window_source=window.source, max_output=window.reply_cap, context=context,
+            thinking=window.thinking, thinking_budget=window.thinking_budget, prices=self.prices(),
+            provider=settings.provider, strategy=settings.strategy,
+            boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
+            turns=compaction.turns, usage=self.meter.snapshot(),
+            cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path))
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""

@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from ctx_magic.agent.usage import UsageTotals
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
-from ctx_magic.context.engine import figures
-from ctx_magic.events import Composition, ContextFigures
+from ctx_magic.figures import Composition, ContextFigures
 from ctx_magic.prices import UNKNOWN_PRICES, Prices
-
-if TYPE_CHECKING:
-    from ctx_magic.agent.request import RequestFrame
-    from ctx_magic.agent.usage import UsageMeter
-    from ctx_magic.context.compaction_state import CompactionState
-    from ctx_magic.context.conversation import Conversation
-    from ctx_magic.context.decide import Plan
-    from ctx_magic.context.engine import ContextSettings
-    from ctx_magic.settings import Settings, Window
-    from ctx_magic.store.session import SessionDir
 
 
 @dataclass(frozen=True)
@@ -48,11 +37,6 @@ class StatusSnapshot:
     provider: str = "anthropic"
     strategy: str = "client"
 
-    @property
-    def cost_usd(self) -> float:
-        """What the session has spent so far."""
-        return self.usage.cost_usd
-
     def cost_json(self) -> dict[str, Any]:
         """The dollar figures: spent, saved by each kind of change, and the rates used."""
         saved = self.usage.saved_usd
@@ -68,10 +52,6 @@ class StatusSnapshot:
     @property
     def breaker_open(self) -> bool:
         return self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES
-
-    @property
-    def tokens(self) -> int:
-        return self.context.tokens
 
     def to_json(self) -> dict[str, Any]:
         """The status as `%ctx status --json` prints it."""
@@ -93,52 +73,3 @@ class StatusSnapshot:
             "provider": self.provider, "strategy": self.strategy,
             "cost": self.cost_json(),
         }
-
-
-class Live(Protocol):
-    """What a status snapshot reads of the live context (agent/live.py's LiveContext)."""
-
-    conversation: Conversation
-    plan: Plan
-
-    def tokens(self) -> int: ...
-
-
-class Reported(Protocol):
-    """What a status snapshot reads of a session (agent/session.py's Session)."""
-
-    live: Live
-    backend: str
-    frame: RequestFrame
-    meter: UsageMeter
-    compaction: CompactionState
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def window(self) -> Window: ...
-    @property
-    def store(self) -> SessionDir: ...
-    def context_settings(self) -> ContextSettings: ...
-    def prices(self) -> Prices: ...
-
-
-def snapshot_of(session: Reported) -> StatusSnapshot:
-    """The session's status as it stands (counted locally, never by an API call)."""
-    conversation = session.live.conversation
-    settings = session.context_settings()
-    context = figures(conversation.messages, conversation.state, settings, session.live.tokens(),
-                      session.live.plan.reason, counts=conversation.result_counts())
-    context = dataclasses.replace(context, composition=session.frame.composition(
-        conversation.messages, conversation.state, tokens=context.tokens, thresholds=settings.thresholds))
-    window, config, compaction = session.window, session.settings, session.compaction
-    return StatusSnapshot(
-        session_id=session.session_id, model=config.model, backend=session.backend,
-        window_source=window.source, max_output=window.reply_cap, context=context,
-        thinking=window.thinking, thinking_budget=window.thinking_budget, prices=session.prices(),
-        provider=config.provider, strategy=config.strategy,
-        boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
-        turns=compaction.turns, usage=session.meter.snapshot(),
-        cache_breaks=tuple(b.summary() for b in session.meter.breaks), transcript=str(session.store.transcript_path))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ctx_magic.events import Event
 from ctx_magic.messages import Block, decode_output
 
 
@@ -61,6 +62,9 @@ class ToolContext(Protocol):
     def search_transcript(self, *, query: str, regex: bool, turn: int | None, cell: int | None, ref: str,
                           offset: int) -> str:
         """The session's transcript and saved outputs searched (context/recall.py)."""
+
+    def emit(self, event: Event) -> None:
+        """Tell the turn's listeners (the cell's display) what the tool is doing."""
 
 
 Handler = Callable[[ToolCall, ToolContext], ToolOutput]

@@ -26,8 +26,6 @@ from ctx_magic.events import CacheBroke
 from ctx_magic.messages import Usage
 from ctx_magic.prices import PER_MILLION, UNKNOWN_PRICES, Billed, Prices, cost_usd
 
-SAVING_KINDS = ("cleared", "persisted", "snipped", "compacted", "thinking")
-
 
 def billed(usage: Usage) -> Billed:
     """A usage in the five kinds of tokens the price table bills."""

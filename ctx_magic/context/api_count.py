@@ -28,7 +28,8 @@ from typing import Any
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.images import block_pixels
 
-Block = Mapping[str, Any]
+JsonObject = Mapping[str, Any]
+"""A JSON object of a request as sent: a content block or a tool definition."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
-def render_tool(tool: Block) -> str:
+def render_tool(tool: JsonObject) -> str:
     """A custom tool as the API writes it into the prompt: one JSON object per tool."""
     spec: dict[str, Any] = {}
     if tool.get("description"):
@@ -169,7 +170,7 @@ def render_tool(tool: Block) -> str:
     return _json(spec)
 
 
-def is_server_tool(tool: Block) -> bool:
+def is_server_tool(tool: JsonObject) -> bool:
     """A tool the API runs itself (web search, code execution, ...), declared by a type, no schema."""
     kind = tool.get("type")
     return bool(kind) and kind != "custom" and "input_schema" not in tool
@@ -179,13 +180,13 @@ def _server_kind(tool_type: str) -> str:
     return re.sub(r"_\d{8}$", "", tool_type)
 
 
-def server_tool_tokens(tool: Block, family: Family = CLAUDE_4) -> int:
+def server_tool_tokens(tool: JsonObject, family: Family = CLAUDE_4) -> int:
     """The instructions the API adds for one server tool (by its kind, the version left out)."""
     tokens = SERVER_TOOL_PROMPTS.get(_server_kind(str(tool.get("type"))), SERVER_TOOL_DEFAULT)
     return round(tokens * family.text_factor / CLAUDE_4.text_factor)
 
 
-def tool_tokens(tool: Block, family: Family) -> int:
+def tool_tokens(tool: JsonObject, family: Family) -> int:
     """One entry of `tools` as counted (a deferred tool costs nothing until a result loads it)."""
     if tool.get("defer_loading"):
         return 0
@@ -194,7 +195,7 @@ def tool_tokens(tool: Block, family: Family) -> int:
     return TOOL_DEFINITION + text_tokens(render_tool(tool), family)
 
 
-def tool_prompt_tokens(tools: Iterable[Block], tool_choice: Any, family: Family) -> int:
+def tool_prompt_tokens(tools: Iterable[JsonObject], tool_choice: Any, family: Family) -> int:
     """The hidden tool-use system prompt: present once any custom tool is declared."""
     if not any(not is_server_tool(t) for t in tools):
         return 0
@@ -213,7 +214,7 @@ def image_tokens_for(width: int, height: int, family: Family) -> int:
     return max(1, math.ceil(min(tokens, family.image_max_tokens)))
 
 
-def image_tokens(block: Block, family: Family) -> int:
+def image_tokens(block: JsonObject, family: Family) -> int:
     source = block.get("source")
     if isinstance(source, Mapping) and source.get("type") == "base64":
         size = block_pixels(block)
@@ -230,7 +231,7 @@ def _pdf_pages(data: str) -> int:
     return max(1, len(re.findall(rb"/Type\s*/Page(?![s\w])", raw)))
 
 
-def document_tokens(block: Block, family: Family) -> int:
+def document_tokens(block: JsonObject, family: Family) -> int:
     source = block.get("source")
     extra = text_tokens(str(block.get("title") or ""), family) + text_tokens(str(block.get("context") or ""), family)
     if not isinstance(source, Mapping):
@@ -276,7 +277,7 @@ def _content_tokens(content: Any, family: Family) -> int:
     return text_tokens(_json(content), family)
 
 
-def block_tokens(block: Block, family: Family) -> int:
+def block_tokens(block: JsonObject, family: Family) -> int:
     """One content block as the API counts it, its wrapper included."""
     kind = block.get("type")
     if kind == "text":
@@ -352,14 +353,14 @@ def keeps_thinking(model: str | None) -> bool:
     return (int(match.group(4) or match.group(1) or 0), int(match.group(5) or match.group(2) or 0)) >= (4, 5)
 
 
-def system_blocks(request: Mapping[str, Any]) -> list[Block]:
+def system_blocks(request: Mapping[str, Any]) -> list[JsonObject]:
     system = request.get("system")
     if isinstance(system, str):
         return [{"type": "text", "text": system}] if system else []
     return [b for b in system or [] if isinstance(b, Mapping)]
 
 
-def message_blocks(message: Mapping[str, Any]) -> list[Block]:
+def message_blocks(message: Mapping[str, Any]) -> list[JsonObject]:
     content = message.get("content")
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -377,7 +378,7 @@ def _turn_in_progress(messages: list[Mapping[str, Any]]) -> int:
     return -1
 
 
-def _references(block: Block) -> Iterable[str]:
+def _references(block: JsonObject) -> Iterable[str]:
     """The tools a block loads by tool_reference (in a tool result, or a system message's addition)."""
     if block.get("type") == "tool_reference":
         yield str(block.get("tool_name", ""))

@@ -1,8 +1,10 @@
-"""LLM compaction (SPEC L4, C1-C8): one model call turns the conversation into a summary.
+"""LLM compaction: one model call turns the conversation into a summary.
 
-The engine does not know the API: it asks a `Summarizer` (the loop hands one in) to answer
-the compaction prompt with tools forbidden, and builds the new live context from the reply:
-boundary, summary, kept messages, attachments, hook output (C6).
+A compaction is one `Compaction` value, built once: where the live context is split, and what
+the new context is built with. Summarizing and rebuilding are separate steps. The engine does
+not know the API: `summarize_with_retries` asks a `Summarize` function (the loop's side call)
+to answer the compaction prompt with tools forbidden; `rebuild` makes the new live context of
+the reply: boundary, summary, pins, kept messages, attachments.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
 from ctx_magic.context.pins import Pin, pins_message
@@ -23,7 +24,7 @@ from ctx_magic.context.prompts import (
     summary_message_text,
 )
 from ctx_magic.context.snip import safe_cuts, snipped_count
-from ctx_magic.context.tokens import message_tokens
+from ctx_magic.context.tokens import Correction, count_context, message_tokens
 from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong, Remedy
 from ctx_magic.events import Compacted
 from ctx_magic.messages import Block, Message, text_block, user_text
@@ -33,14 +34,10 @@ PTL_FALLBACK_DROP_SHARE = 0.2  # when the error gives no token gap, drop a fifth
 AUTO_TRIGGERS = frozenset({"auto", "reactive", "session-memory"})
 
 
-class Summarizer(Protocol):
-    """One model call answering the compaction prompt as plain text.
-
-    Implementations raise PromptTooLong when the request is over the window, CompactionFailed
-    when the reply calls a tool, and ModelError for anything else.
-    """
-
-    def summarize(self, messages: Sequence[Message], prompt: str) -> str: ...
+Summarize = Callable[[Sequence[Message], str], str]
+"""One model call answering the compaction prompt as plain text (the loop's side call). It
+raises PromptTooLong when the request is over the window, CompactionFailed when the reply
+calls a tool, and ModelError for anything else."""
 
 
 @dataclass(frozen=True)
@@ -124,12 +121,12 @@ def truncate_head_for_ptl(messages: Sequence[Message], gap: int | None) -> list[
     return kept
 
 
-def summarize_with_retries(summarizer: Summarizer, messages: Sequence[Message], prompt: str) -> str:
+def summarize_with_retries(summarize: Summarize, messages: Sequence[Message], prompt: str) -> str:
     """The summary text, retrying up to three times with a shorter head on prompt-too-long."""
     attempt = list(messages)
     for retry in range(MAX_PTL_RETRIES + 1):
         try:
-            reply = summarizer.summarize(attempt, prompt)
+            reply = summarize(attempt, prompt)
         except PromptTooLong as error:
             shorter = truncate_head_for_ptl(attempt, error.gap) if retry < MAX_PTL_RETRIES else None
             if shorter is None:
@@ -182,90 +179,95 @@ def plan_split(messages: Sequence[Message], direction: str = "full", index: int 
     return Split([], list(messages[:cut]), list(messages[cut:]), direction)
 
 
-def compact_conversation(
-    messages: Sequence[Message],
-    summarizer: Summarizer,
-    *,
-    trigger: str,
-    now: float,
-    transcript_path: str,
-    tokens_before: int,
-    measure: Callable[[Sequence[Message]], int],
-    threshold: int,
-    direction: str = "full",
-    split_at: int | None = None,
-    instructions: str | None = None,
-    previous_boundary: str | None = None,
-    turns_since: int = 0,
-    attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
-    summary_text: str | None = None,
-    auto: bool | None = None,
-    pins: Sequence[Pin] = (),
-    originals: Callable[[Sequence[Message]], Sequence[Message]] = lambda span: (),
-) -> CompactionResult:
-    """Summarize and rebuild the live context. Raises CompactionFailed, leaving nothing changed.
+@dataclass(frozen=True)
+class Compaction:
+    """One compaction: which live messages it summarizes and keeps, and what the new context is
+    built with. Built once, before the summary is asked for."""
 
-    `summary_text` skips the model call (session-memory compaction brings its own notes).
-    `auto` (default: from the trigger) tells the model to go on without asking (C5); a
-    compaction the user asked for never does, whatever served it. Whatever wrote the summary,
-    the coverage audit appends what it left out (context/audit.py), and the user's `pins` follow
-    it word for word. `originals` gives the span's messages as first written (before clearing
-    or persisting changed them), so an error line in a cleared result is still audited.
-    """
-    split = plan_split(messages, direction, split_at)
+    split: Split
+    trigger: str
+    """auto, manual, model, reactive or session-memory: recorded on the boundary."""
+    now: float
+    tokens_before: int
+    threshold: int
+    """The auto-compact threshold: a new context still over it is reported (it rebounds)."""
+    transcript_path: str
+    overhead_tokens: int = 0
+    """What the system prompt and the tools add to every request (the new context is measured with it)."""
+    correction: Correction = Correction()
+    """The estimate's correction in force (the new context is measured with it)."""
+    previous_boundary: str | None = None
+    turns_since: int = 0
+    pins: tuple[Pin, ...] = ()
+    """The user's pins: they follow the summary word for word."""
+    auto: bool | None = None
+    """Whether the summary tells the model to go on without asking (None: by the trigger). A
+    compaction the user asked for never does, whatever served it."""
+
+
+def summary_request(split: Split, instructions: str | None = None) -> tuple[list[Message], str]:
+    """What the summarizer is sent (`summary_input`) and the prompt for the split's direction; CompactionFailed
+    when the span holds no message of the user's."""
     to_summarize = summary_input(split.to_summarize)
     if not any(m.role == "user" for m in to_summarize):
         raise CompactionFailed("There is nothing to summarize yet.")
     if to_summarize[0].role == "assistant":
         to_summarize.insert(0, user_text(FROM_MARKER))
-    if summary_text is None:
-        prompt_kind = "from" if direction == "from" else ("up_to" if direction == "up_to" else "full")
-        summary_text = summarize_with_retries(summarizer, to_summarize, compact_prompt(prompt_kind, instructions))
-    auto = trigger in AUTO_TRIGGERS if auto is None else auto
-    audit = audit_summary([*split.to_summarize, *originals(split.to_summarize)], summary_text,
-                          transcript_path=transcript_path,
-                          message_budget=int(threshold * MESSAGES_SHARE_OF_THRESHOLD))
+    kind = split.direction if split.direction in ("from", "up_to") else "full"
+    return to_summarize, compact_prompt(kind, instructions)
+
+
+def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] = (),
+            attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: ()) -> CompactionResult:
+    """The new live context of a summary: boundary, summary, pins, the kept messages and what
+    `attachments` re-reads for them (before the boundary for a 'from' split, after it otherwise).
+    Whatever wrote the summary, the coverage audit appends what it left out (context/audit.py),
+    reading also the span's `originals`: its messages as first written, before a clearing or a
+    persisting changed them, so an error line in a cleared result is still audited."""
+    split, now = job.split, job.now
+    auto = job.trigger in AUTO_TRIGGERS if job.auto is None else job.auto
+    audit = audit_summary([*split.to_summarize, *originals], summary_text, transcript_path=job.transcript_path,
+                          message_budget=int(job.threshold * MESSAGES_SHARE_OF_THRESHOLD))
     summary = user_text(
-        summary_message_text(summary_text, transcript_path, auto=auto, partial=direction, audit=audit.text),
+        summary_message_text(summary_text, job.transcript_path, auto=auto, partial=split.direction, audit=audit.text),
         kind="summary", timestamp=now, user_messages=[[m.uuid, m.text] for m in audit.carried],
     )
-    pinned = [pins_message(pins, now)] if pins else []
+    pinned = [pins_message(job.pins, now)] if job.pins else []
     kept_before = [without_usage(m) for m in split.kept_before]
     kept_after = [without_usage(m) for m in split.kept_after]
-    kept = [*kept_before, *kept_after]
-    extra = list(attachments(kept))
+    extra = list(attachments([*kept_before, *kept_after]))
     summarized = [m for m in split.to_summarize if m.sent]
     count = sum(snipped_count(m) for m in summarized)
     boundary_meta = {
-        "trigger": trigger,
-        "direction": direction,
-        "tokens_before": tokens_before,
+        "trigger": job.trigger,
+        "direction": split.direction,
+        "tokens_before": job.tokens_before,
         "messages_summarized": count,
-        "previous_boundary": previous_boundary,
-        "turns_since_previous": turns_since,
+        "previous_boundary": job.previous_boundary,
+        "turns_since_previous": job.turns_since,
     }
-    boundary = user_text(f"[compaction boundary: {trigger}]", kind="boundary", timestamp=now, **boundary_meta)
-    if direction == "from":
+    boundary = user_text(f"[compaction boundary: {job.trigger}]", kind="boundary", timestamp=now, **boundary_meta)
+    if split.direction == "from":
         live = [*kept_before, boundary, summary, *pinned, *extra]
     else:
         live = [boundary, summary, *pinned, *kept_after, *extra]
-    tokens_after = measure(live)
+    tokens_after = count_context(live, overhead_tokens=job.overhead_tokens, correction=job.correction).tokens
     boundary = Message(
         boundary.role, boundary.content, kind="boundary", uuid=boundary.uuid, timestamp=now,
         meta={**boundary_meta, "tokens_after": tokens_after},
     )
     live = [boundary if m.uuid == boundary.uuid else m for m in live]
     event = Compacted(
-        trigger=trigger,
-        tokens_before=tokens_before,
+        trigger=job.trigger,
+        tokens_before=job.tokens_before,
         tokens_after=tokens_after,
         messages_summarized=count,
         boundary_uuid=boundary.uuid,
         live_uuids=tuple(m.uuid for m in live),
         summary=summary_text,
-        rebound=tokens_after >= threshold,
+        rebound=tokens_after >= job.threshold,
         summarized_uuids=tuple(m.uuid for m in summarized),
         audit=audit.report,
-        pins=tuple(p.id for p in pins),
+        pins=tuple(p.id for p in job.pins),
     )
     return CompactionResult(live, [boundary, summary, *pinned, *extra], event, summary_text)

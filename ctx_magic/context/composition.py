@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import block_tokens
-from ctx_magic.events import USED_PARTS, Composition
+from ctx_magic.figures import USED_PARTS, Composition
 from ctx_magic.messages import Message
 
 

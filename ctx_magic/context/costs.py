@@ -24,17 +24,19 @@ MAX_HORIZON_CALLS = 200  # the outlook stops here: beyond it, guesses about a se
 
 
 @dataclass(frozen=True)
-class Prices:
+class RelativePrices:
+    """A model's prices as multiples of its price for one uncached input token."""
+
     read: float = READ_PRICE
     write: float = WRITE_PRICES["5m"]
     output: float = OUTPUT_PRICE
 
     @classmethod
-    def for_ttl(cls, ttl: str) -> Prices:
+    def for_ttl(cls, ttl: str) -> RelativePrices:
         return cls(write=WRITE_PRICES.get(ttl, WRITE_PRICES["5m"]))
 
     @classmethod
-    def of_model(cls, dollars: ModelPrices, ttl: str) -> Prices:
+    def of_model(cls, dollars: ModelPrices, ttl: str) -> RelativePrices:
         """A model's list prices as multiples of its input price (Anthropic's usual ratios when
         the price is not known): some models read from the cache at less than a tenth."""
         if dollars.input <= 0:
@@ -69,13 +71,13 @@ class Start:
     spent: float = 0.0
 
 
-def call_cost(tokens: int, cached: int, prices: Prices) -> float:
+def call_cost(tokens: int, cached: int, prices: RelativePrices) -> float:
     """One request's input: the cached prefix read, the rest written."""
     cached = max(0, min(cached, tokens))
     return prices.read * cached + prices.write * (tokens - cached)
 
 
-def outlook_cost(start: Start, outlook: Outlook, prices: Prices) -> float:
+def outlook_cost(start: Start, outlook: Outlook, prices: RelativePrices) -> float:
     """The input bill of the next `outlook.calls` calls from `start` (outputs every option shares
     are left out), forced compactions included."""
     total = start.spent
@@ -89,6 +91,6 @@ def outlook_cost(start: Start, outlook: Outlook, prices: Prices) -> float:
     return total
 
 
-def summary_start(tokens: int, cached: int, prices: Prices, *, after: int, summary_output: int) -> Start:
+def summary_start(tokens: int, cached: int, prices: RelativePrices, *, after: int, summary_output: int) -> Start:
     """Where the next call starts after summarizing now: the summary call paid, a new context."""
     return Start(after, 0, call_cost(tokens, cached, prices) + prices.output * summary_output)

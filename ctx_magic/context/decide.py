@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ctx_magic.context.costs import Outlook, Prices, Start, call_cost, outlook_cost, summary_start
+from ctx_magic.context.costs import Outlook, RelativePrices, Start, call_cost, outlook_cost, summary_start
 from ctx_magic.context.thresholds import Thresholds
 
 COMPACT_FROM_NOTES = "notes"
@@ -53,7 +53,7 @@ class SessionFacts:
     """The last compaction's summary output (0: none yet; estimated from the context)."""
     after_compaction: int = 0
     """The context's size right after the last compaction (0: none yet; estimated)."""
-    prices: Prices = Prices()
+    prices: RelativePrices = RelativePrices()
 
 
 NO_FACTS = SessionFacts()
@@ -90,10 +90,6 @@ class Situation:
     @property
     def notes_ready(self) -> bool:
         return self.facts.notes_tokens > 0
-
-    @property
-    def prices(self) -> Prices:
-        return self.facts.prices
 
     @property
     def idle(self) -> bool:
@@ -166,8 +162,8 @@ def _options(s: Situation, cached: int) -> list[_Option]:
     if can_compact and (s.tokens >= th.autocompact or s.tokens >= EARLY_COMPACTION_FROM):
         summary = s.expected_summary()
         after = s.after_summary()
-        options.append(_Option(COMPACT_WITH_SUMMARY,
-                               summary_start(s.tokens, cached, s.prices, after=after, summary_output=summary), after))
+        start = summary_start(s.tokens, cached, s.facts.prices, after=after, summary_output=summary)
+        options.append(_Option(COMPACT_WITH_SUMMARY, start, after))
         if s.notes_ready:
             after = s.overhead + s.facts.notes_tokens + s.notes_tail
             options.append(_Option(COMPACT_FROM_NOTES, Start(after, 0), after))
@@ -177,14 +173,14 @@ def _options(s: Situation, cached: int) -> list[_Option]:
 def _cheapest(s: Situation, options: list[_Option]) -> tuple[_Option, float]:
     """The option that costs least over the outlook, with its cost (the first one on a tie)."""
     outlook = s.outlook()
-    cost, index = min((outlook_cost(o.start, outlook, s.prices), n) for n, o in enumerate(options))
+    cost, index = min((outlook_cost(o.start, outlook, s.facts.prices), n) for n, o in enumerate(options))
     return options[index], cost
 
 
 def _pays_back(s: Situation, option: _Option, cost: float, wait_cost: float) -> bool:
     """What it saves over the outlook is at least twice what it costs on the next call."""
-    now = option.start.spent + call_cost(option.start.tokens, option.start.cached, s.prices)
-    extra_now = now - call_cost(s.tokens, 0 if s.idle else s.tokens, s.prices)
+    now = option.start.spent + call_cost(option.start.tokens, option.start.cached, s.facts.prices)
+    extra_now = now - call_cost(s.tokens, 0 if s.idle else s.tokens, s.facts.prices)
     return wait_cost - cost >= PAYBACK_FACTOR * max(0.0, extra_now)
 
 
@@ -208,7 +204,7 @@ def decide(s: Situation) -> Plan:
         return _compaction(s)
     if not forced:
         best, cost = _cheapest(s, options)
-        wait_cost = outlook_cost(options[0].start, s.outlook(), s.prices)
+        wait_cost = outlook_cost(options[0].start, s.outlook(), s.facts.prices)
         if best.name == "wait" or not _pays_back(s, best, cost, wait_cost):
             return _compaction(s)
         return _plan(s, best, f"it pays back: {wait_cost - cost:,.0f} token-prices saved over the next "

@@ -21,7 +21,7 @@ from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget, s
 from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, decide
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
-from ctx_magic.context.session_memory import tail_limits
+from ctx_magic.context.notes import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
 from ctx_magic.context.thinking import clear_old_thinking
@@ -33,26 +33,36 @@ from ctx_magic.context.tokens import (
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextFigures, ContextMeasured, Event, Snipped
+from ctx_magic.events import Cleared, ContextMeasured, Event, Snipped
+from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Message
-from ctx_magic.settings import CLEAR_AT_LEAST, DEFAULTS, Settings
+from ctx_magic.settings import (
+    CACHE_TTL,
+    CACHE_TTL_SECONDS,
+    CLEAR_AT_LEAST,
+    DEFAULT_MAX_OUTPUT,
+    KEEP_RECENT,
+    SNIP_MAX_MESSAGES,
+    Settings,
+)
 from ctx_magic.store.session import safe_name
 
 
 @dataclass(frozen=True)
 class ContextSettings:
-    """Everything the engine's rules depend on, one value per rule, derived from `Settings`."""
+    """Everything the engine's rules depend on, one value per rule: the user's `Settings` made
+    concrete for one window (`create`), in tokens and seconds."""
 
     thresholds: Thresholds = field(default_factory=lambda: compute_thresholds(
-        DEFAULT_WINDOW, DEFAULTS.max_output_tokens, env={}))
-    keep_recent: int = DEFAULTS.keep_recent
+        DEFAULT_WINDOW, DEFAULT_MAX_OUTPUT, env={}))
+    keep_recent: int = KEEP_RECENT
     """Compactable results that microcompact always keeps (the most recent ones)."""
-    idle_minutes: float = DEFAULTS.idle_seconds / 60
+    idle_seconds: float = CACHE_TTL_SECONDS[CACHE_TTL]
     """Idle gap after which old results are cleared: the prompt-cache TTL by default."""
-    clear_at_least: int = DEFAULTS.clear_at_least
+    clear_at_least: int = 0
     """Pressure clearing only fires when it frees this much; 0 means 20,000 scaled for small
-    windows like the other buffers (T5). A value someone set is used as it is."""
-    snip_max_messages: int = DEFAULTS.snip_max_messages
+    windows like the other buffers. A value someone set is used as it is."""
+    snip_max_messages: int = SNIP_MAX_MESSAGES
     """Live messages past which the middle is snipped."""
     compactable_tools: frozenset[str] = COMPACTABLE_TOOLS
     """Tools whose results may be cleared (the loop's tool registry says which)."""
@@ -63,7 +73,7 @@ class ContextSettings:
     transcript_path: str = "transcript.jsonl"
     """Transcript named in snip markers."""
     clear_idle_thinking: bool = True
-    """After an idle gap, keep only the last thinking turn (seeds' thinking clearing)."""
+    """After an idle gap, keep only the last thinking turn."""
 
     @classmethod
     def create(cls, window: int, reply_cap: int, settings: Settings | None = None, *,
@@ -73,7 +83,7 @@ class ContextSettings:
         settings = settings or Settings()
         thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env,
                                         thinking_budget=thinking_budget)
-        return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_minutes=settings.idle_seconds / 60,
+        return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_seconds=settings.idle_seconds,
                    clear_at_least=settings.clear_at_least, snip_max_messages=settings.snip_max_messages,
                    budget=scaled_budget(thresholds.scale), **where)  # type: ignore[arg-type]
 
@@ -98,13 +108,6 @@ class Prepared:
     """What the decision saw after the clearing step (asked again with an exact count)."""
     plan: Plan
 
-    @property
-    def tokens(self) -> int:
-        return self.count.tokens
-
-    @property
-    def zone(self) -> str:
-        return self.plan.zone
 
 
 # -- the index ------------------------------------------------------------------------------
@@ -216,7 +219,7 @@ def _clear_thinking(messages: list[Message], state: ContextState, settings: Cont
     """Seeds' thinking clearing: after an idle gap longer than the cache TTL, only the last
     thinking turn stays (the cache is cold, so removing the rest costs nothing)."""
     gap = idle_gap(messages, now)
-    if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_minutes * 60:
+    if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_seconds:
         return messages, state, []
     old = messages
     messages, event = clear_old_thinking(messages)
@@ -279,13 +282,13 @@ def situation(messages: Sequence[Message], state: ContextState, now: float, sett
     idle gap, or past the warning level)."""
     count = measure(messages, state, overhead_tokens)
     gap = idle_gap(messages, now)
-    idle = gap is not None and gap > settings.idle_minutes * 60
+    idle = gap is not None and gap > settings.idle_seconds
     warm_pressure = not idle and count.tokens >= settings.thresholds.warning
     wanted = may_clear and state.compactable and (idle or warm_pressure)
     clearable = _clearable_sizes(messages, state, settings) if wanted else {}
     seen = Situation(
         tokens=count.tokens, estimated_tokens=count.estimated_tokens, thresholds=settings.thresholds,
-        idle_seconds=gap, idle_limit_seconds=settings.idle_minutes * 60,
+        idle_seconds=gap, idle_limit_seconds=settings.idle_seconds,
         clearable_tokens=sum(clearable.values()),
         clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens) if warm_pressure else 0,
         clear_at_least=settings.clear_threshold, overhead=overhead_tokens,

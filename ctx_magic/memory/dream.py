@@ -62,7 +62,7 @@ DREAM_SOURCE = "dream"  # source_session of memories a dream writes
 STATE_NAME = "dream-state.json"
 _SESSION_STAMP = "%Y%m%d-%H%M%S"  # the prefix of session ids (ctx_magic.store.session)
 
-Status = Literal["dreamed", "skipped", "locked", "failed"]
+DreamOutcome = Literal["dreamed", "skipped", "locked", "failed"]
 
 
 class DreamFailed(CtxMagicError):
@@ -71,7 +71,7 @@ class DreamFailed(CtxMagicError):
 
 @dataclass(frozen=True)
 class DreamResult:
-    status: Status
+    status: DreamOutcome
     reason: str = ""
     added: int = 0
     merged: int = 0
@@ -177,7 +177,7 @@ def read_notes(sessions: Sequence[SessionDir], budget_tokens: int = NOTES_BUDGET
     left = budget_tokens
     for session in reversed(sessions):
         try:
-            text = session.session_memory_path.read_text(encoding="utf-8").strip()
+            text = session.notes_path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
             continue
         cost = count_text(text)
@@ -206,7 +206,7 @@ def gather(
 
 
 @dataclass(frozen=True)
-class Plan:
+class Consolidation:
     """What the consolidation changes in the store."""
 
     write: tuple[Memory, ...] = ()
@@ -234,7 +234,7 @@ def plan_consolidation(
     entries: Sequence[Mapping[str, Any]],
     now: datetime,
     scope: Scope,
-) -> Plan:
+) -> Consolidation:
     """Turn the consolidation's answer into writes and removals (pure).
 
     An entry replaces the memories it names in "from"; a memory merged with a fresh candidate
@@ -288,7 +288,7 @@ def plan_consolidation(
         merged += max(0, len(sources) - 1)
     leftover = tuple(c for k, c in candidates.items() if k not in claimed)
     kept_remove = tuple(dict.fromkeys(i for i in remove if i not in write))
-    return Plan(tuple(write.values()), kept_remove, leftover, added, merged, dropped, tuple(refused))
+    return Consolidation(tuple(write.values()), kept_remove, leftover, added, merged, dropped, tuple(refused))
 
 
 def _same(old: Memory, new: Memory) -> bool:
@@ -298,12 +298,12 @@ def _same(old: Memory, new: Memory) -> bool:
 
 def consolidate(
     model: TextModel, memories: Sequence[Memory], candidates: Sequence[Candidate], now: datetime, scope: Scope
-) -> Plan:
+) -> Consolidation:
     """Consolidate: one call over stored memories and candidates (none when fewer than two)."""
     existing = {f"m{i}": m for i, m in enumerate(sort_by_relevance(memories, now), 1)}
     fresh = {f"c{i}": c for i, c in enumerate(candidates, 1)}
     if len(existing) + len(fresh) < 2:
-        return Plan(leftover=tuple(candidates))
+        return Consolidation(leftover=tuple(candidates))
     existing_lines = [
         entry_line(key, {"text": m.text, "type": m.type, "decay": m.decay, "relevance": round(m.relevance, 3),
                          "current": round(m.current_relevance(now), 3), "age_days": m.age_days(now)})

@@ -99,7 +99,7 @@ class MemoryManager:
 
     def extract(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
         """Store the session's durable facts now; counts toward its 20."""
-        snapshot = [m for m in (messages if messages is not None else session.messages) if m.sent]
+        snapshot = [m for m in (messages if messages is not None else session.live.messages) if m.sent]
         if not any(m.role == "user" for m in snapshot):
             return []
         already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
@@ -114,13 +114,13 @@ class MemoryManager:
     @staticmethod
     def extraction_due(session: Session) -> bool:
         """Whether the end of this session calls for an extraction (see EXTRACT_FROM_TOKENS)."""
-        if not any(m.role == "user" and m.sent for m in session.messages):
+        if not any(m.role == "user" and m.sent for m in session.live.messages):
             return False
-        return bool(session.compaction.boundaries) or session.live.tokens() >= EXTRACT_FROM_TOKENS
+        return bool(session.compaction.boundaries) or session.tokens() >= EXTRACT_FROM_TOKENS
 
     def extract_in_background(self, session: Session) -> threading.Thread:
         """At session end: extraction in a thread that reads a snapshot only."""
-        snapshot = list(session.messages)
+        snapshot = list(session.live.messages)
 
         def run() -> None:
             try:

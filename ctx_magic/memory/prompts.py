@@ -1,4 +1,4 @@
-"""The prompts of memory: session notes (SPEC S2) and long-term memory (X2, X4), in our own words.
+"""The prompts of long-term memory (extraction, the dream's two phases), in our own words.
 
 Each prompt opens with a fixed heading line so that the offline stand-in
 (ctx_magic.offline.memory_rules) can tell it apart from anything a user would type. Answers
@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ctx_magic.context.session_memory import MAX_SECTION_TOKENS, MAX_TOTAL_TOKENS, SECTIONS, oversized_sections
 from ctx_magic.context.tokens import count_text
 from ctx_magic.memory.secrets import find_secret
 from ctx_magic.memory.store import Memory, sort_by_relevance
@@ -135,35 +134,6 @@ Anything you do not mention stays as it is (candidates you leave out are stored 
 so only write the entries that change. If nothing needs to change: <{CONSOLIDATED_TAG}></{CONSOLIDATED_TAG}>"""
 
 
-NOTES_UPDATE_TAG = "notes-update"
-
-
-def notes_prompt(current: str) -> str:
-    """Ask for what the conversation above changes in the notes, and only that: rewritten
-    sections whole, additions to a section as lines to append. The whole file back at every
-    update was the costliest part of keeping notes (output is billed at five times input)."""
-    listing = "\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS)
-    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: rewrite it shorter."
-                 for title in oversized_sections(current)]
-    if count_text(current) > MAX_TOTAL_TOKENS:
-        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: rewrite the longest sections "
-                         "much shorter.")
-    return "\n\n".join([
-        "IMPORTANT: answer with plain text only; do not call any tool.",
-        "You keep the session notes of the conversation above: a markdown file that lets anyone (you, after "
-        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, each "
-        "a '# Title' heading followed by its italic description line:\n" + listing,
-        "Bring the current notes below up to date with everything the conversation adds: the user's requests "
-        "in their own words, decisions and corrections, file and variable names, commands, exact results, "
-        f"errors and their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file "
-        f"under {MAX_TOTAL_TOKENS:,}.",
-        *reminders,
-        f"Answer with only what changes, inside <{NOTES_UPDATE_TAG}>: for a section that needs rewriting, "
-        '<section title="Title">its new text</section>; for a section that only grows, '
-        '<append title="Title">the lines to add at its end</append>. Leave out every section that does not '
-        f"change; if nothing changes, answer <{NOTES_UPDATE_TAG}></{NOTES_UPDATE_TAG}>.",
-        f"<current-notes>\n{current}\n</current-notes>",
-    ])
 
 
 # -- the system prompt's memory section (SPEC X3) ---------------------------------------------

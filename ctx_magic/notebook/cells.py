@@ -1,4 +1,4 @@
-"""The cells the user runs between agent turns (SPEC N2): recorded by IPython's pre/post
+"""The cells the user runs between agent turns: recorded by IPython's pre/post
 run-cell hooks, kept until the next turn, then added to the context as notebook_cell pairs.
 
 Once a session has had a turn here, each recorded cell is also written to that session's
@@ -16,8 +16,9 @@ from typing import Any
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.messages import notebook_cell_id, user_text
-from ctx_magic.notebook.capture import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped, pinned_source
+from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import notice
+from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped, pinned_source
 from ctx_magic.notebook.wording import with_remedy
 from ctx_magic.store.pending import PendingCells, absorbed_ids
 from ctx_magic.store.session import SessionDir
@@ -28,10 +29,10 @@ CELLS_INTRO = "(Notebook cells the user ran before this conversation started fol
 class CellCapture:
     """Records user cells; `absorb` moves them into a session's context."""
 
-    def __init__(self, recorder: OutputRecorder, *, image_max_bytes: Callable[[], int],
-                 clock: Callable[[], float]) -> None:
+    def __init__(self, recorder: OutputRecorder, settings: CtxMagic, clock: Callable[[], float]) -> None:
         self.recorder = recorder
-        self._image_max_bytes = image_max_bytes
+        self._settings = settings
+        """The settings in force: `image_max_bytes` caps the images a cell sends, read as it enters."""
         self._clock = clock
         self.pending: list[CellRecord] = []
         """Cells run since the last turn, oldest first."""
@@ -92,11 +93,11 @@ class CellCapture:
         records = [*self._left_behind(session), *self.pending]
         if not records:
             return
-        if not any(m.sent for m in session.messages):
+        if not any(m.sent for m in session.live.messages):
             session.append(user_text(CELLS_INTRO, timestamp=self._clock(), synthetic=True))
         for record in records:
             cell_id = notebook_cell_id(record.execution_count)
-            for message in cell_messages(record, cell_id, self._image_max_bytes(), self._clock(),
+            for message in cell_messages(record, cell_id, self._settings.image_max_bytes, self._clock(),
                                          pending_id=record.pending_id):
                 session.append(message)
             self._pin_if_marked(session, record)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,13 +12,14 @@ from ctx_magic.agent.session import Session
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Event, Notice, Status
-from ctx_magic.notebook.capture import pinned_source
 from ctx_magic.notebook.cells import CellCapture
-from ctx_magic.notebook.display import TurnDisplay, show_approval_request
+from ctx_magic.notebook.config import CtxMagic
+from ctx_magic.notebook.display import TurnDisplay
 from ctx_magic.notebook.executor import KernelExecutor
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
+from ctx_magic.notebook.outputs import pinned_source
 from ctx_magic.notebook.panel_link import PanelLink
 from ctx_magic.notebook.wording import compacted_line, summary_line
 
@@ -48,24 +48,15 @@ class Commands:
     memory: MemoryLink
     panel: PanelLink
     executor: KernelExecutor
-    show_tool_output: Callable[[], bool]
-    """The `show_tool_output` setting, read at each turn."""
-    show_panel: Callable[[], None]
-    """Shows the panel's sidebar anchor once per kernel (a turn may be the first use)."""
+    settings: CtxMagic
+    """The settings in force (`show_tool_output` is read at each turn)."""
     turn_running: bool = field(default=False, init=False)
     """True while an agent turn runs: the agent's own code must not start another, or compact."""
-    _display: TurnDisplay | None = field(default=None, init=False)
 
     def refuse_inside_turn(self, what: str) -> None:
         """The agent's code calling %%agent or %compact would edit the context mid-turn (M5)."""
         if self.turn_running:
             raise CtxMagicError(f"An agent turn is running: {what} cannot be used from inside it.")
-
-    def ask_to_run(self, code: str) -> None:
-        """`ask` mode, before the question: the code on screen, and a status that says why we wait."""
-        if self._display is not None:
-            self._display.awaiting_approval()
-        show_approval_request(code)
 
     def _before_command(self, session: Session) -> None:
         """What every turn and context command starts with: settings, deferred writes, new cells."""
@@ -84,19 +75,19 @@ class Commands:
             finally:
                 session.listeners.remove(before.append)
             self.memory.before_turn(session)
-            display = display or TurnDisplay(show_tools=self.show_tool_output(),
+            display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
                                              record_for=lambda _id: self.executor.last_record,
                                              output_path=lambda tool_use_id: str(session.store.tool_result_path(
                                                  tool_use_id)))
             for event in [*self.idle.take_unshown(), *before]:
                 display(event)
-            self.show_panel()
+            self.panel.show_once()  # a turn may be the panel's first use in this kernel
             session.listeners.append(display)
-            self.turn_running, self._display = True, display
+            self.turn_running = True
             try:
                 result = run_turn(session, prompt)
             finally:
-                self.turn_running, self._display = False, None
+                self.turn_running = False
                 session.listeners.remove(display)
                 self.panel.refresh()
             display.finish(summary_line(session.status(), result))
@@ -110,11 +101,11 @@ class Commands:
         with self.lock:
             session = self.host.require()
             self._before_command(session)
-            if index is not None and not 0 <= index <= len(session.messages):
+            if index is not None and not 0 <= index <= len(session.live.messages):
                 option = "--from" if direction == "from" else "--up-to"
                 raise CtxMagicError(f"{option} {index} is outside the live context, which has "
-                                    f"{len(session.messages)} messages (numbered from 0).")
-            session.live.prepare()
+                                    f"{len(session.live.messages)} messages (numbered from 0).")
+            session.prepare()
             display = TurnDisplay()
             session.listeners.append(display)
             try:
@@ -130,7 +121,7 @@ class Commands:
     def snip(self, keep_last: int) -> int:
         with self.lock:
             session = self.host.require()
-            count = session.live.snip(keep_last)
+            count = session.live.snip(keep_last, session.clock(), session.setup())
             session.end_turn()
             self.panel.refresh()
             return count
@@ -160,9 +151,10 @@ class Commands:
         when the endpoint fails."""
         session = self.host.require()
         self.cells.absorb(session)
-        estimate = session.live.prepare().tokens
+        setup = session.setup()
+        estimate = session.prepare(setup)[0].count.tokens
         try:
-            exact = session.model.count_tokens(session.request())
+            exact = session.frame.model.count_tokens(session.request(setup))
         except CtxMagicError as error:
             return f"Estimated context: {estimate:,} tokens (count_tokens unavailable: {error})"
         drift = (estimate - exact) / exact * 100 if exact else 0.0

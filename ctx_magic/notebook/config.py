@@ -1,68 +1,150 @@
-"""`CtxMagic`: ctx_magic's settings as traitlets, settable with `%config CtxMagic.x = y`.
+"""`CtxMagic`: every setting of ctx_magic declared once, as a traitlets trait with its help and
+its bounds, settable with `%config CtxMagic.x = y` and listed with its help by `%config CtxMagic`.
 
-One trait per field of `ctx_magic.settings.Settings`, built from it: the same name, type,
-default and help. A value outside a setting's bounds is refused at `%config` time with one line.
+A value outside a trait's bounds is refused by traitlets itself with one line; `to_settings`
+makes the frozen `Settings` the engine and the loop read.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 from typing import Any
 
-from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, TraitType, Unicode, validate
+from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from ctx_magic import settings as settings_module
-from ctx_magic.settings import Settings, setting_problem
+from ctx_magic.prices import Prices
+from ctx_magic.settings import (
+    CACHE_TTL,
+    CACHE_TTL_SECONDS,
+    DEFAULT_MAX_OUTPUT,
+    DEFAULT_MODEL,
+    IMAGE_MAX_BYTES,
+    KEEP_RECENT,
+    KERNEL_INVENTORY_TOKENS,
+    MAX_RETRIES,
+    MEMORY_BUDGET_TOKENS,
+    MIN_CONTEXT_WINDOW,
+    MIN_REPLY_TOKENS,
+    MIN_THINKING_BUDGET,
+    PERMISSION,
+    PERMISSIONS,
+    PIN_BUDGET_TOKENS,
+    PROVIDER,
+    PROVIDERS,
+    SNIP_MAX_MESSAGES,
+    STRATEGIES,
+    STRATEGY,
+    THINKING,
+    THINKING_BUDGET,
+    THINKING_MODES,
+    Settings,
+)
 
-_TRAIT_TYPES: dict[type, type[TraitType]] = {bool: Bool, int: Int, float: Float, str: Unicode}
+MAX_RETRIES_LIMIT = 10  # each retry waits longer: past ten a failing call would hold the cell for minutes
 
 
-def field_help() -> dict[str, str]:
-    """Each Settings field's docstring (the string literal under it in settings.py)."""
-    try:
-        tree = ast.parse(inspect.getsource(settings_module))
-    except (OSError, TypeError):  # no source shipped: the traits go without help
-        return {}
-    body = next(node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Settings")
-    docs: dict[str, str] = {}
-    for node, following in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
-            docs[node.target.id] = " ".join(str(following.value.value).split())
-    return docs
+class _ZeroMeans:
+    """A number whose 0 asks for the automatic value; any other value is held to the bounds."""
+
+    def __init__(self, default_value: Any, *, zero_means: str, **kwargs: Any) -> None:
+        super().__init__(default_value, **kwargs)  # type: ignore[call-arg]
+        self.zero_means = zero_means
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        try:
+            return super().validate(obj, value)  # type: ignore[misc]
+        except TraitError as error:
+            if value == 0 and not isinstance(value, bool):
+                return type(self.default_value)(0)  # type: ignore[attr-defined]
+            raise TraitError(f"{error} (or 0: {self.zero_means})") from None
 
 
-def _trait(spec: dataclasses.Field, help_text: str) -> TraitType:
-    if "choices" in spec.metadata:
-        return CaselessStrEnum(list(spec.metadata["choices"]), default_value=spec.default, help=help_text).tag(
-            config=True)
-    return _TRAIT_TYPES[type(spec.default)](spec.default, help=help_text).tag(config=True)
+class ZeroOrInt(_ZeroMeans, Int):  # type: ignore[misc]
+    """An Int that is 0 (the automatic value) or within `min` and `max`."""
 
 
-class _CtxMagicBase(Configurable):
-    """ctx_magic's settings for this kernel (see `%ctx config`)."""
+class ZeroOrFloat(_ZeroMeans, Float):  # type: ignore[misc]
+    """A Float that is 0 (the automatic value) or within `min` and `max`."""
 
-    @validate(*(f.name for f in dataclasses.fields(Settings)))
-    def _within_bounds(self, proposal: dict[str, Any]) -> Any:
-        problem = setting_problem(proposal["trait"].name, proposal["value"])
-        if problem:
-            raise TraitError(problem)
+
+def _choice(default: str, choices: tuple[str, ...], help_text: str) -> CaselessStrEnum:
+    return CaselessStrEnum(list(choices), default_value=default, help=help_text).tag(config=True)
+
+
+class CtxMagic(Configurable):
+    """ctx_magic's settings for this kernel (`%config CtxMagic` lists them with their help)."""
+
+    model = Unicode(DEFAULT_MODEL, help="Model id sent to the Messages API.").tag(config=True)
+    context_window = ZeroOrInt(0, min=MIN_CONTEXT_WINDOW, zero_means="ask the Models API", help=(
+        "Context window in tokens; 0 asks the Models API (falling back to a built-in table).")).tag(config=True)
+    max_output_tokens = Int(DEFAULT_MAX_OUTPUT, min=MIN_REPLY_TOKENS, help=(
+        "Cap on each reply, in tokens (also capped by the model and to a quarter of the window).")).tag(config=True)
+    autocompact_pct = ZeroOrFloat(0.0, min=1, max=100, zero_means="the default threshold", help=(
+        "Auto-compact at this percent of the effective window (0 = the default threshold).")).tag(config=True)
+    keep_recent = Int(KEEP_RECENT, min=1, help=(
+        "Most recent tool results that microcompact always keeps.")).tag(config=True)
+    idle_minutes = ZeroOrFloat(0.0, min=0.01, zero_means="the cache TTL", help=(
+        "Idle minutes after which old tool results are cleared (0 = the prompt-cache TTL).")).tag(config=True)
+    cache_ttl = _choice(CACHE_TTL, tuple(CACHE_TTL_SECONDS), "Prompt-cache TTL asked for: '5m' or '1h'.")
+    snip_max_messages = Int(SNIP_MAX_MESSAGES, min=10, help=(
+        "Live messages past which the middle of the conversation is snipped.")).tag(config=True)
+    clear_at_least = Int(0, min=0, help=(
+        "Tokens a pressure microcompact must free to be worth a cache break (0 = 20,000, scaled down for "
+        "small windows).")).tag(config=True)
+    storage_dir = Unicode("", help=(
+        "Folder for sessions and memories; empty = .ctx_magic beside the notebook (or the working "
+        "folder).")).tag(config=True)
+    permission = _choice(PERMISSION, PERMISSIONS, "Running code: 'ask' before each run, 'auto' runs, 'off' refuses.")
+    image_max_bytes = Int(IMAGE_MAX_BYTES, min=0, help=(
+        "Largest image (bytes, base64) a cell output may send to the model.")).tag(config=True)
+    user_memory_dir = Unicode("", help=(
+        "Folder of the user-scope long-term memories; empty = the per-user data folder "
+        "(platformdirs).")).tag(config=True)
+    memory_budget_tokens = Int(MEMORY_BUDGET_TOKENS, min=0, help=(
+        "Tokens of long-term memories put in the system prompt.")).tag(config=True)
+    idle_timer = Bool(True, help="Also check for an idle gap from a timer thread (in memory only).").tag(config=True)
+    max_retries = Int(MAX_RETRIES, min=0, max=MAX_RETRIES_LIMIT, help=(
+        "Retries the anthropic SDK makes on 429, 5xx and failed connections.")).tag(config=True)
+    show_tool_output = Bool(True, help="Show the agent's tool calls and their outputs in the cell.").tag(config=True)
+    thinking = _choice(THINKING, THINKING_MODES, (
+        "Extended thinking: 'off', 'enabled' (thinking_budget tokens) or 'adaptive' (where the model takes it)."))
+    thinking_budget = Int(THINKING_BUDGET, min=MIN_THINKING_BUDGET, help=(
+        "Tokens of thinking per call, reserved on top of the reply cap (capped at a quarter of the "
+        "window).")).tag(config=True)
+    provider = _choice(PROVIDER, PROVIDERS, (
+        "Who serves Claude: 'anthropic', 'bedrock' (AWS credentials) or 'vertex' (Google credentials)."))
+    region = Unicode("", help=(
+        "Bedrock's AWS region or Vertex's location; empty = AWS_REGION / CLOUD_ML_REGION.")).tag(config=True)
+    project = Unicode("", help=(
+        "Vertex's Google Cloud project; empty = ANTHROPIC_VERTEX_PROJECT_ID or the credentials' "
+        "own.")).tag(config=True)
+    aws_profile = Unicode("", help=(
+        "AWS profile for Bedrock; empty = the environment's credentials (AWS_ACCESS_KEY_ID, "
+        "AWS_PROFILE).")).tag(config=True)
+    strategy = _choice(STRATEGY, STRATEGIES, (
+        "'client': ctx_magic clears and compacts; 'server': the API does (context edits, server compaction)."))
+    prices = Unicode("", help=(
+        "Contract prices, USD per million tokens, e.g. 'input=2.5 output=12'; empty = the price "
+        "table.")).tag(config=True)
+    pin_budget_tokens = Int(PIN_BUDGET_TOKENS, min=0, help=(
+        "Tokens all pins together may take; a pin past it is refused (pins are re-injected after every "
+        "summary).")).tag(config=True)
+    kernel_inventory_tokens = Int(KERNEL_INVENTORY_TOKENS, min=0, help=(
+        "Tokens of the kernel's live state (variables, shapes, columns) the agent gets after a compaction; "
+        "0 = none.")).tag(config=True)
+
+    @validate("prices")
+    def _prices_parse(self, proposal: dict[str, Any]) -> str:
+        try:
+            Prices.parse(proposal["value"])
+        except ValueError as error:
+            raise TraitError(f"prices: {error}") from None
         return proposal["value"]
 
     def to_settings(self) -> Settings:
-        """The current values as one frozen Settings."""
+        """The current values as the one frozen Settings the engine and the loop read."""
         return Settings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Settings)})
 
     def describe(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in sorted(self.trait_names(config=True))}
-
-
-_HELP = field_help()
-CtxMagic = type("CtxMagic", (_CtxMagicBase,), {
-    "__doc__": _CtxMagicBase.__doc__,
-    "__module__": __name__,
-    **{f.name: _trait(f, _HELP.get(f.name, "")) for f in dataclasses.fields(Settings)},
-})

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctx_magic.events import (
+    ApprovalAsked,
     Compacted,
     Event,
     Notice,
@@ -28,8 +29,8 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.images import human_size
-from ctx_magic.notebook.capture import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 from ctx_magic.notebook.notices import NOTICE_STYLES, notice_for, notice_line, rich
+from ctx_magic.notebook.outputs import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 from ctx_magic.store.external import EXTERNAL_MIN_CHARS
 
 STREAM_INTERVAL = 0.1  # seconds between in-place updates of streaming text: ten a second at most
@@ -240,10 +241,12 @@ class TurnDisplay:
             self._close_text()
         self._show_status(self.status_line)
 
-    def awaiting_approval(self) -> None:
-        """`ask` mode: the status says the turn waits for the person, not that code runs."""
+    def _on_approval_asked(self, event: ApprovalAsked) -> None:
+        """`ask` mode: the status says the turn waits for the person, not that code runs; the code
+        is shown, and the question follows at the input prompt."""
         self.status_line = "Waiting for your answer below…"
         self._show_status(self.status_line)
+        show_approval_request(event.code)
 
     def _show_status(self, line: str) -> None:
         data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(line)}</div>',

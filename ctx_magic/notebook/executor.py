@@ -1,22 +1,22 @@
 """The kernel executor: the agent's `python` runs in the user's namespace, its outputs shown in
 the agent's cell and returned as the tool result; `notebook` reads the notebook's cells.
 
-Code execution follows the permission mode (SPEC N3): `ask` asks at an input prompt before
+Code execution follows the permission mode: `ask` asks at an input prompt before
 each run, `auto` runs, `off` refuses with a tool error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall, ToolContext, ToolInterrupted, ToolOutput
-from ctx_magic.notebook.capture import CellRecord, OutputRecorder, strip_ansi
+from ctx_magic.events import ApprovalAsked, ToolOutputDelta
+from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.inventory import inventory
-from ctx_magic.settings import KERNEL_INVENTORY_TOKENS
+from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, strip_ansi
+from ctx_magic.notebook.workspace import Workspace
 
 NOTEBOOK_TOOL = {
     "name": "notebook",
@@ -34,64 +34,43 @@ NOTEBOOK_TOOL = {
     },
 }
 NOTEBOOK_CELL_TOOL = {"name": "notebook_cell"}
-"""A cell the user ran, recorded as a tool call (SPEC N2); never offered to the model."""
+"""A cell the user ran, recorded as a tool call; never offered to the model."""
 NOTEBOOK_OUTPUT_CHARS = 500  # each cell's outputs, shortened: the notebook tool is for orientation
 NOTEBOOK_MAX_CELLS = 60
 RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (C7)
 
 
-def find_notebook_path(user_ns: dict[str, Any], env: dict[str, str] | None = None) -> Path | None:
-    """The notebook this kernel serves, when the frontend says (JupyterLab, VS Code)."""
-    env = dict(os.environ) if env is None else env
-    for candidate in (user_ns.get("__vsc_ipynb_file__"), env.get("JPY_SESSION_NAME")):
-        if not candidate or not str(candidate).endswith(".ipynb"):
-            continue
-        path = Path(str(candidate))
-        for option in (path, Path.cwd() / path.name):
-            if option.is_file():
-                return option.resolve()
-    return None
-
-
 class KernelExecutor:
     """Runs the agent's tools inside this kernel."""
 
-    def __init__(self, shell: Any, recorder: OutputRecorder, *, permission: Callable[[], str],
-                 image_max_bytes: Callable[[], int], notebook_path: Callable[[], Path | None],
-                 ask: Callable[[str], str] | None = None, show_code: Callable[[str], None] | None = None,
-                 inventory_tokens: Callable[[], int] = lambda: KERNEL_INVENTORY_TOKENS,
-                 on_output: Callable[[str], None] | None = None) -> None:
+    def __init__(self, shell: Any, recorder: OutputRecorder, settings: CtxMagic, workspace: Workspace, *,
+                 ask: Callable[[str], str] | None = None) -> None:
         self.shell = shell
         self.recorder = recorder
-        self.permission = permission
-        self.image_max_bytes = image_max_bytes
-        # The cells the recorder captures are held to the same cap (it names the images left out).
-        self.notebook_path = notebook_path
-        self.ask = ask or input
-        self.show_code = show_code or (lambda code: None)
+        self._settings = settings
+        """The settings in force, read at each run: permission, image_max_bytes, kernel_inventory_tokens."""
+        self._workspace = workspace
+        self.ask = ask or input  # the kernel's own input() where the executor is made, inside a cell's run
+        """Asks the person at the input prompt (`ask` mode); the stdin channel answers mid-execution."""
         self.running = False
-        self.on_output = on_output
-        """Hears what the agent's code prints while it runs (the turn's display shows progress)."""
         self.recent_code: list[str] = []
         self.last_record: CellRecord | None = None
-        self.inventory_tokens = inventory_tokens
-        """The budget of the kernel's state shown after a compaction (notebook/inventory.py)."""
 
     def tools(self) -> list[Tool]:
         """`python`, and `notebook` when the notebook's path is known; cells the user runs are
         recorded as `notebook_cell` results the model cannot call but that may be cleared."""
         tools = [Tool(PYTHON_TOOL, self._python)]
-        if self.notebook_path() is not None:
+        if self._workspace.notebook_path() is not None:
             tools.append(Tool(NOTEBOOK_TOOL, self._notebook))
         return [*tools, Tool(NOTEBOOK_CELL_TOOL, _not_callable, offered=False)]
 
-    def _allowed(self, code: str) -> ToolOutput | None:
-        mode = self.permission()
+    def _allowed(self, code: str, context: ToolContext) -> ToolOutput | None:
+        mode = self._settings.permission
         if mode == "off":
             return ToolOutput("Running code is turned off here (CtxMagic.permission = 'off').", is_error=True)
         if mode == "auto":
             return None
-        self.show_code(code)
+        context.emit(ApprovalAsked(code))
         try:
             answer = self.ask("Run this code? [y]es / [n]o: ")
         except Exception:  # noqa: BLE001 - no stdin (headless runs): nobody can approve
@@ -102,14 +81,15 @@ class KernelExecutor:
             return ToolOutput("The user chose not to run this code.", is_error=True)
         return None
 
-    def _python(self, call: ToolCall, _context: ToolContext | None = None) -> ToolOutput:
+    def _python(self, call: ToolCall, context: ToolContext) -> ToolOutput:
         code = call.input.get("code")
         if not isinstance(code, str) or not code.strip():
             return ToolOutput("The python tool needs a non-empty 'code' string.", is_error=True)
-        refused = self._no_await_here(code) or self._allowed(code)  # never ask to approve what cannot run
+        refused = self._no_await_here(code) or self._allowed(code, context)  # never ask to approve what cannot run
         if refused is not None:
             return refused
-        record = self.recorder.start(code, quiet=True, on_output=self.on_output)
+        # What the code prints while it runs goes to the turn (its display shows the progress).
+        record = self.recorder.start(code, quiet=True, on_output=lambda text: context.emit(ToolOutputDelta(text)))
         self.running = True
         try:
             result = self.shell.run_cell(code, store_history=False, silent=False)
@@ -124,7 +104,7 @@ class KernelExecutor:
             record.error = None  # the interrupt's own traceback says nothing the note does not
             printed = record.text() if (record.stdout or record.stderr or record.displays) else ""
             raise ToolInterrupted(printed)
-        return ToolOutput(record.content(self.image_max_bytes()), is_error=record.error is not None)
+        return ToolOutput(record.content(self._settings.image_max_bytes), is_error=record.error is not None)
 
     def _no_await_here(self, code: str) -> ToolOutput | None:
         """Top-level `await` needs the kernel's event loop, which is busy running this very turn."""
@@ -141,8 +121,8 @@ class KernelExecutor:
             "coroutine on a loop of its own instead, e.g. `import asyncio, concurrent.futures; "
             "concurrent.futures.ThreadPoolExecutor(1).submit(asyncio.run, main()).result()`.", is_error=True)
 
-    def _notebook(self, call: ToolCall, _context: ToolContext | None = None) -> ToolOutput:
-        path = self.notebook_path()
+    def _notebook(self, call: ToolCall, _context: ToolContext) -> ToolOutput:
+        path = self._workspace.notebook_path()
         if path is None:
             return ToolOutput("The notebook's path is not known in this kernel.", is_error=True)
         import nbformat
@@ -173,7 +153,8 @@ class KernelExecutor:
         if self.recent_code:
             shown = "\n\n".join(f"```python\n{code}\n```" for code in self.recent_code)
             notes.append(f"The most recent code you ran in the notebook's kernel:\n{shown}")
-        state = inventory(self.shell.user_ns, self.inventory_tokens(), getattr(self.shell, "user_ns_hidden", None))
+        state = inventory(self.shell.user_ns, self._settings.kernel_inventory_tokens,
+                          getattr(self.shell, "user_ns_hidden", None))
         return [*notes, *([state] if state else [])]
 
 

@@ -54,7 +54,8 @@ def unload(shell: Any) -> None:
         for name in names:
             magics[kind].pop(name, None)
     atexit.unregister(controller.close)
-    session_id = controller.session.session_id if controller.session is not None else controller.host.carried
+    session = controller.host.session
+    session_id = session.session_id if session is not None else controller.host.carried
     setattr(shell, _CARRIED_ATTR, {"session_id": session_id, "pending": list(controller.cells.pending)})
     controller.close()
     controller.panel.close()  # a reloaded extension makes a new panel; the old one would go stale

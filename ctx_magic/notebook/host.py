@@ -1,36 +1,34 @@
 """Which session this kernel talks to, and through which backend: a new one, a stored one
 resumed, or the same one again after `%reload_ext`; settings and model changes applied before
-each turn. The composition root for a session: the backend, the model client, the executor,
-the Jupyter system prompt."""
+each turn. What a session is made of: the backend, the model client, the executor, the Jupyter
+system prompt."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from typing import Any
 
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Executor
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.backend import Backend, choose_backend
+from ctx_magic.notebook.config import CtxMagic
+from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.prompts import JUPYTER_SYSTEM_PROMPT
-from ctx_magic.settings import Settings
+from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.store.session import latest_session
 
 
 class SessionHost:
-    def __init__(self, *, settings: Callable[[], Settings], env: Mapping[str, str], clock: Callable[[], float],
-                 executor: Executor, root: Callable[[], Path], storage_dir: Callable[[], Path],
-                 opened: Callable[[Session], None], closing: Callable[[Session, bool], None],
-                 backend: Backend | None = None) -> None:
+    def __init__(self, settings: CtxMagic, workspace: Workspace, executor: Executor, memory: MemoryLink,
+                 clock: Callable[[], float], *, backend: Backend | None = None) -> None:
         self._settings = settings
-        self._env = env
-        self._clock = clock
+        self._workspace = workspace
         self._executor = executor
-        self._root = root
-        self._storage_dir = storage_dir
-        self._opened = opened
-        self._closing = closing
+        self._memory = memory
+        """Extracts a session's memories when it ends."""
+        self._clock = clock
         self.backend = backend
         self._given = backend is not None
         """A backend handed in (tests, the demo) stays whatever the provider setting says."""
@@ -44,32 +42,34 @@ class SessionHost:
 
     def _backend(self) -> Backend:
         """The backend; chosen again when the `provider` setting changed (unless one was given)."""
-        settings = self._settings()
+        settings = self._settings
         if self.backend is not None and (self._given or self.backend.provider == settings.provider):
             return self.backend
-        self.backend = choose_backend(self._env, max_retries=settings.max_retries, provider=settings.provider,
+        self.backend = choose_backend(self._workspace.env, max_retries=settings.max_retries, provider=settings.provider,
                                       region=settings.region, project=settings.project,
                                       aws_profile=settings.aws_profile)
         return self.backend
 
-    def retries_changed(self, max_retries: int) -> None:
-        """A new retry count applies at once, to the backend and the live session's client."""
+    def retries_changed(self, change: Mapping[str, Any]) -> None:
+        """A new retry count (a traitlets change of `max_retries`) applies at once, to the backend and
+        the live session's client."""
         if self.backend is None:
             return
-        self.backend = self.backend.with_retries(max_retries)
-        if self.session is not None and isinstance(self.session.model, AnthropicModel):
-            self.session.frame.reconfigure(self.session.settings, self._model(self.session.model.name))
+        self.backend = self.backend.with_retries(change["new"])
+        if self.session is not None and isinstance(self.session.frame.model, AnthropicModel):
+            self.session.frame.reconfigure(self.session.frame.settings, self._model(self.session.frame.model.name))
 
     def _model(self, name: str) -> AnthropicModel:
         backend = self._backend()
-        return AnthropicModel(backend.client, name=name, provider=backend.provider)
+        return AnthropicModel(backend.client, name=name, provider=backend.provider, backend=backend.name)
 
     def check_model(self, name: str) -> None:
         """An unknown model says so now, in one line."""
         self._model(name).limits()
 
     def ensure(self, *, new: bool = False, resume: str | None = None) -> tuple[Session, list[str]]:
-        """The current session; a new one, or a stored one resumed (`resume` = id or 'latest')."""
+        """The current session; a new one, or a stored one resumed (`resume` = id or 'latest'), with
+        the lines to tell the user."""
         notes: list[str] = []
         backend = self._backend()
         if self.session is not None and not new and resume is None:
@@ -78,21 +78,21 @@ class SessionHost:
             notes.append(backend.notice)
         sid = self._resume_target(resume) if resume is not None else None
         carried, self.carried = self.carried, None
-        if sid is None and not new and carried and (self._storage_dir() / "sessions" / carried).is_dir():
+        storage = self._workspace.storage_dir()
+        if sid is None and not new and carried and (storage / "sessions" / carried).is_dir():
             sid = carried  # the extension was reloaded in this kernel: the same conversation goes on
-        settings = self._settings()
+        settings = self._settings.to_settings()
         model = self._model(settings.model)
         model.limits()
         if self.session is not None:
-            self.end(extract=sid != self.session.session_id)
-        session, problems = open_session(model, self._executor, self._storage_dir(), settings, session_id=sid,
+            self.end(extract=sid != self.session.session_id)  # the same session resumed: nothing to extract yet
+        session, problems = open_session(model, self._executor, storage, settings, session_id=sid,
                                          resume=sid is not None, system_prompt=JUPYTER_SYSTEM_PROMPT,
-                                         root=self._root(), clock=self._clock, backend=backend.name)
+                                         root=self._workspace.root(), clock=self._clock)
         self.session = session
-        self._opened(session)
         notes += problems
         if sid is not None:
-            notes.append(f"Resumed session {sid}: {sum(1 for m in session.messages if m.sent)} live messages.")
+            notes.append(f"Resumed session {sid}: {sum(1 for m in session.live.messages if m.sent)} live messages.")
         return session, notes
 
     def require(self) -> Session:
@@ -104,29 +104,32 @@ class SessionHost:
         return self.session
 
     def _resume_target(self, resume: str) -> str:
+        storage = self._workspace.storage_dir()
         if resume == "latest":
-            found = latest_session(self._storage_dir())
+            found = latest_session(storage)
             if found is None:
-                raise CtxMagicError(f"No stored session to resume in {self._storage_dir()}.")
+                raise CtxMagicError(f"No stored session to resume in {storage}.")
             return found.session_id
-        if not (self._storage_dir() / "sessions" / resume).is_dir():
-            raise CtxMagicError(f"No session {resume!r} in {self._storage_dir() / 'sessions'}.")
+        if not (storage / "sessions" / resume).is_dir():
+            raise CtxMagicError(f"No session {resume!r} in {storage / 'sessions'}.")
         return resume
 
     def apply_settings(self, session: Session) -> None:
         """`%config` changes take effect at the next turn; a new model (or provider) drops the
         thinking blocks it cannot take from the live context."""
-        settings = self._settings()
-        provider = getattr(session.model, "provider", settings.provider)
-        if session.model.name != settings.model or (not self._given and provider != settings.provider):
-            session.switch_model(settings, self._model(settings.model), backend=self._backend().name)
+        settings = self._settings.to_settings()
+        provider = getattr(session.frame.model, "provider", settings.provider)
+        if session.frame.model.name != settings.model or (not self._given and provider != settings.provider):
+            session.switch_model(settings, self._model(settings.model))
         else:
             session.frame.reconfigure(settings)
 
     def end(self, *, extract: bool = True) -> None:
-        """The current session ends (a new one, a resume, unload): saved and closed first."""
+        """The current session ends (a new one, a resume, unload): saved and closed first, then its
+        memories extracted in the background."""
         session, self.session = self.session, None
         if session is None:
             return
         session.close()
-        self._closing(session, extract)
+        if extract:
+            self._memory.session_ended(session)

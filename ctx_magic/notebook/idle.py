@@ -1,4 +1,4 @@
-"""SPEC L3's idle trigger between turns. ipykernel runs no background asyncio task between
+"""The idle trigger between turns. ipykernel runs no background asyncio task between
 cells, so the idle gap is checked lazily at the next cell (writes included) and, optionally,
 by a timer thread that changes only the in-memory context; its transcript writes wait for
 the kernel's main thread. Changes made between turns are shown at the next agent turn."""
@@ -12,15 +12,17 @@ from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, ThinkingCleared
 from ctx_magic.messages import Message
+from ctx_magic.notebook.host import SessionHost
 
 IDLE_TIMER_SLACK = 1.0  # seconds after the TTL before the timer looks
 SHOWN_LATER = (Cleared, Snipped, Persisted, Notice, ThinkingCleared)
 
 
 class IdleWatch:
-    def __init__(self, lock: threading.RLock, session: Callable[[], Session | None]) -> None:
+    def __init__(self, lock: threading.RLock, host: SessionHost) -> None:
         self._lock = lock
-        self._session = session
+        self._host = host
+        """Whose current session the watch looks at."""
         self.timer: threading.Timer | None = None
         self.deferred: list[Message | Event] = []
         """Writes the timer thread's clearing left for the main thread."""
@@ -28,13 +30,13 @@ class IdleWatch:
 
     def check(self) -> bool:
         """At the next cell: the zero-call layers run if the idle gap passed; True if they ran."""
-        session = self._session()
+        session = self._host.session
         if session is None or not self._lock.acquire(blocking=False):
             return False
         try:
             self.flush(session)
-            if any(m.sent for m in session.messages):
-                self._between_turns(session, session.live.prepare)
+            if any(m.sent for m in session.live.messages):
+                self._between_turns(session, session.prepare)
                 return True
         except CtxMagicError:
             pass
@@ -43,9 +45,9 @@ class IdleWatch:
         return False
 
     def schedule(self, session: Session) -> None:
-        if not session.settings.idle_timer:
+        if not session.frame.settings.idle_timer:
             return
-        self.timer = threading.Timer(session.settings.idle_seconds + IDLE_TIMER_SLACK, self._fired)
+        self.timer = threading.Timer(session.frame.settings.idle_seconds + IDLE_TIMER_SLACK, self._fired)
         self.timer.daemon = True
         self.timer.start()
 
@@ -56,12 +58,12 @@ class IdleWatch:
 
     def _fired(self) -> None:
         """From the timer thread: clear in memory only; the transcript is written at the next cell."""
-        session = self._session()
+        session = self._host.session
         if session is None or not self._lock.acquire(blocking=False):
             return
         try:
-            if any(m.sent for m in session.messages):
-                self._between_turns(session, lambda: self.deferred.extend(session.live.prepare_in_memory()))
+            if any(m.sent for m in session.live.messages):
+                self._between_turns(session, lambda: self.deferred.extend(session.prepare(write=False)[1]))
         except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
             pass
         finally:

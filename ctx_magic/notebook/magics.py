@@ -1,8 +1,8 @@
-"""The magics (SPEC N1): `%%agent`, `%compact`, `%memory`, `%ctx`, and `%pin` (issue 12).
+"""The magics: `%%agent`, `%compact`, `%memory`, `%ctx`, and `%pin`.
 
 Options go through IPython's magic_arguments, so `%%agent?` shows real help and a bad option
-is a UsageError of one line. Every other failure ends in one clear line in the cell and a
-session that still works (SPEC N5).
+is a UsageError of one line; each magic's arguments are parsed here and nowhere else. Every
+other failure ends in one clear line in the cell and a session that still works.
 """
 
 from __future__ import annotations
@@ -149,16 +149,35 @@ class AgentMagics(Magics):
     @kwds(formatter_class=HelpFormatter)
     @argument("command", nargs="?", default="show", choices=["show", "add", "forget", "extract", "dream"],
               help="What to do with long-term memory.")
-    @argument("rest", nargs=argparse.REMAINDER,
-              help="With add: [--no-decay] TEXT (--no-decay: full relevance forever). With forget: the id.")
+    @argument("--no-decay", action="store_true", dest="no_decay",
+              help="With add: the memory keeps its full relevance forever.")
+    @argument("rest", nargs=argparse.REMAINDER, help="With add: the text to remember. With forget: the id.")
     @line_magic
     @one_line_errors
     def memory(self, line: str) -> None:
         """Long-term memory across sessions: show, add [--no-decay] TEXT, forget ID, extract, dream."""
         args = parse_argstring(self.memory, line)
-        args.no_decay = "--no-decay" in args.rest
-        args.rest = [word for word in args.rest if word != "--no-decay"]
-        self.controller.memory_command(args)
+        # What follows the command is its text, taken as typed; --no-decay may sit anywhere in it.
+        no_decay = args.no_decay or "--no-decay" in args.rest
+        words = [word for word in args.rest if word != "--no-decay"]
+        memory, host = self.controller.memory, self.controller.host
+        if args.command == "show":
+            notice(memory.listing())
+        elif args.command == "add":
+            text = " ".join(words).strip()
+            if not text:
+                raise CtxMagicError("%memory add needs the text to remember.")
+            session_id = host.session.session_id if host.session is not None else ""
+            notice(memory.add(text, decay=not no_decay, session_id=session_id))
+        elif args.command == "forget":
+            if not words:
+                raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
+            notice(memory.forget(words[0]))
+        elif args.command == "extract":
+            notice(memory.extract(host.require()))
+        else:
+            notice(memory.dream(host.require()))
+        self.controller.panel.refresh()
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
@@ -174,7 +193,7 @@ class AgentMagics(Magics):
         `# ctx: pin` is pinned when it runs. Pins share a token budget (CtxMagic.pin_budget_tokens).
         """
         self.commands.refuse_inside_turn("%pin")
-        if self.controller.session is None:  # a pin can come before the first message
+        if self.controller.host.session is None:  # a pin can come before the first message
             for line_ in self.controller.ensure_session()[1]:
                 notice(line_)
         stripped = line.strip()

@@ -1,37 +1,35 @@
-"""Memory for this kernel's sessions: the session notes keeper of the current session (SPEC
-S1-S3), and long-term memories (X1-X4): put in a session's system prompt at its first turn,
-extracted when it ends, consolidated when the dream's gates open, and `%memory`."""
+"""Memory for this kernel's sessions: the session notes keeper of the current session, and
+long-term memories: put in a session's system prompt at its first turn, extracted when it
+ends, consolidated when the dream's gates open, and what `%memory` does with them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
-from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.session_notes import NotesKeeper
-from ctx_magic.notebook.display import notice
+from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.wording import count
-from ctx_magic.settings import Settings
+from ctx_magic.notebook.workspace import Workspace
 
 INJECTED_KEY = "memory_injected"
 
 
 class MemoryLink:
-    def __init__(self, settings: Callable[[], Settings], storage_dir: Callable[[], Path]) -> None:
+    def __init__(self, settings: CtxMagic, workspace: Workspace) -> None:
         self._settings = settings
-        self._storage_dir = storage_dir
+        self._workspace = workspace
         self._manager: MemoryManager | None = None
         self.notes: NotesKeeper | None = None
 
     @property
     def manager(self) -> MemoryManager:
         """The memories of this storage folder and user folder (rebuilt when either changes)."""
-        settings = self._settings()
+        settings = self._settings
         user_dir = Path(settings.user_memory_dir).expanduser() if settings.user_memory_dir else None
-        storage = self._storage_dir()
+        storage = self._workspace.storage_dir()
         if self._manager is None or self._manager.storage_dir != storage or self._manager.user_dir != user_dir:
             self._manager = MemoryManager(storage, user_dir)
         self._manager.budget_tokens = settings.memory_budget_tokens
@@ -57,10 +55,9 @@ class MemoryLink:
         manager.maybe_dream_in_background(session)
         return error
 
-    def session_ended(self, session: Session, *, extract: bool) -> None:
-        """Memories extracted in the background (not when the session is about to be resumed, nor
-        from a short session: MemoryManager.extraction_due)."""
-        if extract and self.manager.extraction_due(session):
+    def session_ended(self, session: Session) -> None:
+        """Memories extracted in the background (not from a short session: MemoryManager.extraction_due)."""
+        if self.manager.extraction_due(session):
             self.manager.extract_in_background(session)
 
     def notes_text(self) -> str:
@@ -69,29 +66,25 @@ class MemoryLink:
     def rows(self) -> list[dict[str, Any]]:
         return self.manager.rows()
 
-    def command(self, args: Any, session: Callable[[], Session]) -> None:
-        """`%memory`: show, add [--no-decay] TEXT, forget ID, extract, dream."""
+    # -- %memory -------------------------------------------------------------------------------------
+
+    def add(self, text: str, *, decay: bool, session_id: str) -> str:
+        added = self.manager.add(text, decay=decay, session_id=session_id)
+        return f"Remembered {added.id}{' (no decay)' if not added.decay else ''}: {added.text}"
+
+    def forget(self, memory_id: str) -> str:
+        found = self.manager.forget(memory_id)
+        return f"Forgot {memory_id}." if found else f"No memory with id {memory_id!r}."
+
+    def extract(self, session: Session) -> str:
         manager = self.manager
-        if args.command == "show":
-            notice(self.listing())
-        elif args.command == "add":
-            text = " ".join(args.rest).strip()
-            if not text:
-                raise CtxMagicError("%memory add needs the text to remember.")
-            added = manager.add(text, decay=not args.no_decay, session_id=args.session_id)
-            notice(f"Remembered {added.id}{' (no decay)' if not added.decay else ''}: {added.text}")
-        elif args.command == "forget":
-            if not args.rest:
-                raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
-            found = manager.forget(args.rest[0])
-            notice(f"Forgot {args.rest[0]}." if found else f"No memory with id {args.rest[0]!r}.")
-        elif args.command == "extract":
-            added = manager.extract(session())
-            lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
-            refused = f"\n{manager.last_refused}" if manager.last_refused else ""
-            notice(f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}")
-        elif args.command == "dream":
-            notice(manager.dream(session(), force=True).summary())
+        added = manager.extract(session)
+        lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
+        refused = f"\n{manager.last_refused}" if manager.last_refused else ""
+        return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
+
+    def dream(self, session: Session) -> str:
+        return self.manager.dream(session, force=True).summary()
 
     def listing(self) -> str:
         rows = self.manager.rows()

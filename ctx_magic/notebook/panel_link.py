@@ -1,4 +1,4 @@
-"""The context panel's link to this kernel's sessions (SPEC U1-U3): one panel per kernel,
+"""The context panel's link to this kernel's sessions: one panel per kernel,
 refilled from the transcript when a session opens (new, resumed, after a reload), refreshed from
 the session's status at turn ends, shown in JupyterLab's (or Notebook 7's) sidebar or inline."""
 
@@ -14,7 +14,9 @@ from ctx_magic.agent.usage import billed
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_json
 from ctx_magic.messages import Message
-from ctx_magic.notebook.capture import KERNEL_RUN
+from ctx_magic.notebook.memory_link import MemoryLink
+from ctx_magic.notebook.outputs import KERNEL_RUN
+from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.prices import UNKNOWN_PRICES, Prices, cost_usd, model_prices
 from ctx_magic.ui.cards import close_tree
 from ctx_magic.ui.marks import CellIndex
@@ -25,11 +27,6 @@ from ctx_magic.ui.sidebar import MODULE, SidebarAnchor
 NO_SIDEBAR = ("The context panel is shown here because this Python has no ctx_magic JupyterLab extension "
               "(pip builds it only where Node.js is installed): install Node.js 18 or newer, then reinstall "
               "ctx_magic and reload the page to get it in the sidebar.")
-
-
-def in_jupyter_server(env: Mapping[str, str], user_ns: Mapping[str, Any]) -> bool:
-    """JupyterLab (and Notebook 7) start kernels with JPY_SESSION_NAME; VS Code does not."""
-    return bool(env.get("JPY_SESSION_NAME")) and "__vsc_ipynb_file__" not in user_ns
 
 
 def labextension_installed(paths: Iterable[str] | None = None) -> bool:
@@ -69,10 +66,11 @@ def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex,
 
 
 class PanelLink:
-    def __init__(self, *, session_memory: Callable[[], str], memories: Callable[[], list[dict[str, Any]]],
+    def __init__(self, memory: MemoryLink, workspace: Workspace,
                  sidebar_available: Callable[[], bool] = labextension_installed) -> None:
-        self._session_memory = session_memory
-        self._memories = memories
+        self._memory = memory
+        """Where the panel's notes and memories come from."""
+        self._workspace = workspace
         self._sidebar_available = sidebar_available
         self._session: Session | None = None
         self.widget: ContextPanel | None = None
@@ -88,16 +86,16 @@ class PanelLink:
         """Follow `session`: the same panel, its history replayed from the transcript."""
         self._session = session
         if self.widget is None:
-            index = CellIndex(live=lambda: self._session.messages if self._session is not None else ())
+            index = CellIndex(live=lambda: self._session.live.messages if self._session is not None else ())
             self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
                                        kernel=KERNEL_RUN)
         self.widget.reset()
-        settings = session.settings
+        settings = session.frame.settings
 
         def prices(model: str | None) -> Prices:
             return model_prices(model or settings.model, settings.prices)
 
-        for event in replayed(session.store.load_transcript().records, self.widget.cells, prices):
+        for event in replayed(session.store.load_transcript().records, self.widget.fold.cells, prices):
             self.widget.handle(event)
         self.refresh()
 
@@ -108,8 +106,14 @@ class PanelLink:
     def refresh(self) -> None:
         """The session's current status into the panel (turn ends, %compact, idle checks)."""
         if self.widget is not None and self._session is not None:
-            self.widget.load(self._session.status(), session_memory=self._session_memory(),
-                             memories=self._memories())
+            self.widget.load(self._session.status(), notes=self._memory.notes_text(),
+                             memories=self._memory.rows())
+
+    def show_once(self) -> None:
+        """In JupyterLab or Notebook 7, the sidebar's anchor once per kernel (after a restart, the
+        first %agent or %%agent of the new kernel shows it again)."""
+        if not self.anchor_shown and self._workspace.in_jupyter_server():
+            self.show(sidebar=True)
 
     def show(self, *, sidebar: bool) -> Any:
         """The anchor that puts the panel in the sidebar, or the panel itself (with a line saying

@@ -44,7 +44,7 @@ def count(n: int, one: str, many: str | None = None) -> str:
 def summary_line(status: StatusSnapshot, result: TurnResult) -> str:
     """The turn's closing line in the cell."""
     state = "Interrupted" if result.interrupted else ("Stopped" if result.error else "Done")
-    return (f"{state} · {count(result.model_calls, 'model call')} · {status.tokens:,} tokens in context · "
+    return (f"{state} · {count(result.model_calls, 'model call')} · {status.context.tokens:,} tokens in context · "
             f"{status.context.percent_left}% left before compaction · {turn_cost(status, result.cost_usd)}")
 
 
@@ -61,14 +61,14 @@ def cost_line(status: StatusSnapshot) -> str:
     saved = status.usage.saved_usd
     by = ", ".join(f"{kind} {format_usd(v)}" for kind, v in sorted(saved.items()) if v)
     p = status.prices
-    return (f"spent {format_usd(status.cost_usd)} this session · saved at least {format_usd(sum(saved.values()))}"
+    return (f"spent {format_usd(status.usage.cost_usd)} this session · saved at least {format_usd(sum(saved.values()))}"
             + (f" ({by})" if by else "")
             + f" · prices per million tokens: input ${p.input:g}, cache write ${p.cache_write_5m:g} (5m) / "
               f"${p.cache_write_1h:g} (1h), cache read ${p.cache_read:g}, output ${p.output:g} ({p.source})")
 
 
 def compacted_line(status: StatusSnapshot) -> str:
-    return f"Context now {status.tokens:,} tokens · {status.context.percent_left}% left before compaction"
+    return f"Context now {status.context.tokens:,} tokens · {status.context.percent_left}% left before compaction"
 
 
 def status_text(status: StatusSnapshot) -> str:
@@ -103,7 +103,7 @@ def status_text(status: StatusSnapshot) -> str:
 
 def pins_listing(session: Session) -> str:
     """`%pin --list`: each pin with its id, then what they take of their budget."""
-    pins = session.pins
+    pins = session.pin_board.pins
     if not pins:
         return "No pins yet: %pin TEXT, %pin --cell N, or a cell starting with # ctx: pin."
     lines = []
@@ -112,6 +112,6 @@ def pins_listing(session: Session) -> str:
         more = " …" if len(pin.text.strip().splitlines()) > 1 or len(first) > 100 else ""
         lines.append(f"{pin.id}{f' (cell {pin.cell})' if pin.cell is not None else ''}: {first[:100]}{more}")
     used = pins_tokens(pins)
-    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {session.settings.pin_budget_tokens:,} tokens "
+    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {session.frame.settings.pin_budget_tokens:,} tokens "
                  "(CtxMagic.pin_budget_tokens)")
     return "\n".join(lines)

@@ -35,7 +35,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 
 from ctx_magic.offline import models, providers
-from ctx_magic.offline.cache import Clock, PromptCache
+from ctx_magic.offline.cache import Clock
 from ctx_magic.offline.faults import ApiError, RandomFaults, check_faults
 from ctx_magic.offline.messages_endpoint import MessagesEndpoint
 from ctx_magic.offline.policy import Policy
@@ -104,19 +104,11 @@ class OfflineAPI:
         self._records: list[RecordedRequest] = []
         self._request_count = 0
         """Numbers the request-id header of every API call."""
-        self._endpoint = MessagesEndpoint(clock, self._next_fault)
+        self.endpoint = MessagesEndpoint(clock, self._next_fault)
+        """The Messages endpoint: a test clears its `cache` to stand for a server that lost a prefix;
+        its `stall_release` lets stalled streams finish (servers set it when they stop)."""
 
     # --- what tests read and steer ---
-
-    @property
-    def cache(self) -> PromptCache:
-        """The prompt cache (a test clears it to stand for a server that lost a prefix)."""
-        return self._endpoint.cache
-
-    @property
-    def stall_release(self) -> threading.Event:
-        """Set to let stalled streams finish (servers set it when they stop)."""
-        return self._endpoint.stall_release
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -207,9 +199,9 @@ class OfflineAPI:
         if auth_error is not None:
             return _Outcome(_error_reply(auth_error))
         if method == "POST" and route == "/v1/messages":
-            return self._endpoint.messages(body, self.config, self.policy, betas=_betas(headers))
+            return self.endpoint.messages(body, self.config, self.policy, betas=_betas(headers))
         if method == "POST" and route == "/v1/messages/count_tokens":
-            return self._endpoint.count_tokens(body, self.config)
+            return self.endpoint.count_tokens(body, self.config)
         if method == "GET" and route == "/v1/models":
             return _Outcome(models.models_page(self.config))
         if method == "GET" and route.startswith("/v1/models/"):
@@ -228,8 +220,8 @@ class OfflineAPI:
             failed = ApiError(400, "invalid_request_error", str(error))
             return _Outcome(_provider_error(where.provider, failed), provider=where.provider)
         if where.operation == "count":
-            return self._endpoint.count_tokens(body, self.config, provider=where.provider)
-        return self._endpoint.messages(body, self.config, self.policy, betas=body_betas or _betas(headers),
+            return self.endpoint.count_tokens(body, self.config, provider=where.provider)
+        return self.endpoint.messages(body, self.config, self.policy, betas=body_betas or _betas(headers),
                                        provider=where.provider)
 
 

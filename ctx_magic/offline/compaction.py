@@ -18,8 +18,8 @@ from typing import Any
 
 from ctx_magic.context.tokens import count_text
 from ctx_magic.offline.conversation import (
-    Event,
     Request,
+    Step,
     brief,
     content_blocks,
     events,
@@ -79,7 +79,7 @@ class Conversation:
 
     history: tuple[Mapping[str, Any], ...]
     user_items: tuple[str, ...]  # quoted user messages, earlier summaries' items expanded
-    steps: tuple[Event, ...]
+    steps: tuple[Step, ...]
     carried: tuple[tuple[str, str], ...] = ()  # (section keyword, bullet) from earlier summaries
 
     @classmethod
@@ -93,10 +93,10 @@ class Conversation:
         """What earlier summaries listed under the section whose title has this keyword."""
         return [line for keyword, line in self.carried if keyword == section]
 
-    def calls(self) -> list[Event]:
+    def calls(self) -> list[Step]:
         return [e for e in self.steps if e.kind == "tool_call"]
 
-    def errors(self) -> list[Event]:
+    def errors(self) -> list[Step]:
         return [e for e in self.steps if e.kind == "error"]
 
     @property

@@ -12,9 +12,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctx_magic.messages import result_text
+from ctx_magic.messages import Block, result_text
 
-Block = dict[str, Any]
 Request = Mapping[str, Any]
 
 # A traceback or an exception line in a result marks it as an error even without is_error.
@@ -139,7 +138,7 @@ def tool_input_text(block: Block) -> str:
 
 
 @dataclass(frozen=True)
-class Event:
+class Step:
     """One step of the conversation, in order: what the analysis walk reports."""
 
     kind: str  # "user", "assistant", "tool_call", "tool_result", "error"
@@ -147,7 +146,7 @@ class Event:
     name: str = ""  # the tool's name, for calls and results
 
 
-def events(history: Sequence[Mapping[str, Any]]) -> Iterator[Event]:
+def events(history: Sequence[Mapping[str, Any]]) -> Iterator[Step]:
     """Walk messages in order and yield user texts, assistant texts, tool calls and results."""
     names: dict[str, str] = {}
     for message in history:
@@ -155,11 +154,11 @@ def events(history: Sequence[Mapping[str, Any]]) -> Iterator[Event]:
         for block in content_blocks(message):
             kind = block.get("type")
             if kind == "text" and block.get("text", "").strip():
-                yield Event("user" if role == "user" else "assistant", block["text"])
+                yield Step("user" if role == "user" else "assistant", block["text"])
             elif kind == "tool_use":
                 names[str(block.get("id"))] = str(block.get("name", ""))
-                yield Event("tool_call", tool_input_text(block), str(block.get("name", "")))
+                yield Step("tool_call", tool_input_text(block), str(block.get("name", "")))
             elif kind == "tool_result":
                 name = names.get(str(block.get("tool_use_id")), "tool")
                 outcome = "error" if is_error_result(block) else "tool_result"
-                yield Event(outcome, result_text(block), name)
+                yield Step(outcome, result_text(block), name)

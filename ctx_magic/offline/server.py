@@ -102,7 +102,7 @@ def start_server(api: OfflineAPI, port: int = 0) -> tuple[OfflineHTTPServer, Cal
         if stopped.is_set():
             return
         stopped.set()
-        api.stall_release.set()  # a stalled stream must not hold the server open
+        api.endpoint.stall_release.set()  # a stalled stream must not hold the server open
         server.shutdown()
         server.server_close()
         thread.join(JOIN_SECONDS)

@@ -50,7 +50,7 @@ class SessionDir:
         return self.root / "state.json"
 
     @property
-    def session_memory_path(self) -> Path:
+    def notes_path(self) -> Path:
         return self.root / "session-memory.md"
 
     @property

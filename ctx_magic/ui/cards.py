@@ -152,16 +152,20 @@ class ChangeCards:
     def _make(self, entry: Mapping[str, Any]) -> widgets.Widget:
         if entry["kind"] != "compaction":
             return widgets.HTML(change_html(entry), layout=widgets.Layout(width="100%"))
-        parts: list[widgets.Widget] = [widgets.HTML(compaction_facts(entry)),
-                                       widgets.HTML('<div class="ctx-magic-section-title">Summary</div>'),
-                                       markdown_output(entry.get("summary", ""))]
+        facts, summary = widgets.HTML(compaction_facts(entry)), markdown_output(entry.get("summary", ""))
+        facts.add_class("ctx-magic-part-facts")
+        summary.add_class("ctx-magic-part-summary")
+        title = widgets.HTML('<div class="ctx-magic-section-title">Summary</div>')
+        parts: list[widgets.Widget] = [facts, title, summary]
         audit = entry.get("audit", "")
         if audit:
-            parts += [widgets.HTML('<div class="ctx-magic-section-title">Added by the coverage audit</div>'),
-                      markdown_output(audit)]
+            added = markdown_output(audit)
+            added.add_class("ctx-magic-part-audit")
+            parts += [widgets.HTML('<div class="ctx-magic-section-title">Added by the coverage audit</div>'), added]
         replaced = list(entry.get("replaced", []))
         if replaced and self.load_originals is not None:
             originals = widgets.HTML()
+            originals.add_class("ctx-magic-part-originals")
             button = widgets.Button(description=f"Show the {count(len(replaced), 'original message')}",
                                     tooltip="Read the messages this summary replaced, from the transcript",
                                     layout=widgets.Layout(width="auto", max_width="100%", height="auto"))

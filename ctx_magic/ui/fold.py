@@ -17,7 +17,6 @@ from ctx_magic.events import (
     Cleared,
     Compacted,
     CompactionFailedEvent,
-    ContextFigures,
     ContextMeasured,
     Event,
     Persisted,
@@ -28,6 +27,7 @@ from ctx_magic.events import (
     ThinkingCleared,
     UsageUpdated,
 )
+from ctx_magic.figures import ContextFigures
 from ctx_magic.ui.cards import audit_text
 from ctx_magic.ui.marks import CellIndex, CellRef, with_marks
 

@@ -37,7 +37,7 @@ class CellRef:
     cell_id: str | None = None
     """The frontend's cell id, when it sent one."""
     kernel: str | None = None
-    """The kernel process that ran it (notebook/capture.py KERNEL_RUN)."""
+    """The kernel process that ran it (notebook/outputs.py KERNEL_RUN)."""
 
     def key(self, current_kernel: str | None) -> str | None:
         """The mark's key: the cell id; else the count, only for a cell of this kernel process."""

@@ -34,7 +34,7 @@ FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn str
 # Everything that describes one session (all synced traits but the status line).
 PER_SESSION_TRAITS = ("tokens", "threshold", "warning", "blocking", "window", "zone", "percent_left", "messages",
                       "live_results", "cleared_results", "persisted_results", "cache_hit_ratio", "cache_breaks",
-                      "spend", "timeline", "persisted", "session_memory", "memories", "cell_marks", "breaker_open",
+                      "spend", "timeline", "persisted", "session_notes", "memories", "cell_marks", "breaker_open",
                       "session_id", "model", "calls", "composition", "cost")
 STATE_WORDS = {"thinking": "thinking…", "running": "running code…", "compacting": "compacting…"}
 
@@ -68,7 +68,7 @@ class ContextPanel(widgets.VBox):
     """Changes to the context, oldest first: compactions, clearings, snips. Each has a `key` (its
     card) and `at`, the number of model calls made before it."""
     persisted = List().tag(sync=True)
-    session_memory = Unicode("").tag(sync=True)
+    session_notes = Unicode("").tag(sync=True)
     memories = List().tag(sync=True)
     cell_marks = Dict().tag(sync=True)
     """Cells whose output the agent no longer sees in full: key (the cell's id, or `count:N` for a
@@ -113,15 +113,6 @@ class ContextPanel(widgets.VBox):
         self.layout.width = "100%"
         self._render()
 
-    @property
-    def cells(self) -> CellIndex:
-        """Which notebook cells an event's tool results or messages stand for."""
-        return self.fold.cells
-
-    @property
-    def load_originals(self) -> Callable[[Sequence[str]], str] | None:
-        return self.cards.load_originals
-
     # -- events in -----------------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
@@ -141,7 +132,7 @@ class ContextPanel(widgets.VBox):
         """A trait as it will be after the pending changes."""
         return self._pending.get(name, getattr(self, name))
 
-    def load(self, status: StatusSnapshot, *, session_memory: str = "",
+    def load(self, status: StatusSnapshot, *, notes: str = "",
              memories: Sequence[Mapping[str, Any]] = ()) -> None:
         """Set every figure at once from the session's status (turn ends, a resumed session)."""
         usage = dataclasses.asdict(status.usage)
@@ -149,7 +140,7 @@ class ContextPanel(widgets.VBox):
             **context_traits(status.context), "session_id": status.session_id, "breaker_open": status.breaker_open,
             "model": f"{status.model} · {status.backend}", "spend": usage,
             "cache_hit_ratio": round(status.usage.cache_hit_ratio, 4), "cache_breaks": list(status.cache_breaks),
-            "session_memory": session_memory, "memories": list(memories),
+            "session_notes": notes, "memories": list(memories),
             "composition": status.composition.to_json(), "cost": status.cost_json(),
         })
         self.flush()
@@ -158,7 +149,7 @@ class ContextPanel(widgets.VBox):
         """Forget the figures and the changes of the previous session (a new or resumed one follows)."""
         self._pending = {name: self.trait_defaults(name) for name in PER_SESSION_TRAITS}
         self.cards.clear()
-        self.cells.clear()
+        self.fold.cells.clear()
         self.flush()
 
     def flush(self) -> None:
@@ -191,10 +182,10 @@ class ContextPanel(widgets.VBox):
         self.memory_html.value = memories_html(self.memories)
 
     def _render_notes(self) -> None:
-        if self.session_memory == self._notes_shown:
+        if self.session_notes == self._notes_shown:
             return
-        self._notes_shown = self.session_memory
-        self.notes_card.layout.display = None if self.session_memory else "none"
-        self.notes_card.set_title(0, f"Session notes ({len(self.session_memory):,} characters)")
-        self.notes.outputs = markdown_outputs(self.session_memory) if self.session_memory else ()
+        self._notes_shown = self.session_notes
+        self.notes_card.layout.display = None if self.session_notes else "none"
+        self.notes_card.set_title(0, f"Session notes ({len(self.session_notes):,} characters)")
+        self.notes.outputs = markdown_outputs(self.session_notes) if self.session_notes else ()
 

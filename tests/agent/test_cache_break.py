@@ -22,7 +22,7 @@ def test_c10_a_lost_cache_is_reported_once_as_unexplained(tmp_path):
         r.session.listeners.append(lambda e: seen.append(e) if isinstance(e, CacheBroke) else None)
         turns(r, range(3))
         assert seen == []
-        r.api.cache.clear()  # the server lost the cached prefix for no reason the client knows
+        r.api.endpoint.cache.clear()  # the server lost the cached prefix for no reason the client knows
         turns(r, [3, 4])
         status = r.session.status().to_json()
     assert len(seen) == 1 and seen[0].reason == "unexplained" and not seen[0].expected
@@ -44,8 +44,8 @@ def test_c10_a_compaction_resets_the_baseline_so_its_drop_is_not_a_break(tmp_pat
         turns(r, range(4))
         manual_compact(r.session)
         turns(r, range(4, 12))  # more results than keep_recent since the boundary
-        cleared_before = len(r.session.state.cleared)
+        cleared_before = len(r.session.live.state.cleared)
         r.clock.advance(10 * 60)  # idle: the clearing rewrites the prefix on purpose
         turns(r, range(12, 14))
-        assert len(r.session.state.cleared) > cleared_before
+        assert len(r.session.live.state.cleared) > cleared_before
     assert r.session.compaction.boundaries and r.session.meter.breaks == []

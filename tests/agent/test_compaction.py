@@ -58,19 +58,19 @@ def test_c8_partial_up_to_and_from_through_the_session(tmp_path):
     with rig(tmp_path, window=100_000) as r:
         for n in range(4):
             run_turn(r.session, code_turn(n, lines=20))
-        before = list(r.session.messages)
+        before = list(r.session.live.messages)
         manual_compact(r.session, direction="up_to", index=7)
-        kinds = [m.kind for m in r.session.messages]
+        kinds = [m.kind for m in r.session.live.messages]
         assert kinds[:2] == ["boundary", "summary"]
-        assert [m.uuid for m in r.session.messages[2:2 + len(before) - 7]] == [m.uuid for m in before[7:]]
-        check_invariants(r.session.messages)
+        assert [m.uuid for m in r.session.live.messages[2:2 + len(before) - 7]] == [m.uuid for m in before[7:]]
+        check_invariants(r.session.live.messages)
         for n in range(4, 6):
             run_turn(r.session, code_turn(n, lines=20))
-        head = list(r.session.messages[:4])
+        head = list(r.session.live.messages[:4])
         manual_compact(r.session, direction="from", index=4)
-        assert [m.uuid for m in r.session.messages[:4]] == [m.uuid for m in head]
-        assert [m.kind for m in r.session.messages[4:6]] == ["boundary", "summary"]
-        check_invariants(r.session.messages)
+        assert [m.uuid for m in r.session.live.messages[:4]] == [m.uuid for m in head]
+        assert [m.kind for m in r.session.live.messages[4:6]] == ["boundary", "summary"]
+        check_invariants(r.session.live.messages)
         assert run_turn(r.session, "and now?").error is None
 
 
@@ -105,7 +105,7 @@ def test_c7_the_sessions_own_files_are_skipped_and_five_work_files_still_come_ba
     with rig(tmp_path, window=200_000) as r:
         for n in range(7):
             r.session.files.read_file(f"data/f{n}.txt", tool_use_id=f"t{n}")
-        notes = r.session.store.session_memory_path
+        notes = r.session.store.notes_path
         notes.write_text("# Session Title\nnotes\n")
         r.session.files.read_file(str(notes), tool_use_id="tnotes")  # the most recent read
         run_turn(r.session, "hello")
@@ -125,8 +125,8 @@ def test_c9_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path)
         prompt = r.api.requests[-1].body["messages"][-1]["content"][-1]["text"]
     assert "user says keep plots\nhook says keep units (manual)" in prompt
     assert len(seen) == 1 and seen[0].trigger == "manual" and seen[0].summary
-    assert r.session.messages[-1].text == "session restarted after compact"
-    check_invariants(r.session.messages)
+    assert r.session.live.messages[-1].text == "session restarted after compact"
+    check_invariants(r.session.live.messages)
 
 
 def test_the_model_can_compact_with_its_own_tool(tmp_path):
@@ -138,19 +138,19 @@ def test_the_model_can_compact_with_its_own_tool(tmp_path):
     assert result.error is None and result.compactions == ["model"]
     assert r.session.compaction.boundaries[-1].trigger == "model"
     assert "keep totals" in compaction_prompt["messages"][-1]["content"][-1]["text"]
-    check_invariants(r.session.messages)
+    check_invariants(r.session.live.messages)
 
 
 def test_the_model_can_snip_old_results(tmp_path):
     with rig(tmp_path) as r:
         run_turn(r.session, code_turn(0))
-        first_id = next(i for m in r.session.messages for i in m.tool_result_ids)
+        first_id = next(i for m in r.session.live.messages for i in m.tool_result_ids)
         r.api.policy = Policy().with_rule(tool_rule("snip", "forget", {"tool_use_ids": [first_id, "nope"]}))
         events = []
         r.session.listeners.append(events.append)
         run_turn(r.session, "forget the first batch")
         cleared = [e for e in events if isinstance(e, Cleared)]
-        texts = {i: result_text(b) for m in r.session.messages for b in m.blocks("tool_result")
+        texts = {i: result_text(b) for m in r.session.live.messages for b in m.blocks("tool_result")
                  for i in [b["tool_use_id"]]}
     assert cleared and cleared[0].trigger == "model" and first_id in cleared[0].replacements
     assert texts[first_id] == CLEARED_TEXT
@@ -164,23 +164,24 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
         for n in range(10):
             run_turn(r.session, code_turn(n, lines=300 if n != 2 else 4_000))  # turn 2: persisted
         r.clock.advance(600)  # idle: old results get cleared at the next prepare
-        r.session.live.prepare()
-        manual_compact(r.session, direction="from", index=len(r.session.messages) - 4)
+        r.session.prepare()
+        manual_compact(r.session, direction="from", index=len(r.session.live.messages) - 4)
         run_turn(r.session, code_turn(10, lines=50))
-        expected = r.session.request().messages
-        live_results = {i for m in r.session.messages for i in m.tool_result_ids}
-        assert r.session.compaction.boundaries and live_results & set(r.session.state.cleared)
-        assert r.session.state.persisted
+        expected = r.session.request(r.session.setup()).messages
+        live_results = {i for m in r.session.live.messages for i in m.tool_result_ids}
+        assert r.session.compaction.boundaries and live_results & set(r.session.live.state.cleared)
+        assert r.session.live.state.persisted
         assert any(m.meta.get("snipped_count") for m in r.session.store.load_transcript().messages())
         sid = r.session.session_id
-        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic", config,
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor,
+                                         tmp_path / ".ctx_magic", config,
                                          session_id=sid, resume=True, root=tmp_path, clock=r.clock)
         assert problems == []
-        assert resumed.messages == r.session.messages
-        assert resumed.request().messages == expected
-        r.session.live.prepare()  # the next turn starts with the zero-call layers, on both sides
-        resumed.live.prepare()
-        assert resumed.request().messages == r.session.request().messages
+        assert resumed.live.messages == r.session.live.messages
+        assert resumed.request(resumed.setup()).messages == expected
+        r.session.prepare()  # the next turn starts with the zero-call layers, on both sides
+        resumed.prepare()
+        assert resumed.request(resumed.setup()).messages == r.session.request(r.session.setup()).messages
         assert resumed.status().to_json()["boundaries"] == r.session.status().to_json()["boundaries"]
         assert resumed.status().to_json()["tokens"] == r.session.status().to_json()["tokens"]
 
@@ -202,9 +203,9 @@ def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(tmp
     with rig(tmp_path, executor=Interrupting(LocalExecutor())) as r:
         result = run_turn(r.session, code_turn(0, lines=5))
         assert result.interrupted
-        last = r.session.messages[-1]
+        last = r.session.live.messages[-1]
         assert last.content[0]["is_error"] and result_text(last.content[0]) == INTERRUPTED_RESULT
-        check_invariants(r.session.messages)
+        check_invariants(r.session.live.messages)
         assert run_turn(r.session, code_turn(1, lines=5)).error is None
         for record in r.api.requests:
             if record.path == "/v1/messages":
@@ -221,8 +222,8 @@ def test_interrupt_while_streaming_keeps_the_conversation_valid(tmp_path):
         result = run_turn(r.session, "tell me something")
         r.session.listeners.remove(interrupt_on_text)
         assert result.interrupted
-        check_invariants(r.session.messages)
-        assert r.session.messages[-1].role == "user"  # the half-streamed reply was not kept
+        check_invariants(r.session.live.messages)
+        assert r.session.live.messages[-1].role == "user"  # the half-streamed reply was not kept
         assert run_turn(r.session, "again").error is None
         assert r.session.store.load_transcript().problems == []
 
@@ -273,8 +274,8 @@ def test_t3_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_p
 
     with rig(tmp_path, window=30_000) as r:
         run_turn(r.session, code_turn(0, lines=200))
-        threshold = r.session.context_settings().thresholds.autocompact
-        exact = r.session.live.exact_tokens()
+        threshold = r.session.setup().context.thresholds.autocompact
+        exact = r.session.exact_tokens()
         assert exact is not None and exact < threshold
         # Make the padded estimate cross the threshold while the real size stays well under it.
         r.session.live.correct(Correction(threshold / 300, 1))

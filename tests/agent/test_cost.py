@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 from agent_rig import rig
+from traitlets import TraitError
 
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.events import UsageUpdated
 from ctx_magic.messages import Usage
+from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.prices import UNKNOWN_PRICES, Billed, Prices, cost_usd, format_usd, model_prices, table_prices
-from ctx_magic.settings import Settings, setting_problem
+from ctx_magic.settings import Settings
 
 SONNET_5_5 = lambda: table_prices("claude-sonnet-5-5")  # noqa: E731 - read at call time
 
@@ -76,9 +78,11 @@ def test_contract_prices_override_the_table_and_are_checked_when_set():
     assert (contract.input, contract.output, contract.cache_read, contract.cache_write_5m) == (1.5, 7.5, 0.05, 2.50)
     assert contract.source == "config"
     assert model_prices("gpt-x") is UNKNOWN_PRICES and model_prices("gpt-x", "input=1 output=2").source == "config"
-    assert setting_problem("prices", "input=2 output=9") is None
-    assert "expected name=value" in setting_problem("prices", "cheap please")
-    assert "cannot be negative" in setting_problem("prices", "input=-1")
+    CtxMagic().prices = "input=2 output=9"
+    with pytest.raises(TraitError, match="expected name=value"):
+        CtxMagic().prices = "cheap please"
+    with pytest.raises(TraitError, match="cannot be negative"):
+        CtxMagic().prices = "input=-1"
     with pytest.raises(ValueError, match="a number of dollars"):
         Prices.parse("output=ten")
 
@@ -102,6 +106,6 @@ def test_a_sessions_spend_is_the_sum_of_its_responses_at_the_model_prices(tmp_pa
                                   for e in seen)
     assert seen[1].usage.cache_read_input_tokens > 0  # the second call read the first one's prefix
     assert [round(t.cost_usd, 9) for t in turns] == [round(by_hand(e.usage), 9) for e in seen]
-    assert status.cost_usd == pytest.approx(sum(by_hand(e.usage) for e in seen))
+    assert status.usage.cost_usd == pytest.approx(sum(by_hand(e.usage) for e in seen))
     assert status.to_json()["cost"]["prices_per_mtok"] == {"input": 2.0, "cache_write_5m": 2.5,
                                                            "cache_write_1h": 4.0, "cache_read": 0.1, "output": 10.0}

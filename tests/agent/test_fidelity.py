@@ -48,7 +48,7 @@ class Notes:
     """A notes source (SPEC S3) whose notes cover the whole conversation so far."""
 
     def __init__(self, session: Session) -> None:
-        self.covered = session.messages[-1].uuid
+        self.covered = session.live.messages[-1].uuid
 
     def wait(self, timeout: float) -> None:
         pass
@@ -100,7 +100,7 @@ def test_pins_are_re_injected_word_for_word_after_every_compaction_path(tmp_path
         trigger = compact_by(path, r)
         assert trigger == {"up_to": "manual", "from": "manual"}.get(path, path)
         assert events and events[-1].pins == (pin.id,)
-        live = list(r.session.messages)
+        live = list(r.session.live.messages)
         summary_at = next(i for i, m in enumerate(live) if m.kind == "summary")
         assert live[summary_at + 1].meta.get("pins") == [pin.id] and PIN in live[summary_at + 1].text
         check_invariants(live)
@@ -116,9 +116,10 @@ def test_pins_survive_a_resume_and_the_compaction_after_it(tmp_path):
         second = r.session.pin_board.pin("Plots go to out/figures/.")
         assert r.session.pin_board.unpin(second.id) == second and r.session.pin_board.unpin("p9") is None
         sid = r.session.session_id
-        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic", Settings(),
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor,
+                                         tmp_path / ".ctx_magic", Settings(),
                                          session_id=sid, resume=True, root=tmp_path, clock=r.clock)
-        assert problems == [] and resumed.pins == (first,)
+        assert problems == [] and resumed.pin_board.pins == (first,)
         result = manual_compact(resumed)
     assert result.event.pins == (first.id,)
     assert any(m.meta.get("pins") == [first.id] and PIN in m.text for m in result.messages)
@@ -146,9 +147,10 @@ def test_the_apis_own_summary_is_audited_and_followed_by_the_pins_and_a_resume_k
             turns += 1
         run_turn(r.session, "what is the convention?")
         sent = [q for q in r.api.requests if q.path == "/v1/messages" and q.kind == "normal"][-1]
-        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic", config,
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor,
+                                         tmp_path / ".ctx_magic", config,
                                          session_id=r.session.session_id, resume=True, root=tmp_path, clock=r.clock)
-        live = list(r.session.messages)
+        live = list(r.session.live.messages)
     assert len(events) == 1 and events[0].pins == (pin.id,)
     audit = events[0].audit
     assert audit is not None and audit.user_messages_checked == turns and len(audit.user_messages) == turns
@@ -159,7 +161,7 @@ def test_the_apis_own_summary_is_audited_and_followed_by_the_pins_and_a_resume_k
     kept = json.dumps(messages[at:], ensure_ascii=False)  # what the API reads: it drops what precedes the block
     assert json.dumps(PIN)[1:-1] in kept and "<context-refresh>" in kept
     assert all(f"Turn {n}: dump batch {n}." in kept for n in range(turns))
-    assert problems == [] and list(resumed.messages) == live
+    assert problems == [] and list(resumed.live.messages) == live
 
 
 def test_a_pin_past_the_budget_is_refused_with_one_clear_line(tmp_path):
@@ -169,7 +171,7 @@ def test_a_pin_past_the_budget_is_refused_with_one_clear_line(tmp_path):
         with pytest.raises(PinRefused, match=r"over their budget of 60: nothing was pinned") as refused:
             r.session.pin_board.pin("A long rule " * 40)
         assert refused.value.remedy is Remedy.UNPIN_OR_RAISE_PIN_BUDGET
-        assert len(r.session.pins) == 1 and len(r.session.store.load_pins()) == 1
+        assert len(r.session.pin_board.pins) == 1 and len(r.session.store.load_pins()) == 1
 
 
 class ForgetfulSummaries:
@@ -226,17 +228,17 @@ def test_the_search_tool_finds_a_compacted_message_and_a_persisted_output(tmp_pa
     with rig(tmp_path, window=60_000) as r:
         run_turn(r.session, "The sensor ids are in the ZX-41 family; remember that.")
         run_turn(r.session, "Dump it.\n```python\nprint('row\\n' * 20_000 + 'TAIL-MARKER-' + str(7 * 11))\n```")
-        assert r.session.state.persisted  # the dump went to disk, its tail out of the preview
+        assert r.session.live.state.persisted  # the dump went to disk, its tail out of the preview
         manual_compact(r.session)
         assert not any("TAIL-MARKER-77" in m.text or "TAIL-MARKER-77" in json.dumps(m.content)
-                       for m in r.session.messages)
+                       for m in r.session.live.messages)
         r.api.policy = Policy().with_rule(tool_rule(SEARCH_TOOL, "which family", {"query": "zx-41"})).with_rule(
             tool_rule(SEARCH_TOOL, "the tail", {"query": r"TAIL-MARKER-\d+", "regex": True}))
         run_turn(r.session, "which family were the sensors?")
         run_turn(r.session, "what was at the tail of the dump?")
-        results = [result_text(b) for m in r.session.messages for b in m.blocks("tool_result")
+        results = [result_text(b) for m in r.session.live.messages for b in m.blocks("tool_result")
                    if result_text(b).split(" ", 1)[0].isdigit()]
-        (dumped, path), = r.session.state.persisted_paths.items()
+        (dumped, path), = r.session.live.state.persisted_paths.items()
         written = next(result_text(b) for m in r.session.store.load_transcript().messages()
                        for b in m.blocks("tool_result") if b.get("tool_use_id") == dumped)
         ref = re.search(r"turn 2 · tool results · ref (\w+)", results[-1]).group(1)
@@ -296,8 +298,8 @@ def test_an_error_in_a_result_cleared_before_the_compaction_is_still_audited(tmp
         for n in range(1, 4):
             run_turn(r.session, code_turn(n))
         r.clock.advance(3_600)  # idle: old results are cleared at the next prepare
-        r.session.live.prepare()
-        assert r.session.state.cleared  # the failed result's text is gone from the context
+        r.session.prepare()
+        assert r.session.live.state.cleared  # the failed result's text is gone from the context
         audit = manual_compact(r.session).event.audit
     assert audit is not None
     assert any(e.startswith("json.decoder.JSONDecodeError: Expecting property name") for e in audit.errors)

@@ -71,7 +71,7 @@ def test_prompt_too_long_the_estimate_missed_recovers_with_one_compaction(tmp_pa
         assert result.compactions == ["reactive"]
         assert r.api.model_calls("compaction") == before + 1
         assert r.session.compaction.boundaries[-1].trigger == "reactive"
-        check_invariants(r.session.messages)
+        check_invariants(r.session.live.messages)
         assert run_turn(r.session, prompt(4)).error is None
 
 
@@ -84,7 +84,7 @@ def test_second_prompt_too_long_in_a_turn_ends_in_a_clear_error_and_a_valid_sess
         assert result.error is not None
         assert "prompt is too long" in result.error.lower() and "again after compacting" in result.error
         assert "\n" not in result.error
-        check_invariants(r.session.messages)
+        check_invariants(r.session.live.messages)
         assert run_turn(r.session, prompt(4)).error is None
 
 
@@ -117,7 +117,7 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
         assert "<summary>" in failures[1].reason
         assert "500" in failures[2].reason
         assert failures[2].breaker_open and r.session.status().to_json()["breaker_open"]
-        assert r.session.live.tokens() > r.session.context_settings().thresholds.autocompact
+        assert r.session.tokens() > r.session.setup().context.thresholds.autocompact
 
         calls = r.api.model_calls("compaction")
         assert run_turn(r.session, prompt(20)).error is None
@@ -161,7 +161,7 @@ def test_faults_end_in_one_clear_line_and_the_next_turn_works(tmp_path):
             result = run_turn(r.session, "hello again")
             assert result.error is not None and words in result.error.lower(), (fault, result.error)
             assert "\n" not in result.error and "Traceback" not in result.error
-            check_invariants(r.session.messages)
+            check_invariants(r.session.live.messages)
             assert run_turn(r.session, prompt(1)).error is None
         loaded = r.session.store.load_transcript()
         assert loaded.problems == []
@@ -179,7 +179,7 @@ def test_a_stream_broken_mid_reply_is_asked_again_and_nothing_partial_stays(tmp_
     restarts = [e for e in seen if isinstance(e, ReplyRestarted)]
     assert [(e.attempt, e.attempts) for e in restarts] == [(2, 3)] and "broke" in restarts[0].reason
     assert sum(1 for q in r.api.requests if q.path == "/v1/messages") == 2
-    replies = [m for m in r.session.messages if m.role == "assistant"]
+    replies = [m for m in r.session.live.messages if m.role == "assistant"]
     assert len(replies) == 1 and replies[0].api_id  # one whole reply, from the second attempt
     assert sum(json.loads(line).get("role") == "assistant" for line in lines) == 1
 
@@ -199,9 +199,9 @@ def test_a_stream_closed_before_message_stop_never_runs_a_tool_with_half_its_inp
         r.api.inject("early_close_tool")
         result = run_turn(r.session, "run\n```python\nx = 41 + 1\nprint(x)\n```")
     assert result.error is None
-    uses = [b for m in r.session.messages for b in m.blocks("tool_use")]
+    uses = [b for m in r.session.live.messages for b in m.blocks("tool_use")]
     assert len(uses) == 1 and uses[0]["input"] == {"code": "x = 41 + 1\nprint(x)"}
-    assert "42" in json.dumps([m.to_json() for m in r.session.messages])
+    assert "42" in json.dumps([m.to_json() for m in r.session.live.messages])
 
 
 def test_after_a_third_broken_stream_the_partial_reply_is_withdrawn_and_nothing_stored(tmp_path):
@@ -215,7 +215,7 @@ def test_after_a_third_broken_stream_the_partial_reply_is_withdrawn_and_nothing_
     withdrawn = [e for e in seen if isinstance(e, ReplyWithdrawn)]
     assert len(withdrawn) == 1 and withdrawn[0].reason == result.error
     assert any(isinstance(e, TextDelta) for e in seen[: seen.index(withdrawn[0])])  # something had streamed
-    assert [m.role for m in r.session.messages] == ["user", "user", "assistant"]
+    assert [m.role for m in r.session.live.messages] == ["user", "user", "assistant"]
 
 
 @pytest.mark.parametrize("fault", ["empty_reply", "whitespace_reply"])
@@ -225,8 +225,8 @@ def test_an_empty_reply_is_asked_again_and_never_stored(tmp_path, fault):
         result = run_turn(r.session, "hello there")
         lines = r.session.store.transcript_path.read_text().splitlines()
     assert result.error is None and result.text
-    assert [m.role for m in r.session.messages] == ["user", "assistant"]
-    assert all(m.text.strip() for m in r.session.messages)
+    assert [m.role for m in r.session.live.messages] == ["user", "assistant"]
+    assert all(m.text.strip() for m in r.session.live.messages)
     assert sum(json.loads(line).get("role") == "assistant" for line in lines) == 1
 
 
@@ -244,7 +244,7 @@ def test_an_empty_reply_twice_ends_the_turn_with_a_warning_and_the_next_turn_wor
     warnings = [e.text for e in seen if isinstance(e, Notice) and e.level == "warning"]
     assert "The model's reply was empty 2 times; nothing was stored." in warnings
     assert after.error is None
-    assert all(m.content and all(b.get("text", "x").strip() for b in m.content) for m in r.session.messages)
+    assert all(m.content and all(b.get("text", "x").strip() for b in m.content) for m in r.session.live.messages)
 
 
 def test_an_empty_reply_an_earlier_version_stored_is_repaired_at_resume(tmp_path):
@@ -255,7 +255,7 @@ def test_an_empty_reply_an_earlier_version_stored_is_repaired_at_resume(tmp_path
         r.session.append(Message("assistant", ({"type": "text", "text": "\n\n"},), timestamp=r.clock()))
         r.session.end_turn()
         sid = r.session.session_id
-        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
                                          Settings(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
         assert problems == ["2 empty replies were left out of the live context (an earlier version stored them; "
                             "the API refuses empty messages)"]
@@ -263,7 +263,7 @@ def test_an_empty_reply_an_earlier_version_stored_is_repaired_at_resume(tmp_path
         assert run_turn(resumed, prompt(1)).error is None
         manual_compact(resumed)
         assert run_turn(resumed, prompt(2)).error is None
-        resumed.live.snip(2)
+        resumed.live.snip(2, resumed.clock(), resumed.setup())
         assert run_turn(resumed, prompt(3)).error is None
         sent = [q for q in r.api.requests[before:] if q.path == "/v1/messages"]
     assert {q.kind for q in sent} == {"normal", "compaction"} and all(q.status == 200 for q in sent)
@@ -300,7 +300,7 @@ def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_
         r.session.listeners.append(lambda e: disk.update(full=True) if isinstance(e, ToolStarted) else None)
         result = run_turn(r.session, prompt(1))  # the disk fills while the code runs
         assert result.error is not None and "disk is full" in result.error and "\n" not in result.error
-        check_invariants(r.session.messages)
+        check_invariants(r.session.live.messages)
         r.session.listeners.pop()
         failed = run_turn(r.session, "still full?")  # the prompt itself cannot be written
         assert failed.error is not None and "disk is full" in failed.error and failed.model_calls == 0
@@ -308,10 +308,11 @@ def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_
         disk["full"] = False
         assert run_turn(r.session, prompt(2)).error is None
         assert r.session.recorder.unwritten == []
-        check_invariants(r.session.messages)
+        check_invariants(r.session.live.messages)
         loaded = r.session.store.load_transcript()
     assert loaded.problems == []  # no partial line was left behind
-    assert [m.uuid for m in loaded.messages()][-len(r.session.messages):] == [m.uuid for m in r.session.messages]
+    live = [m.uuid for m in r.session.live.messages]
+    assert [m.uuid for m in loaded.messages()][-len(live):] == live
 
 
 def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_retries(tmp_path):
@@ -329,8 +330,8 @@ def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_ret
         r.api.inject("413")
         result = run_turn(r.session, "what do you see?")
         sent = [q for q in r.api.requests if q.path == "/v1/messages"][-1]
-        sid, expected = r.session.session_id, r.session.request().messages
-        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
+        sid, expected = r.session.session_id, r.session.request(r.session.setup()).messages
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
                                          Settings(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
     assert len(read) > 100_000
     assert result.error is None and sent.status == 200
@@ -339,8 +340,8 @@ def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_ret
     assert "<persisted-output>" in body and len(body) < len(read)
     saved = tmp_path / ".ctx_magic" / "sessions" / sid / "tool-results" / "toolu_read.txt"
     assert saved.read_text() == read  # nothing lost: the full read is on disk
-    assert "toolu_read" in r.session.state.persisted
-    assert problems == [] and resumed.request().messages == expected  # the transcript knows (M4)
+    assert "toolu_read" in r.session.live.state.persisted
+    assert problems == [] and resumed.request(resumed.setup()).messages == expected  # the transcript knows (M4)
 
 
 def test_a_message_too_large_for_the_window_is_saved_to_a_file_and_the_session_goes_on(tmp_path):
@@ -371,13 +372,13 @@ def test_a_session_folder_deleted_mid_session_is_started_again_from_the_live_con
         shutil.rmtree(tmp_path / ".ctx_magic")  # the user cleans up while the kernel runs
         assert run_turn(r.session, prompt(3)).error is None
         assert any("was removed while the session ran" in n for n in notices)
-        expected, sid = r.session.request().messages, r.session.session_id
+        expected, sid = r.session.request(r.session.setup()).messages, r.session.session_id
         loaded = r.session.store.load_transcript()
-        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic",
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
                                          Settings(), session_id=sid, resume=True, root=tmp_path, clock=r.clock)
     assert loaded.problems == [] and problems == []
-    assert [m.uuid for m in loaded.messages()] == [m.uuid for m in r.session.messages]  # each message once
-    assert resumed.request().messages == expected
+    assert [m.uuid for m in loaded.messages()] == [m.uuid for m in r.session.live.messages]  # each message once
+    assert resumed.request(resumed.setup()).messages == expected
 
 
 def test_t2_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_path):
@@ -387,8 +388,8 @@ def test_t2_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_p
         for n in range(11):
             code = f"for i in range(60): print('row', i, i * {n})"
             assert run_turn(r.session, f"turn {n}\n```python\n{code}\n```").error is None
-            ratios.append(r.session.state.correction.ratio)
-            exact = r.session.live.exact_tokens()
-            assert exact is not None and abs(r.session.live.tokens() - exact) <= 0.05 * exact
-        assert r.session.state.cleared  # a pressure clearing happened on the way
+            ratios.append(r.session.live.state.correction.ratio)
+            exact = r.session.exact_tokens()
+            assert exact is not None and abs(r.session.tokens() - exact) <= 0.05 * exact
+        assert r.session.live.state.cleared  # a pressure clearing happened on the way
     assert max(ratios) < 1.2  # it went to 1.93 when a stale 'freed' figure was subtracted again

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from builders import assistant, text
 
-from ctx_magic.agent.request import cache_control, system_blocks, to_api_messages
+from ctx_magic.agent.request import build_request, cache_control, system_blocks
 from ctx_magic.messages import Message, tool_result_block, tool_use_block, user_text
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -17,6 +17,13 @@ EPHEMERAL_1H = {"type": "ephemeral", "ttl": "1h"}
 
 def user(*blocks: dict[str, Any], kind: str = "normal") -> Message:
     return Message("user", tuple(blocks), kind=kind)  # type: ignore[arg-type]
+
+
+def sent(messages: list[Message], *, cache_ttl: str | None = "5m",
+         cached_tail: str | None = None) -> list[dict[str, Any]]:
+    """The messages of the request `build_request` makes of `messages` (what every call sends)."""
+    return list(build_request(messages, system="s", tools=[], max_tokens=1, cache_ttl=cache_ttl,  # type: ignore[arg-type]
+                              cached_tail=cached_tail).messages)
 
 
 def cached_blocks(turns: list[dict[str, Any]]) -> list[tuple[int, int]]:
@@ -48,28 +55,28 @@ def test_boundary_and_meta_messages_are_not_sent() -> None:
         user_text("internal note", kind="meta"),
         user_text("next question"),
     ]
-    turns = to_api_messages(messages, cache_ttl=None)
+    turns = sent(messages, cache_ttl=None)
     all_text = [b["text"] for t in turns for b in t["content"]]
     assert all_text == ["compacted summary", "ok", "next question"]
 
 
 def test_only_unsent_messages_gives_no_turns() -> None:
-    assert to_api_messages([user_text("b", kind="boundary"), user_text("m", kind="meta")]) == []
+    assert sent([user_text("b", kind="boundary"), user_text("m", kind="meta")]) == []
 
 
 def test_empty_conversation_gives_no_turns() -> None:
-    assert to_api_messages([]) == []
+    assert sent([]) == []
 
 
 def test_turns_have_only_role_and_content() -> None:
-    turns = to_api_messages(conversation(), cache_ttl=None)
+    turns = sent(conversation(), cache_ttl=None)
     assert all(set(turn) == {"role", "content"} for turn in turns)
     assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user"]
 
 
 def test_attachment_and_summary_messages_are_sent() -> None:
     messages = [user_text("summary", kind="summary"), user_text("file", kind="attachment")]
-    turns = to_api_messages(messages, cache_ttl=None)
+    turns = sent(messages, cache_ttl=None)
     assert turns == [{"role": "user", "content": [text("summary"), text("file")]}]
 
 
@@ -77,21 +84,21 @@ def test_attachment_and_summary_messages_are_sent() -> None:
 
 
 def test_consecutive_user_messages_merge_into_one_turn() -> None:
-    turns = to_api_messages([user_text("one"), user_text("two"), user_text("three")], cache_ttl=None)
+    turns = sent([user_text("one"), user_text("two"), user_text("three")], cache_ttl=None)
     assert turns == [{"role": "user", "content": [text("one"), text("two"), text("three")]}]
 
 
 def test_consecutive_assistant_messages_merge_into_one_turn() -> None:
     use = tool_use_block("toolu_1", "python", {"code": "x"})
     messages = [user_text("go"), assistant(text("first")), assistant(use), user(tool_result_block("toolu_1", "ok"))]
-    turns = to_api_messages(messages, cache_ttl=None)
+    turns = sent(messages, cache_ttl=None)
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]
     assert turns[1]["content"] == [text("first"), use]
 
 
 def test_messages_either_side_of_a_dropped_boundary_merge() -> None:
     messages = [user_text("summary", kind="summary"), user_text("b", kind="boundary"), user_text("go on")]
-    turns = to_api_messages(messages, cache_ttl=None)
+    turns = sent(messages, cache_ttl=None)
     assert turns == [{"role": "user", "content": [text("summary"), text("go on")]}]
 
 
@@ -105,7 +112,7 @@ def test_messages_either_side_of_a_dropped_boundary_merge() -> None:
 )
 def test_merged_turns_alternate_roles_and_keep_every_block_in_order(roles: list[str]) -> None:
     messages = [Message(role, (text(f"{role} {n}"),)) for n, role in enumerate(roles)]  # type: ignore[arg-type]
-    turns = to_api_messages(messages, cache_ttl=None)
+    turns = sent(messages, cache_ttl=None)
     assert all(a["role"] != b["role"] for a, b in zip(turns, turns[1:]))
     assert [b["text"] for t in turns for b in t["content"]] == [f"{r} {n}" for n, r in enumerate(roles)]
 
@@ -121,7 +128,7 @@ def test_merged_user_turn_puts_tool_results_first() -> None:
         assistant(cell),
         user(text("before"), tool_result_block("toolu_cell", "table"), text("after")),
     ]
-    turns = to_api_messages(messages, cache_ttl=None)
+    turns = sent(messages, cache_ttl=None)
     assert turns[2]["content"] == [tool_result_block("toolu_1", "done"), text("and a remark from the user")]
     assert turns[4]["content"] == [tool_result_block("toolu_cell", "table"), text("before"), text("after")]
 
@@ -134,7 +141,7 @@ def test_text_then_tool_results_from_two_messages_reorder_results_first_keeping_
         user_text("the user typed this while tools ran"),
         user(tool_result_block("toolu_1", "one"), tool_result_block("toolu_2", "two", is_error=True)),
     ]
-    content = to_api_messages(messages, cache_ttl=None)[-1]["content"]
+    content = sent(messages, cache_ttl=None)[-1]["content"]
     assert [b["type"] for b in content] == ["tool_result", "tool_result", "text"]
     assert [b["tool_use_id"] for b in content[:2]] == ["toolu_1", "toolu_2"]
     assert content[1]["is_error"] is True
@@ -143,14 +150,14 @@ def test_text_then_tool_results_from_two_messages_reorder_results_first_keeping_
 def test_assistant_turn_blocks_are_not_reordered() -> None:
     use = tool_use_block("toolu_1", "python", {"code": "x"})
     messages = [user_text("go"), assistant(use), assistant(text("after the call"))]
-    assert to_api_messages(messages, cache_ttl=None)[1]["content"] == [use, text("after the call")]
+    assert sent(messages, cache_ttl=None)[1]["content"] == [use, text("after the call")]
 
 
 # --- cache breakpoints ----------------------------------------------------------------------
 
 
 def test_cache_control_goes_only_on_the_last_block_of_the_last_message() -> None:
-    turns = to_api_messages(conversation())
+    turns = sent(conversation())
     assert cached_blocks(turns) == [(len(turns) - 1, len(turns[-1]["content"]) - 1)]
     assert turns[-1]["content"][-1] == {**text("thanks"), "cache_control": EPHEMERAL}
 
@@ -158,29 +165,29 @@ def test_cache_control_goes_only_on_the_last_block_of_the_last_message() -> None
 def test_cache_control_lands_after_reordering_on_the_final_block() -> None:
     messages = [user_text("go"), assistant(tool_use_block("toolu_1", "python", {})),
                 user(text("note"), tool_result_block("toolu_1", "ok"))]
-    last = to_api_messages(messages)[-1]["content"]
+    last = sent(messages)[-1]["content"]
     assert [b["type"] for b in last] == ["tool_result", "text"]
     assert "cache_control" not in last[0]
     assert last[1]["cache_control"] == EPHEMERAL
 
 
 def test_one_hour_ttl_marks_the_breakpoint_with_ttl() -> None:
-    turns = to_api_messages(conversation(), cache_ttl="1h")
+    turns = sent(conversation(), cache_ttl="1h")
     assert turns[-1]["content"][-1]["cache_control"] == EPHEMERAL_1H
     assert len(cached_blocks(turns)) == 1
 
 
 def test_no_cache_control_when_cache_ttl_is_none() -> None:
-    assert cached_blocks(to_api_messages(conversation(), cache_ttl=None)) == []
+    assert cached_blocks(sent(conversation(), cache_ttl=None)) == []
 
 
 def test_stale_cache_control_on_input_blocks_is_removed() -> None:
     messages = conversation()
     marked = Message("user", ({**text("add one and one"), "cache_control": EPHEMERAL_1H},))
     messages[0] = marked
-    turns = to_api_messages(messages, cache_ttl="5m")
+    turns = sent(messages, cache_ttl="5m")
     assert cached_blocks(turns) == [(4, 0)]
-    assert cached_blocks(to_api_messages(messages, cache_ttl=None)) == []
+    assert cached_blocks(sent(messages, cache_ttl=None)) == []
 
 
 def test_cache_control_value_for_each_ttl() -> None:
@@ -209,8 +216,8 @@ def test_system_blocks_without_cache_have_no_breakpoint() -> None:
 def test_input_messages_are_not_mutated() -> None:
     messages = conversation() + [user_text("more"), user(tool_result_block("toolu_x", "late"))]
     before = copy.deepcopy([m.content for m in messages])
-    to_api_messages(messages, cache_ttl="1h")
-    to_api_messages(messages, cache_ttl="5m")
+    sent(messages, cache_ttl="1h")
+    sent(messages, cache_ttl="5m")
     assert [m.content for m in messages] == before
 
 
@@ -220,7 +227,7 @@ def test_building_requests_never_changes_the_messages() -> None:
     messages = conversation()
     before = copy.deepcopy([m.content for m in messages])
     for tail in (None, messages[2].uuid, messages[-1].uuid):
-        turns = to_api_messages(messages, cached_tail=tail)
+        turns = sent(messages, cached_tail=tail)
         turns[0]["content"].append(text("extra"))  # a request's lists are its own
     assert [m.content for m in messages] == before
     assert not any("cache_control" in b for m in messages for b in m.content)
@@ -233,7 +240,7 @@ def test_bookkeeping_keys_starting_with_underscore_are_stripped() -> None:
         assistant(tool_use_block("toolu_1", "python", {"code": "1 + 1", "_kept": "model input is data"})),
         user(tagged),
     ]
-    turns = to_api_messages(messages, cache_ttl=None)
+    turns = sent(messages, cache_ttl=None)
     assert turns[0]["content"] == [text("go")]
     assert turns[2]["content"] == [tool_result_block("toolu_1", "2")]
     assert turns[1]["content"][0]["input"] == {"code": "1 + 1", "_kept": "model input is data"}
@@ -255,9 +262,9 @@ def cells(count: int) -> list[Message]:
 def test_the_previous_requests_last_message_keeps_a_breakpoint_however_many_blocks_follow():
     before = conversation()
     after = [*before, *cells(30), user_text("what changed?")]
-    turns = to_api_messages(after, cached_tail=before[-1].uuid)
+    turns = sent(after, cached_tail=before[-1].uuid)
     assert cached_blocks(turns) == [(4, 0), (len(turns) - 1, 1)]
-    assert len(cached_blocks(to_api_messages(after, cached_tail="gone"))) == 1  # compacted away: only the last
+    assert len(cached_blocks(sent(after, cached_tail="gone"))) == 1  # compacted away: only the last
 
 
 def test_a_session_with_many_user_cells_between_turns_reads_its_cached_conversation(tmp_path):

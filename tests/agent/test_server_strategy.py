@@ -5,6 +5,7 @@ not do (the transcript, resume, savings) stays ctx_magic's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from agent_rig import rig
@@ -64,7 +65,7 @@ def test_what_the_model_or_the_window_cannot_take_stays_on_the_client():
 
 
 def test_server_clearing_is_applied_recorded_shown_and_priced(tmp_path):
-    with rig(tmp_path, window=100_000, config=SERVER.replace(keep_recent=2)) as r:
+    with rig(tmp_path, window=100_000, config=dataclasses.replace(SERVER, keep_recent=2)) as r:
         events: list = []
         r.session.listeners.append(events.append)
         for n in range(10):
@@ -76,16 +77,16 @@ def test_server_clearing_is_applied_recorded_shown_and_priced(tmp_path):
         for event in events:
             panel.handle(event)
         panel.flush()
-    thresholds = r.session.context_settings().thresholds
+    thresholds = r.session.setup().context.thresholds
     sent = calls[-1].body["context_management"]["edits"]
     assert sent[0]["trigger"]["value"] == thresholds.warning and sent[0]["keep"]["value"] == 2
     edited = [e for e in events if isinstance(e, ServerEdited)]
     assert edited and edited[0].applied_edits[0]["type"] == "clear_tool_uses_20250919"
-    assert edited[0].tokens_cleared >= r.session.context_settings().clear_threshold
+    assert edited[0].tokens_cleared >= r.session.setup().context.clear_threshold
     assert not [e for e in events if isinstance(e, (Cleared, Compacted))]  # the client left it to the API
     assert all(q.status == 200 for q in calls)
     # The client keeps every result; what the model saw was cleared (the stand-in's count says so).
-    assert all(CLEARED_RESULT not in json.dumps(m.content) for m in r.session.messages)
+    assert all(CLEARED_RESULT not in json.dumps(m.content) for m in r.session.live.messages)
     assert calls[-1].input_tokens < max(q.input_tokens for q in calls) / 2
     assert any(rec.get("event") == "server_edited" for rec in records)
     assert status["cost"]["saved_by"]["cleared"] > 0
@@ -94,14 +95,15 @@ def test_server_clearing_is_applied_recorded_shown_and_priced(tmp_path):
 
 
 def test_server_compaction_goes_back_unchanged_survives_resume_and_the_client_never_compacts(tmp_path):
-    config = SERVER.replace(keep_recent=100)  # no clearing frees enough: the conversation must compact
+    config = dataclasses.replace(SERVER, keep_recent=100)  # no clearing frees enough: the conversation must compact
     # A window the twelve turns fill past the compaction trigger once, late enough to summarize most of them.
     with rig(tmp_path, window=130_000, config=config) as r:
         events: list = []
         r.session.listeners.append(events.append)
         results = [run_turn(r.session, big(n)) for n in range(12)]
         calls = main_calls(r.api)
-        resumed, problems = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic", config,
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor,
+                                         tmp_path / ".ctx_magic", config,
                                          session_id=r.session.session_id, resume=True, root=tmp_path, clock=r.clock)
         after = run_turn(resumed, big(12))
     compacted = [e for e in events if isinstance(e, ServerCompacted)]
@@ -112,18 +114,18 @@ def test_server_compaction_goes_back_unchanged_survives_resume_and_the_client_ne
     first_after = next(i for i, q in enumerate(calls) if any(
         b.get("type") == "compaction" for m in q.body["messages"] for b in m["content"] if isinstance(b, dict)))
     block = next(b for m in calls[first_after].body["messages"] for b in m["content"] if b.get("type") == "compaction")
-    assert block == r.session.messages[1].content[0]  # sent back exactly as it came
+    assert block == r.session.live.messages[1].content[0]  # sent back exactly as it came
     assert calls[first_after].input_tokens < 30_000  # the API dropped what came before it
     assert problems == [] and after.error is None
-    assert resumed.messages[:len(r.session.messages)] == r.session.messages
+    assert resumed.live.messages[:len(r.session.live.messages)] == r.session.live.messages
 
 
 def test_a_model_without_server_compaction_keeps_ctx_magics_own(tmp_path):
     edits_only = ("clear_tool_uses_20250919", "clear_thinking_20251015")
-    with rig(tmp_path, window=100_000, config=SERVER.replace(keep_recent=100)) as r:
+    with rig(tmp_path, window=100_000, config=dataclasses.replace(SERVER, keep_recent=100)) as r:
         r.api.config = OfflineConfig(window=100_000, max_output=4_096, context_edits=edits_only)
-        r.session.frame.reconfigure(r.session.settings, type(r.session.model)(r.session.model.client,
-                                                                               name=r.session.model.name))
+        r.session.frame.reconfigure(r.session.frame.settings, type(r.session.frame.model)(r.session.frame.model.client,
+                                                                               name=r.session.frame.model.name))
         results = [run_turn(r.session, big(n)) for n in range(12)]
     assert [res.error for res in results] == [None] * 12
     assert "auto" in [c for res in results for c in res.compactions]  # ctx_magic compacted

@@ -4,6 +4,7 @@ written by another model (issue 13, part 1; seeds: thinking clearing)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import anthropic
@@ -30,7 +31,7 @@ def main_calls(api: OfflineAPI) -> list:
 
 
 def thinking_of(session) -> list[dict]:
-    return [b for m in session.messages for b in m.content if b.get("type") in ("thinking", "redacted_thinking")]
+    return [b for m in session.live.messages for b in m.content if b.get("type") in ("thinking", "redacted_thinking")]
 
 
 def test_a_tool_loop_with_thinking_sends_the_blocks_back_byte_for_byte(tmp_path):
@@ -42,8 +43,8 @@ def test_a_tool_loop_with_thinking_sends_the_blocks_back_byte_for_byte(tmp_path)
     assert result.error is None and result.model_calls == 2  # the code ran, then the loop continued
     assert [q.status for q in calls] == [200, 200]
     assert all(q.body["thinking"] == {"type": "enabled", "budget_tokens": 1_024} for q in calls)
-    assert all(q.body["max_tokens"] == r.session.window.reply_cap + 1_024 for q in calls)
-    answer = r.session.messages[1]
+    assert all(q.body["max_tokens"] == r.session.frame.window.reply_cap + 1_024 for q in calls)
+    answer = r.session.live.messages[1]
     block = answer.content[0]
     assert block["type"] == "thinking" and signature_valid(block["thinking"], block["signature"], MODEL)
     assert "".join(deltas) == block["thinking"]  # streamed as it came, then kept whole
@@ -71,7 +72,7 @@ def test_thinking_survives_compaction_and_resume_in_a_restarted_stand_in(tmp_pat
     with rig(tmp_path, window=200_000, config=THINKING) as r:
         for n in range(3):
             assert run_turn(r.session, prompt(n)).error is None
-        manual_compact(r.session, direction="from", index=len(r.session.messages) - 4)  # keeps the last loop
+        manual_compact(r.session, direction="from", index=len(r.session.live.messages) - 4)  # keeps the last loop
         assert run_turn(r.session, prompt(3)).error is None
         kept = thinking_of(r.session)
         assert kept and all(q.status == 200 for q in main_calls(r.api))
@@ -82,7 +83,7 @@ def test_thinking_survives_compaction_and_resume_in_a_restarted_stand_in(tmp_pat
     restarted = OfflineAPI(OfflineConfig(window=200_000, max_output=4_096), clock=r.clock)  # a new server process
     with serve_in_thread(restarted) as (url, _stop):
         model = AnthropicModel(anthropic.Anthropic(api_key="k", base_url=url, max_retries=0), name=MODEL)
-        resumed, problems = open_session(model, r.session.executor, store, THINKING, session_id=sid, resume=True,
+        resumed, problems = open_session(model, r.session.frame.executor, store, THINKING, session_id=sid, resume=True,
                                          root=tmp_path, clock=r.clock)
         assert problems == []
         assert [json.dumps(b) for b in thinking_of(resumed)] == [json.dumps(b) for b in kept]
@@ -97,39 +98,39 @@ def test_an_idle_gap_over_the_ttl_keeps_only_the_last_thinking_turn_and_resume_a
         for n in range(3):
             run_turn(r.session, prompt(n))
             r.clock.advance(60)  # active use: well inside the 5-minute cache TTL
-        assert len(thinking_turns(r.session.messages)) == 3  # nothing cleared while active
+        assert len(thinking_turns(r.session.live.messages)) == 3  # nothing cleared while active
         events: list = []
         r.session.listeners.append(events.append)
         r.clock.advance(5 * 60 + 1)
         result = run_turn(r.session, "I'm back: what did the last batch show?")
         cleared = [e for e in events if isinstance(e, ThinkingCleared)]
         sent = main_calls(r.api)[-1].body["messages"]
-        expected = r.session.request().messages
-        resumed, _ = open_session(r.session.model, r.session.executor, tmp_path / ".ctx_magic", THINKING,
+        expected = r.session.request(r.session.setup()).messages
+        resumed, _ = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic", THINKING,
                                   session_id=r.session.session_id, resume=True, root=tmp_path, clock=r.clock)
     assert result.error is None
     assert len(cleared) == 1 and cleared[0].trigger == "idle" and cleared[0].tokens_freed > 0
     assert len(cleared[0].message_uuids) == 2  # turns 0 and 1; turn 2 was the last thinking turn
     with_thinking = [m for m in sent if m["role"] == "assistant" and m["content"][0]["type"] == "thinking"]
     assert len(with_thinking) == 1  # only the last turn's answer still opens with its thinking
-    assert len(thinking_turns(r.session.messages)) == 2  # that turn, and the answer to the new prompt
-    assert resumed.request().messages == expected  # the clearing is replayed byte for byte (M4)
+    assert len(thinking_turns(r.session.live.messages)) == 2  # that turn, and the answer to the new prompt
+    assert resumed.request(resumed.setup()).messages == expected  # the clearing is replayed byte for byte (M4)
 
 
 def test_a_model_switch_drops_the_blocks_the_new_model_cannot_take(tmp_path):
     with rig(tmp_path, window=200_000, config=THINKING) as r:
         run_turn(r.session, prompt(0))
-        other = AnthropicModel(r.session.model.client, name="claude-opus-5-5")
+        other = AnthropicModel(r.session.frame.model.client, name="claude-opus-5-5")
         # Without the switch's stripping the stand-in refuses Sonnet's blocks on Opus (bound signatures):
-        r.session.frame.reconfigure(THINKING.replace(model="claude-opus-5-5"), other)
+        r.session.frame.reconfigure(dataclasses.replace(THINKING, model="claude-opus-5-5"), other)
         refused = run_turn(r.session, "and now?")
         assert refused.error is not None and "Invalid `signature`" in refused.error
-        r.session.frame.reconfigure(THINKING, r.session.model)
-        event = r.session.switch_model(THINKING.replace(model="claude-opus-5-5"), other)
+        r.session.frame.reconfigure(THINKING, r.session.frame.model)
+        event = r.session.switch_model(dataclasses.replace(THINKING, model="claude-opus-5-5"), other)
         result = run_turn(r.session, "and now?")
     assert event is not None and event.trigger == "model-switch"
     assert result.error is None and main_calls(r.api)[-1].status == 200
-    assert {m.meta.get("model") for m in r.session.messages if m.role == "assistant" and m.content and
+    assert {m.meta.get("model") for m in r.session.live.messages if m.role == "assistant" and m.content and
             m.content[0].get("type") == "thinking"} == {"claude-opus-5-5"}
 
 
@@ -138,15 +139,17 @@ def test_redacted_thinking_goes_back_unchanged_too(tmp_path):
         r.api.inject("redacted_thinking")
         result = run_turn(r.session, prompt(0))
     assert result.error is None and [q.status for q in main_calls(r.api)] == [200, 200]
-    assert r.session.messages[1].content[0]["type"] == "redacted_thinking"
+    assert r.session.live.messages[1].content[0]["type"] == "redacted_thinking"
 
 
 def test_side_calls_keep_the_blocks_while_the_cache_is_warm_and_drop_them_when_it_is_cold(tmp_path):
     with rig(tmp_path, window=200_000, config=THINKING) as r:
         run_turn(r.session, prompt(0))
-        warm = r.session.request(purpose="memory").messages
+        r.session.side_calls.text(r.session.live.messages, "Save the memories worth keeping.")
+        warm = main_calls(r.api)[-1].body["messages"]
         r.clock.advance(5 * 60 + 1)
-        cold = r.session.request(purpose="memory").messages
+        r.session.side_calls.text(r.session.live.messages, "Save the memories worth keeping.")
+        cold = main_calls(r.api)[-1].body["messages"]
     def count(messages):
         return sum(1 for m in messages for b in m["content"] if b.get("type") == "thinking")
     assert count(warm) == 1 and count(cold) == 0
@@ -155,9 +158,9 @@ def test_side_calls_keep_the_blocks_while_the_cache_is_warm_and_drop_them_when_i
 def test_the_thinking_budget_is_reserved_in_the_thresholds(tmp_path):
     with (rig(tmp_path, window=200_000, max_output=64_000) as plain,
           rig(tmp_path / "t", window=200_000, max_output=64_000, config=THINKING) as thinking):
-        a, b = plain.session.context_settings().thresholds, thinking.session.context_settings().thresholds
-    assert plain.session.window.reply_cap == thinking.session.window.reply_cap == 16_384
-    assert thinking.session.window.max_tokens == 16_384 + 1_024
+        a, b = plain.session.setup().context.thresholds, thinking.session.setup().context.thresholds
+    assert plain.session.frame.window.reply_cap == thinking.session.frame.window.reply_cap == 16_384
+    assert thinking.session.frame.window.max_tokens == 16_384 + 1_024
     assert (a.effective, b.effective) == (200_000 - 16_384, 200_000 - 16_384 - 1_024)
     assert a.autocompact - b.autocompact == 1_024 and a.blocking - b.blocking == 1_024
 

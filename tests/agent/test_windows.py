@@ -11,7 +11,7 @@ from agent_rig import rig
 from ctx_magic.agent.catalog import LONG_CONTEXT_BETA, table_limits
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
-from ctx_magic.context.costs import Prices
+from ctx_magic.context.costs import RelativePrices
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.prices import table_prices
@@ -22,10 +22,10 @@ ONE_MILLION = 1_000_000
 
 def test_a_1m_models_limits_come_from_the_models_api_and_set_its_thresholds(tmp_path):
     with rig(tmp_path, window=ONE_MILLION, max_output=128_000) as r:
-        limits = r.session.model.limits()
-        window = r.session.window
-        thresholds = r.session.context_settings().thresholds
-        prepared = r.session.live.prepare()
+        limits = r.session.frame.model.limits()
+        window = r.session.frame.window
+        thresholds = r.session.setup().context.thresholds
+        prepared, _ = r.session.prepare()
     assert (limits.window, limits.max_output, limits.source) == (ONE_MILLION, 128_000, "models-api")
     assert (window.tokens, window.reply_cap, window.source) == (ONE_MILLION, 16_384, "models-api")
     # T4: effective = window - min(reply cap, 20,000); the 13,000 / 20,000 / 3,000 buffers unscaled.
@@ -33,7 +33,7 @@ def test_a_1m_models_limits_come_from_the_models_api_and_set_its_thresholds(tmp_
     assert (thresholds.autocompact, thresholds.warning, thresholds.blocking) == (970_616, 950_616, 980_616)
     # What the decision gets to weigh carrying ~970,000 tokens on every call against a summary.
     dollars = table_prices("claude-sonnet-5-5")  # input $2, 5m write $2.50, read $0.10, output $10 a million
-    assert prepared.situation.prices == Prices(read=0.1 / 2.0, write=2.5 / 2.0, output=10.0 / 2.0)
+    assert prepared.situation.facts.prices == RelativePrices(read=0.1 / 2.0, write=2.5 / 2.0, output=10.0 / 2.0)
     assert dollars.input == 2.0
     assert prepared.situation.thresholds == thresholds
 
@@ -87,8 +87,8 @@ def test_the_stand_in_holds_sonnet_4_5_to_200k_without_the_header_and_the_sessio
         assert client.beta.messages.create(**ask, betas=[LONG_CONTEXT_BETA]).content  # opened by the header
     config = Settings(model="claude-sonnet-4-5", context_window=ONE_MILLION)
     with rig(tmp_path, window=ONE_MILLION, max_output=64_000, config=config) as r:
-        model = AnthropicModel(r.session.model.client, name="claude-sonnet-4-5")
-        r.session.frame.reconfigure(r.session.settings, model)
+        model = AnthropicModel(r.session.frame.model.client, name="claude-sonnet-4-5")
+        r.session.frame.reconfigure(r.session.frame.settings, model)
         result = run_turn(r.session, "Summarise the plan.\n```python\nprint(1)\n```")
         calls = [q for q in r.api.requests if q.path == "/v1/messages"]
     assert result.error is None and len(calls) == 2

@@ -11,6 +11,8 @@ import pytest
 
 from benchmarks.corpus_location import corpus_missing, corpus_path
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = corpus_path()
 

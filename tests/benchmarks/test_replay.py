@@ -251,6 +251,7 @@ def test_costliest_lists_the_sessions_most_above_raw_with_their_side_calls() -> 
 
 
 @needs_corpus
+@pytest.mark.slow
 def test_quick_command_prints_the_table() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(

@@ -4,6 +4,8 @@ process. Every figure the issue sets a target for is held to it."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.soak import STEP_WEIGHTS, plan, soak
 
 SEED = 13  # its first 14 steps hold every kind: turns with and without code, cells, both compactions, a kill
@@ -15,6 +17,7 @@ def test_the_short_plan_holds_every_kind_of_step():
     assert {step.kind for step in plan(SEED, STEPS)} == set(STEP_WEIGHTS)
 
 
+@pytest.mark.slow
 def test_a_short_soak_in_real_kernels_meets_every_target(tmp_path):
     report = soak(12_000, seed=SEED, steps=STEPS, rate=FAULT_RATE, kernel=True, folder=tmp_path)
     assert report.restarts == 1 and report.faults >= 1

@@ -6,8 +6,8 @@ from __future__ import annotations
 from builders import summarized_span as span
 
 from ctx_magic.context.audit import HEAD_LINES, SEARCH_TOOL, audit_summary
-from ctx_magic.context.autocompact import compact_conversation
-from ctx_magic.context.tokens import DEFAULT_FAMILY, count_context, count_text
+from ctx_magic.context.autocompact import Compaction, plan_split, rebuild
+from ctx_magic.context.tokens import DEFAULT_FAMILY, count_text
 from ctx_magic.events import AuditReport, Compacted, event_from_json
 from ctx_magic.messages import user_text
 
@@ -76,10 +76,9 @@ def test_user_messages_an_earlier_summary_answered_for_are_checked_again():
 
 def test_compaction_appends_the_audit_after_the_summary_and_records_it_on_the_event():
     messages = span()
-    result = compact_conversation(
-        messages, summarizer=None, trigger="manual", now=1.0, transcript_path="/s/transcript.jsonl",  # type: ignore[arg-type]
-        tokens_before=1_000, measure=lambda ms: count_context(ms).tokens, threshold=10_000,
-        summary_text="The user wants a plot.")
+    job = Compaction(plan_split(messages), "manual", now=1.0, tokens_before=1_000, threshold=10_000,
+                     transcript_path="/s/transcript.jsonl")
+    result = rebuild(job, "The user wants a plot.")
     summary = next(m for m in result.messages if m.kind == "summary")
     assert summary.text.index("The user wants a plot.") < summary.text.index(messages[0].text)
     assert SEARCH_TOOL in summary.text  # the preamble names the recovery tool

@@ -7,16 +7,18 @@ from builders import assistant, call, exchange, results, text
 
 from ctx_magic.context.autocompact import (
     MAX_PTL_RETRIES,
+    Compaction,
     api_round_groups,
-    compact_conversation,
     plan_split,
+    rebuild,
     summarize_with_retries,
     summary_input,
+    summary_request,
     truncate_head_for_ptl,
 )
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.prompts import PTL_RETRY_MARKER, compact_prompt, extract_summary
-from ctx_magic.context.tokens import estimate_messages, message_tokens
+from ctx_magic.context.tokens import message_tokens
 from ctx_magic.errors import CompactionFailed, PromptTooLong, ServerError
 from ctx_magic.messages import Message, user_text
 
@@ -47,12 +49,15 @@ def rounds(n: int) -> list[Message]:
     return msgs
 
 
-def compact(messages, summarizer=None, **kw):
-    kw.setdefault("trigger", "manual")
-    return compact_conversation(
-        messages, summarizer or FakeSummarizer(), now=1.0, transcript_path="/s/transcript.jsonl",
-        tokens_before=1_000, measure=estimate_messages, threshold=10**9, **kw,
-    )
+def compact(messages, summarizer=None, *, direction="full", split_at=None, trigger="manual", attachments=(),
+            threshold=10**9, **job):
+    """Summarize (the summarizer asked, with its retries), then rebuild: as the loop compacts."""
+    split = plan_split(messages, direction, split_at)
+    sent, prompt = summary_request(split)
+    summary = summarize_with_retries((summarizer or FakeSummarizer()).summarize, sent, prompt)
+    job = Compaction(split, trigger, now=1.0, tokens_before=1_000, threshold=threshold,
+                     transcript_path="/s/transcript.jsonl", **job)
+    return rebuild(job, summary, attachments=lambda kept: attachments)
 
 
 # -- C1 ------------------------------------------------------------------------------------
@@ -155,22 +160,22 @@ def test_c4_retries_at_most_three_times_then_fails_clearly():
     errors = [PromptTooLong("too long", 100, 50) for _ in range(MAX_PTL_RETRIES + 1)]
     summarizer = FakeSummarizer(errors=errors)
     with pytest.raises(CompactionFailed, match="too long to summarize"):
-        summarize_with_retries(summarizer, rounds(40), "prompt")
+        summarize_with_retries(summarizer.summarize, rounds(40), "prompt")
     assert len(summarizer.seen) == MAX_PTL_RETRIES + 1
     assert all(len(a) > len(b) for a, b in zip(summarizer.seen, summarizer.seen[1:]))
 
 
 def test_c4_recovers_after_a_truncation():
     summarizer = FakeSummarizer(errors=[PromptTooLong("too long", 1_200, 1_000)])
-    assert summarize_with_retries(summarizer, rounds(10), "p") == "the summary"
+    assert summarize_with_retries(summarizer.summarize, rounds(10), "p") == "the summary"
     assert len(summarizer.seen[1]) < len(summarizer.seen[0])
 
 
 def test_c3_model_errors_become_compaction_failures():
     with pytest.raises(CompactionFailed, match="summary call failed"):
-        summarize_with_retries(FakeSummarizer(errors=[ServerError("boom")]), rounds(2), "p")
+        summarize_with_retries(FakeSummarizer(errors=[ServerError("boom")]).summarize, rounds(2), "p")
     with pytest.raises(CompactionFailed, match="no <summary>"):
-        summarize_with_retries(FakeSummarizer(reply="no tags"), rounds(2), "p")
+        summarize_with_retries(FakeSummarizer(reply="no tags").summarize, rounds(2), "p")
 
 
 # -- C6 / C8: the rebuilt context -----------------------------------------------------------
@@ -179,8 +184,7 @@ def test_c3_model_errors_become_compaction_failures():
 def test_c6_full_compaction_order_and_boundary_metadata():
     msgs = rounds(4)
     attachment = user_text("recent file", kind="attachment")
-    result = compact(msgs, trigger="auto", previous_boundary="b0", turns_since=7,
-                     attachments=lambda kept: [attachment])
+    result = compact(msgs, trigger="auto", previous_boundary="b0", turns_since=7, attachments=[attachment])
     kinds = [m.kind for m in result.messages]
     assert kinds == ["boundary", "summary", "attachment"]
     boundary = result.messages[0].meta
@@ -234,10 +238,8 @@ def test_compaction_with_nothing_to_summarize_fails_clearly():
 
 
 def test_rebound_is_reported_when_the_result_is_still_over_the_threshold():
-    result = compact_conversation(
-        rounds(3), FakeSummarizer(), trigger="auto", now=0, transcript_path="t", tokens_before=10,
-        measure=lambda msgs: 500, threshold=100,
-    )
+    result = compact(rounds(3), trigger="auto", threshold=100)
+    assert result.event.tokens_after >= 100
     assert result.event.rebound
 
 

@@ -32,10 +32,6 @@ def one_result(output: str, tool: str = "python"):
     return [user_text("go"), assistant(use), results((use["id"], output))], use["id"]
 
 
-def test_l1_constants_are_the_seeds():
-    assert (MAX_RESULT_CHARS, MAX_MESSAGE_RESULTS_CHARS, PREVIEW_CHARS) == (50_000, 200_000, 2_000)
-
-
 def test_l1_result_over_50000_chars_is_persisted_with_preview():
     output = "line of output\n" * 4_000  # 60,000 chars
     msgs, tid = one_result(output)

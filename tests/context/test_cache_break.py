@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctx_magic.context.cache_break import MIN_DROP_SHARE, MIN_DROP_TOKENS, CacheBaseline, observe
+from ctx_magic.context.cache_break import CacheBaseline, observe
 from ctx_magic.messages import Usage
 
 TTL = 300.0
@@ -10,10 +10,6 @@ TTL = 300.0
 
 def read(tokens: int, written: int = 0) -> Usage:
     return Usage(10, 5, cache_creation_input_tokens=written, cache_read_input_tokens=tokens)
-
-
-def test_c10_constants_are_the_seeds_dual_thresholds():
-    assert (MIN_DROP_TOKENS, MIN_DROP_SHARE) == (2_000, 0.05)
 
 
 def test_c10_the_first_response_only_sets_the_baseline():

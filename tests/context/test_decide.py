@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ctx_magic.context.costs import Outlook, Prices, Start, call_cost, outlook_cost
+from ctx_magic.context.costs import Outlook, RelativePrices, Start, call_cost, outlook_cost
 from ctx_magic.context.decide import (
     COMPACT_FROM_NOTES,
     COMPACT_WITH_SUMMARY,
@@ -35,8 +35,8 @@ def situation(tokens: int, *, calls: int = 10, growth: int = 2_000, notes_tokens
 
 
 def test_a_call_reads_what_the_cache_holds_and_writes_the_rest():
-    assert call_cost(10_000, 8_000, Prices()) == 8_000 * 0.1 + 2_000 * 1.25
-    assert call_cost(10_000, 8_000, Prices.for_ttl("1h")) == 8_000 * 0.1 + 2_000 * 2.0
+    assert call_cost(10_000, 8_000, RelativePrices()) == 8_000 * 0.1 + 2_000 * 1.25
+    assert call_cost(10_000, 8_000, RelativePrices.for_ttl("1h")) == 8_000 * 0.1 + 2_000 * 2.0
 
 
 def test_the_outlook_plays_calls_forward_and_prices_a_forced_compaction():
@@ -46,7 +46,7 @@ def test_the_outlook_plays_calls_forward_and_prices_a_forced_compaction():
     # 12,000, writes 1,000 and answers 500 tokens of output.
     expected = (10_000 * 0.1) + (10_000 * 0.1 + 1_000 * 1.25) + (11_000 * 0.1 + 1_000 * 1.25) \
         + (12_000 * 0.1 + 1_000 * 1.25 + 500 * 5.0)
-    assert outlook_cost(Start(10_000, 10_000), outlook, Prices()) == expected
+    assert outlook_cost(Start(10_000, 10_000), outlook, RelativePrices()) == expected
 
 
 # -- the choices ------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import compute_thresholds
 from ctx_magic.events import Cleared
 from ctx_magic.messages import Usage, result_text, user_text
-from ctx_magic.settings import CLEAR_AT_LEAST, KEEP_RECENT, Settings
+from ctx_magic.settings import Settings
 
 MINUTE = 60.0
 
@@ -31,11 +31,10 @@ def settings(**kw):
     return ContextSettings(thresholds=compute_thresholds(200_000, 32_000, env={}), **kw)
 
 
-def test_l3_defaults_are_the_seeds():
-    assert KEEP_RECENT == 5 and CLEAR_AT_LEAST == 20_000
-    assert CLEARED_TEXT == "[Old tool result content cleared]"
-    assert ContextSettings.create(200_000, 32_000, Settings(cache_ttl="5m")).idle_minutes == 5
-    assert ContextSettings.create(200_000, 32_000, Settings(cache_ttl="1h")).idle_minutes == 60
+def test_the_idle_gap_is_the_cache_lifetime_unless_set():
+    assert ContextSettings.create(200_000, 32_000, Settings(cache_ttl="5m")).idle_seconds == 5 * 60
+    assert ContextSettings.create(200_000, 32_000, Settings(cache_ttl="1h")).idle_seconds == 60 * 60
+    assert ContextSettings.create(200_000, 32_000, Settings(idle_minutes=7.0)).idle_seconds == 7 * 60
 
 
 def outputs(count: int) -> list[str]:
@@ -131,7 +130,7 @@ def test_l3_freed_tokens_before_anchor_lower_the_count():
     msgs = session([big] * 10, usage=Usage(150_000, 100))
     before = prepare(msgs, ContextState(), 1.0, settings(clear_at_least=10**9), facts=LONG_WITHOUT_COMPACTION)
     after = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
-    assert after.tokens < before.tokens - 20_000
+    assert after.count.tokens < before.count.tokens - 20_000
 
 
 def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():

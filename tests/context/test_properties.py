@@ -85,7 +85,7 @@ def engine_settings(draw):
     return ContextSettings(
         thresholds=compute_thresholds(window, min(max_output, window // 2), env={}),
         keep_recent=draw(st.integers(1, 8)),
-        idle_minutes=draw(st.sampled_from([5.0, 60.0])),
+        idle_seconds=draw(st.sampled_from([300.0, 3600.0])),
         clear_at_least=draw(st.sampled_from([100, 2_000, 20_000])),
         snip_max_messages=draw(st.sampled_from([10, 25, 60, 200])),
         tool_results_dir="/session/tool-results",
@@ -127,7 +127,7 @@ def test_prepare_keeps_m5_is_idempotent_and_never_grows(convo, cfg, idle):
     assert again.messages == out.messages
     assert [e for e in again.events if e.durable] == []
     before = measure(raw, ContextState()).tokens
-    assert out.tokens <= before
+    assert out.count.tokens <= before
 
 
 @PROPERTY_SETTINGS

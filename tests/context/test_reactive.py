@@ -15,9 +15,8 @@ def test_l5_reactive_split_keeps_about_five_messages_and_never_splits_a_pair():
     messages = [user_text("start"), assistant(text("ok")), user_text("go"), assistant(use),
                 results((use["id"], "out")), assistant(text("done")), user_text("next"), assistant(text("fine")),
                 user_text("last")]
-    assert REACTIVE_KEEP_MESSAGES == 5
-    # five from the end would start at the tool result: the cut moves back to its tool_use
-    assert len(messages) - 5 == 4 and messages[4].tool_result_ids
+    # the kept tail would start at the tool result: the cut moves back to its tool_use
+    assert messages[len(messages) - REACTIVE_KEEP_MESSAGES].tool_result_ids
     cut = reactive_split(messages)
     assert cut == 3 and messages[cut].tool_use_ids
     check_invariants([user_text("the summary"), *messages[cut:]])  # the summary goes first

@@ -5,17 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ctx_magic.context.thresholds import (
-    AUTOCOMPACT_BUFFER_TOKENS,
-    BLOCKING_BUFFER_TOKENS,
-    MAX_OUTPUT_TOKENS_FOR_SUMMARY,
-    WARNING_THRESHOLD_BUFFER_TOKENS,
     compute_thresholds,
 )
-
-
-def test_t4_constants_are_the_seeds():
-    assert (MAX_OUTPUT_TOKENS_FOR_SUMMARY, AUTOCOMPACT_BUFFER_TOKENS) == (20_000, 13_000)
-    assert (WARNING_THRESHOLD_BUFFER_TOKENS, BLOCKING_BUFFER_TOKENS) == (20_000, 3_000)
 
 
 def test_t4_200k_window_with_large_output():

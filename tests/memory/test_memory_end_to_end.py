@@ -24,7 +24,7 @@ def batch(n: int) -> str:
     return f"%%agent\nRainfall batch {n}, please.\n```python\n{code}\n```"
 
 
-def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(shell):
+def test_notes_then_compaction_from_notes_then_memories_in_the_next_session(shell):
     shell.run_line_magic("config", "CtxMagic.context_window = 40000")
     shell.run_line_magic("config", "CtxMagic.clear_at_least = 10000000")  # reach the threshold
     run(shell, "%%agent\nI prefer plots in dark mode. Always label the axes in millimetres.")
@@ -40,7 +40,7 @@ def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(
 
     ctl.listeners.append(count)
     n = 0
-    while not ctl.session.compaction.boundaries and n < 40:
+    while not ctl.host.session.compaction.boundaries and n < 40:
         run(shell, batch(n))
         n += 1
     assert ctl.memory.notes.extractions >= 1 and ctl.memory.notes.last_error is None
@@ -49,7 +49,7 @@ def test_notes_then_session_memory_compaction_then_memories_in_the_next_session(
     assert calls["after"] == calls["before"], "session-memory compaction made a model call"
     assert api.model_calls("compaction") == 0
 
-    first = ctl.session.session_id
+    first = ctl.host.session.session_id
     run(shell, "%agent --new")  # the first session ends: its memories are extracted
     _, shown = run(shell, "%%agent\nWhat should the next chart look like?")
     assert status(shell)["session_id"] != first

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from ctx_magic.agent.model import AnthropicModel, ModelRequest
-from ctx_magic.agent.request import system_blocks, to_api_messages
+from ctx_magic.agent.request import build_request
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.messages import Message, user_text
 from ctx_magic.notebook.backend import OFFLINE_NOTICE, choose_backend
@@ -30,7 +30,7 @@ def url(api: OfflineAPI) -> Iterator[str]:
 
 
 def request(*messages: Message) -> ModelRequest:
-    return ModelRequest(system_blocks("You help."), [], to_api_messages(messages), 1_024)
+    return build_request(messages, system="You help.", tools=[], max_tokens=1_024, cache_ttl="5m")
 
 
 def text_of(content) -> str:  # type: ignore[no-untyped-def]

@@ -18,22 +18,22 @@ def shell(tmp_path, monkeypatch):
 
 
 def cell_results(shell) -> list[str]:
-    session = controller(shell).session
-    uses = {b["id"] for m in session.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"}
-    return [json.dumps(b["content"]) for m in session.messages for b in m.blocks("tool_result")
+    session = controller(shell).host.session
+    uses = {b["id"] for m in session.live.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"}
+    return [json.dumps(b["content"]) for m in session.live.messages for b in m.blocks("tool_result")
             if b["tool_use_id"] in uses]
 
 
 def test_n2_a_cell_after_a_turn_is_on_disk_until_the_next_turn_takes_it(shell):
     run(shell, "%%agent\nhello")
-    store = controller(shell).session.store
+    store = controller(shell).host.session.store
     cell(shell, "print('kept on disk')")
     [waiting] = store.pending_cells().load().cells
     assert "".join(waiting.cell["stdout"]) == "kept on disk\n"
     run(shell, "%%agent\nwhat did I print?")
     assert not store.pending_cells_path.exists()
     assert any("kept on disk" in r for r in cell_results(shell))
-    uses = [m for m in controller(shell).session.messages if m.meta.get(PENDING_ID_KEY)]
+    uses = [m for m in controller(shell).host.session.live.messages if m.meta.get(PENDING_ID_KEY)]
     assert [m.meta[PENDING_ID_KEY] for m in uses] == [waiting.id]
 
 
@@ -42,9 +42,9 @@ def test_n2_cells_a_dead_kernel_left_enter_the_resumed_session_once(tmp_path, mo
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     first = new_shell()
     run(first, "%%agent\nhello")
-    sid = controller(first).session.session_id
+    sid = controller(first).host.session.session_id
     cell(first, "print('before the restart')")
-    pending = controller(first).session.store.pending_cells()
+    pending = controller(first).host.session.store.pending_cells()
     controller(first).cells.pending.clear()  # the kernel dies: what it held in memory is gone
     close_shell(first)
 
@@ -62,7 +62,7 @@ def test_n2_cells_a_dead_kernel_left_enter_the_resumed_session_once(tmp_path, mo
 
 def test_n2_a_cell_already_in_the_transcript_is_not_taken_again(shell):
     run(shell, "%%agent\nhello")
-    session = controller(shell).session
+    session = controller(shell).host.session
     cell(shell, "print('once')")
     [waiting] = session.store.pending_cells().load().cells
     run(shell, "%%agent\nnext")

@@ -14,6 +14,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from kernel_rig import Kernel, kernel_env, start
 
-from ctx_magic.agent.model import AnthropicModel, ModelRequest
-from ctx_magic.agent.request import system_blocks, to_api_messages
+from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.request import build_request
 from ctx_magic.errors import AuthenticationFailed, CtxMagicError
 from ctx_magic.messages import user_text
 from ctx_magic.notebook.backend import choose_backend
@@ -31,7 +31,7 @@ def gateway() -> Iterator[tuple[OfflineAPI, str]]:
 
 def ask(backend_env: dict[str, str], text: str) -> str:
     backend = choose_backend(backend_env, max_retries=0)
-    request = ModelRequest(system_blocks("You help."), [], to_api_messages([user_text(text)]), 1_024)
+    request = build_request([user_text(text)], system="You help.", tools=[], max_tokens=1_024, cache_ttl="5m")
     reply = AnthropicModel(backend.client, name=MODEL).stream(request)
     return "".join(block.get("text", "") for block in reply.content if block.get("type") == "text")
 
@@ -72,6 +72,7 @@ def test_a_base_url_with_neither_credential_is_refused_naming_both() -> None:
         choose_backend({"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_AUTH_TOKEN": "  "})
 
 
+@pytest.mark.slow  # a real kernel
 def test_a_kernel_with_only_a_gateway_token_runs_a_turn(gateway, tmp_path) -> None:
     api, url = gateway
     kernels: list[Kernel] = []

@@ -21,7 +21,6 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.messages import result_text
-from ctx_magic.notebook.capture import CellRecord
 from ctx_magic.notebook.display import (
     SHOWN_HEAD_CHARS,
     SHOWN_TAIL_CHARS,
@@ -29,6 +28,7 @@ from ctx_magic.notebook.display import (
     TurnDisplay,
     shown_text,
 )
+from ctx_magic.notebook.outputs import CellRecord
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_idle_gap_is_checked_lazily_at_the_next_cell(shell):
     shell.user_ns["_clock"].now += 5 * 60 + 1
     cell(shell, "a = 1")  # any cell: pre_run_cell notices the idle gap
     assert seen and seen[0].trigger == "idle"
-    log = controller(shell).session.store.transcript_path.read_text()
+    log = controller(shell).host.session.store.transcript_path.read_text()
     assert '"event":"cleared"' in log
 
 
@@ -70,14 +70,14 @@ def test_timer_thread_clears_in_memory_and_the_next_cell_writes_it(shell):
     work(shell)
     ctl = controller(shell)
     seen = cleared_events(shell)
-    before = ctl.session.store.transcript_path.read_text()
+    before = ctl.host.session.store.transcript_path.read_text()
     shell.user_ns["_clock"].now += 6 * 60
     ctl.idle._fired()  # what the timer thread runs
     assert seen and seen[0].trigger == "idle"
-    assert ctl.session.store.transcript_path.read_text() == before  # nothing written from the thread
+    assert ctl.host.session.store.transcript_path.read_text() == before  # nothing written from the thread
     assert ctl.idle.deferred
     cell(shell, "b = 2")
-    assert '"event":"cleared"' in ctl.session.store.transcript_path.read_text()
+    assert '"event":"cleared"' in ctl.host.session.store.transcript_path.read_text()
     assert not ctl.idle.deferred
 
 
@@ -173,8 +173,8 @@ def test_what_running_code_prints_shows_beside_the_status_a_few_times_a_second(s
 def test_an_interrupted_run_keeps_what_it_printed_for_the_agent_and_the_user(shell):
     code = "print('epoch 1 done', flush=True)\nraise KeyboardInterrupt"
     _, shown = run(shell, f"%%agent\ntrain\n```python\n{code}\n```")
-    session = controller(shell).session
-    results = [b for m in session.messages for b in m.blocks("tool_result")]
+    session = controller(shell).host.session
+    results = [b for m in session.live.messages for b in m.blocks("tool_result")]
     assert "Interrupted" in shown and "epoch 1 done" in shown and "Traceback" not in shown
     assert results[-1]["is_error"] and result_text(results[-1]).startswith(INTERRUPTED_RESULT)
     assert "epoch 1 done" in result_text(results[-1])

@@ -127,6 +127,7 @@ def offline():
         yield api, url
 
 
+@pytest.mark.slow  # a real kernel
 def test_in_a_real_kernel_the_request_after_a_compaction_lists_a_dataframes_shape_and_columns(tmp_path, offline):
     api, url = offline
     kernel = Kernel(tmp_path, kernel_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=url))

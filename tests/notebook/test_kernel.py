@@ -16,6 +16,8 @@ from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 SETUP = "%load_ext ctx_magic\n%config CtxMagic.permission = 'auto'\n%config CtxMagic.idle_timer = False"
 
 
@@ -61,7 +63,7 @@ def test_interrupt_while_the_reply_streams_keeps_the_conversation_valid(tmp_path
             api.inject("stall")  # the reply starts, then hangs
             shown = kernel.execute("%%agent\ntell me a long story",
                                    when=lambda text: text.startswith("Offline stand-in"), then=kernel.interrupt)
-            api.stall_release.set()
+            api.endpoint.stall_release.set()
             assert "Interrupted" in shown and "Traceback" not in shown
             assert "Done · 1 model call ·" in kernel.execute("%%agent\nshorter, please")
             sid = status(kernel)["session_id"]

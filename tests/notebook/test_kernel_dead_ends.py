@@ -17,6 +17,8 @@ from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 SMALL_WINDOW = 12_000
 DENSE_45K = "import json\nprint(json.dumps([[i, i * 7 % 1000] for i in range(4000)])[:45000])"
 
@@ -187,6 +189,8 @@ def test_a_base_url_without_a_key_and_a_window_of_5_are_each_one_clear_line(tmp_
                              "ANTHROPIC_AUTH_TOKEN is: set the key (or a gateway's bearer token) to use that server, "
                              "or unset ANTHROPIC_BASE_URL to use the offline stand-in.")
     lines = kernel.execute("%config CtxMagic.context_window = 5").strip().splitlines()
-    assert len(lines) == 1 and lines[0].endswith(  # after the logger's prefix (IPython's format)
-        "context_window must be at least 4,096 (or 0: ask the Models API); got 5")
+    assert len(lines) == 1
+    assert lines[0].endswith(  # after the logger's prefix (IPython's format)
+        "The value of the 'context_window' trait of a CtxMagic instance should not be less than 4096, but a value "
+        "of 5 was specified (or 0: ask the Models API)")
     assert kernel.execute("%config CtxMagic.context_window").strip() == "0"  # the bad value was not taken

@@ -21,6 +21,8 @@ from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 RACE_ROUNDS = 8  # two kernels resuming one session at once, again and again: exactly one each time
 OUTPUT_MB = 20
 # 105 images are 210,000 tokens at T2's flat 2,000 each: a million-token window holds them uncompacted.
@@ -202,7 +204,8 @@ def test_a_20_mb_output_is_capped_in_the_cell_stored_once_and_resumed_byte_ident
     on_disk = sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file())
     assert OUTPUT_MB * 2**20 <= on_disk < 1.2 * OUTPUT_MB * 2**20  # once, not twice
     dump = ("import json\nfrom ctx_magic.notebook.extension import controller_of\n"
-            "json.dump([m.to_json() for m in controller_of(get_ipython()).session.messages], open('{}', 'w'))")
+            "live = controller_of(get_ipython()).host.session.live\n"
+            "json.dump([m.to_json() for m in live.messages], open('{}', 'w'))")
     kernel.execute(dump.format("before.json"))
     kernel.kill()
     again = start(kernels, tmp_path, env)

@@ -94,21 +94,21 @@ def test_user_cells_enter_the_context_as_notebook_cell_pairs(shell):
     cell(shell, "# ctx: skip\nsecret = 'not for the agent'\nprint(secret)")
     cell(shell, "1 / 0")
     run(shell, "%%agent\nWhat happened?")
-    session = controller(shell).session
-    calls = [b for m in session.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"]
+    session = controller(shell).host.session
+    calls = [b for m in session.live.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"]
     assert [c["input"]["source"].splitlines()[0] for c in calls] == ["values = [3, 1, 2]", "1 / 0"]
-    outputs = {b["tool_use_id"]: b for m in session.messages for b in m.blocks("tool_result")}
+    outputs = {b["tool_use_id"]: b for m in session.live.messages for b in m.blocks("tool_result")}
     first, second = (outputs[c["id"]] for c in calls)
     assert "sorted: [1, 2, 3]" in first["content"] and "[Out[" in first["content"] and "3" in first["content"]
     assert second.get("is_error") and "ZeroDivisionError" in second["content"]
-    assert "not for the agent" not in json.dumps([m.to_json() for m in session.messages])
+    assert "not for the agent" not in json.dumps([m.to_json() for m in session.live.messages])
 
 
 def test_own_magic_cells_are_not_recorded(shell):
     run(shell, "%%agent\nhello")
     run(shell, "%ctx status")
     run(shell, "%%agent\nhello again")
-    names = [b["name"] for m in controller(shell).session.messages for b in m.blocks("tool_use")]
+    names = [b["name"] for m in controller(shell).host.session.live.messages for b in m.blocks("tool_use")]
     assert "notebook_cell" not in names
 
 
@@ -119,10 +119,20 @@ def test_cell_images_become_image_blocks_within_the_cap(shell):
                    f"display(Image(data=base64.b64decode('{png}')))")
     cell(shell, "display(Image(data=b'\\x89PNG' + bytes(1000), format='png'))")
     run(shell, "%%agent\nlook at the plots")
-    results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
+    results = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")]
     first, second = results[0]["content"], results[1]["content"]
     assert isinstance(first, list) and first[1]["type"] == "image" and first[1]["source"]["data"] == png
     assert isinstance(second, str) and "over the size cap" in second
+
+
+def test_config_lists_every_setting_with_its_help(shell):
+    """The help comes from the traits themselves: nothing is read from ctx_magic's source."""
+    with captured() as out:
+        shell.run_line_magic("config", "CtxMagic")
+    listing = texts(out)
+    for name, trait in controller(shell).settings.traits(config=True).items():
+        assert f"CtxMagic.{name}=" in listing, name
+        assert " ".join(trait.help.split()[:4]) in " ".join(listing.split()), name
 
 
 def test_every_config_name_reaches_the_session(shell):
@@ -134,14 +144,14 @@ def test_every_config_name_reaches_the_session(shell):
     for name, value in settings.items():
         shell.run_line_magic("config", f"CtxMagic.{name} = {value!r}")
     run(shell, "%%agent\nhello")
-    session = controller(shell).session
-    engine = session.context_settings()
-    assert session.settings.model == "claude-haiku-5-5" and session.model.name == "claude-haiku-5-5"
+    session = controller(shell).host.session
+    engine = session.setup().context
+    assert session.frame.settings.model == "claude-haiku-5-5" and session.frame.model.name == "claude-haiku-5-5"
     assert engine.thresholds.window == 50_000 and engine.thresholds.max_output == 4_000
     assert engine.thresholds.autocompact == int((50_000 - 4_000) * 0.6)
-    assert (engine.keep_recent, engine.idle_minutes, engine.snip_max_messages) == (3, 7.0, 50)
-    assert session.settings.cache_ttl == "1h" and engine.clear_at_least == 5_000
-    assert session.model.client.max_retries == 4
+    assert (engine.keep_recent, engine.idle_seconds, engine.snip_max_messages) == (3, 7.0 * 60, 50)
+    assert session.frame.settings.cache_ttl == "1h" and engine.clear_at_least == 5_000
+    assert session.frame.model.client.max_retries == 4
     data = status(shell)
     assert data["model"] == "claude-haiku-5-5" and data["window"] == 50_000
     with captured() as out:
@@ -240,7 +250,11 @@ def test_compact_magic_variants(shell):
     _, shown = run(shell, "%compact --from 3 focus")
     assert "Compacted" in shown
     _, shown = run(shell, "%compact --snip 2")
-    assert "Snipped" in shown or "Nothing to snip" in shown
+    assert "Nothing to snip yet." in shown  # what is left after --from is the opening and the recent messages
+    for n in range(6, 10):
+        run(shell, f"%%agent\nstep {n}\n```python\nprint({n})\n```")
+    _, shown = run(shell, "%compact --snip 2")
+    assert "Snipped 11 messages." in shown
     assert [b["trigger"] for b in status(shell)["boundaries"]] == ["manual"] * 3
 
 
@@ -288,7 +302,7 @@ def test_ctx_sidebar_shows_the_panel_inline_outside_jupyterlab(shell):
 
 def test_ctx_sidebar_sends_the_panel_to_the_sidebar_under_a_jupyter_server(shell):
     ctl = controller(shell)
-    ctl.env["JPY_SESSION_NAME"] = "analysis.ipynb"
+    ctl.workspace.env["JPY_SESSION_NAME"] = "analysis.ipynb"
     ctl.panel._sidebar_available = lambda: True  # the labextension is installed
     with captured() as out:
         cell(shell, "%%agent\nhello")  # the first turn shows the anchor by itself
@@ -321,7 +335,7 @@ def test_network_down_is_one_line_and_the_same_session_goes_on_when_it_is_back(t
         sid = status(shell)["session_id"]
         with serve_in_thread(api, port):
             shell.run_line_magic("config", "CtxMagic.max_retries = 1")
-            assert controller(shell).session.model.client.max_retries == 1
+            assert controller(shell).host.session.frame.model.client.max_retries == 1
             _, shown = run(shell, "%%agent\nand now?")
             assert "Could not reach" not in shown and api.model_calls() == 1
         data = status(shell)
@@ -358,7 +372,7 @@ def test_notebook_tool_reads_the_saved_notebook_when_its_path_is_known(shell, tm
     nbformat.write(new_notebook(cells=[new_markdown_cell("# Sales"), code]), str(tmp_path / "sales.ipynb"))
     ctl = controller(shell)
     assert "notebook" not in [t.name for t in ctl.executor.tools() if t.offered]
-    ctl.env["JPY_SESSION_NAME"] = "work/sales.ipynb"  # a path relative to the server's root
+    ctl.workspace.env["JPY_SESSION_NAME"] = "work/sales.ipynb"  # a path relative to the server's root
     assert "notebook" in [t.name for t in ctl.executor.tools() if t.offered]
     output = ToolRegistry(ctl.executor.tools()).run(ToolCall("t1", "notebook", {"search": "load("}), None)
     assert not output.is_error
@@ -370,11 +384,11 @@ def test_the_agents_own_code_cannot_start_a_turn_or_compact_inside_one(shell):
     run(shell, "%%agent\nfirst\n```python\nx = 1\n```")
     _, shown = run(shell, "%%agent\nnest\n```python\nget_ipython().run_cell_magic('agent', '', 'nested hello')\n"
                           "get_ipython().run_line_magic('compact', '')\n```")
-    session = controller(shell).session
+    session = controller(shell).host.session
     assert "%%agent cannot be used from inside it" in shown and "%compact cannot be used from inside it" in shown
     assert not any(m.text.strip() == "nested hello" for m in session.store.load_transcript().messages())
     assert not session.compaction.boundaries
-    check_invariants(session.messages)
+    check_invariants(session.live.messages)
     assert run(shell, "%%agent\nstill fine?")[0].error_in_exec is None
 
 
@@ -386,11 +400,12 @@ def test_a_storage_dir_that_is_a_file_and_a_bad_export_path_are_one_clear_line(s
     shell.run_line_magic("config", f"CtxMagic.storage_dir = {str(tmp_path / 'store')!r}")
     assert run(shell, "%%agent\nhello")[0].error_in_exec is None
     (tmp_path / "adir").mkdir()
-    for target in (tmp_path / "adir", tmp_path / "afile" / "x.ipynb"):
+    for target, said in ((tmp_path / "adir", "is a folder: give the path of the .ipynb file to write"),
+                         (tmp_path / "afile" / "x.ipynb", "The transcript was not exported: could not write")):
         with captured() as out:
             shell.run_line_magic("ctx", f"export {target}")
         shown = texts(out)
-        assert "not exported" in shown or "is a folder" in shown, shown
+        assert said in shown, shown
         assert "internal error" not in shown and "Wrote" not in shown
 
 
@@ -416,15 +431,15 @@ def test_reloading_the_extension_goes_on_with_the_same_session_and_the_cells_run
     shell.run_line_magic("reload_ext", "ctx_magic")
     _, shown = run(shell, "%%agent\nafter the reload")
     assert f"Resumed session {sid}" in shown and status(shell)["session_id"] == sid
-    session = controller(shell).session
-    sources = [b["input"]["source"] for m in session.messages for b in m.blocks("tool_use")
+    session = controller(shell).host.session
+    sources = [b["input"]["source"] for m in session.live.messages for b in m.blocks("tool_use")
                if b["name"] == "notebook_cell"]
     assert sources == ["print('user cell A')"]
     shell.run_line_magic("unload_ext", "ctx_magic")
     shell.run_line_magic("load_ext", "ctx_magic")
     run(shell, "%%agent\nand again")
     assert status(shell)["session_id"] == sid
-    check_invariants(controller(shell).session.messages)
+    check_invariants(controller(shell).host.session.live.messages)
 
 
 def test_compact_past_the_end_is_one_line_and_a_summary_bigger_than_the_chat_is_said(shell):
@@ -432,16 +447,16 @@ def test_compact_past_the_end_is_one_line_and_a_summary_bigger_than_the_chat_is_
     with captured() as out:
         shell.run_line_magic("compact", "--up-to 999")
     assert "--up-to 999 is outside the live context, which has 2 messages" in texts(out)
-    assert not controller(shell).session.compaction.boundaries
+    assert not controller(shell).host.session.compaction.boundaries
     with captured() as out:
         shell.run_line_magic("compact", "keep everything")
-    assert "larger than what they replaced" in texts(out) and controller(shell).session.compaction.boundaries
+    assert "larger than what they replaced" in texts(out) and controller(shell).host.session.compaction.boundaries
 
 
 def test_a_value_whose_repr_raises_is_named_with_its_error_for_the_agent(shell):
     code = "class Bad:\n    def __repr__(self):\n        raise RuntimeError('no repr today')\nBad()"
     run(shell, f"%%agent\nshow it\n```python\n{code}\n```")
-    results = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")]
+    results = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")]
     assert "its repr raised RuntimeError: no repr today" in results[-1]["content"]
 
 
@@ -466,7 +481,7 @@ def test_a_session_folder_removed_from_a_cell_is_reported_at_the_next_turn(shell
     cell(shell, "import shutil; shutil.rmtree('.ctx_magic')")
     _, shown = run(shell, "%%agent\nturn two")
     assert "was removed while the session ran" in shown
-    assert controller(shell).session.store.transcript_path.is_file()
+    assert controller(shell).host.session.store.transcript_path.is_file()
 
 
 def test_after_a_reload_status_says_the_session_goes_on_and_config_cells_are_not_recorded(shell):
@@ -479,7 +494,7 @@ def test_after_a_reload_status_says_the_session_goes_on_and_config_cells_are_not
     cell(shell, "%config CtxMagic.keep_recent = 4")
     _, shown = run(shell, "%%agent\nagain")
     assert "offline stand-in" not in shown.lower().split("resumed session")[0]  # said once, not per reload
-    assert not [b for m in controller(shell).session.messages for b in m.blocks("tool_use")
+    assert not [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_use")
                 if b["name"] == "notebook_cell"]
 
 
@@ -487,5 +502,5 @@ def test_a_display_updated_in_place_reaches_the_agent_as_its_latest_state(shell)
     code = ("from IPython.display import display\nh = display('first', display_id=True)\nh.update('second')\n"
             "h.update('third')\ndisplay('other')")
     run(shell, f"%%agent\nshow\n```python\n{code}\n```")
-    result = [b for m in controller(shell).session.messages for b in m.blocks("tool_result")][-1]["content"]
+    result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]["content"]
     assert "'third'" in result and "'other'" in result and "'first'" not in result and "'second'" not in result

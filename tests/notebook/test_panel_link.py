@@ -11,7 +11,7 @@ from notebook_rig import captured, cell, controller, offline_shell, texts
 
 from ctx_magic.events import Compacted, UsageUpdated
 from ctx_magic.messages import Message, Usage, user_text
-from ctx_magic.notebook.capture import KERNEL_RUN
+from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.panel_link import NO_SIDEBAR, labextension_installed, replayed
 from ctx_magic.ui.marks import CellIndex
 
@@ -37,7 +37,7 @@ def test_the_sidebar_extension_is_found_where_jupyter_looks_for_labextensions(tm
 
 def test_without_the_sidebar_extension_the_panel_shows_inline_with_a_line_on_how_to_get_it(shell):
     ctl = controller(shell)
-    ctl.env["JPY_SESSION_NAME"] = "analysis.ipynb"
+    ctl.workspace.env["JPY_SESSION_NAME"] = "analysis.ipynb"
     ctl.panel._sidebar_available = lambda: False
     with captured() as out:
         cell(shell, "%%agent\nhello")
@@ -47,7 +47,7 @@ def test_without_the_sidebar_extension_the_panel_shows_inline_with_a_line_on_how
 
 def test_agent_new_alone_shows_the_anchor_in_a_fresh_kernel(shell):
     ctl = controller(shell)
-    ctl.env["JPY_SESSION_NAME"] = "analysis.ipynb"
+    ctl.workspace.env["JPY_SESSION_NAME"] = "analysis.ipynb"
     ctl.panel._sidebar_available = lambda: True
     with captured() as out:
         cell(shell, "%agent --new")  # e.g. the first command after a kernel restart
@@ -82,5 +82,5 @@ def test_a_user_cell_enters_the_context_with_the_frontends_cell_id_and_this_kern
     cell(shell, "%%agent\nhello")
     result = shell.run_cell("x = 1\nprint(x)", store_history=True, cell_id="3f2a-cell")  # as ipykernel runs it
     cell(shell, "%%agent\nand now?")
-    use = next(m for m in ctl.session.messages if m.meta.get("cell_id") == "3f2a-cell")
+    use = next(m for m in ctl.host.session.live.messages if m.meta.get("cell_id") == "3f2a-cell")
     assert use.meta["kernel"] == KERNEL_RUN and use.meta["cell"] == result.execution_count

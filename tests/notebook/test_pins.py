@@ -45,9 +45,9 @@ def test_pins_are_kept_word_for_word_listed_removed_and_re_injected_after_compac
     sent = last_request(shell)
     assert 'Report temperatures in \\"kelvin\\" -- never celsius.' in sent
     assert "THRESHOLD = 0.7  # agreed with the lab" in sent
-    session = controller(shell).session
-    summary_at = next(i for i, m in enumerate(session.messages) if m.kind == "summary")
-    assert session.messages[summary_at + 1].meta["pins"] == ["p1", "p2"]
+    session = controller(shell).host.session
+    summary_at = next(i for i, m in enumerate(session.live.messages) if m.kind == "summary")
+    assert session.live.messages[summary_at + 1].meta["pins"] == ["p1", "p2"]
 
 
 def test_a_pin_past_the_budget_is_one_line_with_what_to_do(shell):
@@ -59,13 +59,13 @@ def test_a_pin_past_the_budget_is_one_line_with_what_to_do(shell):
     cell(shell, "# ctx: pin\n" + "x = 1  # a long pinned cell\n" * 20)
     _, shown = run(shell, "%%agent\nhello")
     assert "was not pinned" in shown and "CtxMagic.pin_budget_tokens" in shown
-    assert [p.id for p in controller(shell).session.pins] == ["p1"]
+    assert [p.id for p in controller(shell).host.session.pin_board.pins] == ["p1"]
 
 
 def test_pins_come_back_with_the_session_in_a_new_shell(shell, tmp_path):
     run(shell, "%pin Plots go to out/figures/.")
     run(shell, "%%agent\nhello")
-    sid = controller(shell).session.session_id
+    sid = controller(shell).host.session.session_id
     close_shell(shell)
     other = new_shell()
     try:
@@ -87,6 +87,6 @@ def test_pin_cells_of_our_own_are_not_recorded_and_a_bad_cell_number_is_one_line
     assert "Use one of TEXT" in run(shell, "%pin --list --remove p1")[1]
     run(shell, "%pin Keep it short.")
     run(shell, "%%agent\nok")  # cells run since the last turn are absorbed now
-    sources = [b["input"]["source"] for m in controller(shell).session.messages for b in m.blocks("tool_use")
+    sources = [b["input"]["source"] for m in controller(shell).host.session.live.messages for b in m.blocks("tool_use")
                if b["name"] == "notebook_cell"]
     assert sources == []

@@ -5,6 +5,7 @@ provider's paths, bodies and stream framing. No cloud is called; the credentials
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,10 +50,9 @@ def served() -> Iterator[tuple[OfflineAPI, str, ManualClock]]:
 
 
 def session_on(backend: Backend, tmp_path: Path, clock: ManualClock, settings: Settings = THINKING) -> Session:
-    model = AnthropicModel(backend.client, name=settings.model, provider=backend.provider)
-    settings = settings.replace(provider=backend.provider)
-    session, _ = open_session(model, LocalExecutor(), tmp_path / ".ctx_magic", settings, root=tmp_path, clock=clock,
-                              backend=backend.name)
+    model = AnthropicModel(backend.client, name=settings.model, provider=backend.provider, backend=backend.name)
+    settings = dataclasses.replace(settings, provider=backend.provider)
+    session, _ = open_session(model, LocalExecutor(), tmp_path / ".ctx_magic", settings, root=tmp_path, clock=clock)
     return session
 
 
@@ -63,14 +63,14 @@ def test_bedrock_is_the_sdks_bedrock_client_signed_with_aws_credentials_and_answ
     assert backend.name == "bedrock" and "Amazon Bedrock (eu-west-1)" in backend.notice
     session = session_on(backend, tmp_path, clock)
     result = run_turn(session, prompt(0))
-    exact = session.live.exact_tokens()
+    exact = session.exact_tokens()
     calls = [q for q in api.requests if q.provider == "bedrock"]
     assert result.error is None and result.model_calls == 2  # thinking kept across the tool loop
     stream = "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
     assert [q.path for q in calls[:2]] == [stream, stream]
     assert calls[-1].path.endswith("/count-tokens") and calls[-1].status == 200
     assert exact == calls[-1].input_tokens == input_tokens(calls[-1].body) > 0  # Bedrock's CountTokens answered
-    assert session.model.limits().source == "table"  # Bedrock's client has no Models API
+    assert session.frame.model.limits().source == "table"  # Bedrock's client has no Models API
     assert session.status().to_json()["provider"] == "bedrock"
 
 
@@ -101,7 +101,7 @@ def test_vertex_is_the_sdks_vertex_client_with_region_and_project_from_the_setti
     assert isinstance(backend.client, anthropic.AnthropicVertex) and backend.client.region == "us-east5"
     session = session_on(backend, tmp_path, clock)
     result = run_turn(session, prompt(0))
-    exact = session.live.exact_tokens()
+    exact = session.exact_tokens()
     calls = [q for q in api.requests if q.provider == "vertex"]
     assert result.error is None and result.model_calls == 2
     stream = "/projects/my-project/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929"

@@ -40,8 +40,8 @@ def test_a_turn_with_thinking_shows_it_collapsed_and_says_what_it_cost(shell):
     assert seen["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert seen["cost"]["session_usd"] > 0 and seen["cost"]["prices_source"] == "table"
     assert seen["window_source"] == "models-api"
-    session = controller(shell).session
-    assert session is not None and session.messages[1].content[0]["type"] == "thinking"
+    session = controller(shell).host.session
+    assert session is not None and session.live.messages[1].content[0]["type"] == "thinking"
 
 
 def test_thinking_updates_in_place_a_few_times_a_second_then_the_answer_follows(shell):
@@ -60,7 +60,7 @@ def test_thinking_updates_in_place_a_few_times_a_second_then_the_answer_follows(
 
 def test_the_panel_shows_the_spend_and_the_savings(shell):
     run(shell, "%%agent\nhello")
-    session = controller(shell).session
+    session = controller(shell).host.session
     panel = ContextPanel()
     panel.load(session.status())
     assert panel.cost["session_usd"] > 0 and "spent" in panel.counts.value and "saved at least $0" in panel.counts.value

@@ -129,7 +129,7 @@ def test_m3_session_folder_layout(tmp_path):
     s = SessionDir(tmp_path / ".ctx_magic", "20260101-000000-abcdef").create()
     assert s.transcript_path == tmp_path / ".ctx_magic/sessions/20260101-000000-abcdef/transcript.jsonl"
     assert s.state_path.name == "state.json"
-    assert s.session_memory_path.name == "session-memory.md"
+    assert s.notes_path.name == "session-memory.md"
     assert s.tool_results_dir.is_dir()
     path = s.write_tool_result("toolu/../evil", "content")
     assert path.parent == s.tool_results_dir and path.read_text() == "content"

@@ -39,6 +39,8 @@ from ui.browser_rig import (
     node_missing,
 )
 
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
+
 ARTIFACTS = REPO / "test-artifacts"
 RUN_TIMEOUT = 240_000  # ms: the whole notebook, offline, on a slow shared machine
 UI_TIMEOUT = 30_000  # ms: one reaction of the page to a change

@@ -18,7 +18,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from ui.browser_rig import REPO, needs, node_missing
+
+pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
 
 PACKAGE = "@ctx-magic/labextension"
 INSTALL_TIMEOUT = 1_800  # seconds: jupyterlab into two environments plus jlpm on a cold cache

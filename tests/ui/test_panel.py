@@ -13,14 +13,13 @@ from ctx_magic.events import (
     CacheBroke,
     Cleared,
     Compacted,
-    Composition,
-    ContextFigures,
     ContextMeasured,
     Persisted,
     Status,
     TextDelta,
     UsageUpdated,
 )
+from ctx_magic.figures import Composition, ContextFigures
 from ctx_magic.messages import Usage, notebook_cell_id
 from ctx_magic.ui.panel import FLUSH_INTERVAL, ContextPanel
 
@@ -29,6 +28,19 @@ from ctx_magic.ui.panel import FLUSH_INTERVAL, ContextPanel
 def shell(tmp_path, monkeypatch):
     with clocked_shell(tmp_path, monkeypatch) as sh:
         yield sh
+
+
+def part(widget, css_class: str):  # type: ignore[no-untyped-def]
+    """The one widget under `widget` (itself included) that carries `css_class`."""
+    found = [w for w in widget_tree(widget) if css_class in getattr(w, "_dom_classes", ())]
+    assert len(found) == 1, (css_class, found)
+    return found[0]
+
+
+def widget_tree(widget):  # type: ignore[no-untyped-def]
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from widget_tree(child)
 
 
 def scripted_session(shell) -> None:
@@ -47,7 +59,7 @@ def scripted_session(shell) -> None:
 def test_panel_traits_hold_the_engine_figures_after_a_session(shell):
     scripted_session(shell)
     ctl = controller(shell)
-    panel, session = ctl.panel.widget, ctl.session
+    panel, session = ctl.panel.widget, ctl.host.session
     status = session.status().to_json()
     assert panel.session_id == session.session_id
     assert (panel.window, panel.threshold, panel.warning, panel.blocking) == (
@@ -64,7 +76,7 @@ def test_composition_comes_from_the_status_and_adds_up_to_the_window(shell):
     scripted_session(shell)
     ctl = controller(shell)
     panel = ctl.panel.widget
-    assert panel.composition == ctl.session.status().to_json()["composition"]
+    assert panel.composition == ctl.host.session.status().to_json()["composition"]
     used = sum(panel.composition[p] for p in ("system", "tools", "memory", "messages", "tool_results", "persisted"))
     assert used == panel.tokens
     assert used + panel.composition["free"] + panel.composition["buffer"] + panel.composition["reserve"] == 30_000
@@ -75,13 +87,13 @@ def test_chart_has_one_bar_per_model_call_and_one_marker_per_change(shell):
     scripted_session(shell)
     ctl = controller(shell)
     panel = ctl.panel.widget
-    assert len(panel.calls) == ctl.session.status().usage.calls - 1  # the summary call is a side call
+    assert len(panel.calls) == ctl.host.session.status().usage.calls - 1  # the summary call is a side call
     assert panel.chart.value.count('class="ctx-magic-call"') == len(panel.calls)
     assert panel.chart.value.count('data-kind="compaction"') >= 1
     markers = panel.chart.value.count('class="ctx-magic-marker"')
     assert markers == len(panel.timeline)
     assert panel.chart.value.count('class="ctx-magic-marker" type="button" data-kind="compaction"') == len(
-        ctl.session.compaction.boundaries)
+        ctl.host.session.compaction.boundaries)
 
 
 def test_every_change_has_a_card_with_its_key_and_compactions_show_the_decisions_reason(shell):
@@ -91,12 +103,13 @@ def test_every_change_has_a_card_with_its_key_and_compactions_show_the_decisions
     kinds = [entry["kind"] for entry in panel.timeline]
     assert "clearing" in kinds and kinds[-1] == "compaction"
     compactions = [e for e in panel.timeline if e["kind"] == "compaction"]
-    assert [e["summary"] for e in compactions] == [b.summary for b in ctl.session.compaction.boundaries]
+    assert [e["summary"] for e in compactions] == [b.summary for b in ctl.host.session.compaction.boundaries]
     assert compactions[-1]["reason"] == "the user asked for it: keep the table facts"
     card = panel.cards.box.children[0]  # newest first
     assert f"ctx-magic-card-{compactions[-1]['key']}" in card._dom_classes
     assert "Compaction (manual)" in card.get_title(0)
-    facts, _, summary, button, originals = card.children[0].children
+    facts, summary, button, originals = (part(card, name) for name in (
+        "ctx-magic-part-facts", "ctx-magic-part-summary", "ctx-magic-originals-button", "ctx-magic-part-originals"))
     assert "the user asked for it: keep the table facts" in facts.value
     assert summary.outputs[0]["data"]["text/markdown"].startswith(compactions[-1]["summary"][:40])
     button.click()  # open the original messages the summary replaced, from the transcript
@@ -123,15 +136,15 @@ def test_a_new_and_a_resumed_session_refill_the_same_panel(shell):
     ctl = controller(shell)
     panel = ctl.panel.widget
     timeline, calls = [(e["kind"], e["at"]) for e in panel.timeline], list(panel.calls)
-    sid = ctl.session.session_id
+    sid = ctl.host.session.session_id
     run(shell, "%agent --new")
-    assert ctl.panel.widget is panel and panel.timeline == [] and panel.session_id == ctl.session.session_id
+    assert ctl.panel.widget is panel and panel.timeline == [] and panel.session_id == ctl.host.session.session_id
     assert panel.persisted == [] and panel.cell_marks == {} and panel.calls == []
     run(shell, f"%agent --resume {sid}")
     assert ctl.panel.widget is panel and panel.session_id == sid
     assert [(e["kind"], e["at"]) for e in panel.timeline] == timeline
     assert panel.calls == calls  # every model call, rebuilt from the responses' usage in the transcript
-    assert panel.tokens == ctl.session.status().tokens
+    assert panel.tokens == ctl.host.session.status().context.tokens
     assert panel.cell_marks["count:1"]["kind"] == "summarized"
 
 
@@ -169,7 +182,7 @@ def test_panel_is_driven_only_by_events():
     assert [(e["kind"], e["at"]) for e in panel.timeline] == [("clearing", 1), ("compaction", 1)]
     assert panel.timeline[-1]["replaced"] == ["u1"] and panel.tokens == 1_000
     assert panel.composition["messages"] == 1_000  # the live figures carry the composition too
-    assert "compaction threshold 18,000" in panel.cards.box.children[0].children[0].children[0].value
+    assert "compaction threshold 18,000" in part(panel.cards.box, "ctx-magic-part-facts").value
 
 
 def test_a_compaction_audit_shows_in_its_card_when_present():
@@ -178,14 +191,11 @@ def test_a_compaction_audit_shows_in_its_card_when_present():
                         text="- the user's deadline (Friday)")
     panel.handle(Compacted("auto", 5_000, 1_000, 12, "b1", ("b1",), "## 1. Primary Request",
                            summarized_uuids=("u1",), audit=audit))
-    body = panel.cards.box.children[0].children[0]
-    titles = [c.value for c in body.children if hasattr(c, "value")]
-    assert any("Added by the coverage audit" in t for t in titles)
-    assert body.children[4].outputs[0]["data"]["text/markdown"] == "- the user's deadline (Friday)"
+    audit_part = part(panel.cards.box, "ctx-magic-part-audit")
+    assert audit_part.outputs[0]["data"]["text/markdown"] == "- the user's deadline (Friday)"
     plain = ContextPanel(clock=ManualClock())
     plain.handle(Compacted("auto", 5_000, 1_000, 12, "b2", ("b2",), "s", summarized_uuids=("u1",)))
-    body = plain.cards.box.children[0].children[0]
-    assert not any("coverage audit" in getattr(c, "value", "") for c in body.children)
+    assert not [w for w in widget_tree(plain.cards.box) if "ctx-magic-part-audit" in getattr(w, "_dom_classes", ())]
 
 
 def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
@@ -203,7 +213,7 @@ def test_panel_shows_prompt_cache_breaks_and_flags_unexplained_ones():
 
 def test_panel_carries_its_own_theme_aware_stylesheet():
     panel = ContextPanel(clock=ManualClock())
-    style = panel.children[0].value
+    style = next(w for w in panel.children if getattr(w, "value", "").startswith("<style")).value
     assert style.startswith("<style") and ".ctx-magic-panel" in style
     assert "#eee" not in style.lower() and "var(--jp-layout-color" in style
 

@@ -7,7 +7,8 @@ import json
 
 from image_samples import GIF_1X1, jpeg, png
 
-from ctx_magic.notebook.capture import (
+from ctx_magic.notebook.display import latest_line
+from ctx_magic.notebook.outputs import (
     KERNEL_RUN,
     CellRecord,
     cell_messages,
@@ -16,7 +17,6 @@ from ctx_magic.notebook.capture import (
     left_out_line,
     printed,
 )
-from ctx_magic.notebook.display import latest_line
 from ctx_magic.store.pending import PENDING_ID_KEY
 
 

@@ -1,4 +1,4 @@
-"""Cell outputs as tool results (SPEC N2).
+"""Cell outputs as tool results.
 
 While a cell runs, what it prints, displays, returns and raises is recorded; after it, the
 record waits for the next agent turn, where it enters the context as a `notebook_cell`
@@ -20,8 +20,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.images import API_MAX_BASE64_CHARS, SUPPORTED_TYPES, ImageCheck, check_image
+from ctx_magic.images import SUPPORTED_TYPES, ImageCheck, check_image
 from ctx_magic.messages import Block, Message, decode_output, text_block, tool_result_block, tool_use_block
+from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.store.pending import PENDING_ID_KEY
 
 SKIP_MARKER = "# ctx: skip"
@@ -237,10 +238,10 @@ class OutputRecorder:
     at their `write` method, as IPython does, because ipykernel checks the stream classes.
     """
 
-    def __init__(self, shell: Any, image_max_bytes: Callable[[], int] = lambda: API_MAX_BASE64_CHARS) -> None:
+    def __init__(self, shell: Any, settings: CtxMagic) -> None:
         self.shell = shell
-        self.image_max_bytes = image_max_bytes
-        """The user's cap on an image (CtxMagic.image_max_bytes): the images over it are named in the cell."""
+        self._settings = settings
+        """The user's cap on an image (`image_max_bytes`): the images over it are named in the cell."""
         self.current: CellRecord | None = None
         self._restore: list[Callable[[], None]] = []
         self._lock = threading.RLock()
@@ -366,7 +367,7 @@ class OutputRecorder:
     def _say_left_out(self, record: CellRecord) -> None:
         """Once, in the cell that showed them: the images the agent will not get, and why."""
         try:
-            line = left_out_line(record.image_checks(self.image_max_bytes()))
+            line = left_out_line(record.image_checks(self._settings.image_max_bytes))
             if line is None:
                 return
             from IPython.display import display

@@ -5,45 +5,44 @@ from __future__ import annotations
 import pytest
 from builders import assistant, call, results, text
 
+from ctx_magic.context.autocompact import Compaction
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.context.session_memory import (
+from ctx_magic.context.notes import (
     KEEP_MAX_TOKENS,
     KEEP_MIN_TEXT_MESSAGES,
     KEEP_MIN_TOKENS,
     MAX_SECTION_TOKENS,
     MAX_TOTAL_TOKENS,
-    NOTES_UPDATES_PER_APPROACH,
     SECTIONS,
-    TOOL_CALLS_BETWEEN,
-    WAIT_FOR_EXTRACTION_SECONDS,
     ExtractionState,
+    apply_update,
+    compact_from_notes,
     empty_template,
+    enforce_caps,
     extraction_due,
     is_correction_or_decision,
     is_empty,
     keep_from,
+    notes_prompt,
+    notes_split,
     rebaselined,
     sections,
-    session_memory_compact,
     tail_limits,
     truncate_for_compact,
     update_step,
 )
 from ctx_magic.context.thresholds import compute_thresholds
-from ctx_magic.context.tokens import estimate_messages, message_tokens
-from ctx_magic.memory.prompts import notes_prompt
-from ctx_magic.memory.session_notes import apply_update, enforce_caps
+from ctx_magic.context.tokens import message_tokens
 from ctx_magic.messages import user_text
 
 NOTES = empty_template().replace("_what is being worked on right now, pending tasks, the next steps_",
                                  "_what is being worked on right now, pending tasks, the next steps_\n- fitting")
 
 
-def test_s1_ten_sections_and_the_seeds_caps():
+def test_s1_ten_sections_in_their_order():
     assert [t for t, _ in SECTIONS] == [
         "Session Title", "Current State", "Task Specification", "Files and Functions", "Workflow",
         "Errors & Corrections", "Codebase and System Documentation", "Learnings", "Key Results", "Worklog"]
-    assert (MAX_SECTION_TOKENS, MAX_TOTAL_TOKENS) == (2_000, 12_000)
     assert list(sections(empty_template())) == [t for t, _ in SECTIONS]
     assert is_empty(empty_template()) and not is_empty(NOTES) and is_empty(None)
 
@@ -94,11 +93,6 @@ def test_s1_truncation_for_compaction_points_at_the_file():
 
 TH = compute_thresholds(200_000, 32_000, env={})  # warning 147,000, autocompact 167,000
 STEP = update_step(TH)  # 10,000: two updates on the way from the warning level to the threshold
-
-
-def test_s2_constants():
-    assert (NOTES_UPDATES_PER_APPROACH, TOOL_CALLS_BETWEEN, STEP) == (2, 3, 10_000)
-    assert WAIT_FOR_EXTRACTION_SECONDS == 15
 
 
 @pytest.mark.parametrize("tokens, due", [(10_000, None), (146_999, None), (147_000, "init"), (160_000, "init")])
@@ -154,10 +148,6 @@ def turns(n: int, chars: int = 2_000) -> list:
     return msgs
 
 
-def test_s3_constants_are_the_seeds():
-    assert (KEEP_MIN_TOKENS, KEEP_MIN_TEXT_MESSAGES, KEEP_MAX_TOKENS) == (10_000, 5, 40_000)
-
-
 def test_s3_tail_grows_back_to_ten_thousand_tokens_and_five_texts():
     msgs = turns(40)
     covered = msgs[-1].uuid  # the notes cover everything: the tail starts empty and grows back
@@ -195,9 +185,13 @@ def test_s3_notes_that_cover_no_live_message_cannot_be_used():
 
 
 def compact(msgs, notes=NOTES, threshold=10**9, covered=None):
-    return session_memory_compact(
-        msgs, notes, covered or msgs[-10].uuid, notes_path="/s/session-memory.md", transcript_path="/s/t.jsonl",
-        now=1.0, tokens_before=99_999, measure=estimate_messages, threshold=threshold)
+    """A compaction from the notes, as the loop makes one: no model call anywhere."""
+    split = notes_split(msgs, notes, covered or msgs[-10].uuid, threshold)
+    if split is None:
+        return None
+    job = Compaction(split, "session-memory", now=1.0, tokens_before=99_999, threshold=threshold,
+                     transcript_path="/s/t.jsonl", auto=True)
+    return compact_from_notes(job, notes, "/s/session-memory.md")
 
 
 def test_s3_the_notes_become_the_summary_with_no_model_call():

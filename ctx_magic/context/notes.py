@@ -1,9 +1,8 @@
-"""Session memory, the compaction side (SPEC S1-S3).
-
-A notes file per session, ten sections, kept current by a background side call (the
-extraction lives in ctx_magic/memory/session_notes.py). Here: the template and its caps, when
-an extraction is due, and session-memory compaction: the notes become the summary, with no
-model call, and the most recent messages are kept as they are.
+"""The session's notes, the pure side: a notes file per session, ten sections, kept current by
+a background side call (the keeper lives in agent/notes.py). Here: the template and its caps,
+when an extraction is due, the prompt that asks for an update and how its reply is applied,
+and the compaction from notes: the notes become the summary, with no model call, and the most
+recent messages are kept as they are.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctx_magic.context.autocompact import CompactionResult, compact_conversation
-from ctx_magic.context.pins import Pin
+from ctx_magic.context.autocompact import Compaction, CompactionResult, Split, plan_split, rebuild, summary_request
 from ctx_magic.context.snip import safe_cuts
 from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text, message_tokens
@@ -199,47 +197,98 @@ def keep_from(messages: Sequence[Message], covered_uuid: str | None, threshold: 
     return cut
 
 
-def session_memory_compact(
-    messages: Sequence[Message],
-    notes: str,
-    covered_uuid: str | None,
-    *,
-    notes_path: str,
-    transcript_path: str,
-    now: float,
-    tokens_before: int,
-    measure: Callable[[Sequence[Message]], int],
-    threshold: int,
-    previous_boundary: str | None = None,
-    turns_since: int = 0,
-    attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
-    auto: bool = True,
-    pins: Sequence[Pin] = (),
-    originals: Callable[[Sequence[Message]], Sequence[Message]] = lambda span: (),
-) -> CompactionResult | None:
-    """The notes as the summary, zero model calls; None when the notes cannot be used or the
-    result would still be over the threshold (it would compact again at once). `auto` is False
-    when the user asked for the compaction (no "continue without asking", C5)."""
+def notes_split(messages: Sequence[Message], notes: str, covered_uuid: str | None, threshold: int) -> Split | None:
+    """Where a compaction from the notes cuts the live context: the messages the notes cover are
+    summarized by them, the recent tail is kept (`keep_from`). None when the notes cannot stand
+    for what they would replace (none yet, or covering no live message) or there is nothing
+    of the user's to replace."""
     if is_empty(notes):
         return None
     start = keep_from(messages, covered_uuid, threshold)
     if start is None or start == 0:
         return None
+    split = plan_split(messages, "full", start)
     try:
-        result = compact_conversation(
-            messages, _NoModel(), trigger="session-memory", now=now, transcript_path=transcript_path,
-            tokens_before=tokens_before, measure=measure, threshold=threshold, split_at=start,
-            previous_boundary=previous_boundary, turns_since=turns_since, attachments=attachments,
-            summary_text=truncate_for_compact(notes, notes_path), auto=auto, pins=pins,
-            originals=originals,
-        )
+        summary_request(split)
     except CompactionFailed:
         return None
+    return split
+
+
+def compact_from_notes(job: Compaction, notes: str, notes_path: str, *, originals: Sequence[Message] = (),
+                       attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
+                       ) -> CompactionResult | None:
+    """The notes as the summary, zero model calls; None when the result would still be over the
+    threshold (it would compact again at once)."""
+    result = rebuild(job, truncate_for_compact(notes, notes_path), originals=originals, attachments=attachments)
     return None if result.event.rebound else result
 
 
-class _NoModel:
-    """Session-memory compaction never calls a model; reaching this would be a bug."""
+# -- the notes' update: the prompt, and the reply applied ------------------------------------
 
-    def summarize(self, messages: Sequence[Message], prompt: str) -> str:
-        raise CompactionFailed("session-memory compaction does not call the model")
+NOTES_UPDATE_TAG = "notes-update"
+_UPDATE = re.compile(rf"<{NOTES_UPDATE_TAG}>(.*?)(?:</{NOTES_UPDATE_TAG}>|\Z)", re.DOTALL)
+_CHANGE = re.compile(r'<(section|append) title="([^"]+)">\n?(.*?)\n?</\1>', re.DOTALL)
+
+
+def notes_prompt(current: str) -> str:
+    """Ask for what the conversation above changes in the notes, and only that: rewritten
+    sections whole, additions to a section as lines to append. The whole file back at every
+    update was the costliest part of keeping notes (output is billed at five times input)."""
+    listing = "\n".join(f"# {title}\n_{what}_" for title, what in SECTIONS)
+    reminders = [f"The section '{title}' is over {MAX_SECTION_TOKENS:,} tokens: rewrite it shorter."
+                 for title in oversized_sections(current)]
+    if count_text(current) > MAX_TOTAL_TOKENS:
+        reminders.append(f"CRITICAL: the notes are over {MAX_TOTAL_TOKENS:,} tokens: rewrite the longest sections "
+                         "much shorter.")
+    return "\n\n".join([
+        "IMPORTANT: answer with plain text only; do not call any tool.",
+        "You keep the session notes of the conversation above: a markdown file that lets anyone (you, after "
+        "the conversation is compacted) pick the work up exactly where it is. It has these ten sections, each "
+        "a '# Title' heading followed by its italic description line:\n" + listing,
+        "Bring the current notes below up to date with everything the conversation adds: the user's requests "
+        "in their own words, decisions and corrections, file and variable names, commands, exact results, "
+        f"errors and their fixes. Keep each section under {MAX_SECTION_TOKENS:,} tokens and the whole file "
+        f"under {MAX_TOTAL_TOKENS:,}.",
+        *reminders,
+        f"Answer with only what changes, inside <{NOTES_UPDATE_TAG}>: for a section that needs rewriting, "
+        '<section title="Title">its new text</section>; for a section that only grows, '
+        '<append title="Title">the lines to add at its end</append>. Leave out every section that does not '
+        f"change; if nothing changes, answer <{NOTES_UPDATE_TAG}></{NOTES_UPDATE_TAG}>.",
+        f"<current-notes>\n{current}\n</current-notes>",
+    ])
+
+
+def apply_update(current: str, reply: str) -> str | None:
+    """The notes with a reply's changes made (rewritten and appended sections), every section
+    present in its place; None when the reply holds no update at all."""
+    match = _UPDATE.search(reply)
+    if not match:
+        return None
+    template = sections(empty_template())
+    bodies = {title: body for title, body in sections(current).items() if title in template} or dict(template)
+    bodies = {title: bodies.get(title, template[title]) for title in template}
+    for kind, title, text in _CHANGE.findall(match.group(1)):
+        title = title.strip()
+        if title not in bodies:
+            continue  # a section that does not exist is not invented
+        description = template[title].splitlines()[0]
+        text = text.strip("\n")
+        if kind == "append":
+            bodies[title] = f"{bodies[title].rstrip()}\n{text}" if text else bodies[title]
+        else:
+            bodies[title] = text if text.startswith(description) else f"{description}\n{text}"
+    return "\n\n".join(f"# {title}\n{body}" for title, body in bodies.items()) + "\n"
+
+
+def enforce_caps(notes: str) -> str:
+    """Cut sections past 2,000 tokens, then the longest ones until the file is under 12,000."""
+    bodies = sections(notes)
+    for title, body in bodies.items():
+        while count_text(body) > MAX_SECTION_TOKENS:
+            body = body[: int(len(body) * 0.8)] + "\n[condensed: cut to fit]"
+        bodies[title] = body
+    while sum(count_text(b) for b in bodies.values()) > MAX_TOTAL_TOKENS:
+        longest = max(bodies, key=lambda t: len(bodies[t]))
+        bodies[longest] = bodies[longest][: int(len(bodies[longest]) * 0.8)] + "\n[condensed: cut to fit]"
+    return "\n\n".join(f"# {title}\n{body}" for title, body in bodies.items()) + "\n"

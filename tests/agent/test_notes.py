@@ -7,10 +7,10 @@ from agent_rig import rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
+from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.context.session_memory import sections
+from ctx_magic.context.notes import sections
 from ctx_magic.events import Compacted, Status
-from ctx_magic.memory.session_notes import NotesKeeper
 from ctx_magic.settings import Settings
 
 
@@ -28,12 +28,12 @@ NO_PRESSURE = Settings(clear_at_least=10**7)  # no pressure clearing: let the co
 
 def until_notes(r, keeper) -> int:  # type: ignore[no-untyped-def]
     """Turns until the first extraction; none may happen below the warning level."""
-    warning = r.session.context_settings().thresholds.warning
+    warning = r.session.setup().context.thresholds.warning
     n = 0
     while keeper.extractions == 0:
-        assert r.session.live.tokens() < warning or n == 0 or keeper.running or keeper.extractions
-        if r.session.live.tokens() < warning:
-            assert keeper.extractions == 0 and not keeper.running  # no compaction in sight: no notes
+        # The last turn ended below the warning level: no compaction in sight, so no notes yet.
+        assert r.session.tokens() < warning
+        assert not keeper.running
         run_turn(r.session, turn(n))
         keeper.wait(15)
         n += 1
@@ -45,13 +45,13 @@ def test_notes_are_extracted_in_the_background_once_a_compaction_is_in_sight(tmp
     with keeper_rig(tmp_path, window=30_000, config=NO_PRESSURE) as r:
         keeper = NotesKeeper(r.session)
         until_notes(r, keeper)
-        assert r.session.live.tokens() >= r.session.context_settings().thresholds.warning
+        assert r.session.tokens() >= r.session.setup().context.thresholds.warning
         assert keeper.extractions == 1 and keeper.last_error is None
-        notes = r.session.store.session_memory_path.read_text()
+        notes = r.session.store.notes_path.read_text()
         body = sections(notes)
         assert "Batch 0: tabulate it." in body["Task Specification"]
         assert body["Session Title"].strip()
-        assert keeper.state.covered_uuid == r.session.messages[-1].uuid
+        assert keeper.state.covered_uuid == r.session.live.messages[-1].uuid
         assert r.api.model_calls("memory") == 1
         r.session.end_turn()
         assert r.session.store.load_state()["extra"]["session_memory"]["initialized"] is True
@@ -74,11 +74,11 @@ def test_a_correction_is_noted_at_once_when_notes_are_kept(tmp_path):
         run_turn(r.session, "No, use the median instead of the mean")
         keeper.wait(15)
         assert keeper.extractions == 2
-        notes = sections(r.session.store.session_memory_path.read_text())
+        notes = sections(r.session.store.notes_path.read_text())
         assert "No, use the median instead of the mean" in notes["Errors & Corrections"]
 
 
-def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_path):
+def test_auto_compaction_goes_through_the_notes_with_zero_model_calls(tmp_path):
     config = Settings(clear_at_least=10**7)  # no pressure clearing: let the threshold be reached
     with keeper_rig(tmp_path, window=40_000, config=config) as r:
         NotesKeeper(r.session)
@@ -99,10 +99,10 @@ def test_auto_compaction_goes_through_session_memory_with_zero_model_calls(tmp_p
         assert r.session.compaction.boundaries[-1].trigger == "session-memory"
         assert calls_at["end"] == calls_at["start"]  # zero model calls for the compaction
         assert r.api.model_calls("compaction") == 0
-        summary = next(m for m in r.session.messages if m.kind == "summary")
+        summary = next(m for m in r.session.live.messages if m.kind == "summary")
         assert "# Task Specification" in summary.text and "Batch 0: tabulate it." in summary.text
         assert "without asking" in summary.text  # auto: the work goes on (C5)
-        check_invariants(r.session.messages)
+        check_invariants(r.session.live.messages)
         assert run_turn(r.session, "and now?").error is None
 
 
@@ -114,7 +114,7 @@ def test_manual_compact_uses_the_notes_unless_given_instructions(tmp_path):
         manual_compact(r.session)
         assert r.session.compaction.boundaries[-1].trigger == "session-memory"
         assert r.api.model_calls("compaction") == 0
-        summary = next(m for m in r.session.messages if m.kind == "summary")
+        summary = next(m for m in r.session.live.messages if m.kind == "summary")
         assert "without asking" not in summary.text  # the user asked for it: no "continue unasked" (C5)
         manual_compact(r.session, "keep the row counts")
         assert r.session.compaction.boundaries[-1].trigger == "manual"

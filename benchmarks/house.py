@@ -1,0 +1,199 @@
+"""`python benchmarks/house.py`: how the package is built, counted from its source.
+
+Prints the lines per package, the Protocols and the classes that implement each (matched by
+the names a class defines), the properties that only forward to another object's attribute,
+the functions that take more than eight parameters and the class names used twice. Nothing
+is imported: the source is parsed with `ast`, so the counts are the same on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_PARAMETERS = 8  # a function past this wants one value instead of a bundle of keywords
+
+
+@dataclass
+class ClassInfo:
+    name: str
+    where: str
+    protocol: bool
+    members: set[str] = field(default_factory=set)
+    methods: set[str] = field(default_factory=set)
+
+
+def python_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "labextension" not in p.parts)
+
+
+def _defined_names(node: ast.ClassDef) -> set[str]:
+    """What instances of the class have: its methods, class attributes, fields, and the
+    attributes its methods assign on self."""
+    names: set[str] = set()
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(item.name)
+            for sub in ast.walk(item):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "self" \
+                        and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.attr)
+        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            names.add(item.target.id)
+        elif isinstance(item, ast.Assign):
+            names.update(t.id for t in item.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _methods(node: ast.ClassDef) -> set[str]:
+    return {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list)}
+
+
+def _is_protocol(node: ast.ClassDef) -> bool:
+    return any((isinstance(b, ast.Name) and b.id == "Protocol")
+               or (isinstance(b, ast.Attribute) and b.attr == "Protocol") for b in node.bases)
+
+
+def _protocol_members(node: ast.ClassDef) -> set[str]:
+    names = _defined_names(node)
+    return {n for n in names if not n.startswith("__")}
+
+
+def classes(files: list[Path], root: Path) -> list[ClassInfo]:
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                protocol = _is_protocol(node)
+                members = _protocol_members(node) if protocol else _defined_names(node)
+                found.append(ClassInfo(node.name, f"{path.relative_to(root)}:{node.lineno}", protocol, members,
+                                       _methods(node)))
+    return found
+
+
+def type_aliases(files: list[Path], root: Path) -> list[tuple[str, str]]:
+    """Module-level names bound to a type (`Turn = dict[str, Any]`): a name a reader takes for a class."""
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and node.targets[0].id[:1].isupper() and not node.targets[0].id.isupper() \
+                    and isinstance(node.value, ast.Subscript):
+                found.append((node.targets[0].id, f"{path.relative_to(root)}:{node.lineno}"))
+    return found
+
+
+def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = node.args
+    named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    if named and named[0] in ("self", "cls"):
+        named = named[1:]
+    return len(named) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def _chain(node: ast.expr) -> list[str] | None:
+    """`self.a.b` -> ['self', 'a', 'b']; anything else -> None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id, *reversed(parts)]
+    return None
+
+
+def forwarding_properties(files: list[Path], root: Path) -> list[str]:
+    """Properties whose whole body returns another object's attribute (`return self.part.x`)."""
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for item in cls.body:
+                if not isinstance(item, ast.FunctionDef):
+                    continue
+                if not any(isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list):
+                    continue
+                body = [s for s in item.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+                    continue
+                chain = _chain(body[0].value)
+                if chain is not None and chain[0] == "self" and len(chain) >= 3:
+                    found.append(f"{path.relative_to(root)}:{item.lineno} {cls.name}.{item.name} -> "
+                                 f"{'.'.join(chain)}")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--package", default="ctx_magic", help="the package folder to count")
+    parser.add_argument("--seams", default="Model,Executor,ToolContext,Summarizer,TextModel",
+                        help="Protocols that stand at a true seam, listed apart")
+    options = parser.parse_args()
+    root = Path(options.package).resolve().parent
+    files = python_files(Path(options.package).resolve())
+
+    lines: Counter[str] = Counter()
+    for path in files:
+        rel = path.relative_to(root)
+        folder = str(rel.parent) if len(rel.parts) > 2 else str(rel.parts[0])
+        lines[folder] += len(path.read_text(encoding="utf-8").splitlines())
+    print("## Lines\n\n| folder | lines |\n| --- | --- |")
+    for folder, count in sorted(lines.items()):
+        print(f"| {folder} | {count:,} |")
+    print(f"| **total** | **{sum(lines.values()):,}** |\n")
+
+    found = classes(files, root)
+    concrete = [c for c in found if not c.protocol]
+    seams = set(options.seams.split(","))
+    print("## Protocols\n\n| protocol | where | implementers | seam |\n| --- | --- | --- | --- |")
+    single = 0
+    for proto in (c for c in found if c.protocol):
+        # An implementer has every member, and the Protocol's methods as methods (not data fields).
+        implementers = [c.name for c in concrete if proto.members and proto.members <= c.members
+                        and proto.methods <= c.methods]
+        seam = proto.name in seams
+        single += len(implementers) <= 1 and not seam
+        print(f"| {proto.name} | {proto.where} | {', '.join(implementers) or '-'} | {'yes' if seam else ''} |")
+    print(f"\nProtocols with at most one implementation, seams aside: {single}\n")
+
+    forwarding = forwarding_properties(files, root)
+    print(f"## Forwarding-only properties: {len(forwarding)}\n")
+    for line in forwarding:
+        print(f"- {line}")
+
+    wide = []
+    for path in files:
+        for fn in _functions(ast.parse(path.read_text(encoding="utf-8"))):
+            count = parameter_count(fn)
+            if count > MAX_PARAMETERS:
+                wide.append((count, f"{path.relative_to(root)}:{fn.lineno} {fn.name}"))
+    print(f"\n## Functions over {MAX_PARAMETERS} parameters: {len(wide)}\n")
+    for count, where in sorted(wide, reverse=True):
+        print(f"- {count}: {where}")
+
+    names: dict[str, list[str]] = defaultdict(list)
+    for c in found:
+        names[c.name].append(c.where)
+    for name, where in type_aliases(files, root):
+        names[name].append(where)
+    twice = {n: w for n, w in names.items() if len(w) > 1}
+    print(f"\n## Class names used twice: {len(twice)}\n")
+    for name, where in sorted(twice.items()):
+        print(f"- {name}: {', '.join(where)}")
+
+
+if __name__ == "__main__":
+    main()
