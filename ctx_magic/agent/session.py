@@ -221,7 +221,7 @@ class Session:
         saved = load_saved(self.store)
         self.live.restore(saved.messages, saved.state)
         self.compaction = saved.compaction
-        self.meter = UsageMeter(saved.usage, prices=self.prices)
+        self.meter.restore(saved.usage)
         self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before
         self.frame.resume_tail(saved.cached_tail)  # and the same breakpoints
         self.plugins.restore(saved.plugin_state)
