@@ -63,7 +63,7 @@ def rehydration(session: Session, kept: Sequence[Message]) -> list[Message]:
     notes = list(extra()) if callable(extra) else []
     if session.store.session_memory_path.exists():
         notes.append(f"Session notes are kept at {session.store.session_memory_path} (read_file to see them).")
-    tools = ", ".join(session.frame.tools().names())
+    tools = ", ".join(session.frame.tools(cut=True).names())  # the context tools come in with this cut
     notes.append(f"Tools available: {tools}.")
     body = "\n\n".join(notes)
     attachments.append(user_text(f"<context-refresh>\n{body}\n</context-refresh>", kind="attachment", timestamp=now))

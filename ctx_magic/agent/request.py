@@ -26,10 +26,13 @@ from ctx_magic.context.composition import compose
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import Thresholds
 from ctx_magic.context.tokens import count_text
-from ctx_magic.events import Composition
+from ctx_magic.events import Cleared, Compacted, Composition, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
 from ctx_magic.settings import CACHE_TTL, Settings, Window
+
+CONTEXT_CUTS = (Cleared, Snipped, Compacted, ServerEdited, ServerCompacted)
+"""Events that take something out of the live context (the first brings in the context tools)."""
 
 
 class RequestFrame:
@@ -47,6 +50,16 @@ class RequestFrame:
         self._window: Window | None = None
         self.cached_tail: str | None = None
         """The last message the previous main call sent: the cache holds the prefix ending there."""
+        self.context_tools = False
+        """Whether requests offer the context tools (compact, snip, search_transcript). Not until
+        something was first taken out of the live context: before that they have nothing to act
+        on or find, and their definitions in every request cost a session that never nears its
+        threshold up to 14 % of its bill (the replay benchmark, at 200,000). Once offered they
+        stay, so the cached prefix keeps them."""
+        self.frame_changed = False
+        """The last main request's system prompt or tools differ from the one before it: the API's
+        count then moved by more than the messages, so it says nothing about their estimate."""
+        self._sent_signature: str | None = None
         self._turns = TurnCache()
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
@@ -68,8 +81,23 @@ class RequestFrame:
     def system_prompt(self) -> str:
         return self._base_prompt + (f"\n\n{self.memory_section}" if self.memory_section else "")
 
-    def tools(self) -> ToolRegistry:
-        return ToolRegistry([*self.executor.tools(), *file_tools(self.files), *CONTEXT_TOOLS])
+    def tools(self, *, cut: bool = False) -> ToolRegistry:
+        """The session's tools, the context tools among them but not offered (they cannot be
+        called) until the context was first cut, or when `cut` asks for the tools as they are
+        from then on."""
+        offered = self.context_tools or cut
+        context = CONTEXT_TOOLS if offered else tuple(dataclasses.replace(t, offered=False) for t in CONTEXT_TOOLS)
+        return ToolRegistry([*self.executor.tools(), *file_tools(self.files), *context])
+
+    def saw(self, event: Event) -> None:
+        """An event of the session: the first that cuts the live context brings the context tools
+        in. The request is rewritten from the cut anyway (or the cache has expired, for an idle
+        clearing), so the tools' definitions cost the cache little then."""
+        if isinstance(event, CONTEXT_CUTS):
+            self.offer_context_tools()
+
+    def offer_context_tools(self) -> None:
+        self.context_tools = True
 
     def overhead_tokens(self) -> int:
         """What the system prompt and the tools add to every request."""
@@ -107,6 +135,9 @@ class RequestFrame:
     def sent(self, messages: Sequence[Message]) -> None:
         """A main call went out with `messages`: the cache now holds the prefix ending with them."""
         self.cached_tail = next((m.uuid for m in reversed(messages) if m.sent), None)
+        signature = self.signature()
+        self.frame_changed = self._sent_signature is not None and signature != self._sent_signature
+        self._sent_signature = signature
 
 
 def thinking_param(window: Window) -> dict[str, Any] | None:
