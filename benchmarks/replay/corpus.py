@@ -1,6 +1,7 @@
 """Recorded sessions as replayable ones: who said what, which tools ran, what they printed, when.
 
-Three sources in the shared corpus (`/work/shared/corpus`, never edited):
+Three sources in the shared corpus (`../shared/corpus` beside the repository, or the folder
+$CTX_MAGIC_CORPUS names; never edited):
 
 - **mini-swe-agent** trajectories (Gemini 3 on SWE-bench): the first user message is the task;
   each assistant message holding exactly one ```bash block is one action, replayed as an
@@ -27,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import random
 import re
 import zlib
@@ -40,7 +42,17 @@ from benchmarks.replay.cell_render import render_cell
 
 Block = dict[str, Any]
 
-DEFAULT_CORPUS = Path("/work/shared/corpus")
+CORPUS_ENV = "CTX_MAGIC_CORPUS"
+
+
+def default_corpus() -> Path:
+    """The shared corpus: the folder $CTX_MAGIC_CORPUS names, else `../shared/corpus` relative to
+    the repository root."""
+    named = os.environ.get(CORPUS_ENV, "").strip()
+    return Path(named) if named else Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+
+
+DEFAULT_CORPUS = default_corpus()
 SWE_DIR = "mini-swe-agent-gemini3"
 CC_DIR = "claude-code-session-share"
 NOTEBOOK_DIR = "handson-ml3"
