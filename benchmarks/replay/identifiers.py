@@ -2,12 +2,12 @@
 
 A strategy that makes the agent blind is not cheap. For every recorded action (the answer to one
 main call) the identifiers it uses that the session learned from an earlier tool result or
-notebook cell are listed: file paths, code names (snake_case, CamelCase, dotted) and whole error
-lines it quotes. Identifiers the system prompt or the tool definitions hold are left out (every
-request carries them). "Identifiers kept" is then the share of (action, identifier) pairs whose
-identifier is still somewhere in the request that produced the action (live, or quoted in a
-summary, the notes or a placeholder); an action a strategy never got to (it overflowed first)
-keeps none.
+notebook cell are listed: file paths, code names (snake_case, CamelCase, dotted), ids (letters
+and digits: a task id, a hash) and whole error lines it quotes. Identifiers the system prompt or
+the tool definitions hold are left out (every request carries them). "Identifiers kept" is then
+the share of (action, identifier) pairs whose identifier is still somewhere in the request that
+produced the action (live, or quoted in a summary, the notes or a placeholder); an action a
+strategy never got to (it overflowed first) keeps none.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ _PATH = re.compile(
 )
 _NAME = re.compile(r"(?<![\w./-])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")  # not inside a path
 _CAMEL = re.compile(r"[a-z][A-Z]")
+_ID = re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[\w-]{6,}(?![\w-])")  # letters and digits: an id, a hash
 _ERROR_LINE = re.compile(r"^\s*((?:[\w.]*(?:Error|Exception|Warning)\b|Traceback\b|error\b|ERROR\b|FAIL\b|fatal\b).*)$",
                          re.MULTILINE)
 MIN_NAME_CHARS = 4  # shorter names (i, df, os) say too little about what the agent knows
@@ -44,7 +45,7 @@ def identifiers(text: str) -> set[str]:
     """The paths and code names in a text."""
     found = {p.rstrip(".-") for p in _PATH.findall(text) if len(p) >= MIN_PATH_CHARS}
     found |= {n.rstrip(".") for n in _NAME.findall(text) if _is_code_name(n.rstrip("."))}
-    return found
+    return found | set(_ID.findall(text))
 
 
 def error_lines(text: str) -> set[str]:
