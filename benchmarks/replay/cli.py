@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="side-call reply lengths: a real model's (default) or the stand-in's own")
     parser.add_argument("--per-session", type=int, default=8, metavar="N",
                         help="per window, the N sessions never nearing the threshold where ctx_magic bills most")
+    parser.add_argument("--overhead-of", default="ctx_magic", metavar="NAME",
+                        help="the strategy whose bill --per-session splits (default ctx_magic)")
     args = parser.parse_args(argv)
     args.windows = [int(w.replace("_", "")) for w in args.windows.split(",") if w.strip()]
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -169,13 +171,13 @@ def main(argv: list[str] | None = None) -> None:
     tables = grouped(results)
     for window in sorted(tables):
         print(window_tables(window, tables[window]) + "\n")
-        runs = tables[window].get("ctx_magic")
+        runs = tables[window].get(args.overhead_of)
         if runs and args.per_session:
             quiet = overheads(runs, tables[window][REFERENCE], quiet_at(window))
-            print(f"Where ctx_magic's bill goes on the sessions that never near its threshold (raw's largest "
+            print(f"Where {args.overhead_of}'s bill goes on the sessions that never near its threshold (raw's largest "
                   f"request under its warning level, {thresholds_at(window).warning:,} tokens), as a share of raw's "
                   f"bill on each, the {args.per_session} highest:\n")
-            print(overhead_table(quiet, args.per_session) + "\n")
+            print(overhead_table(quiet, args.per_session, args.overhead_of) + "\n")
             for name in ("ctx_magic", *(n for n in tables[window] if n.startswith("ctx_magic+"))):
                 rows = overheads(tables[window][name], tables[window][REFERENCE], quiet_at(window))
                 print(f"- {overhead_summary(name, rows)}")

@@ -193,13 +193,13 @@ def overheads(runs: Runs, reference: Runs, quiet: Callable[[RunResult], bool]) -
     return out
 
 
-def overhead_table(rows: Sequence[Overhead], count: int) -> str:
-    """The `count` sessions ctx_magic bills most above raw (memory extraction apart), each split."""
+def overhead_table(rows: Sequence[Overhead], count: int, name: str = "ctx_magic") -> str:
+    """The `count` sessions `name` bills most above raw (memory extraction apart), each split."""
     worst = sorted(rows, key=lambda o: (o.without_memory / o.reference, o.total / o.reference), reverse=True)[:count]
     lines = [[o.session, f"{o.largest:,}", f"{o.total / o.reference:.3f}", f"{o.without_memory / o.reference:.3f}",
               f"{o.memory / o.reference:.3f}", f"{o.notes / o.reference:.3f}", f"{o.summaries / o.reference:.3f}",
               f"{o.main_and_rest / o.reference:+.3f}"] for o in worst]
-    header = ("session", "raw's largest request", "ctx_magic vs raw", "without memory extraction",
+    header = ("session", "raw's largest request", f"{name} vs raw", "without memory extraction",
               "memory extraction", "session notes", "summaries", "main calls and the rest")
     return markdown(header, lines)
 
