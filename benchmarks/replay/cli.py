@@ -143,6 +143,9 @@ def header(args: argparse.Namespace, argv: list[str] | None, results: list[RunRe
     sessions = {r.replay: r.source for r in results}
     by_source = ", ".join(f"{sum(s == k for s in sessions.values())} {k}" for k in ("swe", "claude-code", "notebook"))
     windows = sorted({r.window for r in results if r.strategy != REFERENCE})
+    references = [r for r in results if r.strategy == REFERENCE]
+    pairs = ", ".join(f"{k} {sum(r.ids_used for r in references if r.source == k):,}"
+                      for k in ("swe", "claude-code", "notebook"))
     p9999 = p9999_sizes(sizes)
     lines = [
         "# Replay cost benchmark\n",
@@ -150,6 +153,7 @@ def header(args: argparse.Namespace, argv: list[str] | None, results: list[RunRe
         f"- commit: {commit()}",
         f"- command: `{command.strip()}`",
         f"- sessions: {len(sessions)} ({by_source}); windows: {', '.join(f'{w:,}' for w in windows)}",
+        f"- identifiers the recorded actions use (action, identifier pairs): {pairs}",
         f"- run time: {elapsed:.0f} s",
         "- prices in base-input units: input 1, cache write 1.25 (5m) / 2 (1h), cache read 0.1, output 5; "
         "usage from the offline stand-in's cache simulation",
