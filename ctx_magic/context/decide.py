@@ -112,13 +112,20 @@ class Situation:
         return dataclasses.replace(self, tokens=tokens, estimated_tokens=0, may_clear=False)
 
     def outlook(self) -> Outlook:
-        summary = self.expected_summary()
         calls = self.facts.calls
         growth = self.facts.growth or max(1, self.tokens // max(1, calls + 1))
         compacts = self.facts.auto_compaction and not self.facts.breaker_open
+        # A compaction the threshold forces later uses the notes when the session keeps them and
+        # they leave room (no output to pay, their own tail kept), else a summary.
+        from_notes = self.notes_ready and self.after_notes() < self.thresholds.autocompact
+        after, output = (self.after_notes(), 0) if from_notes else (self.after_summary(), self.expected_summary())
         return Outlook(calls=max(1, calls), growth=growth,
                        threshold=self.thresholds.autocompact if compacts else NEVER,
-                       after_compaction=self.after_summary(), summary_output=summary)
+                       after_compaction=after, summary_output=output)
+
+    def after_notes(self) -> int:
+        """The context a compaction from the notes leaves: the notes and the recent tail they keep."""
+        return self.overhead + self.facts.notes_tokens + self.notes_tail
 
     def after_summary(self) -> int:
         """The context a summary leaves: as large as after the last one, else overhead + summary."""
@@ -165,8 +172,8 @@ def early_compaction_from(th: Thresholds) -> int:
     """Where an early compaction starts to be weighed: Claude Code's trigger (window less the
     20,000-token summary reserve and the scaled buffer, never below a quarter of a small window,
     where that reserve leaves nothing), or a standard window's size."""
-    seeds = th.window - MAX_OUTPUT_TOKENS_FOR_SUMMARY - round(AUTOCOMPACT_BUFFER_TOKENS * th.scale)
-    return min(EARLY_COMPACTION_FROM, max(seeds, th.window // 4))
+    claude_code = th.window - MAX_OUTPUT_TOKENS_FOR_SUMMARY - round(AUTOCOMPACT_BUFFER_TOKENS * th.scale)
+    return min(EARLY_COMPACTION_FROM, max(claude_code, th.window // 4))
 
 
 def _options(s: Situation, cached: int) -> list[_Option]:
@@ -187,7 +194,7 @@ def _options(s: Situation, cached: int) -> list[_Option]:
         # (their extraction is already paid): compacting from them early made sessions compact
         # again sooner (the replay benchmark at 32,000: 35 compactions instead of 19, a dearer bill).
         if s.notes_ready and s.tokens >= th.autocompact:
-            after = s.overhead + s.facts.notes_tokens + s.notes_tail
+            after = s.after_notes()
             options.append(_Option(COMPACT_FROM_NOTES, Start(after, 0), after))
     return options
 
