@@ -1,6 +1,7 @@
 """Recorded sessions as replayable ones: who said what, which tools ran, what they printed, when.
 
-Three sources in the shared corpus (`../shared/corpus` beside the repository, never edited):
+Three sources in the shared corpus (`../shared/corpus` beside the repository, or the folder
+$CTX_MAGIC_CORPUS names; never edited):
 
 - **mini-swe-agent** trajectories (Gemini 3 on SWE-bench): the first user message is the task;
   each assistant message holding exactly one ```bash block is one action, replayed as an

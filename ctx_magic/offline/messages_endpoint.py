@@ -11,9 +11,11 @@ from typing import Any
 
 from ctx_magic.offline import models, providers
 from ctx_magic.offline.cache import Clock, PromptCache
+from ctx_magic.offline.conversation import content_blocks, messages
 from ctx_magic.offline.counting import (
     CALIBRATED,
     Unit,
+    canonical,
     fit_output,
     input_tokens,
     output_tokens,
@@ -156,11 +158,14 @@ class MessagesEndpoint:
             content, cut = faulty_content(fault, content), False
         if managed is not None and managed.pause and managed.compaction is not None:
             content, cut = [], False
-        # Ids come from a digest of the request: deterministic (whatever side calls ran in
-        # between), and unique across server runs (a session resumed in a new kernel must not get
-        # the tool ids its history already holds). The message id adds the server's counter, so
-        # the same request asked twice still gets two ids, as from the real API.
-        digest = hashlib.sha256(json.dumps(request.get("messages"), sort_keys=True).encode()).hexdigest()[:12]
+        # Ids come from a digest of the request's messages: deterministic (whatever side calls ran
+        # in between, wherever the cache breakpoints sit: two clients sending the same conversation
+        # get the same ids, so the same token counts), and unique across server runs (a session
+        # resumed in a new kernel must not get the tool ids its history already holds). The
+        # message id adds the server's counter, so the same request asked twice still gets two
+        # ids, as from the real API.
+        unmarked = [{**m, "content": [canonical(b) for b in content_blocks(m)]} for m in messages(request)]
+        digest = hashlib.sha256(json.dumps(unmarked, sort_keys=True).encode()).hexdigest()[:12]
         self._message_count += 1
         calls = 0
         for block in content:
