@@ -16,14 +16,18 @@ import dataclasses
 import json
 import math
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from benchmarks.corpus_location import corpus_path
-from ctx_magic.context.tokens import STARTING_RATIO, Correction, count_context, count_text, message_tokens
-from ctx_magic.messages import Kind, Message, Usage, text_block
+if __package__ in (None, ""):  # run as a script: the repository root on the path, like `-m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.corpus_location import corpus_path  # noqa: E402
+from ctx_magic.context.tokens import STARTING_RATIO, Correction, count_context, count_text, message_tokens  # noqa: E402
+from ctx_magic.messages import Kind, Message, Usage, text_block  # noqa: E402
 
 DEFAULT_CORPUS = corpus_path()
 CC_SESSION = "claude-code-session-share/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"

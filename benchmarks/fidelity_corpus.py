@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,11 @@ from typing import Any
 
 from estimation import load_claude_code
 
-from benchmarks.corpus_location import corpus_path
-from ctx_magic.messages import result_text
+if __package__ in (None, ""):  # run as a script: the repository root on the path, like `-m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.corpus_location import corpus_path  # noqa: E402
+from ctx_magic.messages import result_text  # noqa: E402
 
 DEFAULT_CORPUS = corpus_path()  # CTX_MAGIC_CORPUS, else ../shared/corpus
 SWE_DIR = "mini-swe-agent-gemini3/trajs"
