@@ -185,9 +185,9 @@ def test_ctx_magic_ablations_send_fewer_side_calls() -> None:
     replay = load_swe(swe_paths(CORPUS)[0])
     # At 200,000 no compaction is in sight and the session stays short: no notes, no extraction.
     assert not run_one("ctx_magic", replay, 200_000).side_calls()
-    full = run_one("ctx_magic", replay, 8_000)
-    bare = run_one("ctx_magic+no-notes+no-memory", replay, 8_000)
-    # At 8,000 it compacts once, so the extraction at its end runs; the ablation sends the summary only.
+    full = run_one("ctx_magic", replay, 10_000)
+    bare = run_one("ctx_magic+no-notes+no-memory", replay, 10_000)
+    # At 10,000 it compacts once, so the extraction at its end runs; the ablation sends the summary only.
     assert full.side_calls() == {"compaction": 1, "memory": 1} and bare.side_calls() == {"compaction": 1}
     assert bare.cost < full.cost
 
