@@ -211,28 +211,36 @@ def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: 
     return "\n".join(lines) + "\n"
 
 
+def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8) -> str:
+    """Every window's tables (after the line naming the sessions it left out), the overhead of
+    `overhead_of` on the sessions that never near its threshold, then the targets."""
+    tables = grouped(runs.results)
+    sessions = len({r.replay for r in runs.results})
+    parts: list[str] = []
+    for window in sorted(tables):
+        by_strategy = tables[window]
+        parts.append(window_tables(window, by_strategy, left_out_line(window, runs.left_out.get(window, []), sessions))
+                     + "\n")
+        split = by_strategy.get(overhead_of)
+        if split and per_session:
+            quiet = overheads(split, by_strategy[REFERENCE], quiet_at(window))
+            parts.append(f"Where {overhead_of}'s bill goes on the sessions that never near its threshold (raw's "
+                         f"largest request under its warning level, {thresholds_at(window).warning:,} tokens), as a "
+                         f"share of raw's bill on each, the {per_session} highest:\n")
+            parts.append(overhead_table(quiet, per_session, overhead_of) + "\n")
+            names = [n for n in by_strategy if n == "ctx_magic" or n.startswith("ctx_magic+")]
+            parts += [f"- {overhead_summary(n, overheads(by_strategy[n], by_strategy[REFERENCE], quiet_at(window)))}"
+                      for n in names]
+            parts.append("")
+    lines = target_lines(tables, quiet_at)
+    if lines:
+        parts += ["## Targets\n", "\n".join(lines)]
+    return "\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
     runs, sizes = run_all(args)
     print(header(args, argv, runs, sizes, time.perf_counter() - started))
-    tables = grouped(runs.results)
-    sessions = len({r.replay for r in runs.results})
-    for window in sorted(tables):
-        print(window_tables(window, tables[window], left_out_line(window, runs.left_out.get(window, []), sessions))
-              + "\n")
-        runs = tables[window].get(args.overhead_of)
-        if runs and args.per_session:
-            quiet = overheads(runs, tables[window][REFERENCE], quiet_at(window))
-            print(f"Where {args.overhead_of}'s bill goes on the sessions that never near its threshold (raw's largest "
-                  f"request under its warning level, {thresholds_at(window).warning:,} tokens), as a share of raw's "
-                  f"bill on each, the {args.per_session} highest:\n")
-            print(overhead_table(quiet, args.per_session, args.overhead_of) + "\n")
-            for name in ("ctx_magic", *(n for n in tables[window] if n.startswith("ctx_magic+"))):
-                rows = overheads(tables[window][name], tables[window][REFERENCE], quiet_at(window))
-                print(f"- {overhead_summary(name, rows)}")
-            print()
-    lines = target_lines(tables, quiet_at)
-    if lines:
-        print("## Targets\n")
-        print("\n".join(lines))
+    print(report(runs, args.overhead_of, args.per_session))

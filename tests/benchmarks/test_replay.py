@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a package of the repository, not of the installed ctx_magic
 
 from benchmarks.replay.billing import Call, Meter, new_bench, price  # noqa: E402
-from benchmarks.replay.cli import left_out_line, run_replays  # noqa: E402
+from benchmarks.replay.cli import left_out_line, report, run_replays  # noqa: E402
 from benchmarks.replay.corpus import (  # noqa: E402
     BASH_TOOL,
     Action,
@@ -208,8 +208,9 @@ def test_a_session_whose_recorded_reply_outgrows_the_reply_cap_is_left_out_for_e
     assert max_output(window) == 2_000 and longest_reply(long) > 2_000 > longest_reply(short)
     with pytest.raises(ReplayDesync):  # replayed anyway, the cut reply loses its command
         run_one("raw", long, window)
-    runs = run_replays([short, long], [window], ["raw", "cc-default", "masking"], STAND_IN)
-    assert [o.session for o in runs.left_out[window]] == ["long-reply"]
+    runs = run_replays([short, long], [window, 200_000], ["raw", "cc-default", "masking"], STAND_IN)
+    assert [o.session for o in runs.left_out[window]] == ["long-reply"] and runs.left_out[200_000] == []
+    assert {r.replay for r in runs.results if r.window == 200_000} == {"three-turns", "long-reply"}
     at_window = [r for r in runs.results if r.window == window]
     assert sorted((r.strategy, r.replay) for r in at_window) == [
         ("cc-default", "three-turns"), ("masking", "three-turns"), ("raw", "three-turns")]
@@ -223,6 +224,10 @@ def test_a_session_whose_recorded_reply_outgrows_the_reply_cap_is_left_out_for_e
     printed = window_tables(window, tables[window], line)
     assert line in printed and "| strategy | swe (1) |" in printed
     assert left_out_line(window, [], 2) == ""
+    whole = report(runs, overhead_of="masking")  # every window: its tables, then the overhead table
+    at_8k, at_200k = whole.split("## Window 200,000")
+    assert line in at_8k and "sessions left out" not in at_200k and "| strategy | swe (2) |" in at_200k
+    assert whole.count("Where masking's bill goes") == 2
 
 
 # -- the loaders -----------------------------------------------------------------------------------
