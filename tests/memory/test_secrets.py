@@ -1,4 +1,4 @@
-"""Secret detection (SPEC X1: memories are never secrets)."""
+"""Secret detection (memories are never secrets)."""
 
 from __future__ import annotations
 
