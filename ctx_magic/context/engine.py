@@ -216,7 +216,7 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
 
 
 def _clear_thinking(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
-    """Seeds' thinking clearing: after an idle gap longer than the cache TTL, only the last
+    """Claude Code's thinking clearing: after an idle gap longer than the cache TTL, only the last
     thinking turn stays (the cache is cold, so removing the rest costs nothing)."""
     gap = idle_gap(messages, now)
     if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_seconds:
