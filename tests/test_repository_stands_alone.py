@@ -20,7 +20,7 @@ _IDS = {"M": range(1, 6), "T": range(1, 6), "L": range(1, 7), "C": range(1, 11),
 _ID_NAMES = sorted((f"{letter}{n}" for letter, numbers in _IDS.items() for n in numbers), key=len, reverse=True)
 _ID = "(?:" + "|".join(_ID_NAMES) + ")(?:a|b)?"
 _CC_FILES = ("query", "compact", "auto" + "Compact", "micro" + "Compact", "tool" + "Limits",
-             "toolResult" + "Storage", "sessionMemory" + "Compact", "session" + "Memory")
+             "toolResult" + "Storage", "session" + "MemoryCompact", "session" + "Memory")
 
 PATTERNS = {
     "the spec document": re.compile(r"\b" + "SP" + "EC" + r"\b"),
@@ -32,7 +32,7 @@ PATTERNS = {
                                             + "|timeBased" + "MCConfig"),
 }
 # JPEG segment markers (0xFF 0xC4 and 0xFF 0xC8), not ids.
-ALLOWED = {("ctx_magic/images.py", "a spec id"): {"C4", "C8"}}
+ALLOWED = {("ctx_magic/images.py", "a spec id"): {"C" + "4", "C" + "8"}}
 
 
 def tracked_text_files() -> list[tuple[str, str]]:
