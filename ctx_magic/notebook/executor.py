@@ -37,7 +37,7 @@ NOTEBOOK_CELL_TOOL = {"name": "notebook_cell"}
 """A cell the user ran, recorded as a tool call; never offered to the model."""
 NOTEBOOK_OUTPUT_CHARS = 500  # each cell's outputs, shortened: the notebook tool is for orientation
 NOTEBOOK_MAX_CELLS = 60
-RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (C7)
+RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (rehydration)
 
 
 class KernelExecutor:
@@ -147,7 +147,7 @@ class KernelExecutor:
         return ToolOutput("\n".join(lines))
 
     def context_attachments(self) -> list[str]:
-        """What the agent was last running, re-announced after a compaction (C7), and what the
+        """What the agent was last running, re-announced after a compaction (rehydration), and what the
         kernel holds now (its variables, functions and modules, read at this moment)."""
         notes = []
         if self.recent_code:
