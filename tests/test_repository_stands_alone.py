@@ -1,7 +1,7 @@
 """The repository stands alone: its text cites nothing a reader of it cannot open.
 
 No behaviour-spec document or its ids (a letter and a number naming a rule), no design-notes
-folder, no tracker numbers, no Claude Code source-file names: each mechanism is named in words
+folder, no tracker numbers, no Claude Code source-file names, no machine paths: each mechanism is named in words
 (docs/design.md defines the terms). The patterns are built from parts so that this file does not
 match itself.
 """
@@ -30,6 +30,8 @@ PATTERNS = {
     "a spec id in a test name": re.compile(r"def test_(?:" + "|".join(n.lower() for n in _ID_NAMES) + ")[ab]?_"),
     "a Claude Code source file": re.compile(r"\b(?:" + "|".join(_CC_FILES) + r")\.t" + r"s\b"
                                             + "|timeBased" + "MCConfig"),
+    # The corpus and the checkout are reached relative to the repository, never by a machine's path.
+    "a machine path": re.compile(r"(?<![\w.])/(?:" + "wo" + "rk|" + "che" + r"ck)/\w"),
 }
 # JPEG segment markers (0xFF 0xC4 and 0xFF 0xC8), not ids.
 ALLOWED = {("ctx_magic/images.py", "a spec id"): {"C" + "4", "C" + "8"}}
