@@ -37,6 +37,7 @@ CHECK_SECONDS = 1.0  # how often runs are looked at for a stall (and the panel's
 INTERRUPT_GRACE = 2.0  # seconds an interrupted foreground run gets to stop before it is left in the background
 READ_MAX_BYTES = 100_000  # one read of a log: twice the largest tool result kept inline, the rest persisted
 PIPE_CHUNK = 65_536
+PUMP_DRAIN_SECONDS = 2.0  # what exited subprocesses wrote is read in before the run's end is written
 RUN_ID = re.compile(r"^t(\d+)$")
 
 
@@ -159,6 +160,7 @@ class Run:
         self._children: list[subprocess.Popen[Any]] = []
         self._child_in: tuple[int, int] | None = None
         self._child_out: tuple[int, int] | None = None
+        self._pump_thread: threading.Thread | None = None
         self._in_code = False
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
@@ -208,6 +210,7 @@ class Run:
             _raise_in(self.thread, None)  # a stop that came too late for the code is withdrawn
 
     def _finish(self, value: Any, error: BaseException | None) -> None:
+        self._drain_children()
         with self.lock:
             if value is not None:
                 self.record.result = formatted(self.shell, value)
@@ -223,8 +226,8 @@ class Run:
             self.detail = "" if stopped or error is None else last_line(self.record.error or "").strip()[:200]
             self.waiting = ""
             self.ended_at = self.clock()
-            self._close_pipes(ours_only=True)
             self.changed.notify_all()
+        self.save()
         self.done.set()
 
     # -- what its code prints, displays and reads (run_io.py routes them here) -------------------
@@ -302,8 +305,9 @@ class Run:
         with self.lock:
             if self._child_out is None:
                 self._child_out = os.pipe()
-                threading.Thread(target=self._pump, args=(self._child_out[0],), name="ctx_magic run output",
-                                 daemon=True).start()
+                self._pump_thread = threading.Thread(target=self._pump, args=(self._child_out[0],),
+                                                     name="ctx_magic run output", daemon=True)
+                self._pump_thread.start()
             if self._child_in is None:
                 self._child_in = os.pipe()
             return {"stdin": self._child_in[0], "stdout": self._child_out[1], "stderr": self._child_out[1]}
@@ -326,20 +330,19 @@ class Run:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def _close_pipes(self, *, ours_only: bool) -> None:
-        """Its ends of its subprocesses' pipes: their stdin sees end-of-file, their output ends
-        when the last of them exits (the pump closes the reading end)."""
-        ends = []
-        if self._child_in is not None:
-            ends += list(self._child_in)
+    def _drain_children(self) -> None:
+        """Its ends of its subprocesses' pipes closed (their stdin sees end-of-file), and what the
+        ones that exited wrote read in before its own end is written (another thread reads it)."""
+        with self.lock:
+            ends = [*(self._child_in or ()), *(self._child_out[1:] if self._child_out else ())]
             self._child_in = None
-        if self._child_out is not None:
-            ends.append(self._child_out[1])
-            self._child_out = (self._child_out[0], -1)
+            exited = all(child.poll() is not None for child in self._children)
+            pump = self._pump_thread
         for fd in ends:
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if pump is not None and exited:
+            pump.join(PUMP_DRAIN_SECONDS)  # a grandchild that kept the pipe open is not waited for long
 
     # -- what the agent and the user do to it ----------------------------------------------------
 
@@ -380,7 +383,8 @@ class Run:
             self.last_output_at = self.clock()
             self.state, self.reported = "running", "running"
             self.changed.notify_all()
-            return where
+        self.save()
+        return where
 
     def stop(self) -> bool:
         """Kill its subprocesses, wake an input() it waits in, and raise RunStopped in its code."""
@@ -406,9 +410,11 @@ class Run:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(log_path, "ab")  # noqa: SIM115 - open for the run's lifetime
             if not self.background:
-                so_far = self.record.text()
-                if so_far != "(no output)":
-                    self._append(so_far if so_far.endswith("\n") else so_far + "\n")
+                record = self.record
+                if record.stderr or record.displays:
+                    self._append(record.text() + "\n")
+                else:  # as printed: a prompt keeps its line, so the answer follows it there
+                    self._append("".join(record.stdout))
                 self.background = True
             self.save()
 

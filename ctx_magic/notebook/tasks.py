@@ -52,6 +52,8 @@ class RunBoard:
         self.io = RunIO(shell)
         self.io.install()  # at load, below any cell's own capture: a run's output never reaches a cell
         self.check_every = CHECK_SECONDS
+        self.stop_grace = INTERRUPT_GRACE
+        """Seconds a stopped run gets to end before it is said to be still stopping."""
         self.runs: dict[Path, Run] = {}
         """This kernel's runs that have a log, by its path."""
         self.listeners: list[Callable[[], None]] = []
@@ -118,7 +120,7 @@ class RunBoard:
                     return False
         except KeyboardInterrupt:
             run.stop()
-            if not run.done.wait(INTERRUPT_GRACE):
+            if not run.done.wait(self.stop_grace):
                 self._keep(run)  # inside a call Python cannot interrupt: it stops when that call returns
                 self._watch_runs()
             raise
@@ -210,7 +212,7 @@ class RunBoard:
             return self._unknown(run_id)
         if run is None or not run.stop():
             return f"Run {run_id} is not running: it is {info.words(self.now())}."
-        run.done.wait(INTERRUPT_GRACE)
+        run.done.wait(self.stop_grace)
         self.check()
         return (f"Run {run_id} stopped." if run.done.is_set() else
                 f"Run {run_id} is stopping: it is inside a call Python cannot interrupt and stops when it returns.")
@@ -322,7 +324,7 @@ class RunBoard:
         for run in list(self.runs.values()):
             run.stop()
         for run in list(self.runs.values()):
-            run.done.wait(INTERRUPT_GRACE)
+            run.done.wait(self.stop_grace)
             run.save()
             run.close_log()
         self.io.uninstall()
