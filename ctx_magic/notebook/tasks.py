@@ -377,9 +377,8 @@ def _last_printed_line(tail: str) -> str:
 
 def started_text(run: Run) -> str:
     """The `python` tool's result for a background run."""
-    return (f"Started background run {run.id}: the code goes on in the kernel while you and the user keep working. "
-            f"Its output goes to {run.log_path}; read it with the task tool (action 'read'). You will be told "
-            "before your next request when it ends or stalls.")
+    return (f"Started background run {run.id} (its log: {run.log_path}). It runs beside your next steps and the "
+            "user's cells; read its output with the task tool. You will be told when it ends or stalls.")
 
 
 def stalled_text(run: Run) -> str:
