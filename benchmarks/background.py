@@ -2,8 +2,8 @@
 
 A run prints a line a second for a minute: sixty lines of a training log. Each variant is one
 session of eight turns through the notebook layer in this process (an IPython shell with
-ctx_magic loaded, the offline stand-in behind the real anthropic SDK, counting in its calibrated
-unit); the run is paced line by line and its board is on a manual clock, so nothing waits on the
+ctx_magic loaded, the offline stand-in behind the real anthropic SDK, counting as the API does);
+the run is paced line by line and its board is on a manual clock, so nothing waits on the
 wall clock and every run of the script prints the same figures.
 
 - baseline: the same eight turns without the run;
@@ -153,7 +153,7 @@ def main() -> None:
     minutes = args.lines / 60
     turns = 2 + min(len(QUESTIONS), args.lines // args.every)
     print(f"A run printing {args.lines} lines, one a second ({minutes:.3g} min); {turns} turns, one every "
-          f"{args.every} s during the run; tokens in the stand-in's calibrated unit.\n")
+          f"{args.every} s during the run; tokens as the stand-in counts them.\n")
     print("| variant | model calls | prompt tokens, all requests | added by the run | added per minute of run "
           "| added to the last request (carried by every later one) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -170,7 +170,8 @@ class RunIO:
         def write(data: Any, *args: Any, **kwargs: Any) -> Any:
             run = self.current()
             if run is not None and isinstance(data, str):
-                run.printed(name, data)
+                if data:  # an empty write (a poll with nothing new) is not output: it must not end a silence
+                    run.printed(name, data)
                 return len(data)
             return original(data, *args, **kwargs)
 
