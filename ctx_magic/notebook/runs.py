@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import ctypes
+import dataclasses
 import os
 import queue
 import re
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ctx_magic.errors import StorageError
 from ctx_magic.notebook.outputs import KERNEL_RUN, CellRecord, display_text, formatted, printed, strip_ansi
 from ctx_magic.notebook.run_io import RunIO
 from ctx_magic.notebook.stall import TAIL_CHARS, is_stalled, last_line, shown_prompt
@@ -39,6 +41,7 @@ READ_MAX_BYTES = 100_000  # one read of a log: twice the largest tool result kep
 PIPE_CHUNK = 65_536
 PUMP_DRAIN_SECONDS = 2.0  # what exited subprocesses wrote is read in before the run's end is written
 RUN_ID = re.compile(r"^t(\d+)$")
+CODE_KEPT_CHARS = 2_000  # the code in a run's json: enough to recognize it
 
 
 class RunStopped(KeyboardInterrupt):
@@ -180,7 +183,7 @@ class Run:
         with self.lock:
             silent = self.clock() - self.last_output_at if self.state == "stalled" and not self.waiting else 0.0
             return RunInfo(self.id, self.state, self.detail, self.started_at, self.ended_at, KERNEL_RUN,
-                           self.reported, self.read_to, silent, self.code)
+                           self.reported, self.read_to, silent, self.code[:CODE_KEPT_CHARS])
 
     # -- its thread ------------------------------------------------------------------------------
 
@@ -420,14 +423,8 @@ class Run:
 
     def save(self) -> None:
         """Its json beside its log (its state for `%ctx tasks`, the panel, and a resumed session)."""
-        if self.log_path is None:
-            return
-        info = self.info()
-        data = {"id": info.id, "state": info.state, "detail": info.detail, "started_at": info.started_at,
-                "ended_at": info.ended_at, "kernel": info.kernel, "reported": info.reported,
-                "read_to": info.read_to, "silent_for": info.silent_for, "code": self.code[:2_000]}
-        with contextlib.suppress(OSError):
-            atomic_write_json(self.log_path.with_suffix(".json"), data)
+        if self.log_path is not None:
+            write_info(self.log_path.with_suffix(".json"), self.info())
 
     def close_log(self) -> None:
         with self.lock:
@@ -435,6 +432,14 @@ class Run:
                 with contextlib.suppress(OSError):
                     self._log.close()
                 self._log = None
+
+
+def write_info(path: Path, info: RunInfo) -> None:
+    """A run's json, replaced whole; a full disk loses the state, never the run."""
+    try:
+        atomic_write_json(path, dataclasses.asdict(info))
+    except (OSError, StorageError):
+        pass
 
 
 def stored_info(path: Path) -> RunInfo | None:

@@ -31,8 +31,8 @@ from ctx_magic.notebook.runs import (
     duration,
     read_log,
     stored_info,
+    write_info,
 )
-from ctx_magic.store.files import atomic_write_json
 
 LAST_LINE_CHARS = 120
 
@@ -87,11 +87,15 @@ class RunBoard:
         """An id and a log in the session's `tasks/` folder for `run`."""
         folder = self._folder()
         if folder is None:
-            raise RuntimeError("no session folder for a background run")
+            raise ToolError("A background run needs a session folder, and there is none yet.")
         with self._lock:
-            run_id = self._next_id(folder)
-            path = folder / f"{run_id}.log"
-            run.go_background(path, run_id)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                run_id = self._next_id(folder)
+                path = folder / f"{run_id}.log"
+                run.go_background(path, run_id)
+            except OSError as error:
+                raise ToolError(f"A background run could not start its log in {folder}: {error}") from error
             self.runs[path] = run
 
     def _next_id(self, folder: Path) -> str:
@@ -114,7 +118,11 @@ class RunBoard:
                 if run.check(self.now(), self._settings.stall_seconds) and run.state == "stalled":
                     with run.lock:
                         run.reported = "stalled"  # the tool result tells the agent
-                    self._keep(run)
+                    try:
+                        self._keep(run)
+                    except ToolError:
+                        run.stop()  # a run that can keep no log is not left waiting unseen
+                        raise
                     self._watch_runs()
                     self._changed()
                     return False
@@ -259,7 +267,7 @@ class RunBoard:
         info = stored_info(path)
         if info is not None and info.state in LIVE and info.kernel != KERNEL_RUN:
             info = replace(info, state="ended", detail="")
-            self._write(path, info)
+            write_info(path, info)
         return info
 
     def _told(self, run: Run | None, info: RunInfo, *, read_to: int | None = None) -> None:
@@ -272,18 +280,8 @@ class RunBoard:
             return
         folder = self._folder()
         if folder is not None:
-            self._write(folder / f"{info.id}.json",
+            write_info(folder / f"{info.id}.json",
                         replace(info, reported=info.state, read_to=read_to if read_to is not None else info.read_to))
-
-    @staticmethod
-    def _write(path: Path, info: RunInfo) -> None:
-        data = {"id": info.id, "state": info.state, "detail": info.detail, "started_at": info.started_at,
-                "ended_at": info.ended_at, "kernel": info.kernel, "reported": info.reported, "read_to": info.read_to,
-                "silent_for": info.silent_for, "code": info.code}
-        try:
-            atomic_write_json(path, data)
-        except OSError:
-            pass
 
     def news(self) -> list[str]:
         """One line per run whose state changed since the agent was last told; telling it counts."""
