@@ -289,6 +289,15 @@ def test_a_run_a_dead_kernel_left_running_is_seen_as_ended_and_its_log_stays_rea
     assert "Output from offset 0 to 16:\nepoch 1\nepoch 2" in shown
 
 
+def test_the_agents_running_code_cannot_start_a_turn_of_its_own(rig):
+    shell, board, _clock = rig
+    go = gated(shell)
+    run(shell, "%%agent\nsneaky\n```python background\ngo.wait()\nget_ipython().run_cell_magic('agent', '', 'hi')\n```")
+    go.set()  # the turn has ended: only the run's own thread stands in the way
+    assert only_run(board).done.wait(20)
+    assert "The agent's running code cannot use %%agent." in log_text(board, "t1")
+
+
 def test_an_unknown_run_is_an_error_the_agent_can_read(rig):
     shell, _board, _clock = rig
     run(shell, "%%agent\nread\ntask read t9")
