@@ -26,6 +26,7 @@ from ctx_magic.settings import (
     MEMORY_BUDGET_TOKENS,
     MIN_CONTEXT_WINDOW,
     MIN_REPLY_TOKENS,
+    MIN_STALL_SECONDS,
     MIN_THINKING_BUDGET,
     PERMISSION,
     PERMISSIONS,
@@ -33,6 +34,7 @@ from ctx_magic.settings import (
     PROVIDER,
     PROVIDERS,
     SNIP_MAX_MESSAGES,
+    STALL_SECONDS,
     STRATEGIES,
     STRATEGY,
     THINKING,
@@ -133,6 +135,9 @@ class CtxMagic(Configurable):
     kernel_inventory_tokens = Int(KERNEL_INVENTORY_TOKENS, min=0, help=(
         "Tokens of the kernel's live state (variables, shapes, columns) the agent gets after a compaction; "
         "0 = none.")).tag(config=True)
+    stall_seconds = Float(STALL_SECONDS, min=MIN_STALL_SECONDS, help=(
+        "Seconds without output after a line that looks like a prompt ([Y/n], Password:, Continue?) before the "
+        "agent's running code counts as stalled; input() and getpass() count at once.")).tag(config=True)
 
     @validate("prices")
     def _prices_parse(self, proposal: dict[str, Any]) -> str:

@@ -51,7 +51,7 @@ def offline(monkeypatch):
 
 def test_every_example_is_tested():
     assert sorted(p.stem for p in EXAMPLES.glob("*.ipynb") if not p.stem.endswith(".out")) == [
-        "long_session", "quickstart", "thinking"]
+        "background_run", "long_session", "quickstart", "thinking"]
 
 
 def test_quickstart_runs_offline_and_compacts_by_hand(tmp_path, offline):
@@ -93,6 +93,24 @@ def test_thinking_shows_collapsed_survives_the_tool_loops_and_a_model_switch_and
     status = status_json(cells[-1])
     assert status["thinking"]["type"] == "enabled" and status["model"] == "claude-opus-5-5"
     assert status["cost"]["session_usd"] > 0 and status["window_source"] == "models-api"
+
+
+def test_background_run_trains_beside_the_users_cells_is_read_by_offset_and_a_stall_is_answered(tmp_path, offline):
+    cells = execute("background_run", tmp_path)
+    everything = "\n".join(shown(c) for c in cells)
+    assert "ERROR" not in everything
+    assert "Started background run t1" in shown(cells[1])
+    assert shown(cells[2]).strip() == "best region: east"  # the user's cell, while the run printed
+    assert "Output from offset 0 to" in shown(cells[4]) and "epoch  4/12  loss 0.3679" in shown(cells[4])
+    assert "The code is waiting for input after 'Delete 3 old checkpoints? [y/N]'" in shown(cells[5])
+    silence = re.search(r"stalled: waiting for input after 'Delete 3 old checkpoints\? \[y/N\]' "
+                        r"\(no output for (\d+) s\)", shown(cells[5]))
+    assert int(silence.group(1)) >= 2  # the wall clock's seconds: at least the notebook's 2-second threshold
+    assert "Sent to the stdin of the subprocess of run t2." in shown(cells[6])
+    assert shown(cells[7]).strip() == "final loss 0.0498"
+    last_read = shown(cells[8])
+    assert "epoch 12/12  loss 0.0498\ntraining done" in last_read and "epoch  1/12" not in last_read  # by offset
+    assert "Delete 3 old checkpoints? [y/N] y\ndeleted 3" in last_read
 
 
 def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_result(tmp_path, offline):
