@@ -109,6 +109,9 @@ class Settings:
     prices: str = ""
     pin_budget_tokens: int = PIN_BUDGET_TOKENS
     kernel_inventory_tokens: int = KERNEL_INVENTORY_TOKENS
+    team: str = ""
+    team_memory_dir: str = ""
+    author: str = ""
 
     @property
     def idle_seconds(self) -> float:

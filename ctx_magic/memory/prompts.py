@@ -54,8 +54,16 @@ def _known_list(known: Sequence[str]) -> str:
     return f"Already remembered (do not repeat these, or restate them in other words):\n{lines}"
 
 
-def longterm_prompt(known: Sequence[str], limit: int) -> str:
-    """Ask for the durable facts of the conversation above, at most `limit` of them."""
+_TEAM_NOTE = """
+Facts about the shared work (project and reference entries) are shared with the user's team:
+write them without naming or addressing anyone, and keep what concerns the user alone (their
+preferences, corrections, their own files) as user or feedback entries.
+"""
+
+
+def longterm_prompt(known: Sequence[str], limit: int, *, team: bool = False) -> str:
+    """Ask for the durable facts of the conversation above, at most `limit` of them (with a word
+    on what the team shares when team memory is on)."""
     return f"""{LONGTERM_HEADING}
 Step outside the task for a moment: this request is not part of it, and the work should not
 continue here. {_NO_TOOLS}
@@ -67,7 +75,7 @@ results, errors that were fixed along the way, what was tried and dropped, the s
 in progress. Never record a password, key, token or any other credential.
 
 {_KINDS}
-
+{_TEAM_NOTE if team else ""}
 {_known_list(known)}
 
 At most {limit} entries. {_LINE_FORMAT}"""

@@ -238,6 +238,11 @@ class SecretFinding:
         hidden = len(value) - keep
         return value[:keep] + "*" * min(hidden, MASK_STARS) + ("…" if hidden > MASK_STARS else "")
 
+    @property
+    def described(self) -> str:
+        """"an AWS access key id (AKIA************…)": the kind and the masked value, for one line."""
+        return f"{self.kind} ({self.masked})"
+
 
 def _format_found(match: re.Match[str], text: str) -> bool:
     """A known format at a word's start is a key; glued to a letter or digit before it (as in

@@ -32,6 +32,7 @@ from ctx_magic.store.files import atomic_write_text
 MemoryType = Literal["user", "feedback", "project", "reference"]
 Scope = Literal["project", "user", "team"]
 MEMORY_TYPES: tuple[str, ...] = get_args(MemoryType)
+SHARED_TYPES: tuple[str, ...] = ("project", "reference")  # about the work, not the person: the kinds a team shares
 SCOPES: tuple[str, ...] = get_args(Scope)
 
 HALF_LIFE_DAYS = 30.0  # seeds 000: decayFactor = 0.5 ^ (days / 30): day 30 x0.5, 60 x0.25, 90 x0.125

@@ -83,8 +83,8 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+def atomic_write_json(path: Path, data: Any, *, mode: int | None = None) -> None:
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n", mode=mode)
 
 
 def read_json(path: Path, default: Any = None) -> Any:
