@@ -10,8 +10,8 @@ import platformdirs
 import pytest
 
 from ctx_magic.context.tokens import count_text
-from ctx_magic.memory.secrets import detect_secret
 from ctx_magic.memory.prompts import memory_prompt_section, prompt_line, select_for_prompt
+from ctx_magic.memory.secrets import detect_secret
 from ctx_magic.memory.store import (
     INDEX_NAME,
     NEAR_DUPLICATE_RATIO,
