@@ -100,7 +100,8 @@ class MemoryLink:
     def extract(self, session: Session) -> str:
         manager = self.manager
         added = manager.extract(session)
-        lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
+        lines = "\n".join(f"- {m.text}{' (for the team)' if m.scope == 'team' else ''}" for m in added)
+        lines = lines or "(nothing new)"
         refused = f"\n{manager.last_refused}" if manager.last_refused else ""
         return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
 
