@@ -108,9 +108,16 @@ def lock_is_stale(taken: datetime | None, now: datetime) -> bool:
     return taken is not None and now - taken >= LOCK_STALE_AFTER
 
 
-def _breakable(info: Mapping[str, Any], path: Path, now: datetime, holding_os_lock: bool) -> bool:
-    """A lock file whose holder is gone: over an hour old, or its holder held the OS lock we now hold."""
-    return lock_is_stale(_lock_time(info, path), now) or (holding_os_lock and info.get("os_lock") is True)
+def _breakable(info: Mapping[str, Any], path: Path, now: datetime, holding_os_lock: bool,
+               support: LockSupport) -> bool:
+    """A lock file whose holder is gone: over an hour old, or its holder held the OS lock we now
+    hold. The OS lock proves that only where it reaches every process that reaches the folder: a
+    filesystem known to pass locks on, or a holder on this machine (where there is no mount table
+    to tell, macOS or Windows)."""
+    if lock_is_stale(_lock_time(info, path), now):
+        return True
+    reaches = support.trust == "shared" or info.get("host") == socket.gethostname()
+    return holding_os_lock and reaches and info.get("os_lock") is True
 
 
 def _take_os_lock(folder: Path, support: LockSupport) -> Any:
@@ -135,11 +142,12 @@ def acquire_lock(folder: Path, now: datetime, *, holder: str = "",
     """Take the dream lock of `folder`: the held lock, or Held (with who holds it) when another
     process is dreaming. Never waits: a second dreamer skips and says so."""
     folder.mkdir(parents=True, exist_ok=True)
-    os_lock = _take_os_lock(folder, support or lock_support(folder))
+    support = support or lock_support(folder)
+    os_lock = _take_os_lock(folder, support)
     if isinstance(os_lock, Held):
         return os_lock
     try:
-        token = _take_lock_file(folder, now, holder, os_lock is not None)
+        token = _take_lock_file(folder, now, holder, os_lock is not None, support)
     except BaseException:
         if os_lock is not None:
             os_lock.release()
@@ -151,7 +159,8 @@ def acquire_lock(folder: Path, now: datetime, *, holder: str = "",
     return DreamLock(folder, token, os_lock)
 
 
-def _take_lock_file(folder: Path, now: datetime, holder: str, holding_os_lock: bool) -> str | Held:
+def _take_lock_file(folder: Path, now: datetime, holder: str, holding_os_lock: bool,
+                    support: LockSupport) -> str | Held:
     """The lock file: a token on success, Held when its holder is alive.
 
     A lock file whose holder is gone is broken under a guard (an OS file lock that dies with its
@@ -163,14 +172,14 @@ def _take_lock_file(folder: Path, now: datetime, holder: str, holding_os_lock: b
     if token is not None:
         return token
     info = _read_lock(path)
-    if info is not None and not _breakable(info, path, now, holding_os_lock):
+    if info is not None and not _breakable(info, path, now, holding_os_lock, support):
         return Held(_held_reason(info))
     import filelock
 
     try:
         with filelock.FileLock(str(folder / GUARD_NAME), timeout=GUARD_TIMEOUT_SECONDS, mode=LOCK_FILE_MODE):
             info = _read_lock(path)
-            if info is not None and _breakable(info, path, now, holding_os_lock):
+            if info is not None and _breakable(info, path, now, holding_os_lock, support):
                 tomb = path.with_name(f"{LOCK_NAME}.stale-{secrets.token_hex(4)}")
                 os.replace(path, tomb)
                 tomb.unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -288,6 +289,17 @@ def test_where_locks_stay_on_each_machine_the_lock_file_alone_decides(tmp_path: 
     lock = acquire_lock(tmp_path, T0 + timedelta(hours=1), holder="alice", support=NO_LOCKS)  # an hour: dead
     assert isinstance(lock, DreamLock) and lock.os_lock is None
     assert json.loads((tmp_path / LOCK_NAME).read_text())["os_lock"] is False
+    lock.release()
+
+
+def test_without_a_mount_table_only_a_holder_on_this_machine_is_taken_over_at_once(tmp_path: Path) -> None:
+    unknown = LockSupport("unknown")  # macOS, Windows: the OS lock may not reach another machine
+    write_lock(tmp_path, T0 - timedelta(minutes=5), os_lock=True)  # "elsewhere": maybe alive
+    assert isinstance(acquire_lock(tmp_path, T0, holder="alice", support=unknown), Held)
+    body = json.loads((tmp_path / LOCK_NAME).read_text())
+    (tmp_path / LOCK_NAME).write_text(json.dumps({**body, "host": socket.gethostname()}))  # died here
+    lock = acquire_lock(tmp_path, T0, holder="alice", support=unknown)
+    assert isinstance(lock, DreamLock)
     lock.release()
 
 
