@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from notebook_rig import controller, offline_shell, run
 
+from ctx_magic.memory.shared_folder import LockSupport
 from ctx_magic.memory.store import Memory
 
 FACT = "The sales table's region column is free text; use region_code."
@@ -120,3 +121,31 @@ def test_a_secret_is_refused_before_it_reaches_the_team_folder(tmp_path, monkeyp
                                  "secrets manager.")
     assert not any(key in p.read_text() for p in tmp_path.rglob("*") if p.is_file())
 
+
+
+def test_a_team_folder_without_locks_across_machines_is_said_once_after_a_turn(tmp_path, monkeypatch):
+    (tmp_path / "shared").mkdir()
+    degraded = LockSupport("local-only", "nfs", "the folder is on NFS mounted with nolock: its locks stay on each "
+                                                "machine")
+    monkeypatch.setattr("ctx_magic.memory.team.lock_support", lambda folder: degraded)
+    line = ("Team memory: the folder is on NFS mounted with nolock: its locks stay on each machine. Dreaming it "
+            "uses a lock file instead (a holder that died is taken over after an hour); memories are still "
+            "written safely, each to its own file.")
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        _, first = run(shell, "%%agent\nhello")
+        _, second = run(shell, "%%agent\nhello again")
+        assert first.count(line) == 1 and line not in second
+        _, listing = run(shell, "%memory show")
+        assert line in listing
+
+
+def test_an_unmounted_team_folder_is_said_once_and_the_session_works(tmp_path, monkeypatch):
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")  # team-share/ was never made: the volume "is not mounted"
+        _, first = run(shell, "%%agent\nhello")
+        _, second = run(shell, "%%agent\nhello again")
+        line = ("Team memory is not read: the team memory folder shared does not exist (is the shared volume "
+                "mounted?).")
+        assert first.count(line) == 1 and line not in second and "Done ·" in second
+    assert not (tmp_path / "shared").exists()
