@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -33,6 +34,8 @@ GUARD_TIMEOUT_SECONDS = 10.0  # breaking a stale lock takes milliseconds; past t
 LOCK_NAME = "dream.lock"
 GUARD_NAME = ".dream.lock.guard"
 OS_LOCK_NAME = ".dream.flock"
+HOLDER_WAIT_SECONDS = 2.0  # the holder writes its lock file milliseconds after taking the OS lock
+HOLDER_POLL_SECONDS = 0.01
 
 
 @dataclass(frozen=True)
@@ -131,10 +134,21 @@ def _take_os_lock(folder: Path, support: LockSupport) -> Any:
     try:
         lock.acquire()
     except filelock.Timeout:
-        return Held(_held_reason(_read_lock(folder / LOCK_NAME) or {}))
+        return Held(_held_reason(_holder_info(folder / LOCK_NAME)))
     except OSError:
         return None  # ENOLCK, ENOSYS: a share without locks; the lock file alone decides
     return lock
+
+
+def _holder_info(path: Path) -> dict[str, Any]:
+    """The lock file of the process that holds the OS lock: it writes it just after taking that lock,
+    so it may take a moment to appear (at most HOLDER_WAIT_SECONDS, polled)."""
+    deadline = time.monotonic() + HOLDER_WAIT_SECONDS
+    while True:
+        info = _read_lock(path)
+        if info or time.monotonic() >= deadline:
+            return info or {}
+        time.sleep(HOLDER_POLL_SECONDS)
 
 
 def acquire_lock(folder: Path, now: datetime, *, holder: str = "",
