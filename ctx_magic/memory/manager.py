@@ -243,4 +243,3 @@ class MemoryManager:
         thread = threading.Thread(target=run, name="ctx-magic-dream", daemon=True)
         thread.start()
         self.background.append(thread)
-

@@ -46,3 +46,9 @@ def test_estimation_benchmark_prints_every_table() -> None:
     for title in ("Whole request", "Estimated part alone", "Large deltas only", "Sensitivity"):
         assert f"### {title}" in out
     assert "| overall | learned |" in out
+
+
+def test_secrets_benchmark_prints_its_catches() -> None:
+    out = run("benchmarks/secrets.py", "--corpus", "/nonexistent", "--keys", "5")
+    assert "No corpus at /nonexistent" in out
+    assert "| AWS access key id | 5/5 | 5/5 | 5/5 | 5/5 | 5/5 |" in out
