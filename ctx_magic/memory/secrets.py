@@ -118,7 +118,7 @@ _TRAILING = ".,;:!?)]}"
 # 4. Long random-looking strings: at least this long, with upper, lower and digits mixed, and
 # more bits per character than English or hex (hex tops out at 4.0: commit ids pass). A random
 # 32-character base62 key has 4.5 on average; 4.2 lets 98.6 % of them be caught (4.3: 95 %)
-# with no more false alarms on the corpus (python benchmarks/secrets.py).
+# with no more false alarms on the corpus (python benchmarks/secret_check.py).
 _TOKENISH = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
 HIGH_ENTROPY_MIN_CHARS = 32
 HIGH_ENTROPY_BITS_PER_CHAR = 4.2

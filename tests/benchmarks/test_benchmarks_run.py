@@ -49,6 +49,6 @@ def test_estimation_benchmark_prints_every_table() -> None:
 
 
 def test_secrets_benchmark_prints_its_catches() -> None:
-    out = run("benchmarks/secrets.py", "--corpus", "/nonexistent", "--keys", "5")
+    out = run("benchmarks/secret_check.py", "--corpus", "/nonexistent", "--keys", "5")
     assert "No corpus at /nonexistent" in out
     assert "| AWS access key id | 5/5 | 5/5 | 5/5 | 5/5 | 5/5 |" in out

@@ -9,7 +9,10 @@ Catches: made-up keys in the shapes of real ones (seeded, never real), each writ
 memory holds them: alone, glued to the word before it, after `=` or `:`, in a URL's query, in
 words. The table counts the ones found by shape and writing.
 
-    python benchmarks/secrets.py [--corpus DIR] [--seed N] [--keys N]
+    python benchmarks/secret_check.py [--corpus DIR] [--seed N] [--keys N]
+
+(Not named secrets.py: a benchmark that puts this folder on sys.path would hide the standard
+library's `secrets` module.)
 
 It uses only `find_secret`, which every version has: to measure another version's check, run
 this file with that version's package first on the path (PYTHONPATH=OTHER_CHECKOUT).
