@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,26 @@ def test_a_team_memory_is_its_own_group_readable_file_with_its_author(team: Memo
     assert stat.S_IMODE(path.stat().st_mode) == 0o664  # another member (same group) reads and replaces it
     assert team.get(added.id) == added and added.author == "alice"
     assert "added by alice on 2025-03-01" in team.index_text()
+
+
+def test_a_reader_never_sees_a_half_written_memory_while_two_members_write(team: MemoryStore) -> None:
+    problems: list[str] = []
+    scans = 0
+
+    def write(name: str) -> None:
+        for i in range(60):
+            team.add(f"Table {name}_t{i} holds export number {i}.", now=T0, type="reference", author=name)
+
+    writers = [threading.Thread(target=write, args=(name,)) for name in ("alice", "bob")]
+    for writer in writers:
+        writer.start()
+    writing = True
+    while writing:  # reads as fast as it can until both writers are done, then once more
+        writing = any(w.is_alive() for w in writers)
+        problems += [f"{p.path.name}: {p.reason}" for p in team.scan().problems]
+        scans += 1
+    assert problems == [] and scans > 1
+    assert len(team.all()) == 120 and "Unreadable" not in team.index_text()
 
 
 def test_team_names_are_one_folder_name() -> None:
