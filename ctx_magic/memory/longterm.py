@@ -30,9 +30,9 @@ DEFAULT_TYPE: MemoryType = "project"  # for an entry whose type is missing or un
 
 # About a person rather than the shared work: the first and second person, a third person's
 # pronouns, "the user"; and a path in someone's home folder, which the others cannot reach.
-_PERSONAL = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|me|my|mine|myself|you|you're|your|yours|yourself|he|she|him|his|"
-                       r"her|hers|the user|the user's)\b|(?<![\w/])~/|/(?:home|Users)/[^/\s]+/|[A-Za-z]:\\Users\\",
-                       re.IGNORECASE)
+_PERSONAL = re.compile(r"\b(?-i:I|I'm|I've|I'd|I'll)\b|\b(?:me|my|mine|myself|you|you're|your|yours|yourself|he|"
+                       r"she|him|his|her|hers|the user|the user's)\b|(?<![\w/])~/|/(?:home|Users)/[^/\s]+/"
+                       r"|[A-Za-z]:\\Users\\", re.IGNORECASE)  # "I" in capitals only: "i.e." is no one
 
 
 class TextModel(Protocol):

@@ -172,6 +172,7 @@ def test_any_member_can_forget_a_team_memory_and_a_personal_copy_goes_first(tmp_
         ("The raw export is in ~/scratch/export.csv.", "reference", False),  # no one else reaches it
         ("The raw export is in /home/ana/scratch/export.csv.", "reference", False),
         ("The raw export is in /srv/data/raw/export.csv.", "reference", True),
+        ("Revenue is net of refunds, i.e. what finance reports.", "project", True),  # "i.e." is no one
     ],
 )
 def test_a_memory_goes_to_the_team_when_it_is_about_the_shared_work(text: str, kind: str, shared: bool) -> None:
