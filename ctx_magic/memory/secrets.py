@@ -130,6 +130,7 @@ MIN_PATH_SEGMENTS = 3
 # characters; random base62 breaks into runs of 1-2 (Xk29fLq0Zm3Nw8Yt: 1.8). Of 20,000 random
 # strings of 16-40 characters, 41 (1 in 500) average 4 or more.
 WORDS_MEAN_RUN = 4.0
+MIN_LETTER_KEY_CHARS = 16  # a named value of letters alone is a key from this length, if not words
 MASK_STARS = 12  # a masked value shows its first characters and at most this many stars
 
 
@@ -163,6 +164,13 @@ def _random_glued(value: str) -> bool:
     return _mixed_kinds(value) and not _reads_as_words(value)
 
 
+def _random_letters(value: str) -> bool:
+    """A value named as a key that has no digit (1 random 32-character base62 key in 280 has none):
+    long, both cases, and not words run together (RefreshAccessTokenHandler)."""
+    return (len(value) >= MIN_LETTER_KEY_CHARS and any(c.islower() for c in value)
+            and any(c.isupper() for c in value) and value.isalpha() and not _reads_as_words(value))
+
+
 def _looks_random(token: str) -> bool:
     if len(token) < HIGH_ENTROPY_MIN_CHARS or _is_path(token) or _reads_as_words(token):
         return False
@@ -175,10 +183,13 @@ def _is_password_name(name: str) -> bool:
 
 
 def _key_like(value: str) -> bool:
-    """A token's or key id's value: long enough, letters and digits both, or random-looking."""
+    """A token's or key id's value: long enough, letters and digits both, random-looking, or
+    random letters of both cases."""
     if len(value) < MIN_KEY_CHARS or _ENV_NAME.match(value) or _DOTTED.match(value):
         return False
-    return (any(c.isalpha() for c in value) and any(c.isdigit() for c in value)) or _looks_random(value)
+    if any(c.isalpha() for c in value) and any(c.isdigit() for c in value):
+        return True
+    return _looks_random(value) or _random_letters(value)
 
 
 def _reference(value: str) -> bool:

@@ -195,6 +195,10 @@ EXAMPLE_ID = "AKIA" + "IOSFODNN7EXAMPLE"  # AWS's documented example key id, ass
         ("secret:hunter22", "a value assigned to secret", "h*******"),
         (f'"api_key": "{BODY}"', "a value assigned to api_key", "Zq8x************…"),
         (f"token: {BODY}", "a value assigned to token", "Zq8x************…"),
+        ("the api key for the export is eHcKugnhVauYSJHV" + "vyXuRGDvMfVcGJFu", "an api key in plain words",
+         "eHcK************…"),  # a random key that happens to hold no digit
+        ("https://api.example.com/v2/export?key=wxJNHiZNhXNhIexO" + "eHedjzirGMnXLyLr&format=csv",
+         "a credential in a URL (key=)", "wxJN************…"),
     ],
 )
 def test_keys_glued_to_words_in_urls_and_after_a_sign_are_found_and_masked(text: str, kind: str, masked: str) -> None:
@@ -221,6 +225,8 @@ def test_keys_glued_to_words_in_urls_and_after_a_sign_are_found_and_masked(text:
         "The model checkpoint is checkpoints/epoch_12-step_4800.ckpt",
         "Columns: aws_region, s3_key_prefix, token_count, api_key_hash",
         "Use key=lambda row: row.date when sorting; sorted(rows, key=len) otherwise.",
+        "The session token is made by RefreshAccessTokenHandler in auth.py",  # words run together
+        "https://example.com/api?token=RefreshAccessTokenHandler is the handler's route",
     ],
 )
 def test_identifiers_hashes_and_urls_without_credentials_pass(text: str) -> None:

@@ -122,7 +122,6 @@ def test_a_secret_is_refused_before_it_reaches_the_team_folder(tmp_path, monkeyp
     assert not any(key in p.read_text() for p in tmp_path.rglob("*") if p.is_file())
 
 
-
 def test_a_team_folder_without_locks_across_machines_is_said_once_after_a_turn(tmp_path, monkeypatch):
     (tmp_path / "shared").mkdir()
     degraded = LockSupport("local-only", "nfs", "the folder is on NFS mounted with nolock: its locks stay on each "
