@@ -112,6 +112,9 @@ class Settings:
     pin_budget_tokens: int = PIN_BUDGET_TOKENS
     kernel_inventory_tokens: int = KERNEL_INVENTORY_TOKENS
     stall_seconds: float = STALL_SECONDS
+    team: str = ""
+    team_memory_dir: str = ""
+    author: str = ""
 
     @property
     def idle_seconds(self) -> float:

@@ -154,15 +154,20 @@ class AgentMagics(Magics):
               help="What to do with long-term memory.")
     @argument("--no-decay", action="store_true", dest="no_decay",
               help="With add: the memory keeps its full relevance forever.")
+    @argument("--team", action="store_true",
+              help="With add: a fact about the shared data or code for the whole team (CtxMagic.team). "
+                   "With forget: the team's memory with this id.")
     @argument("rest", nargs=argparse.REMAINDER, help="With add: the text to remember. With forget: the id.")
     @line_magic
     @one_line_errors
     def memory(self, line: str) -> None:
-        """Long-term memory across sessions: show, add [--no-decay] TEXT, forget ID, extract, dream."""
+        """Long-term memory across sessions: show, add [--no-decay] [--team] TEXT, forget [--team] ID,
+        extract, dream."""
         args = parse_argstring(self.memory, line)
-        # What follows the command is its text, taken as typed; --no-decay may sit anywhere in it.
+        # What follows the command is its text, taken as typed; the flags may sit anywhere in it.
         no_decay = args.no_decay or "--no-decay" in args.rest
-        words = [word for word in args.rest if word != "--no-decay"]
+        team = args.team or "--team" in args.rest
+        words = [word for word in args.rest if word not in ("--no-decay", "--team")]
         memory, host = self.controller.memory, self.controller.host
         if args.command == "show":
             notice(memory.listing())
@@ -171,11 +176,11 @@ class AgentMagics(Magics):
             if not text:
                 raise CtxMagicError("%memory add needs the text to remember.")
             session_id = host.session.session_id if host.session is not None else ""
-            notice(memory.add(text, decay=not no_decay, session_id=session_id))
+            notice(memory.add(text, decay=not no_decay, session_id=session_id, team=team))
         elif args.command == "forget":
             if not words:
                 raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
-            notice(memory.forget(words[0]))
+            notice(memory.forget(words[0], team=team))
         elif args.command == "extract":
             notice(memory.extract(host.require()))
         else:

@@ -59,3 +59,9 @@ def test_background_benchmark_prints_what_a_run_adds_to_the_requests() -> None:
                     "background, read at each turn"):
         assert f"| {variant} | " in out
     assert "tokens in every request" in out and "Traceback" not in out
+
+
+def test_secrets_benchmark_prints_its_catches() -> None:
+    out = run("benchmarks/secret_check.py", "--corpus", "/nonexistent", "--keys", "5")
+    assert "No corpus at /nonexistent" in out
+    assert "| AWS access key id | 5/5 | 5/5 | 5/5 | 5/5 | 5/5 |" in out

@@ -51,7 +51,7 @@ def offline(monkeypatch):
 
 def test_every_example_is_tested():
     assert sorted(p.stem for p in EXAMPLES.glob("*.ipynb") if not p.stem.endswith(".out")) == [
-        "background_run", "long_session", "quickstart", "thinking"]
+        "background_run", "long_session", "quickstart", "team_memory", "thinking"]
 
 
 def test_quickstart_runs_offline_and_compacts_by_hand(tmp_path, offline):
@@ -126,6 +126,24 @@ def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_resu
     missing = subprocess.run([sys.executable, "-m", "ctx_magic.demo", str(tmp_path / "nope.ipynb")],
                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "No notebook at" in missing.stdout
+
+
+def test_team_memory_reaches_the_second_member_with_who_added_it_and_when(tmp_path, offline):
+    cells = execute("team_memory", tmp_path)
+    everything = "\n".join(shown(c) for c in cells)
+    assert "ERROR" not in everything
+    assert "for the team (added by alice on " in everything
+    assert "- Churn is counted over a 90-day window. (for the team)\n- I prefer plots in dark mode.\n" in everything
+    assert "Refused to store this memory: W********** looks like credentials in a URL." in everything
+    assert "Winter2024" not in everything  # the outputs name it masked only
+    section = shown(next(c for c in cells if "frame.memory_section" in c.source))
+    assert "- [project, team, added by alice on " in section and "region_code" in section
+    assert "dark mode" not in section  # alice's own preference stays hers
+    assert "Team memory: team 'analytics' in team-share/analytics, you add as 'bob'." in everything
+    assert "Team memory: Dream done:" in everything
+    team = tmp_path / "team-share" / "analytics"
+    assert len([p for p in team.glob("*.md") if p.name != "MEMORY.md"]) == 2
+    assert not any("Winter2024" in p.read_text() for p in tmp_path.rglob("*.md"))
 
 
 @pytest.mark.parametrize(("name", "unit"), [("quickstart", "x1.3"), ("thinking", "x1.3"), ("long_session", "x1.3"),
