@@ -141,6 +141,12 @@ def test_team_memory_reaches_the_second_member_with_who_added_it_and_when(tmp_pa
     assert "dark mode" not in section  # alice's own preference stays hers
     assert "Team memory: team 'analytics' in team-share/analytics, you add as 'bob'." in everything
     assert "Team memory: Dream done:" in everything
+    # Bob's background run: his own cell runs while it fits, and the agent reads the log it left.
+    started = next(c for c in cells if "```python background" in c.source)
+    assert "Started background run t1" in shown(started)
+    assert shown(next(c for c in cells if c.source.startswith("import time"))).strip() == "fitted: N, S, E, W"
+    read = shown(next(c for c in cells if c.source.endswith("task read t1")))
+    assert "fitted the model for region_code=W\nall regions fitted" in read
     team = tmp_path / "team-share" / "analytics"
     assert len([p for p in team.glob("*.md") if p.name != "MEMORY.md"]) == 2
     assert not any("Winter2024" in p.read_text() for p in tmp_path.rglob("*.md"))
