@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_MAX_OUTPUT = 16_384  # room for a long answer without reserving a large share of the window
-KEEP_RECENT = 5  # timeBasedMCConfig: the five most recent results stay (SPEC L3)
-CLEAR_AT_LEAST = 20_000  # a cache break must free at least this much to be worth it (scaled by T5)
-SNIP_MAX_MESSAGES = 200  # SPEC L2: past this many live messages the middle is snipped
+KEEP_RECENT = 5  # Claude Code: the five most recent results stay when microcompact clears
+CLEAR_AT_LEAST = 20_000  # a cache break must free at least this much to be worth it (scaled to the window)
+SNIP_MAX_MESSAGES = 200  # snip: past this many live messages the middle is snipped
 CACHE_TTL = "5m"  # the API's default prompt-cache lifetime
 CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 PERMISSIONS = ("ask", "auto", "off")
 PERMISSION = "ask"  # a person is at the notebook: ask before running code
 IMAGE_MAX_BYTES = 1_000_000  # base64 bytes of one image from a cell output
-MEMORY_BUDGET_TOKENS = 2_000  # memories in the system prompt: the size of one session-notes section (X3, seeds 004)
+MEMORY_BUDGET_TOKENS = 2_000  # memories in the system prompt: the size of one session-notes section (as in Claude Code)
 MAX_RETRIES = 2  # the anthropic SDK's own default for 429, 5xx and failed connections
 MIN_REPLY_TOKENS = 256  # a reply cap below this cannot hold a useful answer
 REPLY_SHARE_OF_WINDOW = 4  # the reply cap is at most a quarter of the window, so a small one keeps room
@@ -34,8 +34,10 @@ PROVIDER = "anthropic"
 STRATEGIES = ("client", "server")
 STRATEGY = "client"  # ctx_magic's own layers; 'server' hands clearing and compaction to the API
 CONTEXT_EDITS = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
-PIN_BUDGET_TOKENS = 2_000  # the size of one session-notes section (S1, seeds 004): pins never crowd a summary
+PIN_BUDGET_TOKENS = 2_000  # the size of one session-notes section (as in Claude Code): pins never crowd a summary
 KERNEL_INVENTORY_TOKENS = 500  # a dozen tables and arrays with their columns: under 10% of a summarized context
+STALL_SECONDS = 45.0  # silence after a prompt before a run counts as stalled: long enough for a compile's pauses
+MIN_STALL_SECONDS = 1.0  # below this a run between two prints would look stalled
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,10 @@ class Settings:
     prices: str = ""
     pin_budget_tokens: int = PIN_BUDGET_TOKENS
     kernel_inventory_tokens: int = KERNEL_INVENTORY_TOKENS
+    stall_seconds: float = STALL_SECONDS
+    team: str = ""
+    team_memory_dir: str = ""
+    author: str = ""
 
     @property
     def idle_seconds(self) -> float:

@@ -1,10 +1,10 @@
-"""The turn loop: prepare (L1, L2, the decision and its clearing) -> carry out the plan
+"""The turn loop: prepare (budget, snip, the decision and its clearing) -> carry out the plan
 (compaction) -> call -> stream -> run tools -> append results -> repeat until the model ends
 its turn.
 
-A prompt-too-long from the API gets one reactive compaction per turn (L5); a 413 for bytes
+A prompt-too-long from the API gets one reactive compaction per turn; a 413 for bytes
 gets its images stripped once. Every error a user can meet ends the turn with one clear
-message and a valid conversation (SPEC M5, N5); an interrupt closes any open tool call.
+message and a valid conversation; an interrupt closes any open tool call.
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ class Turn:
             session.append(Message("user", tuple(outputs), timestamp=session.clock()))
             raise
         session.append(Message("user", tuple(outputs), timestamp=session.clock()))
+        session.take_news()  # after the results: a tool result must come first in its message
 
 
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
@@ -133,6 +134,7 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     session.begin_turn()
     spent_before = session.meter.snapshot().cost_usd
     try:
+        session.take_news()  # before the user's words, which stay the last thing the model reads
         session.append(Message("user", tuple(_fitted(session, session.setup(), blocks)), timestamp=session.clock()))
         _loop(session, Turn(session, result))
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import getpass
 import json
 import re
 from collections.abc import Callable
@@ -19,10 +20,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, magic_arguments, parse_argstring
 
+from ctx_magic.agent.tools import ToolError
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.export import export_transcript
+from ctx_magic.notebook.tasks import runs_listing
 from ctx_magic.notebook.wording import error_line, pins_listing, status_text
 
 AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]
@@ -151,15 +154,20 @@ class AgentMagics(Magics):
               help="What to do with long-term memory.")
     @argument("--no-decay", action="store_true", dest="no_decay",
               help="With add: the memory keeps its full relevance forever.")
+    @argument("--team", action="store_true",
+              help="With add: a fact about the shared data or code for the whole team (CtxMagic.team). "
+                   "With forget: the team's memory with this id.")
     @argument("rest", nargs=argparse.REMAINDER, help="With add: the text to remember. With forget: the id.")
     @line_magic
     @one_line_errors
     def memory(self, line: str) -> None:
-        """Long-term memory across sessions: show, add [--no-decay] TEXT, forget ID, extract, dream."""
+        """Long-term memory across sessions: show, add [--no-decay] [--team] TEXT, forget [--team] ID,
+        extract, dream."""
         args = parse_argstring(self.memory, line)
-        # What follows the command is its text, taken as typed; --no-decay may sit anywhere in it.
+        # What follows the command is its text, taken as typed; the flags may sit anywhere in it.
         no_decay = args.no_decay or "--no-decay" in args.rest
-        words = [word for word in args.rest if word != "--no-decay"]
+        team = args.team or "--team" in args.rest
+        words = [word for word in args.rest if word not in ("--no-decay", "--team")]
         memory, host = self.controller.memory, self.controller.host
         if args.command == "show":
             notice(memory.listing())
@@ -168,11 +176,11 @@ class AgentMagics(Magics):
             if not text:
                 raise CtxMagicError("%memory add needs the text to remember.")
             session_id = host.session.session_id if host.session is not None else ""
-            notice(memory.add(text, decay=not no_decay, session_id=session_id))
+            notice(memory.add(text, decay=not no_decay, session_id=session_id, team=team))
         elif args.command == "forget":
             if not words:
                 raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
-            notice(memory.forget(words[0]))
+            notice(memory.forget(words[0], team=team))
         elif args.command == "extract":
             notice(memory.extract(host.require()))
         else:
@@ -218,20 +226,27 @@ class AgentMagics(Magics):
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
-    @argument("command", nargs="?", default="status", choices=["status", "config", "export", "sidebar", "count"],
-              help="status (--json), config, export [PATH], sidebar, count.")
-    @argument("path", nargs="?", default=None, help="With export: where to write the .ipynb.")
+    @argument("command", nargs="?", default="status",
+              choices=["status", "config", "export", "sidebar", "count", "tasks", "answer", "stop"],
+              help="status (--json), config, export [PATH], sidebar, count, tasks, answer ID [TEXT], stop ID.")
+    @argument("rest", nargs="*", help=(
+        "With export: where to write the .ipynb. With answer: a background run's id and the line to send (none: "
+        "asked at the input prompt, hidden for a password). With stop: a background run's id."))
     @argument("--json", action="store_true", help="With status: one JSON object.")
     @argument("--inline", action="store_true", help="With sidebar: show the panel in the cell, not the sidebar.")
     @line_magic
     @one_line_errors
     def ctx(self, line: str) -> None:
-        """The agent's context: status, settings, an export of the full transcript, the panel."""
+        """The agent's context: status, settings, an export of the full transcript, the panel, and
+        the agent's background runs (list, answer, stop)."""
         args = parse_argstring(self.ctx, line)
         if args.command == "config":
             plain_or_rich({"text/plain": json.dumps(self.controller.settings.describe(), indent=1)})
             return
         session = self.controller.host.require()
+        if args.command in ("tasks", "answer", "stop"):
+            self._runs(args.command, args.rest)
+            return
         if args.command == "status":
             status = session.status()
             if args.json:
@@ -239,10 +254,32 @@ class AgentMagics(Magics):
             else:
                 plain_or_rich({"text/plain": status_text(status)})
         elif args.command == "export":
-            target = Path(args.path) if args.path else session.store.root / "transcript.ipynb"
+            target = Path(" ".join(args.rest)) if args.rest else session.store.root / "transcript.ipynb"
             written = export_transcript(session.store.load_transcript().records, session.session_id, target)
             notice(f"Wrote the full transcript to {written}.")
         elif args.command == "count":
             notice(self.commands.count_line())
         elif args.command == "sidebar":
             self.controller.show_sidebar(inline=args.inline)
+
+    def _runs(self, command: str, words: list[str]) -> None:
+        """`%ctx tasks`, `%ctx answer ID [TEXT]`, `%ctx stop ID`: the agent's background runs."""
+        runs = self.controller.runs
+        if command == "tasks":
+            plain_or_rich({"text/plain": runs_listing(runs.rows())})
+            return
+        if not words:
+            raise UsageError(f"%ctx {command} needs the id of a background run (see %ctx tasks).")
+        run_id = words[0]
+        try:
+            if command == "stop":
+                notice(runs.stop(run_id))
+                return
+            text = " ".join(words[1:])
+            if not text:
+                ask = getpass.getpass if runs.waiting(run_id) == "password" else input
+                text = ask(f"Answer for run {run_id}: ")
+            notice(runs.answer(run_id, text))
+        except ToolError as error:
+            raise CtxMagicError(str(error)) from None
+        self.controller.panel.runs_changed()

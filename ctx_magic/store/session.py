@@ -1,4 +1,4 @@
-"""A session's folder (SPEC M3): sessions/<id>/{transcript.jsonl, state.json,
+"""A session's folder: sessions/<id>/{transcript.jsonl, state.json,
 session-memory.md, pins.json, tool-results/} under the storage folder."""
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ class SessionDir:
 
     def tool_result_path(self, tool_use_id: str) -> Path:
         return self.tool_results_dir / f"{safe_name(tool_use_id)}.txt"
+
+    @property
+    def tasks_dir(self) -> Path:
+        """The background runs' logs (`<id>.log`) and states (`<id>.json`)."""
+        return self.root / "tasks"
 
     def create(self) -> SessionDir:
         try:

@@ -1,4 +1,4 @@
-"""Long-term memory store (SPEC X1, X3): decay, selection, files, index, dedupe, secrets."""
+"""Long-term memory store: decay, selection, files, index, dedupe, secrets."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from ctx_magic.context.tokens import count_text
 from ctx_magic.memory.prompts import memory_prompt_section, prompt_line, select_for_prompt
+from ctx_magic.memory.secrets import detect_secret
 from ctx_magic.memory.store import (
     INDEX_NAME,
     NEAR_DUPLICATE_RATIO,
@@ -41,7 +42,7 @@ def store(tmp_path: Path) -> MemoryStore:
     return MemoryStore.for_project(tmp_path / ".ctx_magic", clock=lambda: T0)
 
 
-# --- relevance (X3, seeds 000) ------------------------------------------------------------
+# --- relevance ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("age", "factor"), [(0, 1.0), (30, 0.5), (60, 0.25), (90, 0.125)])
@@ -267,8 +268,10 @@ def test_secrets_are_refused_with_a_clear_message(store: MemoryStore, kind: str,
     with pytest.raises(SecretRefused) as refused:
         store.add(text, now=T0)
     message = str(refused.value)
-    assert message.startswith(f"Refused to store this memory: it looks like it contains {kind}.")
-    assert "never secrets" in message
+    found = detect_secret(text)
+    assert found is not None and found.kind == kind
+    assert message.startswith(f"Refused to store this memory: {found.masked} looks like {kind}. ")
+    assert "\n" not in message and "never secrets" in message
     assert FAKE not in message  # the secret itself is never echoed
     assert store.all() == []
 
