@@ -3,6 +3,8 @@ after it; a complete summary gets nothing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from builders import summarized_span as span
 
 from ctx_magic.context.audit import HEAD_LINES, SEARCH_TOOL, audit_summary
@@ -56,7 +58,11 @@ def test_a_long_user_message_is_appended_as_its_first_lines_and_where_to_read_th
 
 
 def test_a_long_message_whose_start_the_summary_quotes_gets_only_its_ref():
-    message = user_text("Here is the log:\n" + "\n".join(f"row {i}: {'x' * 40}" for i in range(200)))
+    # A fixed uuid: the line names the message's ref twice, and a random one moves the line's size
+    # from run to run (75 to 89 tokens over 300 draws).
+    message = dataclasses.replace(
+        user_text("Here is the log:\n" + "\n".join(f"row {i}: {'x' * 40}" for i in range(200))),
+        uuid="5d41402a-bc4b-4a76-b971-9d911017c592")
     summary = "The user's messages:\n" + message.text[:1_500] + "…"  # quoted, cut past its first lines
     audit = audit_summary([message], summary, transcript_path="/s/transcript.jsonl")
     assert audit.report.user_messages == audit.report.cut_messages == (message.uuid,)
