@@ -15,6 +15,8 @@ from traitlets.config import Configurable
 
 from ctx_magic.prices import Prices
 from ctx_magic.settings import (
+    AGENT_CELLS,
+    AGENT_CELLS_MODES,
     CACHE_TTL,
     CACHE_TTL_SECONDS,
     DEFAULT_MAX_OUTPUT,
@@ -133,6 +135,9 @@ class CtxMagic(Configurable):
     kernel_inventory_tokens = Int(KERNEL_INVENTORY_TOKENS, min=0, help=(
         "Tokens of the kernel's live state (variables, shapes, columns) the agent gets after a compaction; "
         "0 = none.")).tag(config=True)
+    agent_cells = _choice(AGENT_CELLS, AGENT_CELLS_MODES, (
+        "The agent's code as notebook cells: 'button' puts an Insert as cell action beside each block it runs, "
+        "'insert' places each block as a cell below the %%agent cell by itself, 'off' neither."))
 
     @validate("prices")
     def _prices_parse(self, proposal: dict[str, Any]) -> str:

@@ -11,8 +11,11 @@ match wins:
    generic fallback (this is the extension point for session and long-term memory);
 3. python code: the last user text holds ```python fences, a `python` tool is offered and
    tool_choice allows it -> one `python` tool call per fence;
-4. tool results: the last user message is only tool results -> a short note of what came back;
-5. anything else -> a short reply saying what the stand-in saw.
+4. the kernel's history: the last user text asks to go on from earlier work ("where I was",
+   "where I left off", "what I did before", "my earlier cells"), and a `kernel_history` tool is
+   offered and allowed -> one `kernel_history` call with no arguments;
+5. tool results: the last user message is only tool results -> a short note of what came back;
+6. anything else -> a short reply saying what the stand-in saw.
 
 `tool_choice: {"type": "none"}` always wins: no answer then carries a tool call.
 """
@@ -55,9 +58,11 @@ from ctx_magic.offline.notes_rules import is_notes_request, notes_answer
 RequestKind = Literal["normal", "compaction", "memory"]
 QUOTE_CHARS = 200  # how much of the latest user text the fallback reply quotes
 PYTHON_TOOL = "python"
+HISTORY_TOOL = "kernel_history"
 STAND_IN = "Offline stand-in (a deterministic policy, not a model)"
 
 _PYTHON_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+_HISTORY_ASK = re.compile(r"\bwhere I (?:was|left off)\b|\bwhat I (?:did|ran) before\b|\bmy earlier cells\b", re.I)
 _MEMORY_WORDS = re.compile(r"\b(session[ -]memory|long[- ]term memor|memories|memory file|notes file)", re.I)
 _MEMORY_VERBS = re.compile(r"\b(extract|update|consolidat|record|remember|save)", re.I)
 
@@ -112,6 +117,15 @@ def _answer_python(request: Request) -> Answer:
     lead = f"{STAND_IN}: running the {len(fences)} python block(s) from your message."
     calls = [{"type": "tool_use", "name": PYTHON_TOOL, "input": {"code": code}} for code in fences]
     return Answer(({"type": "text", "text": lead}, *calls), "tool_use")
+
+
+def _wants_history(request: Request) -> bool:
+    return bool(_HISTORY_ASK.search(asked_text(request))) and tools_allowed(request, HISTORY_TOOL)
+
+
+def _answer_history(_request: Request) -> Answer:
+    lead = f"{STAND_IN}: reading the kernel's history of cells run before this conversation."
+    return Answer(({"type": "text", "text": lead}, {"type": "tool_use", "name": HISTORY_TOOL, "input": {}}), "tool_use")
 
 
 def _wants_result_note(request: Request) -> bool:
@@ -188,6 +202,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("compaction", "compaction", is_compaction_request, _answer_compaction),
     *MEMORY_RULES,
     Rule("python-code", "normal", _wants_python, _answer_python),
+    Rule("kernel-history", "normal", _wants_history, _answer_history),
     Rule("tool-results", "normal", _wants_result_note, _answer_results),
     Rule("fallback", "normal", lambda _request: True, _answer_default),
 )
