@@ -224,7 +224,7 @@ def known_code(messages: Sequence[Message], call_id: str) -> str | None:
 
 def code_diff(before: str, after: str, call_id: str) -> str:
     lines = difflib.unified_diff(before.splitlines(), after.splitlines(), f"call {call_id} (your code)",
-                                 "as the user ran it", n=2, lineterm="")
+                                 "as the user ran it", n=0, lineterm="")  # no context lines: the agent has them
     return "\n".join(lines)
 
 
