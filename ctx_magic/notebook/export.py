@@ -105,6 +105,8 @@ def export_transcript(records: list[Mapping[str, Any]], session_id: str, path: P
 
 SUMMARIZED_TAG = "summarized"
 """The tag of a cell whose run the agent's context later summarized."""
+SPAN_START = ("*From here to the next compaction note, the agent's context later kept only a summary "
+              "(these cells are tagged `summarized`).*")
 RAISES_TAG = "raises-exception"  # nbclient's own tag: the error is expected, the run goes on
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 OTHER_TOOL_CHARS = 2_000  # a file read or a search: enough to follow the conversation
@@ -215,12 +217,18 @@ def session_notebook(records: list[Mapping[str, Any]], session_id: str) -> Any:
         f"# ctx_magic session `{session_id}`\n\nYour cells and the agent's code as they ran, the conversation "
         "between them. It runs top to bottom without ctx_magic; cells run before the session are not in it."))
     results, summarized = _results(records), _summarized(records)
+    in_span = False
     for record in records:
         if record.get("type") != "message":
             continue
         message = Message.from_json(record)
-        for cell in _conversation_cells(message, results, session_id):
-            if message.uuid in summarized:
+        cells = _conversation_cells(message, results, session_id)
+        if cells and (message.uuid in summarized) != in_span:
+            in_span = not in_span
+            if in_span:  # visible in any viewer; the tags say it cell by cell
+                notebook.cells.append(new_markdown_cell(SPAN_START))
+        for cell in cells:
+            if in_span:
                 cell.metadata.setdefault("ctx_magic", {})["summarized"] = True
                 cell.metadata["tags"] = [*cell.metadata.get("tags", []), SUMMARIZED_TAG]
             notebook.cells.append(cell)
