@@ -1,5 +1,6 @@
 """The cells the user runs between agent turns: recorded by IPython's pre/post
-run-cell hooks, kept until the next turn, then added to the context as notebook_cell pairs.
+run-cell hooks, kept until the next turn, then added to the context as notebook_cell pairs (a
+cell of the agent's own code, named by its first line, as a re-run or a diff: agent_cells.py).
 
 Once a session has had a turn here, each recorded cell is also written to that session's
 pending-cells.jsonl as it finishes (store/pending.py), so a kernel restart does not lose it:

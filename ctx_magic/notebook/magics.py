@@ -272,7 +272,8 @@ class AgentMagics(Magics):
                 placed = self.controller.agent_cells.place(session.store.load_transcript().messages(), args.path)
             except LookupError as missing:
                 raise CtxMagicError(str(missing)) from None
-            notice(f"This cell is now the code of call {placed}.")
+            notice(f"The code of call {placed} replaces this cell's source (where the frontend takes IPython's "
+                   "next input).")
         elif args.command == "count":
             notice(self.commands.count_line())
         elif args.command == "sidebar":
