@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from notebook_rig import captured, cell, controller, offline_shell, run, status
 
+from ctx_magic.context.recall import entries
 from ctx_magic.notebook.agent_cells import AGENT_CODE_MIME, FRONTEND_ENV, agent_call_of, marked
 
 RUN = "n = globals().get('n', 0) + 1\nprint('run', n)"
@@ -191,3 +192,15 @@ def test_the_marker_names_the_call_and_the_code_below_it():
     assert agent_call_of("#ctx: Agent toolu_01AB\nx = 1") == ("toolu_01AB", "x = 1")
     assert agent_call_of("x = 1\n# ctx: agent toolu_01AB") is None
     assert agent_call_of("# ctx: agent\nx = 1") is None
+
+
+def test_the_transcript_search_shows_what_a_rerun_ran(shell):
+    turn(shell, f"%%agent\ngo\n{fence(TWO_LINES)}")
+    [call] = python_calls(shell)
+    cell(shell, marked(call, TWO_LINES))
+    cell(shell, marked(call, "a = 5\nprint('a is', a)"))
+    turn(shell, "%%agent\nand now?")
+    store = controller(shell).host.session.store
+    found = [e.text for e in entries(store.load_transcript().records) if "[notebook cell" in e.text]
+    assert f"(the code of call {call}, run again unchanged)" in found[0]
+    assert "-a = 2\n+a = 5" in found[1]
