@@ -246,11 +246,14 @@ async function announce(context: ISessionContext): Promise<void> {
   if (!kernel) {
     return;
   }
-  const info = await kernel.info;
-  if (info.language_info.name !== 'python') {
-    return;
+  try {
+    const info = await kernel.info;
+    if (info.language_info.name === 'python' && !kernel.isDisposed) {
+      kernel.requestExecute({ code: ANNOUNCEMENT, silent: true, store_history: false });
+    }
+  } catch {
+    // A kernel that died or went away meanwhile: the next one is told when it comes.
   }
-  kernel.requestExecute({ code: ANNOUNCEMENT, silent: true, store_history: false });
 }
 
 /** The visible label above an agent cell's input. */

@@ -6,9 +6,10 @@ In each frontend: the blocks of a `%%agent` turn carry an "Insert as cell" butto
 second block first), each becomes a code cell below the `%%agent` cell, in the blocks' order, with
 its output, its call in the first line, the session and call in its metadata and a visible label;
 with `agent_cells = 'insert'` the next turn's blocks become cells by themselves (and IPython's
-next-input fallback stays unused). Then one agent cell is run again unchanged, another edited and
-run, a third deleted; the next turn's request carries the first as the call it came from with only
-its new output, the second as a diff, and nothing of the third. Every wait is on the page's state.
+next-input fallback stays unused, and a restarted kernel is told again). Then one agent cell is run
+again unchanged, another edited and run, a third deleted; the next turn's request carries the first
+as the call it came from with only its new output, the second as a diff, and nothing of the third.
+Every wait is on the page's state.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SET_M = "m = 10\nprint('m is', m)"
 DOUBLE = "twice = m * 2\nprint('m doubled', twice)"
 DOUBLE_PRINT = "print('m doubled', twice)"
 TRIPLE_PRINT = "print('m tripled', m * 3)"
+ANNOUNCE_READS = 5  # the extension tells the new process as it comes up: a read may come first
 
 
 def fence(code: str) -> str:
@@ -88,6 +90,20 @@ def wait_output(page: Page, cell_id: str, text: str) -> None:
       const cell = Array.from({NOTEBOOK}.content.model.cells).find(c => c.id === id);
       return JSON.stringify(cell.outputs.toJSON()).includes(text);
     }}""", f"cell {cell_id} does not show {text!r}", arg=[cell_id, text], timeout=RUN_TIMEOUT)
+
+
+def kernel_env(page: Page, name: str) -> str:
+    """A variable of the kernel's environment, read without touching the notebook (the request
+    waits behind anything the extension sent first)."""
+    return page.js(f"""async (name) => {{
+      const kernel = {NOTEBOOK}.sessionContext.session.kernel;
+      let text = '';
+      const future = kernel.requestExecute({{code: `print(__import__('os').environ.get('${{name}}', ''), end='')`,
+                                             silent: false, store_history: false}});
+      future.onIOPub = msg => {{ if (msg.header.msg_type === 'stream') text += msg.content.text; }};
+      await future.done;
+      return text;
+    }}""", name)
 
 
 def call_of(source: str) -> str:
@@ -191,6 +207,11 @@ def test_agent_code_becomes_cells_and_their_reruns_reach_the_agent_as_new_output
             }}""", second_cell["id"])
             wait_agent_cells(page, 3, "the deleted agent cell is still there")
             run(page, "cell-4")
+
+            # A restarted kernel is told again that this frontend makes the cells.
+            page.js(f"async () => {{ await {NOTEBOOK}.sessionContext.session.kernel.restart(); }}")
+            told = [kernel_env(page, "CTX_MAGIC_FRONTEND") for _ in range(ANNOUNCE_READS)]
+            assert "@ctx-magic/labextension 0.1.0" in told, told  # each read waits for the kernel's answer
 
     last = main_requests(api)[-1]
     calls = notebook_cell_calls(last)
