@@ -18,6 +18,7 @@ line and the cell is the user's own.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import difflib
 import itertools
@@ -68,8 +69,6 @@ def agent_call_of(source: str) -> tuple[str, str] | None:
 
 def _bundle(data: Mapping[str, Any]) -> dict[str, Any]:
     """A display's data as nbformat keeps it: text joined, bytes as base64."""
-    import base64
-
     out: dict[str, Any] = {}
     for mime, value in data.items():
         if isinstance(value, bytes):

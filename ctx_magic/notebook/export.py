@@ -13,7 +13,15 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.errors import StorageError
 from ctx_magic.messages import Message, result_text
-from ctx_magic.notebook.agent_cells import AGENT_CALL_KEY, EDITED, EDITED_WHOLE, RAN_AGAIN, cell_code, error_output
+from ctx_magic.notebook.agent_cells import (
+    AGENT_CALL_KEY,
+    AGENT_TAG,
+    EDITED,
+    EDITED_WHOLE,
+    RAN_AGAIN,
+    cell_code,
+    error_output,
+)
 from ctx_magic.notebook.executor import NOT_RUN
 from ctx_magic.notebook.wording import count
 from ctx_magic.store.files import describe_os_error
@@ -147,11 +155,13 @@ def _outputs(block: Mapping[str, Any] | None, lead: str = "") -> list[Any]:
     return outputs
 
 
-def _code_cell(code: str, result: Mapping[str, Any] | None, meta: dict[str, Any], *, lead: str = "") -> Any:
+def _code_cell(code: str, result: Mapping[str, Any] | None, meta: dict[str, Any], *, lead: str = "",
+               tags: tuple[str, ...] = ()) -> Any:
     cell = new_code_cell(code, outputs=_outputs(result, lead))
     cell.metadata["ctx_magic"] = meta
-    if result is not None and result.get("is_error"):
-        cell.metadata["tags"] = [RAISES_TAG]
+    tags = (*tags, RAISES_TAG) if result is not None and result.get("is_error") else tags
+    if tags:
+        cell.metadata["tags"] = list(tags)
     return cell
 
 
@@ -173,7 +183,8 @@ def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str,
         if _not_run(result):
             why = result_text(dict(result)).split("\n")[0] if result else "no result was recorded"
             return [new_markdown_cell(f"*The agent's code, not run ({why}):*\n\n```python\n{code}\n```")]
-        return [_code_cell(code, result, {"agent": {"session": session_id, "tool_use_id": block.get("id")}})]
+        return [_code_cell(code, result, {"agent": {"session": session_id, "tool_use_id": block.get("id")}},
+                           tags=(AGENT_TAG,))]
     if name == "notebook_cell":
         meta: dict[str, Any] = {"cell": call_input.get("execution_count")}
         if message.meta.get(AGENT_CALL_KEY):

@@ -47,7 +47,8 @@ def test_the_export_holds_the_code_as_cells_and_the_conversation_between_them(ex
     assert [c.source for c in code] == [USER, MEAN, RAISES, MEAN, AFTER]
     assert code[1].outputs[0].text == "mean 5\n" and code[1].metadata["ctx_magic"]["agent"]["tool_use_id"]
     assert code[3].outputs[0].text == "mean 5\n"  # the run again, without the line that told the agent
-    assert code[2].metadata["tags"][-2:] == ["raises-exception", "summarized"]
+    assert code[2].metadata["tags"] == ["ctx-agent", "raises-exception", "summarized"]
+    assert code[0].metadata["tags"] == ["summarized"]  # the user's own cell
     assert code[2].outputs[-1].output_type == "error" and code[2].outputs[-1].ename == "IndexError"
     markdown = "\n\n".join(c.source for c in exported.cells if c.cell_type == "markdown")
     assert "**You:**\n\nThe mean, please." in markdown and "**Agent:**" in markdown
