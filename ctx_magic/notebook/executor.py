@@ -103,11 +103,13 @@ class KernelExecutor:
         # What the code prints while it runs goes to the turn (its display shows the progress).
         record = self.recorder.start(code, quiet=True, on_output=lambda text: context.emit(ToolOutputDelta(text)))
         self.running = True
+        kept = _history_outputs(self.shell)
         try:
             result = self.shell.run_cell(code, store_history=False, silent=False)
         finally:
             self.running = False
             self.recorder.stop()
+            kept()
         self.recorder.finish(record, result)
         record.execution_count = None  # run without history: no Out[n] of its own (n is the next cell's)
         self.recent_code = [*self.recent_code, code][-RECENT_CODE_KEPT:]
@@ -168,6 +170,25 @@ class KernelExecutor:
         state = inventory(self.shell.user_ns, self._settings.kernel_inventory_tokens,
                           getattr(self.shell, "user_ns_hidden", None))
         return [*notes, *([state] if state else [])]
+
+
+def _history_outputs(shell: Any) -> Callable[[], None]:
+    """IPython (9 and later) files what a run prints under the next cell's execution count, even
+    for a run kept out of the history: the agent's run must not pass as part of the user's next
+    cell (kernel_history reads it back). Returns what puts that entry back as it was."""
+    outputs = getattr(getattr(shell, "history_manager", None), "outputs", None)
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(outputs, dict) or count is None:
+        return lambda: None
+    before = len(outputs.get(count, []))
+
+    def restore() -> None:
+        if count in outputs:
+            del outputs[count][before:]
+            if not outputs[count]:
+                del outputs[count]
+
+    return restore
 
 
 def _not_callable(call: ToolCall, _context: ToolContext) -> ToolOutput:

@@ -26,6 +26,10 @@ def bare_shell(tmp_path, monkeypatch):
     config.HistoryManager.enabled = False
     shell = InteractiveShell.instance(config=config)
     shell.display_formatter.active_types = shell.display_formatter.format_types
+    # IPython keeps what cells printed in a dict every shell of the process shares (a kernel has
+    # one shell): a test's shell starts it empty, as a new kernel does.
+    for kept in (getattr(shell.history_manager, "outputs", {}), getattr(shell.history_manager, "exceptions", {})):
+        kept.clear()
     yield shell
     if controller(shell) is not None:
         close_shell(shell)
@@ -61,6 +65,15 @@ def test_continue_from_where_i_was_reads_the_cells_run_before_ctx_magic(bare_she
     assert "--- In[2] ---\nradius * 2\n[output]\n[Out[2]]\n6" in text
     assert "[error]\nZeroDivisionError: division by zero" in text
     assert "after loading" not in text and "load_ext" not in text and "%%agent" not in text
+
+
+def test_what_the_agents_code_printed_is_not_read_back_as_the_next_cells(bare_shell):
+    load(bare_shell)
+    run(bare_shell, "%%agent --new\nRun it.\n```python\nprint('printed by the agent')\n```")
+    cell(bare_shell, "print('printed by the user')")
+    run(bare_shell, "%agent --new")  # that cell is now outside the context
+    text = read_history(bare_shell, search="printed by")
+    assert "printed by the user" in text and "printed by the agent" not in text
 
 
 def test_cells_of_an_earlier_session_come_back_to_a_new_one(bare_shell):
