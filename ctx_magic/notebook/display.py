@@ -314,9 +314,8 @@ class TurnDisplay:
         opened = " open" if event.tool == "python" else ""
         summary = f"{event.tool}" + (" (error)" if event.is_error else "")
         plain = f"[{event.tool}{' error' if event.is_error else ''}]\n{output}"
-        extra, hint = ({}, "")
-        if event.tool == "python":
-            extra, hint = self.offer(event.tool_use_id, str(tool_input.get("code", "")), record, record is not None)
+        offer = self.offer if event.tool == "python" else no_offer  # only code can become a cell
+        extra, hint = offer(event.tool_use_id, str(tool_input.get("code", "")), record, record is not None)
         shown = (f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
                  f"{head}{body}</details>")
         if hint:
