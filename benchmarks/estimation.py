@@ -3,7 +3,7 @@
 Replays real conversations, and before each response k > 0 predicts the size of the request
 that produced it (usage.prompt_tokens) from the messages before it with `count_context`:
 the previous response's usage (the anchor, exact) plus the local estimate of what came after
-it (the delta, padded). Three paddings: the seeds' fixed 4/3, none, and the learned
+it (the delta). Three ratios: the fixed 4/3 padding used before the count was calibrated, none
 `Correction` (reset per conversation, fed each response's true delta).
 
     python benchmarks/estimation.py [--corpus DIR] [--sweep]
@@ -16,15 +16,20 @@ import dataclasses
 import json
 import math
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ctx_magic.context.tokens import ESTIMATE_PADDING, Correction, count_context, count_text, message_tokens
-from ctx_magic.messages import Kind, Message, Usage, text_block
+if __package__ in (None, ""):  # run as a script: the repository root on the path, like `-m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DEFAULT_CORPUS = Path("/work/shared/corpus")
+from benchmarks.corpus_location import corpus_path  # noqa: E402
+from ctx_magic.context.tokens import STARTING_RATIO, Correction, count_context, count_text, message_tokens  # noqa: E402
+from ctx_magic.messages import Kind, Message, Usage, text_block  # noqa: E402
+
+DEFAULT_CORPUS = corpus_path()
 CC_SESSION = "claude-code-session-share/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
 MIN_DELTA = Correction.MIN_SAMPLE_TOKENS  # deltas below this are framing noise (as observe() says)
 
@@ -161,9 +166,10 @@ def replay(conv: Conversation, start: Learner, *, learn: bool) -> tuple[list[Poi
     return points[1:], points[0], corr.ratio
 
 
+SEED_PADDING = 4 / 3  # the fixed padding the estimate used before it was calibrated, for comparison
 VARIANTS: dict[str, tuple[Learner, bool]] = {
-    "4/3 padding": (Correction(), False),
-    "no padding": (Correction(1.0, 1), False),
+    "4/3 padding": (Correction(SEED_PADDING, 1), False),
+    "no padding": (Correction(), False),
     "learned": (Correction(), True),
 }
 
@@ -175,7 +181,7 @@ class Ema:
 
     smoothing: float
     margin: float = 1.0
-    learned: float = ESTIMATE_PADDING
+    learned: float = STARTING_RATIO
     observations: int = 0
 
     @property
@@ -200,7 +206,7 @@ class Sums:
 
     @property
     def ratio(self) -> float:
-        return self.actual / self.estimated * self.margin if self.estimated else ESTIMATE_PADDING
+        return self.actual / self.estimated * self.margin if self.estimated else STARTING_RATIO
 
     def observe(self, estimated: int, actual: int) -> Sums:
         if estimated < Correction.MIN_SAMPLE_TOKENS or actual <= 0:
@@ -209,7 +215,7 @@ class Sums:
 
 
 SWEEP: dict[str, tuple[Learner, bool]] = {
-    "engine (EMA 0.3)": (Correction(), True),
+    "engine (decayed sums, prior)": (Correction(), True),
     "EMA 0.1": (Ema(0.1), True),
     "EMA 0.5": (Ema(0.5), True),
     "EMA 0.3 x1.1": (Ema(0.3, 1.1), True),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +25,13 @@ from typing import Any
 
 from estimation import load_claude_code
 
-from ctx_magic.messages import result_text
+if __package__ in (None, ""):  # run as a script: the repository root on the path, like `-m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DEFAULT_CORPUS = Path("/work/shared/corpus")
+from benchmarks.corpus_location import corpus_path  # noqa: E402
+from ctx_magic.messages import result_text  # noqa: E402
+
+DEFAULT_CORPUS = corpus_path()  # CTX_MAGIC_CORPUS, else ../shared/corpus
 SWE_DIR = "mini-swe-agent-gemini3/trajs"
 CC_SESSION = "claude-code-session-share/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"
 NOTEBOOK = "handson-ml3/tools_pandas.ipynb"

@@ -1,7 +1,9 @@
 """A seeded soak (issue 11): a long notebook session under faults, at small windows.
 
-`python -m benchmarks.soak` runs one plan of notebook steps at each window, against the offline
-stand-in over HTTP with a random fault on a share of the model calls: %%agent turns (some run
+`python -m benchmarks.soak` runs one plan of notebook steps at each window (and, with `--units`,
+under each token unit the stand-in can count in: calibrated like the real API, or on purpose 30 %
+more, 20 % less or noisily, so that the client's estimate disagrees with the server), against
+the offline stand-in over HTTP with a random fault on a share of the model calls: %%agent turns (some run
 code), user cells whose outputs go from 10 characters to 200 KB, %compact, %compact --snip and
 kernel kills followed by `%agent --resume`. It then prints, per window:
 
@@ -38,6 +40,7 @@ from pathlib import Path
 from benchmarks.soak_drivers import Driver, InProcess, RealKernel, Shown
 from ctx_magic.messages import result_text
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
+from ctx_magic.offline.counting import UNITS
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
@@ -127,6 +130,7 @@ class Outcome:
 @dataclass
 class Report:
     window: int
+    unit: str = "calibrated"
     requests: int = 0
     count_requests: int = 0
     violations: int = 0
@@ -148,19 +152,20 @@ class Report:
 
 
 @contextlib.contextmanager
-def stand_in(window: int, seed: int, rate: float) -> Iterator[tuple[OfflineAPI, dict[str, str]]]:
-    api = OfflineAPI(OfflineConfig(window=window))
+def stand_in(window: int, seed: int, rate: float,
+             unit: str = "calibrated") -> Iterator[tuple[OfflineAPI, dict[str, str]]]:
+    api = OfflineAPI(OfflineConfig(window=window, unit=unit))
     api.random_faults(rate, seed)
     with serve_in_thread(api) as (url, _stop):
         yield api, {"ANTHROPIC_API_KEY": "sk-soak", "ANTHROPIC_BASE_URL": url}
 
 
 def soak(window: int, *, seed: int = SEED, steps: int = STEPS, rate: float = FAULT_RATE, kernel: bool = False,
-         folder: Path | None = None) -> Report:
-    """Run the plan at one window; the figures of the report."""
+         folder: Path | None = None, unit: str = "calibrated") -> Report:
+    """Run the plan at one window, the stand-in counting in `unit`; the figures of the report."""
     folder = folder or Path(tempfile.mkdtemp(prefix=f"soak-{window}-"))
     setup = [*SETUP, f"%config CtxMagic.context_window = {window}"]
-    with stand_in(window, seed, rate) as (api, env):
+    with stand_in(window, seed, rate, unit) as (api, env):
         driver: Driver = (RealKernel if kernel else InProcess)(folder, env, setup)
         try:
             outcomes, sid = _run_plan(driver, api, plan(seed, steps))
@@ -172,6 +177,7 @@ def soak(window: int, *, seed: int = SEED, steps: int = STEPS, rate: float = FAU
         finally:
             driver.close()
         report = measure(api, window, outcomes, final)
+    report.unit = unit
     report.prompts, report.outputs = recoverable(folder / ".ctx_magic", sid, [*outcomes, final])
     return report
 
@@ -247,12 +253,13 @@ def recoverable(storage: Path, sid: str, outcomes: list[Outcome]) -> tuple[tuple
 
 
 def table(reports: list[Report]) -> str:
-    head = ("| window | steps (restarts) | requests (count_tokens) | faults injected | API-rule violations | "
+    head = ("| unit | window | steps (restarts) | requests (count_tokens) | faults injected | API-rule violations | "
             "over the window (unrecovered) | failed steps | dead ends | tracebacks | user messages recoverable | "
             "tool outputs recoverable | final turn |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in reports:
-        rows.append(f"| {r.window:,} | {r.steps} ({r.restarts}) | {r.requests} ({r.count_requests}) | {r.faults} | "
+        rows.append(f"| {r.unit} | {r.window:,} | {r.steps} ({r.restarts}) | {r.requests} ({r.count_requests}) | "
+                     f"{r.faults} | "
                      f"{r.violations} | {r.over_window} ({r.over_unrecovered}) | {len(r.failed)} | {r.dead_ends} | "
                      f"{r.tracebacks} | {Report.share(r.prompts)} | {Report.share(r.outputs)} | "
                      f"{'works' if r.final_ok else 'FAILS'} |")
@@ -265,20 +272,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--windows", type=int, nargs="+", default=list(WINDOWS))
     parser.add_argument("--fault-rate", type=float, default=FAULT_RATE)
+    parser.add_argument("--units", nargs="+", choices=list(UNITS), default=["calibrated"],
+                        help="how the stand-in counts tokens: each unit is a run of the plan at each window")
     parser.add_argument("--kernel", action="store_true", help="drive real ipykernels (slow)")
     parser.add_argument("--failures", action="store_true", help="list each failed step's first error line")
     args = parser.parse_args(argv)
     here = Path(__file__).resolve().parent
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=here).stdout.strip()
-    reports = [soak(w, seed=args.seed, steps=args.steps, rate=args.fault_rate, kernel=args.kernel)
-               for w in args.windows]
+    reports = [soak(w, seed=args.seed, steps=args.steps, rate=args.fault_rate, kernel=args.kernel, unit=unit)
+               for unit in args.units for w in args.windows]
     print(f"soak: {args.steps} steps, seed {args.seed}, faults on {args.fault_rate:.0%} of model calls, "
           f"{'real kernels' if args.kernel else 'in-process shell'}; {datetime.date.today()}, commit {commit}\n")
     print(table(reports))
     if args.failures:
         for report in reports:
-            print(f"\nfailed steps at {report.window:,}:")
+            print(f"\nfailed steps at {report.window:,} ({report.unit}):")
             for line in report.failed:
                 print(f"- {line}")
 

@@ -53,6 +53,9 @@ class InProcess:
     def __init__(self, folder: Path, env: Mapping[str, str], setup: list[str]) -> None:
         self.folder, self.env, self.setup = folder, dict(env), setup
         self.shell: Any = None
+        # A kernel's environment and folder are its own: this process's come back at close().
+        self._saved_env = {name: os.environ.get(name) for name in self.env}
+        self._saved_cwd = os.getcwd()
         self._start()
 
     def _start(self) -> None:
@@ -115,6 +118,12 @@ class InProcess:
         self.settle()
         self.shell.run_line_magic("unload_ext", "ctx_magic")
         InteractiveShell.clear_instance()
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        os.chdir(self._saved_cwd)
 
 
 class RealKernel:

@@ -184,7 +184,7 @@ def check_image(data: str | bytes, declared: str, *, max_chars: int = API_MAX_BA
 # -- the count per request ---------------------------------------------------------------------
 
 
-def _quick_size(block: Block) -> tuple[int, int] | None:
+def block_pixels(block: Block) -> tuple[int, int] | None:
     """Pixels of an image block from the first 64 KiB of its data (None when unreadable)."""
     source = block.get("source") or {}
     head = str(source.get("data", ""))[:HEADER_CHARS]
@@ -299,7 +299,7 @@ def limit_images(messages: Sequence[Message], max_images: int = API_MAX_IMAGES,
         if n < dropped:
             # The same words whatever the totals: a stand-in that changed would break the cached prefix.
             new = stand_in(f"an older image; at most the {max_images} most recent are sent with each request")
-        elif kept > MANY_IMAGES and max(_quick_size(block) or (0, 0)) > MANY_IMAGES_MAX_SIDE:
+        elif kept > MANY_IMAGES and max(block_pixels(block) or (0, 0)) > MANY_IMAGES_MAX_SIDE:
             new = stand_in(f"over {MANY_IMAGES_MAX_SIDE:,} pixels a side, the API's limit when a request holds "
                            f"more than {MANY_IMAGES} images")
         else:

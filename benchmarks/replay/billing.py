@@ -12,6 +12,10 @@ A `Meter` sits in front of the stand-in. Strategies of our own call it directly
 (`offline_client(meter)`: it has the `handle` method the in-process transport calls). Either way
 each /v1/messages request leaves one `Call` in the ledger and moves the shared clock on by the
 time the reply takes.
+
+The stand-in's policy for a replay (`ScriptedPolicy`) answers main calls with the recorded
+actions, side calls with the stand-in's own replies padded to a model's length (side_output.py),
+and reads each main request for the identifiers its action uses (identifiers.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from typing import Any
 
 from benchmarks.clock import ManualClock
 from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
+from benchmarks.replay.identifiers import kept as identifiers_kept
+from benchmarks.replay.identifiers import uses_by_action
+from benchmarks.replay.side_output import STAND_IN, ReplySizes, sized_reply
 from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
 from ctx_magic.offline.counting import has_images
@@ -32,6 +39,7 @@ from ctx_magic.offline.counting import has_images
 MODEL = "claude-sonnet-5-5"
 API_HEADERS = {"x-api-key": "offline", "content-type": "application/json", "anthropic-version": "2023-06-01"}
 MESSAGES = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
 
 PRICE_INPUT = 1.0
 PRICE_WRITE_5M = 1.25
@@ -134,12 +142,19 @@ PRECISE_RULES = frozenset({"compaction", "session-notes", "memory-longterm", "me
 class ScriptedPolicy:
     """The stand-in's policy for a replay: main calls get the session's next recorded action,
     whatever the request holds; compaction, notes and memory requests get the default policy's
-    answers (its extractive summaries and notes)."""
+    answers (its extractive summaries and notes), padded to `sizes` (side_output.py).
 
-    def __init__(self, actions: Sequence[Action], base: Policy | None = None) -> None:
+    It also reads each main request for the identifiers its action uses (identifiers.py):
+    `identifiers` holds (kept, used) for every action served."""
+
+    def __init__(self, actions: Sequence[Action], base: Policy | None = None, *, sizes: ReplySizes = STAND_IN,
+                 uses: Sequence[Sequence[str]] = ()) -> None:
         self.actions = list(actions)
         self.served = 0
         self.base = base or Policy()
+        self.sizes = sizes
+        self.uses = list(uses)
+        self.identifiers: list[tuple[int, int]] = []
 
     def kind(self, request: Mapping[str, Any]) -> str:
         """compaction or memory when a precise rule knows the prompt (the summary prompt, the
@@ -164,8 +179,14 @@ class ScriptedPolicy:
 
     def answer(self, request: Mapping[str, Any]) -> Answer:
         if self.kind(request) != "normal":
-            return self.base.answer(request)
+            answer = self.base.answer(request)
+            rule = self.rule(request)
+            content = tuple({**b, "text": sized_reply(rule, request, b["text"], self.sizes)} if b.get("type") == "text"
+                            else b for b in answer.content)
+            return dataclasses.replace(answer, content=content)
         action = self.actions[self.served] if self.served < len(self.actions) else Action(CLOSING_TEXT)
+        uses = self.uses[self.served] if self.served < len(self.uses) else ()
+        self.identifiers.append((identifiers_kept(uses, request), len(uses)))
         self.served += 1
         content = tuple(action.content())
         return Answer(content, "tool_use" if action.calls else "end_turn")
@@ -209,6 +230,12 @@ class Meter:
                                if reply.status == 200 else REFUSED_SECONDS)
             return HttpReply(reply.status, reply.headers, chunks, reply.dropped)
 
+    def count_tokens(self, request: Mapping[str, Any]) -> int:
+        """POST /v1/messages/count_tokens (free on the real API, not billed): the prompt's size."""
+        body = {k: v for k, v in request.items() if k not in ("max_tokens", "stream")}
+        reply = self.handle("POST", COUNT_TOKENS, API_HEADERS, json.dumps(body, ensure_ascii=False).encode())
+        return int(json.loads(b"".join(reply.body))["input_tokens"])
+
     def messages(self, request: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
         """POST /v1/messages with a plain JSON body: (status, parsed reply or error body)."""
         body = json.dumps(request, ensure_ascii=False).encode()
@@ -232,9 +259,20 @@ class Bench:
     policy: ScriptedPolicy
 
 
-def new_bench(replay: Replay, window: int) -> Bench:
+_USES: dict[tuple[str, str, int, int], list[tuple[str, ...]]] = {}
+
+
+def action_uses(replay: Replay) -> list[tuple[str, ...]]:
+    """uses_by_action, worked out once per session (every strategy and window replays it)."""
+    key = (replay.name, replay.source, len(replay.turns), replay.steps)
+    if key not in _USES:
+        _USES[key] = uses_by_action(replay)
+    return _USES[key]
+
+
+def new_bench(replay: Replay, window: int, sizes: ReplySizes = STAND_IN) -> Bench:
     clock = ManualClock()
-    policy = ScriptedPolicy(replay.actions())
+    policy = ScriptedPolicy(replay.actions(), sizes=sizes, uses=action_uses(replay))
     api = OfflineAPI(OfflineConfig(window=window), clock=clock, policy=policy)  # type: ignore[arg-type]
     return Bench(replay, window, clock, api, Meter(api, clock), policy)
 

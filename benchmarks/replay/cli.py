@@ -2,24 +2,37 @@
 
     python -m benchmarks.replay [--windows 32000,200000,1000000] [--corpus PATH] [--quick]
                                 [--strategies raw,masking,...] [--ablations] [--sources swe,notebook]
+                                [--replies real|stand-in] [--per-session N]
+
+One run prints every table: per window, each strategy against the reference (raw at an
+unlimited window), identifiers kept, by source; where ctx_magic's bill goes on the sessions that
+never near its threshold; the targets. Windows above a standard window are run only when some
+session grows past 200,000 tokens (otherwise they repeat the 200,000 run digit for digit).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.replay.corpus import DEFAULT_CORPUS, load_corpus
-from benchmarks.replay.results import RunResult, floor_of, run_one
-from benchmarks.replay.strategies import ABLATIONS, DEFAULT, FLOOR, strategy
-from benchmarks.replay.table import costliest, grouped, target_lines, window_tables
+import ctx_magic.context.decide as decide
+from benchmarks.replay.corpus import DEFAULT_CORPUS, Replay, load_corpus
+from benchmarks.replay.ctx_strategy import CtxOptions, thresholds_at
+from benchmarks.replay.results import REFERENCE, SIZES_MARK, RunResult, floor_of, reference_run, run_one
+from benchmarks.replay.side_output import STAND_IN, ReplySizes, p9999_sizes, real_sizes
+from benchmarks.replay.strategies import ABLATIONS, COMPACTION_SWITCHES, DEFAULT, FLOOR, strategy
+from benchmarks.replay.table import grouped, overhead_summary, overhead_table, overheads, target_lines, window_tables
 
 DEFAULT_WINDOWS = (32_000, 200_000, 1_000_000)
+STANDARD_WINDOW = 200_000  # past it, a window measures something only if a session grows past it
+SENSITIVITY = "p99.99"
 
 
 def commit() -> str:
@@ -41,66 +54,139 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="the shared corpus folder")
     parser.add_argument("--quick", action="store_true",
                         help="a subset: 3 trajectories, the Claude Code log, the start of a notebook")
-    parser.add_argument("--strategies", default=",".join(DEFAULT), help="comma-separated (raw always runs)")
+    parser.add_argument("--strategies", default=",".join(DEFAULT),
+                        help="comma-separated (raw always runs); NAME@p99.99: NAME with p99.99-long summaries")
     parser.add_argument("--ablations", action="store_true", help="add ctx_magic with mechanisms switched off")
     parser.add_argument("--sources", default="", help="only these sources: swe, claude-code, notebook")
-    parser.add_argument("--per-session", type=int, default=0, metavar="N",
-                        help="also list, per window, the N sessions where ctx_magic bills most above raw")
+    parser.add_argument("--replies", choices=("real", "stand-in"), default="real",
+                        help="side-call reply lengths: a real model's (default) or the stand-in's own")
+    parser.add_argument("--per-session", type=int, default=8, metavar="N",
+                        help="per window, the N sessions never nearing the threshold where ctx_magic bills most")
+    parser.add_argument("--overhead-of", default="ctx_magic", metavar="NAME",
+                        help="the strategy whose bill --per-session splits (default ctx_magic)")
     args = parser.parse_args(argv)
     args.windows = [int(w.replace("_", "")) for w in args.windows.split(",") if w.strip()]
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
     names += list(ABLATIONS) if args.ablations else []
     args.strategies = ["raw", *dict.fromkeys(n for n in names if n != "raw")]
     for name in args.strategies:
-        if name != FLOOR:
-            strategy(name)  # an unknown name fails here, before anything runs
+        base, _, sizes = name.partition(SIZES_MARK)
+        if sizes and sizes != SENSITIVITY:
+            parser.error(f"unknown reply sizes {sizes!r} in {name!r} (known: {SENSITIVITY})")
+        if base != FLOOR:
+            strategy(base)  # an unknown name fails here, before anything runs
     return args
 
 
-def run_all(args: argparse.Namespace) -> list[RunResult]:
+def quiet_at(window: int) -> Callable[[RunResult], bool]:
+    """Whether a session never nears ctx_magic's threshold at `window`: raw's largest request
+    stays under the warning level."""
+    warning = thresholds_at(window).warning
+    return lambda reference: reference.largest_request < warning
+
+
+def run_strategy(name: str, replays: list[Replay], window: int, results: list[RunResult],
+                 sizes: ReplySizes) -> tuple[list[RunResult], str | None]:
+    """One strategy over every session at `window` (and a note when nothing needed running)."""
+    base, _, label = name.partition(SIZES_MARK)
+    if name == FLOOR:
+        raws = {r.replay: r for r in results if r.strategy == "raw" and r.window == window}
+        return [floor_of(raws[r.name]) for r in replays], None
+    if label:
+        done = [r for r in results if r.strategy == base and r.window == window]
+        if len(done) == len(replays) and not any(c.kind == "compaction" for r in done for c in r.calls):
+            note = f"{name} at {window:,}: {base} wrote no summary at this window, so the row repeats it"
+            return [dataclasses.replace(r, strategy=name) for r in done], note
+        sizes = p9999_sizes(sizes)
+    switches = base.split("+")[1:]
+    if switches and set(switches) <= set(COMPACTION_SWITCHES):
+        done = [r for r in results if r.strategy == "ctx_magic" and r.window == window]
+        largest = max((r.largest_request for r in results if r.strategy == REFERENCE), default=0)
+        variant = thresholds_at(window, CtxOptions.parse(base))
+        nearest = min(variant.warning, decide.early_compaction_from(variant))
+        if len(done) == len(replays) and largest < nearest:
+            note = (f"{name} at {window:,}: no session comes near a compaction ({largest:,} tokens at most, under "
+                    f"{nearest:,}), so the row repeats ctx_magic")
+            return [dataclasses.replace(r, strategy=name) for r in done], note
+    return [run_one(name, replay, window, sizes) for replay in replays], None
+
+
+def run_all(args: argparse.Namespace) -> tuple[list[RunResult], list[str], ReplySizes]:
+    """Every run: the reference first, then each strategy at each window worth running."""
     replays = load_corpus(args.corpus, quick=args.quick)
     if args.sources:
         keep = {s.strip() for s in args.sources.split(",")}
         replays = [r for r in replays if r.source in keep]
-    results: list[RunResult] = []
-    for window in args.windows:
+    sizes = real_sizes(args.corpus) if args.replies == "real" else STAND_IN
+    started = time.perf_counter()
+    results = [reference_run(replay, sizes) for replay in replays]
+    print(f"reference (raw, unlimited window): {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    largest = max(r.largest_request for r in results)
+    notes = [f"window {w:,} not run: no session's largest request passes {STANDARD_WINDOW:,} tokens (the largest is "
+             f"{largest:,}), so it would repeat the {STANDARD_WINDOW:,} run digit for digit"
+             for w in args.windows if w > STANDARD_WINDOW and largest <= STANDARD_WINDOW]
+    windows = [w for w in args.windows if w <= STANDARD_WINDOW or largest > STANDARD_WINDOW]
+    for window in windows:
         for name in args.strategies:
             started = time.perf_counter()
-            for replay in replays:
-                if name == FLOOR:
-                    raw = next(r for r in results if r.strategy == "raw" and r.replay == replay.name
-                               and r.window == window)
-                    results.append(floor_of(raw))
-                else:
-                    results.append(run_one(name, replay, window))
+            runs, note = run_strategy(name, replays, window, results, sizes)
+            results += runs
+            notes += [note] if note else []
             print(f"window {window:,} {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-    return results
+    return results, notes, sizes
+
+
+def header(args: argparse.Namespace, argv: list[str] | None, results: list[RunResult], notes: list[str],
+           sizes: ReplySizes, elapsed: float) -> str:
+    command = "python -m benchmarks.replay " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None
+                                                                                   else argv))
+    sessions = {r.replay: r.source for r in results}
+    by_source = ", ".join(f"{sum(s == k for s in sessions.values())} {k}" for k in ("swe", "claude-code", "notebook"))
+    windows = sorted({r.window for r in results if r.strategy != REFERENCE})
+    references = [r for r in results if r.strategy == REFERENCE]
+    pairs = ", ".join(f"{k} {sum(r.ids_used for r in references if r.source == k):,}"
+                      for k in ("swe", "claude-code", "notebook"))
+    p9999 = p9999_sizes(sizes)
+    lines = [
+        "# Replay cost benchmark\n",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- commit: {commit()}",
+        f"- command: `{command.strip()}`",
+        f"- sessions: {len(sessions)} ({by_source}); windows: {', '.join(f'{w:,}' for w in windows)}",
+        f"- identifiers the recorded actions use (action, identifier pairs): {pairs}",
+        f"- run time: {elapsed:.0f} s",
+        "- prices in base-input units: input 1, cache write 1.25 (5m) / 2 (1h), cache read 0.1, output 5; "
+        "usage from the offline stand-in's cache simulation",
+        "- every ratio is to raw replayed at an unlimited window (same prices; breakpoints on the system prompt, "
+        "the last block and where the previous request ended, as ctx_magic's), so every session counts in full",
+        f"- side-call replies ({sizes.label}): summaries {sizes.analysis:,} + {sizes.summary:,} tokens (analysis + "
+        f"summary), each notes section written {sizes.notes_section:,}, a memory extraction {sizes.memory:,}: "
+        f"{sizes.source}; rows `{SENSITIVITY}`: summaries {p9999.analysis:,} + {p9999.summary:,} ({p9999.source})",
+        *(f"- {note}" for note in notes),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
-    results = run_all(args)
-    elapsed = time.perf_counter() - started
-    command = "python -m benchmarks.replay " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None
-                                                                                   else argv))
-    sessions = {r.replay: r.source for r in results}
-    by_source = ", ".join(f"{sum(s == k for s in sessions.values())} {k}" for k in ("swe", "claude-code", "notebook"))
-    print("# Replay cost benchmark\n")
-    print(f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"- commit: {commit()}")
-    print(f"- command: `{command.strip()}`")
-    print(f"- sessions: {len(sessions)} ({by_source}); windows: {', '.join(f'{w:,}' for w in args.windows)}")
-    print(f"- run time: {elapsed:.0f} s")
-    print("- prices in base-input units: input 1, cache write 1.25 (5m) / 2 (1h), cache read 0.1, output 5; "
-          "usage from the offline stand-in's cache simulation\n")
+    results, notes, sizes = run_all(args)
+    print(header(args, argv, results, notes, sizes, time.perf_counter() - started))
     tables = grouped(results)
-    for window in args.windows:
+    for window in sorted(tables):
         print(window_tables(window, tables[window]) + "\n")
-        if args.per_session and "ctx_magic" in tables[window]:
-            print(f"Where ctx_magic bills most above raw (sessions raw finishes, window {window:,}):\n")
-            print(costliest(tables[window], count=args.per_session) + "\n")
-    lines = target_lines(tables)
+        runs = tables[window].get(args.overhead_of)
+        if runs and args.per_session:
+            quiet = overheads(runs, tables[window][REFERENCE], quiet_at(window))
+            print(f"Where {args.overhead_of}'s bill goes on the sessions that never near its threshold (raw's largest "
+                  f"request under its warning level, {thresholds_at(window).warning:,} tokens), as a share of raw's "
+                  f"bill on each, the {args.per_session} highest:\n")
+            print(overhead_table(quiet, args.per_session, args.overhead_of) + "\n")
+            for name in ("ctx_magic", *(n for n in tables[window] if n.startswith("ctx_magic+"))):
+                rows = overheads(tables[window][name], tables[window][REFERENCE], quiet_at(window))
+                print(f"- {overhead_summary(name, rows)}")
+            print()
+    lines = target_lines(tables, quiet_at)
     if lines:
-        print("## Targets (issue 10)\n")
+        print("## Targets\n")
         print("\n".join(lines))

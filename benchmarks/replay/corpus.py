@@ -1,6 +1,7 @@
 """Recorded sessions as replayable ones: who said what, which tools ran, what they printed, when.
 
-Three sources in the shared corpus (`/work/shared/corpus`, never edited):
+Three sources in the shared corpus (`../shared/corpus` beside the repository, or the folder
+$CTX_MAGIC_CORPUS names; never edited):
 
 - **mini-swe-agent** trajectories (Gemini 3 on SWE-bench): the first user message is the task;
   each assistant message holding exactly one ```bash block is one action, replayed as an
@@ -36,11 +37,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.corpus_location import corpus_path
 from benchmarks.replay.cell_render import render_cell
 
 Block = dict[str, Any]
 
-DEFAULT_CORPUS = Path("/work/shared/corpus")
+DEFAULT_CORPUS = corpus_path()  # CTX_MAGIC_CORPUS, else ../shared/corpus
 SWE_DIR = "mini-swe-agent-gemini3"
 CC_DIR = "claude-code-session-share"
 NOTEBOOK_DIR = "handson-ml3"

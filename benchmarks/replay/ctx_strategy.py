@@ -27,9 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ctx_magic.agent.loop as loop_module
+import ctx_magic.context.decide as decide_module
 from benchmarks.clock import ManualClock
 from benchmarks.replay.billing import MODEL, Bench
 from benchmarks.replay.cell_render import IMAGE_MAX_BYTES, cell_record
@@ -40,15 +41,14 @@ from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
+from ctx_magic.context.thresholds import Thresholds, compute_thresholds
 from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.outputs import cell_messages
+from ctx_magic.offline import OfflineAPI, OfflineConfig
 from ctx_magic.offline.transport import offline_client
 from ctx_magic.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"  # the controller's
 NOTES_WAIT_SECONDS = 120.0  # a background notes extraction is waited for at each turn end
@@ -74,18 +74,26 @@ class CtxOptions:
     """L2 snip: past 200 live messages the middle is cut out."""
     seeds_threshold: bool = False
     """Auto-compact where the seeds do (a 20,000 reply reserve) instead of ctx_magic's window/4."""
+    late: bool = False
+    """No early compaction below a standard window's size: only the threshold compacts (the rule
+    before early compaction was weighed from Claude Code's trigger)."""
+    tools_from_start: bool = False
+    """The context tools offered from the first request (before they waited for a first cut)."""
 
     @classmethod
     def parse(cls, name: str) -> CtxOptions:
-        """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip+seeds-threshold` (any subset)."""
+        """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip` with any of the
+        switches `+seeds-threshold`, `+late`, `+tools-from-start` (any subset)."""
         options = cls()
         for flag in name.split("+")[1:]:
             field_name = {"no-notes": "notes", "no-memory": "memory", "no-clearing": "clearing",
                           "no-snip": "snip"}.get(flag)
+            switch = {"seeds-threshold": "seeds_threshold", "late": "late",
+                      "tools-from-start": "tools_from_start"}.get(flag)
             if field_name:
                 options = dataclasses.replace(options, **{field_name: False})
-            elif flag == "seeds-threshold":
-                options = dataclasses.replace(options, seeds_threshold=True)
+            elif switch:
+                options = dataclasses.replace(options, **{switch: True})
             else:
                 raise ValueError(f"unknown ctx_magic option {flag!r} in {name!r}")
         return options
@@ -136,6 +144,18 @@ def lifted_call_limit() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def late_compaction(late: bool) -> Iterator[None]:
+    """`+late`: an early compaction is weighed only past a standard window's size."""
+    saved = decide_module.early_compaction_from
+    if late:
+        decide_module.early_compaction_from = lambda _thresholds: decide_module.EARLY_COMPACTION_FROM
+    try:
+        yield
+    finally:
+        decide_module.early_compaction_from = saved
+
+
+@contextlib.contextmanager
 def storage_folder() -> Iterator[Path]:
     """A session folder at a fixed path (slot 0 unless another run holds it): the paths that end
     up in prompts (persisted outputs, the transcript) then count the same on every run."""
@@ -167,6 +187,15 @@ def agent_config(window: int, options: CtxOptions) -> Settings:
         seeds = window - SEEDS_RESERVE - round(AUTOCOMPACT_BUFFER * min(1.0, window / REFERENCE_WINDOW))
         config = dataclasses.replace(config, autocompact_pct=100.0 * seeds / effective)
     return config
+
+
+def thresholds_at(window: int, options: CtxOptions | None = None) -> Thresholds:
+    """ctx_magic's thresholds at `window`, as a replayed session resolves them against the stand-in."""
+    config = agent_config(window, options or CtxOptions())
+    model = AnthropicModel(offline_client(OfflineAPI(OfflineConfig(window=window)), max_retries=0), name=MODEL)
+    resolved = config.resolve(model.limits())
+    return compute_thresholds(resolved.tokens, resolved.reply_cap, autocompact_pct=config.autocompact_pct or None,
+                              env={}, thinking_budget=resolved.thinking_budget)
 
 
 def count_event(events: Counter[str], event: Event) -> None:
@@ -216,7 +245,7 @@ def play_session(session: Session, bench: Bench, keeper: NotesKeeper | None) -> 
 def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
     options = options or CtxOptions()
     events: Counter[str] = Counter()
-    with storage_folder() as root, lifted_call_limit():
+    with storage_folder() as root, lifted_call_limit(), late_compaction(options.late):
         model = AnthropicModel(offline_client(bench.meter, max_retries=0), name=MODEL,  # type: ignore[arg-type]
                                backend="offline")
         executor = ScriptedExecutor(bench.replay, bench.clock)
@@ -224,6 +253,8 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
                                   session_id="replay", system_prompt=bench.replay.system, root=root,
                                   clock=bench.clock)
         session.listeners.append(lambda event: count_event(events, event))
+        if options.tools_from_start:
+            session.frame.offer_context_tools()
         keeper = NotesKeeper(session) if options.notes else None
         try:
             outcome = play_session(session, bench, keeper)

@@ -8,8 +8,10 @@ result as it arrives, and recover from a prompt-too-long. Everything it sends is
 
 Every baseline carries the agent ctx_magic runs: the recorded session's tools and ctx_magic's
 file tools (read_file, list_files, grep), which a notebook agent offers whether or not its
-context is managed. What ctx_magic sends beyond them (its `compact` and `snip` tools) is then
-billed as the context manager's own cost.
+context is managed. What ctx_magic sends beyond them (its context tools, once it has cut the
+context) is then billed as the context manager's own cost. Requests carry ctx_magic's cache
+breakpoints (the system prompt, the last block, the block the previous main request ended with)
+unless a strategy says otherwise (`Context.previous_breakpoint`, `Context.ttl`).
 """
 
 from __future__ import annotations
@@ -79,9 +81,13 @@ def estimate_tokens(messages: Sequence[Msg]) -> int:
     return round(chars / CHARS_PER_TOKEN + images * IMAGE_TOKENS)
 
 
-def api_messages(messages: Sequence[Msg], *, cached: bool) -> list[dict[str, Any]]:
-    """The Messages-API list: same-role runs merged, tool results first in each user message,
-    a cache breakpoint on the very last block when `cached`."""
+def cache_control(ttl: str) -> dict[str, str]:
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
+def merged_turns(messages: Sequence[Msg]) -> list[dict[str, Any]]:
+    """The Messages-API list without breakpoints: same-role runs merged, tool results first in
+    each user message."""
     turns: list[dict[str, Any]] = []
     for message in messages:
         if turns and turns[-1]["role"] == message.role:
@@ -91,9 +97,33 @@ def api_messages(messages: Sequence[Msg], *, cached: bool) -> list[dict[str, Any
     for turn in turns:
         if turn["role"] == "user":
             turn["content"].sort(key=lambda b: b.get("type") != "tool_result")  # stable: order kept otherwise
-    if cached and turns:
-        turns[-1]["content"][-1] = {**turns[-1]["content"][-1], "cache_control": {"type": "ephemeral"}}
     return turns
+
+
+def api_messages(messages: Sequence[Msg], *, cached: bool, ttl: str = "5m",
+                 previous: Block | None = None) -> list[dict[str, Any]]:
+    """The Messages-API list (`merged_turns`) with, when `cached`, a cache breakpoint on the very
+    last block and one on `previous` (the block the previous main request ended with) when it is
+    still sent: that one finds the cached conversation however many blocks were added since (the
+    API looks back only about 20 blocks from a breakpoint), as ctx_magic's requests do."""
+    turns = merged_turns(messages)
+    if not cached or not turns:
+        return turns
+    control = cache_control(ttl)
+    targets = [turns[-1]["content"][-1]] + ([previous] if previous is not None else [])
+    for target in targets:
+        for turn in reversed(turns):
+            hit = next((i for i, b in enumerate(turn["content"]) if b is target), None)
+            if hit is not None:
+                turn["content"][hit] = {**target, "cache_control": control}
+                break
+    return turns
+
+
+def last_block(messages: Sequence[Msg]) -> Block | None:
+    """The block a request of `messages` ends with (where its last breakpoint goes)."""
+    turns = merged_turns(messages)
+    return turns[-1]["content"][-1] if turns else None
 
 
 def cell_messages(cell: Cell, serial: int) -> list[Msg]:
@@ -112,6 +142,11 @@ class Context:
 
     name = "raw"
     cached = True
+    previous_breakpoint = True
+    """A second message breakpoint where the previous main request ended (ctx_magic's layout);
+    False: one on the last block only (Claude Code's layout, and the first raw baseline's)."""
+    ttl = "5m"
+    """The cache lifetime every breakpoint asks for (5m, or 1h at twice the base price to write)."""
 
     def before_call(self, run: Run) -> None:
         """Rewrite `run.history` before a main call (side calls go through `run.side_call`)."""
@@ -155,18 +190,22 @@ class Run:
         """Prompt + output tokens of the last main reply (the API's own count, SPEC T1)."""
         self.anchor_index = 0
         """len(history) right after that reply: what follows it is estimated."""
+        self.previous_end: Block | None = None
+        """The block the last main request ended with (the cache holds the prefix up to it)."""
 
     # -- requests --------------------------------------------------------------------------------
 
     def request(self, messages: Sequence[Msg], *, cached: bool | None = None, max_tokens: int | None = None,
                 with_tools: bool = True, with_system: bool = True) -> dict[str, Any]:
         cached = self.context.cached if cached is None else cached
+        previous = self.previous_end if self.context.previous_breakpoint else None
+        ttl = self.context.ttl
         body: dict[str, Any] = {"model": MODEL, "max_tokens": max_tokens or self.max_tokens,
-                                "messages": api_messages(messages, cached=cached)}
+                                "messages": api_messages(messages, cached=cached, ttl=ttl, previous=previous)}
         if with_system:
             block: Block = {"type": "text", "text": self.replay.system}
             if cached:
-                block["cache_control"] = {"type": "ephemeral"}
+                block["cache_control"] = cache_control(ttl)
             body["system"] = [block]
         if with_tools:
             body["tools"] = [dict(t) for t in (*self.replay.tools, *AGENT_TOOLS)]
@@ -186,8 +225,10 @@ class Run:
     def send_main(self) -> dict[str, Any]:
         while True:
             self.context.before_call(self)
-            status, body = self.bench.meter.messages(self.request(self.context.view(self)))
+            view = self.context.view(self)
+            status, body = self.bench.meter.messages(self.request(view))
             if status == 200:
+                self.previous_end = last_block(view)
                 usage = body["usage"]
                 self.anchor_tokens = sum(int(usage.get(k) or 0) for k in (
                     "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"))

@@ -1,23 +1,33 @@
 """Per-run figures: what one strategy's replay of one session cost, and what it kept.
 
-Fidelity reads the last main request the API answered: a user message counts as kept when its
-text is there verbatim (live, or quoted inside a summary or notes text); a tool output counts
-as intact when its whole text is there.
+Fidelity is read two ways. Along the way: for every recorded action, the share of the
+identifiers it uses (from earlier results) that its request still held (identifiers.py). At the
+end, on the last main request the API answered: a user message counts as kept when its text is
+there verbatim (live, or quoted inside a summary or notes text); a tool output counts as intact
+when its whole text is there.
+
+Every bill is divided by `raw` replayed at an unlimited window (REFERENCE): the same prices,
+the same breakpoints as ctx_magic's, and every session counted in full.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.replay.billing import Call, new_bench
+from benchmarks.replay.billing import Call, ScriptedPolicy, action_uses, new_bench
 from benchmarks.replay.corpus import Replay
 from benchmarks.replay.harness import ReplayDesync, text_of
+from benchmarks.replay.side_output import STAND_IN, ReplySizes
 from benchmarks.replay.strategies import FLOOR, strategy
 
+REFERENCE = "raw, unlimited window"
+UNLIMITED_WINDOW = 100_000_000  # no session comes near it: raw finishes every one
+SIZES_MARK = "@"  # `cc-default@p99.99`: a strategy with other side-call reply lengths
 TAIL_OUTPUTS = 5  # the last tool outputs that should still be intact at the end
 SUMMARY_KINDS = ("auto", "session-memory", "reactive", "manual", "model")  # compactions (a summary replaces)
 REWRITE_KINDS = ("clear", "snip", "persist")  # zero-call rewrites of the context
@@ -40,6 +50,9 @@ class RunResult:
     seconds: float = 0.0
     largest_request: int = 0
     """Prompt tokens of the largest request the API answered."""
+    ids_kept: int = 0
+    ids_used: int = 0
+    """Identifiers the recorded actions use (from earlier results) and how many their requests held."""
 
     @property
     def cost(self) -> float:
@@ -84,19 +97,36 @@ def fidelity(replay: Replay, request: Mapping[str, Any] | None) -> tuple[int, in
     return sum(t in sent for t in users), len(users), sum(t in sent for t in tail), len(tail)
 
 
-def run_one(name: str, replay: Replay, window: int) -> RunResult:
-    """Replay `replay` with strategy `name` at `window`, billing every call."""
-    bench = new_bench(replay, window)
+def identifiers_of(policy: ScriptedPolicy, replay: Replay) -> tuple[int, int]:
+    """(kept, used) over every recorded action: those never served (an overflow) keep none."""
+    kept = sum(k for k, _ in policy.identifiers[:replay.steps])
+    used = sum(u for _, u in policy.identifiers[:replay.steps])
+    return kept, used + sum(len(u) for u in action_uses(replay)[len(policy.identifiers):])
+
+
+def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN) -> RunResult:
+    """Replay `replay` with strategy `name` (`base@label`: the base strategy, with side-call
+    replies sized by `sizes`) at `window`, billing every call."""
+    bench = new_bench(replay, window, sizes)
     started = time.perf_counter()
-    outcome = strategy(name)(bench)
+    outcome = strategy(name.split(SIZES_MARK)[0])(bench)
     seconds = time.perf_counter() - started
     if not outcome.overflow and bench.policy.served != replay.steps:
         raise ReplayDesync(f"{name} on {replay.name}: {bench.policy.served} recorded actions served, "
                            f"{replay.steps} recorded")
     kept, users, intact, tail = fidelity(replay, bench.meter.final_request)
     largest = max((c.prompt_tokens for c in bench.meter.calls if c.status == 200), default=0)
+    ids_kept, ids_used = identifiers_of(bench.policy, replay)
     return RunResult(name, replay.name, replay.source, window, list(bench.meter.calls), outcome.overflow,
-                     outcome.error, outcome.events, kept, users, intact, tail, seconds, largest)
+                     outcome.error, outcome.events, kept, users, intact, tail, seconds, largest, ids_kept, ids_used)
+
+
+def reference_run(replay: Replay, sizes: ReplySizes = STAND_IN) -> RunResult:
+    """`raw` at an unlimited window: what every bill is divided by."""
+    run = run_one("raw", replay, UNLIMITED_WINDOW, sizes)
+    if run.overflow:
+        raise ReplayDesync(f"raw overflowed {replay.name} at an unlimited window: {run.error}")
+    return dataclasses.replace(run, strategy=REFERENCE)
 
 
 def floor_calls(calls: Sequence[Call]) -> list[Call]:
@@ -120,4 +150,5 @@ def floor_calls(calls: Sequence[Call]) -> list[Call]:
 def floor_of(raw: RunResult) -> RunResult:
     """The floor for raw's run (same requests, same overflow: it sends nothing itself)."""
     return RunResult(FLOOR, raw.replay, raw.source, raw.window, floor_calls(raw.calls), raw.overflow, raw.error,
-                     Counter(), raw.users_kept, raw.users, raw.tail_kept, raw.tail, 0.0, raw.largest_request)
+                     Counter(), raw.users_kept, raw.users, raw.tail_kept, raw.tail, 0.0, raw.largest_request,
+                     raw.ids_kept, raw.ids_used)

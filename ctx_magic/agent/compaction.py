@@ -77,7 +77,7 @@ def rehydration(session: Session, setup: CallSetup, kept: Sequence[Message]) -> 
     notes = list(extra()) if callable(extra) else []
     if session.store.notes_path.exists():
         notes.append(f"Session notes are kept at {session.store.notes_path} (read_file to see them).")
-    tools = ", ".join(setup.tools.names())
+    tools = ", ".join(setup.tool_names_after_cut())  # the context tools come in with this cut
     notes.append(f"Tools available: {tools}.")
     body = "\n\n".join(notes)
     attachments.append(user_text(f"<context-refresh>\n{body}\n</context-refresh>", kind="attachment", timestamp=now))

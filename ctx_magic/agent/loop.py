@@ -243,6 +243,8 @@ def _ready(session: Session, result: TurnResult) -> tuple[CallSetup, Prepared]:
     """
     setup = session.setup()
     prepared, _ = session.prepare(setup)
+    if session.frame.context_tools and not setup.context_tools:
+        setup = session.setup()  # the first cut (a clearing, a snip) brought the context tools in
     plan = prepared.plan
     if plan.check_exact:
         exact = session.exact_tokens(setup)

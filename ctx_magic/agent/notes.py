@@ -107,7 +107,7 @@ class NotesKeeper:
             self.last_error = None
             self._tokens = 0 if is_empty(notes) else count_text(notes)
 
-    # -- serving (NotesSource) -----------------------------------------------------------------
+    # -- serving the compaction ------------------------------------------------------------------
 
     def wait(self, timeout: float) -> None:
         thread = self._thread

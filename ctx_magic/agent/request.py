@@ -27,11 +27,13 @@ from ctx_magic.agent.context_tools import CONTEXT_TOOLS
 from ctx_magic.agent.files import FileTools, file_tools
 from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.tools import Executor, ToolRegistry
+from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.tokens import count_text
+from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
 from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
@@ -53,6 +55,9 @@ class CallSetup:
     memory_tokens: int
     """The long-term memory section's share of `system_tokens`."""
     tools_tokens: int
+    overhead_tokens: int
+    """What the system prompt, the tools and the request's own frame (with the API's hidden
+    tool-use prompt) add to every request, counted as the API counts them."""
     signature: str
     """Changes when the system prompt or the tools change (a cache break's explanation)."""
     context: ContextSettings
@@ -63,11 +68,13 @@ class CallSetup:
     """Whether `server` was planned for a conversation with thinking in it."""
     context_edits: tuple[str, ...] = ()
     """The context edits the model takes (the Models API's, or the table's)."""
+    context_tools: bool = False
+    """Whether the context tools are offered (from the context's first cut on)."""
 
-    @property
-    def overhead_tokens(self) -> int:
-        """What the system prompt and the tools add to every request."""
-        return self.system_tokens + self.tools_tokens
+    def tool_names_after_cut(self) -> list[str]:
+        """The tools offered from a cut of the context on: these, with the context tools."""
+        names = self.tools.names()
+        return [*names, *(t.name for t in CONTEXT_TOOLS if t.name not in names)]
 
     def composition(self, messages: Sequence[Message], state: ContextState, tokens: int) -> Composition:
         """What the next request carries, part by part, scaled to the measured `tokens`."""
@@ -107,6 +114,10 @@ def _server_plan(window: Window, context: ContextSettings, tools: ToolRegistry, 
                        tools=tools.names(), clearable_tools=tools.clearable())
 
 
+CONTEXT_CUTS = (Cleared, Snipped, Compacted, ServerEdited, ServerCompacted)
+"""Events that take something out of the live context (the first brings in the context tools)."""
+
+
 class RequestFrame:
     """The fixed part of a session's requests, and the model and settings they go out with."""
 
@@ -122,6 +133,14 @@ class RequestFrame:
         self._window: Window | None = None
         self.cached_tail: str | None = None
         """The last message the previous main call sent: the cache holds the prefix ending there."""
+        self.context_tools = False
+        """Whether requests offer the context tools (compact, snip, search_transcript). Not until
+        something was first taken out of the live context: before that they have nothing to act
+        on or find, and their definitions in every request cost a session that never nears its
+        threshold up to 14 % of its bill (the replay benchmark, at 200,000). Once offered they
+        stay, so the cached prefix keeps them."""
+        self._sent_signature: str | None = None
+        """The system prompt and tools of the last main call (`CallSetup.signature`)."""
         self._turns = TurnCache()
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
@@ -147,7 +166,7 @@ class RequestFrame:
         """This call's setup for a conversation of `messages` kept in `store`: the tools gathered
         and their specs serialized once, the engine's settings, the server's plan."""
         settings, window = self.settings, self.window
-        tools = ToolRegistry([*self.executor.tools(), *file_tools(self.files), *CONTEXT_TOOLS])
+        tools = self._tools(offered=self.context_tools)
         specs = tools.specs()
         specs_json = json.dumps(specs)
         system = self.system_prompt()
@@ -159,10 +178,27 @@ class RequestFrame:
         if settings.strategy == "server":
             thinking, edits = uses_thinking(window, messages), self.model.limits().context_edits
             server = _server_plan(window, context, tools, edits, thinking)
+        overhead = request_tokens({"model": settings.model, "system": system, "tools": specs, "messages": []})
         return CallSetup(settings, window, tools, tuple(specs), system, count_text(system),
-                         count_text(self.memory_section), count_text(specs_json),
+                         count_text(self.memory_section), count_text(specs_json), overhead,
                          hashlib.sha256((system + specs_json).encode()).hexdigest(), context, server, thinking,
-                         tuple(edits))
+                         tuple(edits), self.context_tools)
+
+    def _tools(self, *, offered: bool) -> ToolRegistry:
+        """The session's tools, the context tools among them but not offered (they cannot be
+        called) until `offered`: from the context's first cut on."""
+        context = CONTEXT_TOOLS if offered else tuple(dataclasses.replace(t, offered=False) for t in CONTEXT_TOOLS)
+        return ToolRegistry([*self.executor.tools(), *file_tools(self.files), *context])
+
+    def saw(self, event: Event) -> None:
+        """An event of the session: the first that cuts the live context brings the context tools
+        in. The request is rewritten from the cut anyway (or the cache has expired, for an idle
+        clearing), so the tools' definitions cost the cache little then."""
+        if isinstance(event, CONTEXT_CUTS):
+            self.offer_context_tools()
+
+    def offer_context_tools(self) -> None:
+        self.context_tools = True
 
     def build(self, messages: Sequence[Message], setup: CallSetup, *, purpose: str = "main",
               max_tokens: int | None = None, server: ServerPlan | None = None) -> ModelRequest:
@@ -182,9 +218,14 @@ class RequestFrame:
         """At resume: the message the cache held last (state.json), so the breakpoints are the same."""
         self.cached_tail = cached_tail
 
-    def sent(self, messages: Sequence[Message]) -> None:
-        """A main call went out with `messages`: the cache now holds the prefix ending with them."""
+    def sent(self, messages: Sequence[Message], signature: str) -> bool:
+        """A main call went out with `messages` and a system prompt and tools of `signature`: the
+        cache now holds the prefix ending with them. Whether the system prompt or the tools
+        changed since the previous main call."""
         self.cached_tail = next((m.uuid for m in reversed(messages) if m.sent), None)
+        changed = self._sent_signature is not None and signature != self._sent_signature
+        self._sent_signature = signature
+        return changed
 
 
 def thinking_param(window: Window) -> dict[str, Any] | None:

@@ -35,6 +35,7 @@ from ctx_magic.context.costs import RelativePrices
 from ctx_magic.context.decide import SessionFacts
 from ctx_magic.context.engine import Prepared, figures
 from ctx_magic.context.invariants import close_dangling_tool_uses
+from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.server import cleared_tokens
 from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
@@ -101,6 +102,10 @@ class Session:
         the session beyond its messages."""
         setup = setup or self.setup()
         notes = self.plugins.notes
+        if notes is not None and self.live.tokens(setup.overhead_tokens) >= setup.context.thresholds.autocompact:
+            # A compaction is at hand: notes still being written (started at the warning level,
+            # which one large turn can be from the threshold) are what it would stand on.
+            notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
         boundaries = self.compaction.boundaries
         last = boundaries[-1] if boundaries else None
         facts = SessionFacts(
@@ -126,6 +131,7 @@ class Session:
     # -- events and the store ----------------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
+        self.frame.saw(event)
         notify(self.listeners, event)
 
     def notice(self, text: str, level: str = "info", remedy: Remedy = Remedy.NONE) -> None:
@@ -157,12 +163,13 @@ class Session:
             self.record(edited)
             self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
         self.meter.main_call(reply.usage.prompt_tokens)
-        self.frame.sent(self.live.messages)
+        frame_changed = self.frame.sent(self.live.messages, setup.signature)
         broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=setup.settings.cache_ttl_seconds,
                                    signature=setup.signature)
         if broke is not None:
             self.emit(broke)
-        self.live.learn_ratio(reply.usage.prompt_tokens, count)
+        if not frame_changed:  # new tools or system prompt: the API's count moved by more than the messages
+            self.live.learn_ratio(reply.usage.prompt_tokens, count)
         totals = self.meter.snapshot()
         self.emit(UsageUpdated(reply.usage, count.tokens, self.live.state.correction.ratio, totals.to_json(),
                                round(totals.cache_hit_ratio, 4), round(cost, 6)))
@@ -216,9 +223,12 @@ class Session:
         saved = load_saved(self.store)
         self.live.restore(saved.messages, saved.state)
         self.compaction = saved.compaction
-        self.meter = UsageMeter(saved.usage, prices=self.prices)
+        self.meter.restore(saved.usage)
         self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before
         self.frame.resume_tail(saved.cached_tail)  # and the same breakpoints
+        if saved.state.cleared or saved.compaction.boundaries or any(
+                m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in saved.messages):
+            self.frame.offer_context_tools()  # and the same tools, once the context was cut
         self.plugins.restore(saved.plugin_state)
         self.files.reads.update({r.path: r for r in saved.reads})
         problems = list(saved.problems)

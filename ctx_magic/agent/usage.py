@@ -84,15 +84,22 @@ class UsageMeter:
 
     def __init__(self, totals: Mapping[str, Any] | None = None, *,
                  prices: Callable[[], Prices] = lambda: UNKNOWN_PRICES) -> None:
-        known = {f.name for f in dataclasses.fields(UsageTotals)}
-        self.totals = UsageTotals(**{k: v for k, v in (totals or {}).items() if k in known})
+        self._lock = threading.Lock()
+        self.totals = UsageTotals()
+        self.restore(totals or {})
         self.prices = prices
         """The prices in force (the session's model, with any contract prices)."""
         self.breaks: list[CacheBroke] = []
         self._baseline = CacheBaseline()
-        self._lock = threading.Lock()
         self._last_prompt: int | None = None
         self._growths: deque[int] = deque(maxlen=GROWTH_WINDOW)
+
+    def restore(self, totals: Mapping[str, Any]) -> None:
+        """At resume: the totals state.json kept. In place, since the live context and the side
+        calls hold this meter."""
+        known = {f.name for f in dataclasses.fields(UsageTotals)}
+        with self._lock:
+            self.totals = UsageTotals(**{k: v for k, v in totals.items() if k in known})
 
     def add(self, usage: Usage, *, call: bool = True) -> float:
         """One response's usage (side calls run in other threads); returns what it cost.

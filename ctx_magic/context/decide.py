@@ -12,9 +12,13 @@ The rules, in order:
   again anyway, so clearing old results only makes that cheaper (SPEC L3a);
 - at the compaction threshold something must give: the cheapest way under it over the calls
   expected to follow (a clearing that frees enough, the notes, a summary; costs.py prices them);
-- below it, a clearing (past the warning level and `clear_at_least`, L3b) or, once the context
-  is larger than a standard window holds, an early compaction, happens only when it pays back
-  twice what it costs now, so that a session ending soon never pays more than doing nothing.
+- below it, a clearing (past the warning level and `clear_at_least`, L3b) or an early
+  compaction happens only when it pays back twice what it costs now, so that a session ending
+  soon never pays more than doing nothing. An early compaction (a summary: the notes only
+  stand in for one the threshold forces) is weighed from where Claude Code's design compacts
+  (the window less its 20,000-token summary reserve and its buffer) or once the context is
+  larger than a standard window holds, whichever comes first: whether to compact that early or
+  wait for the threshold is the price's answer, not a constant's.
 """
 
 from __future__ import annotations
@@ -23,15 +27,19 @@ import dataclasses
 from dataclasses import dataclass
 
 from ctx_magic.context.costs import Outlook, RelativePrices, Start, call_cost, outlook_cost, summary_start
-from ctx_magic.context.thresholds import Thresholds
+from ctx_magic.context.thresholds import AUTOCOMPACT_BUFFER_TOKENS, MAX_OUTPUT_TOKENS_FOR_SUMMARY, Thresholds
 
 COMPACT_FROM_NOTES = "notes"
 COMPACT_WITH_SUMMARY = "summary"
 NOTHING = "nothing to do"
 PAYBACK_FACTOR = 2.0  # a choice nothing forces must save twice what it costs now
 EARLY_COMPACTION_FROM = 200_000  # a context past a standard window is where carrying it costs most (T4)
-SUMMARY_SHARE = 0.05  # a first summary's expected output (analysis and summary), as a share of the context
-SUMMARY_TOKENS = (2_000, 20_000)  # and its bounds (C3: the summary's output cap is 20,000)
+# A first summary's expected output (analysis and summary): Claude Code's real compaction replies
+# in the shared transcripts run to 3,000-4,000 tokens for 140,000-170,000-token conversations
+# (median about 3,450), so a summary's length hardly follows the conversation's; a short context
+# is not summarized at more than a quarter of its own size.
+EXPECTED_SUMMARY_TOKENS = 3_500
+SUMMARY_SHARE_CAP = 0.25
 NEVER = 10**12  # the threshold of an outlook in which no compaction can happen
 
 
@@ -100,21 +108,27 @@ class Situation:
         return dataclasses.replace(self, tokens=tokens, estimated_tokens=0, may_clear=False)
 
     def outlook(self) -> Outlook:
-        summary = self.expected_summary()
         calls = self.facts.calls
         growth = self.facts.growth or max(1, self.tokens // max(1, calls + 1))
         compacts = self.facts.auto_compaction and not self.facts.breaker_open
+        # A compaction the threshold forces later uses the notes when the session keeps them and
+        # they leave room (no output to pay, their own tail kept), else a summary.
+        from_notes = self.notes_ready and self.after_notes() < self.thresholds.autocompact
+        after, output = (self.after_notes(), 0) if from_notes else (self.after_summary(), self.expected_summary())
         return Outlook(calls=max(1, calls), growth=growth,
                        threshold=self.thresholds.autocompact if compacts else NEVER,
-                       after_compaction=self.after_summary(), summary_output=summary)
+                       after_compaction=after, summary_output=output)
+
+    def after_notes(self) -> int:
+        """The context a compaction from the notes leaves: the notes and the recent tail they keep."""
+        return self.overhead + self.facts.notes_tokens + self.notes_tail
 
     def after_summary(self) -> int:
         """The context a summary leaves: as large as after the last one, else overhead + summary."""
         return self.facts.after_compaction or self.overhead + self.expected_summary()
 
     def expected_summary(self) -> int:
-        low, high = SUMMARY_TOKENS
-        return self.facts.summary_tokens or max(low, min(high, int(self.tokens * SUMMARY_SHARE)))
+        return self.facts.summary_tokens or min(EXPECTED_SUMMARY_TOKENS, int(self.tokens * SUMMARY_SHARE_CAP))
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,14 @@ class _Option:
     tokens_after: int
 
 
+def early_compaction_from(th: Thresholds) -> int:
+    """Where an early compaction starts to be weighed: Claude Code's trigger (window less the
+    20,000-token summary reserve and the scaled buffer, never below a quarter of a small window,
+    where that reserve leaves nothing), or a standard window's size."""
+    claude_code = th.window - MAX_OUTPUT_TOKENS_FOR_SUMMARY - round(AUTOCOMPACT_BUFFER_TOKENS * th.scale)
+    return min(EARLY_COMPACTION_FROM, max(claude_code, th.window // 4))
+
+
 def _options(s: Situation, cached: int) -> list[_Option]:
     """Every way forward that is allowed now, with where it leaves the next call."""
     th = s.thresholds
@@ -159,13 +181,16 @@ def _options(s: Situation, cached: int) -> list[_Option]:
         after = s.tokens - freed
         options.append(_Option("clear", Start(after, min(cached, s.clear_prefix)), after))
     can_compact = s.facts.auto_compaction and not s.facts.breaker_open
-    if can_compact and (s.tokens >= th.autocompact or s.tokens >= EARLY_COMPACTION_FROM):
+    if can_compact and (s.tokens >= th.autocompact or s.tokens >= early_compaction_from(th)):
         summary = s.expected_summary()
         after = s.after_summary()
         start = summary_start(s.tokens, cached, s.facts.prices, after=after, summary_output=summary)
         options.append(_Option(COMPACT_WITH_SUMMARY, start, after))
-        if s.notes_ready:
-            after = s.overhead + s.facts.notes_tokens + s.notes_tail
+        # The notes stand in for a summary the threshold forces. Before it they only look free
+        # (their extraction is already paid): compacting from them early made sessions compact
+        # again sooner (the replay benchmark at 32,000: 35 compactions instead of 19, a dearer bill).
+        if s.notes_ready and s.tokens >= th.autocompact:
+            after = s.after_notes()
             options.append(_Option(COMPACT_FROM_NOTES, Start(after, 0), after))
     return options
 

@@ -30,7 +30,6 @@ from ctx_magic.context.tokens import (
     ContextCount,
     block_tokens,
     count_context,
-    count_text,
     find_anchor,
     message_tokens,
 )
@@ -301,7 +300,8 @@ def situation(messages: Sequence[Message], state: ContextState, now: float, sett
 
 @functools.lru_cache(maxsize=1024)
 def _stub_tokens(persisted_path: str | None) -> int:
-    return count_text(cleared_text(persisted_path))
+    """The cleared result as sent: the stub in the same tool_result wrapper."""
+    return block_tokens({"type": "tool_result", "content": cleared_text(persisted_path)})
 
 
 def figures(messages: Sequence[Message], state: ContextState, settings: ContextSettings, tokens: int,

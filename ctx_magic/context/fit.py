@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctx_magic.context.api_count import ROLE_CHANGE
 from ctx_magic.context.autocompact import api_round_groups
 from ctx_magic.context.prompts import PTL_RETRY_MARKER
 from ctx_magic.context.thinking import without_thinking
@@ -37,6 +38,20 @@ def fit_messages(messages: Sequence[Message], room_tokens: int) -> list[Message]
     sent = [m for m in messages if m.sent]
     if sum(message_tokens(m) for m in sent) <= room_tokens:
         return list(messages)
+    budget = room_tokens
+    for _ in range(FIT_ATTEMPTS):  # a cut is proportional in characters: check it, tighten once if over
+        fitted = _fitted(sent, budget)
+        over = sum(message_tokens(m) for m in fitted) - room_tokens
+        if over <= 0:
+            break
+        budget -= over
+    return fitted
+
+
+FIT_ATTEMPTS = 3
+
+
+def _fitted(sent: list[Message], room_tokens: int) -> list[Message]:
     groups = api_round_groups([without_thinking(m) for m in sent])
     while True:
         kept = [m for group in groups for m in group]
@@ -74,6 +89,7 @@ def tier_caps(messages: Sequence[Message], room_tokens: int) -> tuple[int, int, 
     sizes: list[list[int]] = [[], [], []]
     left = room_tokens
     for message in messages:
+        left -= ROLE_CHANGE  # each message's header, which no cut makes smaller
         for block in message.content:
             level = tier(message, block)
             if level is None:
@@ -123,8 +139,10 @@ def _cut_block(block: Block, cap: int) -> Block:
     if block.get("type") == "text":
         return {**block, "text": cut_text(block["text"], cap, block_tokens(block))}
     content = block.get("content", "")
+    wrapper = block_tokens({**block, "content": ""})  # the tool result's own tags stay
+    cap = max(1, cap - wrapper)
     if isinstance(content, str):
-        return {**block, "content": cut_text(content, cap, block_tokens(block))}
+        return {**block, "content": cut_text(content, cap, block_tokens(block) - wrapper)}
     texts = {id(b) for b in content if b.get("type") == "text" and b.get("text")}
     share = max(1, cap // max(1, len(texts)))
     return {**block, "content": [{**b, "text": cut_text(b["text"], share, block_tokens(b))} if id(b) in texts else b

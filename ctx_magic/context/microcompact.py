@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ctx_magic.context.tokens import block_tokens, count_text
+from ctx_magic.context.tokens import block_tokens
 from ctx_magic.events import Cleared
 from ctx_magic.messages import Message
 
@@ -69,7 +69,7 @@ def clear_results(
                 if freed is not None and tool_use_id in freed:
                     total += freed[tool_use_id]
                 else:
-                    total += block_tokens(block) - count_text(text)
+                    total += block_tokens(block) - block_tokens({**block, "content": text})
                 replacements[tool_use_id] = text
                 # Images in the result go too: they are the largest thing to free.
                 block = {**block, "content": text}

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctx_magic.context.budget import replace_result
-from ctx_magic.context.tokens import Correction
+from ctx_magic.context.tokens import STARTING_RATIO, Correction
 from ctx_magic.events import Persisted
 from ctx_magic.messages import Message, result_text
 
@@ -57,7 +57,8 @@ class ContextState:
             "cleared": dict(self.cleared),
             "freed_anchor": self.freed_anchor,
             "freed_tokens": self.freed_tokens,
-            "correction": {"ratio": self.correction.ratio, "observations": self.correction.observations},
+            "correction": {"ratio": self.correction.ratio, "observations": self.correction.observations,
+                           "weight": self.correction.weight},
         }
 
     @classmethod
@@ -69,7 +70,10 @@ class ContextState:
             cleared=dict(data.get("cleared") or {}),  # type: ignore[arg-type]
             freed_anchor=data.get("freed_anchor"),  # type: ignore[arg-type]
             freed_tokens=int(data.get("freed_tokens") or 0),  # type: ignore[arg-type]
-            correction=Correction(float(corr.get("ratio", 4 / 3)), int(corr.get("observations", 0))),  # type: ignore[union-attr]
+            # A ratio nothing was learned for is the starting one (older files stored a padding).
+            correction=Correction(float(corr.get("ratio", STARTING_RATIO)), int(corr.get("observations", 0)),  # type: ignore[union-attr]
+                                  float(corr.get("weight", Correction.PRIOR_TOKENS)))  # type: ignore[union-attr]
+            if int(corr.get("observations", 0)) else Correction(),  # type: ignore[union-attr]
         )
 
 

@@ -1,19 +1,22 @@
 """`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--auth-token TOKEN]
-[--max-seconds S]`.
+[--unit U] [--max-seconds S]`.
 
 Runs the offline stand-in for the Anthropic Messages API on 127.0.0.1 and prints one line
 with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key, or, with
 `--auth-token`, as at an LLM gateway: ANTHROPIC_AUTH_TOKEN=<that token> (any other credential is a 401).
+`--unit` makes it count tokens otherwise than the real API, on purpose (x1.3, x0.8, noisy).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import threading
 from collections.abc import Sequence
 
 from ctx_magic.offline.app import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineAPI, OfflineConfig
+from ctx_magic.offline.counting import UNIT_VARIABLE, UNITS
 from ctx_magic.offline.server import start_server
 
 
@@ -34,6 +37,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="accept only this credential, as a bearer token or x-api-key, like a gateway (default: any)",
     )
     parser.add_argument(
+        "--unit", choices=list(UNITS), default=None,
+        help="how tokens are counted: like the real API (calibrated, the default) or on purpose otherwise, "
+             f"to test a client that counts differently (default: ${UNIT_VARIABLE}, else calibrated)",
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop by itself after this many seconds (tests use it)"
     )
     args = parser.parse_args(argv)
@@ -50,11 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     config = OfflineConfig(window=args.window, max_output=args.max_output, min_cacheable_tokens=args.min_cacheable,
                            credential=args.auth_token)
+    if args.unit is not None:
+        config = dataclasses.replace(config, unit=args.unit)
     api = OfflineAPI(config)
     server, stop = start_server(api, args.port)
     print(
         f"{server.url} offline stand-in for the Anthropic Messages API (deterministic policy, not a model; "
-        f"window {args.window} tokens)",
+        f"window {args.window} tokens, {config.unit} unit)",
         flush=True,
     )
     try:

@@ -201,7 +201,7 @@ class OfflineAPI:
         if method == "POST" and route == "/v1/messages":
             return self.endpoint.messages(body, self.config, self.policy, betas=_betas(headers))
         if method == "POST" and route == "/v1/messages/count_tokens":
-            return self.endpoint.count_tokens(body)
+            return self.endpoint.count_tokens(body, self.config)
         if method == "GET" and route == "/v1/models":
             return _Outcome(models.models_page(self.config))
         if method == "GET" and route.startswith("/v1/models/"):
@@ -220,7 +220,7 @@ class OfflineAPI:
             failed = ApiError(400, "invalid_request_error", str(error))
             return _Outcome(_provider_error(where.provider, failed), provider=where.provider)
         if where.operation == "count":
-            return self.endpoint.count_tokens(body, provider=where.provider)
+            return self.endpoint.count_tokens(body, self.config, provider=where.provider)
         return self.endpoint.messages(body, self.config, self.policy, betas=body_betas or _betas(headers),
                                        provider=where.provider)
 

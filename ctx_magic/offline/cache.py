@@ -28,7 +28,8 @@ each one stored under the hash of everything up to and including its last block.
   (counting.message_context), while tools and system stay cached.
 
 Not modelled: the API drops the thinking blocks of earlier turns once a new user turn starts,
-which changes the prefix after them; here they stay part of it (and are counted).
+which changes the prefix after them; here they stay part of it (counted as nothing for a model
+that drops them, as `api_count` counts them).
 """
 
 from __future__ import annotations

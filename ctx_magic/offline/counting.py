@@ -2,10 +2,15 @@
 
 A segment is one cacheable unit of the prompt, in the order the API builds its cache prefix:
 tool definitions, then system blocks, then every content block of every message. Each carries
-its token count (through `ctx_magic.context.tokens.count_text` on a canonical text rendering),
-a running hash of the prefix that ends with it (cache_control left out, so marking a block does
-not change what it is) and its cache breakpoint, if any. The input tokens of a request are the
-sum over its segments, so `count_tokens` and the usage of a reply always agree.
+its token count (`ctx_magic.context.api_count`, the count calibrated on real Claude traffic;
+the request's frame and hidden prompts go with the first segment), a running hash of the prefix
+that ends with it (cache_control left out, so marking a block does not change what it is) and
+its cache breakpoint, if any. The input tokens of a request are the sum over its segments, so
+`count_tokens` and the usage of a reply always agree.
+
+A `Unit` other than the calibrated one makes the server count differently on purpose (30 %
+more, 20 % less, or each block off by a different amount), to test that a client learns the
+server's unit instead of trusting its own.
 
 The hash of every message block also covers three request-level facts (`message_context`):
 the tool_choice, the thinking settings and whether the prompt holds any image. Anthropic's
@@ -15,29 +20,66 @@ tools and system stay cached; folding them in where the messages start gives exa
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ctx_magic.context.tokens import IMAGE_TOKENS, count_text
-from ctx_magic.messages import result_text
+from ctx_magic.context import api_count
 from ctx_magic.offline.conversation import Block, Request, content_blocks, messages, system_blocks
 
-# The API bills images and documents by size; a flat figure keeps the count deterministic and
-# matches the client's own estimate (SPEC T2).
-FLAT_BLOCK_TYPES = frozenset({"image", "document"})
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # the API's two prompt-cache lifetimes
 DEFAULT_TTL = "5m"
-COUNT_MEMO_SIZE = 16_384  # blocks remembered: a growing conversation re-sends the same ones each turn
+UNIT_VARIABLE = "CTX_MAGIC_OFFLINE_UNIT"  # the environment's choice of unit, for test rigs and the soak
 
 
-@functools.lru_cache(maxsize=COUNT_MEMO_SIZE)
-def _count(text: str) -> int:
-    """count_text, remembered: every request re-counts the whole conversation before it."""
-    return count_text(text)
+@dataclass(frozen=True)
+class Unit:
+    """How the stand-in's count relates to the calibrated one."""
+
+    name: str
+    scale: float = 1.0
+    """Every count times this."""
+    noise: float = 0.0
+    """Each block's count also off by up to this share either way, drawn from its digest (the
+    same block always counts the same, so count_tokens, usage and the cache agree)."""
+
+    def apply(self, tokens: int, key: str) -> int:
+        if self.scale == 1.0 and not self.noise:
+            return tokens
+        factor = self.scale
+        if self.noise:
+            draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") / 2**32
+            factor *= 1 + self.noise * (2 * draw - 1)
+        return math.ceil(tokens * factor)
+
+
+UNITS = {
+    "calibrated": Unit("calibrated"),
+    "x1.3": Unit("x1.3", 1.3),  # a client that undercounts by 30 % (e.g. a newer tokenizer)
+    "x0.8": Unit("x0.8", 0.8),  # one that overcounts
+    "noisy": Unit("noisy", 1.05, 0.3),  # blocks off by -25 % to +35 %, a little more on average
+}
+CALIBRATED = UNITS["calibrated"]
+
+
+def unit_named(name: str | None) -> Unit:
+    """The unit of that name (`UNITS`), the calibrated one for None or an empty name."""
+    if not name:
+        return CALIBRATED
+    if name not in UNITS:
+        raise ValueError(f"unknown token unit {name!r}: one of {', '.join(UNITS)}")
+    return UNITS[name]
+
+
+def environment_unit() -> str:
+    """The unit the environment asks for (`CTX_MAGIC_OFFLINE_UNIT`), "calibrated" by default."""
+    name = os.environ.get(UNIT_VARIABLE) or "calibrated"
+    unit_named(name)  # an unknown name fails here, where the server starts
+    return name
 
 
 @dataclass(frozen=True)
@@ -52,40 +94,6 @@ class Segment:
 def canonical(block: Mapping[str, Any]) -> str:
     """The block as sorted JSON without cache_control: what the cache hashes."""
     return json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True)
-
-
-def render_block(block: Block) -> str:
-    """The text a content block is counted by (its words, not its JSON wrapping)."""
-    kind = block.get("type")
-    if kind == "text":
-        return str(block.get("text", ""))
-    if kind == "tool_use":
-        return f"{block.get('name', '')} {json.dumps(block.get('input', {}), ensure_ascii=False)}"
-    if kind == "tool_result":
-        return f"result {block.get('tool_use_id', '')}: {result_text(block)}"
-    if kind == "thinking":
-        return str(block.get("thinking", ""))
-    if kind == "redacted_thinking":
-        return str(block.get("data", ""))
-    if kind == "compaction":
-        return str(block.get("content") or "")
-    return canonical(block)
-
-
-def render_tool(tool: Mapping[str, Any]) -> str:
-    """A tool definition as counted: name, description and input schema."""
-    schema = json.dumps(tool.get("input_schema", {}), sort_keys=True, ensure_ascii=False)
-    return f"tool {tool.get('name', '')}: {tool.get('description', '')}\n{schema}"
-
-
-def block_count(block: Block) -> int:
-    if block.get("type") in FLAT_BLOCK_TYPES:
-        return IMAGE_TOKENS
-    tokens = _count(render_block(block))
-    content = block.get("content")
-    if block.get("type") == "tool_result" and isinstance(content, list):
-        tokens += IMAGE_TOKENS * sum(1 for b in content if b.get("type") in FLAT_BLOCK_TYPES)
-    return tokens
 
 
 def control_ttl(control: Any) -> str | None:
@@ -139,81 +147,89 @@ def message_context(request: Request) -> str:
     return "context:" + json.dumps(facts, sort_keys=True)
 
 
-def _units(request: Request) -> list[tuple[str, int, str | None]]:
-    """(hash key, tokens, breakpoint) per block in cache order: tools, system, messages."""
+def _units(request: Request, unit: Unit) -> list[tuple[str, int, str | None]]:
+    """(hash key, tokens, breakpoint) per block in cache order: tools, system, messages. The
+    request's frame and hidden prompts (tool use, thinking, structured output) count with the
+    first unit, where the API puts them."""
+    family = api_count.family_of(request.get("model"))
     units: list[tuple[str, int, str | None]] = []
     for tool in request.get("tools") or []:
-        units.append((f"tool:{canonical(tool)}", _count(render_tool(tool)), breakpoint_ttl(tool)))
+        units.append((f"tool:{canonical(tool)}", api_count.tool_tokens(tool, family), breakpoint_ttl(tool)))
     for block in system_blocks(request):
-        units.append((f"system:{canonical(block)}", _count(str(block.get("text", ""))), breakpoint_ttl(block)))
+        units.append((f"system:{canonical(block)}", api_count.block_tokens(block, family), breakpoint_ttl(block)))
     context = message_context(request)  # folded into the first message block, so into all after it
-    for message in messages(request):
+    counts = api_count.message_counts(request, family)
+    for message, row in zip(messages(request), counts):
         role = str(message.get("role", ""))
-        for i, block in enumerate(content_blocks(message)):
-            marker = _count(f"{role}:") if i == 0 else 0
+        for i, (block, tokens) in enumerate(zip(content_blocks(message), row)):
             key = f"{context}\n{role}:{i}:{canonical(block)}"
             context = ""
-            units.append((key, marker + block_count(block), breakpoint_ttl(block)))
+            units.append((key, tokens, breakpoint_ttl(block)))
+    overhead = api_count.request_overhead(request, family)
+    if units:
+        key, tokens, ttl = units[0]
+        units[0] = (key, tokens + overhead, ttl)
+    else:
+        units.append(("frame", overhead, None))
     automatic = control_ttl(request.get("cache_control"))
     if automatic is not None and units:  # top-level cache_control: a breakpoint on the last block
         key, tokens, own = units[-1]
         units[-1] = (key, tokens, own or automatic)
-    return units
+    return [(key, unit.apply(tokens, key), ttl) for key, tokens, ttl in units]
 
 
-def request_segments(request: Request) -> list[Segment]:
-    """The prompt's segments in cache order: tools, system, then message blocks.
-
-    The first block of each message also counts its role marker, as the API frames messages.
-    """
+def request_segments(request: Request, unit: Unit = CALIBRATED) -> list[Segment]:
+    """The prompt's segments in cache order: tools, system, then message blocks."""
     segments: list[Segment] = []
     running = hashlib.sha256()
-    for key, tokens, ttl in _units(request):
+    for key, tokens, ttl in _units(request, unit):
         data = key.encode("utf-8")
         running.update(len(data).to_bytes(8, "big") + data)  # length-prefixed: no ambiguous joins
         segments.append(Segment(tokens, running.copy().hexdigest(), ttl))
     return segments
 
 
-def input_tokens(request: Request) -> int:
+def input_tokens(request: Request, unit: Unit = CALIBRATED) -> int:
     """Tokens of the whole prompt, as count_tokens and the usage of a reply report them."""
-    return sum(s.tokens for s in request_segments(request))
+    return sum(s.tokens for s in request_segments(request, unit))
 
 
-def output_tokens(content: list[Block]) -> int:
-    """Tokens of generated content: text as written, a tool call as name plus JSON input."""
-    return sum(count_text(render_block(b)) for b in content)
+def output_tokens(content: list[Block], model: str | None = None, unit: Unit = CALIBRATED) -> int:
+    """Tokens of generated content, counted as the API counts the same blocks sent back."""
+    family = api_count.family_of(model)
+    return sum(unit.apply(api_count.block_tokens(b, family), canonical(b)) for b in content)
 
 
-def truncate_text(text: str, max_tokens: int) -> str:
+def truncate_text(text: str, max_tokens: int, family: api_count.Family = api_count.CLAUDE_5) -> str:
     """The longest prefix of `text` (by characters) that counts at most `max_tokens`."""
-    if count_text(text) <= max_tokens:
+    if api_count.text_tokens(text, family) <= max_tokens:
         return text
     low, high = 0, len(text)  # invariant: text[:low] fits, text[:high] does not
     while high - low > 1:
         middle = (low + high) // 2
-        if count_text(text[:middle]) <= max_tokens:
+        if api_count.text_tokens(text[:middle], family) <= max_tokens:
             low = middle
         else:
             high = middle
     return text[:low]
 
 
-def fit_output(content: list[Block], max_tokens: int) -> tuple[list[Block], bool]:
+def fit_output(content: list[Block], max_tokens: int, model: str | None = None) -> tuple[list[Block], bool]:
     """Content cut to `max_tokens` (text shortened, tool calls that do not fit dropped).
 
     Returns the content and whether anything was cut (then the stop reason is max_tokens).
     """
+    family = api_count.family_of(model)
     kept: list[Block] = []
     left = max_tokens
     for block in content:
-        tokens = count_text(render_block(block))
+        tokens = api_count.block_tokens(block, family)
         if tokens <= left:
             kept.append(block)
             left -= tokens
             continue
         if block.get("type") == "text" and left > 0:
-            cut = truncate_text(str(block.get("text", "")), left)
+            cut = truncate_text(str(block.get("text", "")), left, family)
             if cut:
                 kept.append({**block, "text": cut})
         return kept, True

@@ -1,10 +1,12 @@
 """Image blocks as the API checks them: media type, base64, what the bytes are, size, count.
 
-An image is taken only as base64 (`source.type: "base64"`); the stand-in cannot fetch URLs or
-files. The declared media type must be one the API reads and must match the bytes' own
-signature (a JPEG declared as image/png is refused, as by the API). The size limit is applied
-to the base64 text: reports of the API's "image exceeds 5 MB maximum" show it counts the
-encoded form, which is the stricter reading.
+An image comes as base64 (`source.type: "base64"`), as a URL (`"url"`, an http(s) address) or
+as an uploaded file (`"file"`, a file id). The stand-in cannot fetch a URL or a file, so it
+checks their shape only and counts them as an image it cannot see. For base64, the declared
+media type must be one the API reads and must match the bytes' own signature (a JPEG declared
+as image/png is refused, as by the API). The size limit is applied to the base64 text: reports
+of the API's "image exceeds 5 MB maximum" show it counts the encoded form, which is the
+stricter reading.
 """
 
 from __future__ import annotations
@@ -48,8 +50,18 @@ def check_image(located: Located) -> None:
     source = block.get("source")
     if not isinstance(source, Mapping):
         raise at(f"{path}.source", "Field required")
+    if source.get("type") == "url":
+        url = source.get("url")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise at(f"{path}.source.url.url", "Input should be a valid URL (http or https)")
+        return
+    if source.get("type") == "file":
+        if not isinstance(source.get("file_id"), str) or not source["file_id"]:
+            raise at(f"{path}.source.file.file_id", "Field required")
+        return
     if source.get("type") != "base64":
-        raise at(f"{path}.source.type", "the offline stand-in only takes base64 image sources")
+        raise at(f"{path}.source.type", "Input tag found using 'type' does not match the expected tags: "
+                                        "'base64', 'url', 'file'")
     media_type = source.get("media_type")
     if media_type not in MEDIA_TYPES:
         raise at(f"{path}.source.base64.media_type", "Input should be " + ", ".join(f"'{m}'" for m in MEDIA_TYPES))

@@ -11,7 +11,17 @@ from typing import Any
 
 from ctx_magic.offline import models, providers
 from ctx_magic.offline.cache import Clock, PromptCache
-from ctx_magic.offline.counting import fit_output, input_tokens, output_tokens, request_segments
+from ctx_magic.offline.conversation import content_blocks, messages
+from ctx_magic.offline.counting import (
+    CALIBRATED,
+    Unit,
+    canonical,
+    fit_output,
+    input_tokens,
+    output_tokens,
+    request_segments,
+    unit_named,
+)
 from ctx_magic.offline.faults import (
     HTML_PAGE,
     STATUS_FAULTS,
@@ -33,13 +43,13 @@ from ctx_magic.offline.server_context import (
 )
 from ctx_magic.offline.shapes import (
     HTML_HEADERS,
-    KNOWN_MODEL_PREFIX,
     MAX_REQUEST_BYTES,
     SSE_HEADERS,
     HttpReply,
     OfflineConfig,
     Outcome,
     json_reply,
+    known_model,
     provider_error,
 )
 from ctx_magic.offline.thinking import should_think, thinking_blocks
@@ -47,7 +57,8 @@ from ctx_magic.offline.validate import InvalidRequest, check_request
 from ctx_magic.offline.wire import message_json, stream_events
 
 
-def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...] = ()) -> tuple[Any, ApiError | None]:
+def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...] = (),
+                  provider: str = "anthropic") -> tuple[Any, ApiError | None]:
     """The body as JSON, checked by the API's rules: a 413 over 32 MB, a 400 naming the place
     of the first broken rule, a 404 for an unknown model (the request still comes back, to be
     recorded)."""
@@ -55,12 +66,12 @@ def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...]
         return None, STATUS_FAULTS["413"]
     try:
         request = json.loads(body or b"null")
-        check_request(request, max_output=max_output)
+        check_request(request, max_output=max_output, provider=provider)
         check_context_management(request, betas)
         check_compaction_blocks(request)
     except (ValueError, InvalidRequest) as error:
         return None, ApiError(400, "invalid_request_error", str(error))
-    if not request["model"].startswith(KNOWN_MODEL_PREFIX):
+    if not known_model(request["model"]):
         return request, ApiError(404, "not_found_error", f"model: {request['model']}")
     return request, None
 
@@ -81,12 +92,13 @@ class MessagesEndpoint:
         self._message_count = 0
         """Numbers the message ids, so the same request asked twice gets two ids."""
 
-    def count_tokens(self, body: bytes, *, provider: str = "anthropic") -> Outcome:
+    def count_tokens(self, body: bytes, config: OfflineConfig, *, provider: str = "anthropic") -> Outcome:
         """POST /v1/messages/count_tokens: the same count the usage of a reply reports."""
-        request, error = parse_request(body, max_output=None, betas=tuple(BETA_OF.values()))
+        request, error = parse_request(body, max_output=None, betas=tuple(BETA_OF.values()), provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
-        tokens = input_tokens(manage(request, input_tokens).request if request.get("context_management") else request)
+        count = functools.partial(input_tokens, unit=unit_named(config.unit))
+        tokens = count(manage(request, count).request if request.get("context_management") else request)
         return Outcome(json_reply(200, providers.count_body(provider, tokens)), input_tokens=tokens, body=request,
                        provider=provider)
 
@@ -94,13 +106,15 @@ class MessagesEndpoint:
                  provider: str = "anthropic") -> Outcome:
         """POST /v1/messages: the policy's answer, plain or streamed, or the error the request
         (or the fault it meets) earns."""
-        request, error = parse_request(body, max_output=config.max_output, betas=betas)
+        request, error = parse_request(body, max_output=config.max_output, betas=betas, provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
         kind = policy.kind(request)
-        managed = manage(request, input_tokens)
+        unit = unit_named(config.unit)
+        count = functools.partial(input_tokens, unit=unit)
+        managed = manage(request, count)
         seen = managed.compacted_from or managed.request  # what the model reads before any compaction
-        segments = request_segments(seen)
+        segments = request_segments(seen, unit)
         tokens = sum(s.tokens for s in segments)
         fault = self._next_fault()
         streaming = bool(request.get("stream"))
@@ -120,9 +134,9 @@ class MessagesEndpoint:
             return outcome(HttpReply(200, HTML_HEADERS, [HTML_PAGE]))
         minimum = config.cache_minimum(request["model"])
         if managed.compaction is not None:  # the compaction read everything; the answer reads the summary
-            segments = request_segments(managed.request)
+            segments = request_segments(managed.request, unit)
         usage = self.cache.account(segments, minimum).to_json()
-        message = self._message(request, policy, usage, fault, managed)
+        message = self._message(request, policy, usage, fault, managed, unit)
         if streaming:
             stream = stream_body(fault, stream_events(message), self.stall_release)
             if provider == "bedrock":
@@ -133,21 +147,25 @@ class MessagesEndpoint:
         return outcome(json_reply(200, message))
 
     def _message(self, request: Mapping[str, Any], policy: Policy, usage: dict[str, Any], fault: str | None,
-                 managed: Managed | None = None) -> dict[str, Any]:
+                 managed: Managed | None = None, unit: Unit = CALIBRATED) -> dict[str, Any]:
         """The policy's answer (after its thinking), cut to max_tokens, with ids and usage; with
         the server's compaction block first, and its edits, when context management ran."""
         answer = policy.answer(request)
         thinking = thinking_blocks(request, redacted=fault == "redacted_thinking") if should_think(request) else []
-        content, cut = fit_output([*thinking, *(dict(b) for b in answer.content)], int(request["max_tokens"]))
+        content, cut = fit_output([*thinking, *(dict(b) for b in answer.content)], int(request["max_tokens"]),
+                                  request.get("model"))
         if fault in ("empty_reply", "whitespace_reply"):
             content, cut = faulty_content(fault, content), False
         if managed is not None and managed.pause and managed.compaction is not None:
             content, cut = [], False
-        # Ids come from a digest of the request: deterministic (whatever side calls ran in
-        # between), and unique across server runs (a session resumed in a new kernel must not get
-        # the tool ids its history already holds). The message id adds the server's counter, so
-        # the same request asked twice still gets two ids, as from the real API.
-        digest = hashlib.sha256(json.dumps(request.get("messages"), sort_keys=True).encode()).hexdigest()[:12]
+        # Ids come from a digest of the request's messages: deterministic (whatever side calls ran
+        # in between, wherever the cache breakpoints sit: two clients sending the same conversation
+        # get the same ids, so the same token counts), and unique across server runs (a session
+        # resumed in a new kernel must not get the tool ids its history already holds). The
+        # message id adds the server's counter, so the same request asked twice still gets two
+        # ids, as from the real API.
+        unmarked = [{**m, "content": [canonical(b) for b in content_blocks(m)]} for m in messages(request)]
+        digest = hashlib.sha256(json.dumps(unmarked, sort_keys=True).encode()).hexdigest()[:12]
         self._message_count += 1
         calls = 0
         for block in content:
@@ -155,9 +173,10 @@ class MessagesEndpoint:
                 calls += 1
                 block["id"] = f"toolu_offline_{digest}_{calls:02d}"
         stop = "max_tokens" if cut else "tool_use" if calls else answer.stop_reason.replace("tool_use", "end_turn")
-        usage = {**usage, "output_tokens": output_tokens(content)}
+        usage = {**usage, "output_tokens": output_tokens(content, request.get("model"), unit)}
         extra: dict[str, Any] = {}
         if managed is not None:
-            content, stop, usage, extra = with_management(managed, request, content, stop, usage, input_tokens)
+            content, stop, usage, extra = with_management(managed, request, content, stop, usage,
+                                                          functools.partial(input_tokens, unit=unit))
         return {**message_json(f"msg_offline_{digest}_{self._message_count:06d}", request["model"], content, stop,
                                usage), **extra}

@@ -8,7 +8,6 @@ from typing import Any
 
 from ctx_magic.offline.faults import ApiError
 from ctx_magic.offline.shapes import (
-    KNOWN_MODEL_PREFIX,
     LONG_CONTEXT_BETA,
     MODEL_CREATED_AT,
     STANDARD_WINDOW,
@@ -17,6 +16,7 @@ from ctx_magic.offline.shapes import (
     OfflineConfig,
     error_reply,
     json_reply,
+    known_model,
 )
 
 
@@ -63,9 +63,9 @@ def model_info(config: OfflineConfig, model_id: str) -> dict[str, Any]:
 
 
 def model_reply(config: OfflineConfig, model_id: str) -> HttpReply:
-    """GET /v1/models/{id}: any id starting with "claude-" is known, others are a 404."""
-    if not model_id.startswith(KNOWN_MODEL_PREFIX):
-        message = f"model: {model_id} is not known to the offline stand-in (ids start with '{KNOWN_MODEL_PREFIX}')"
+    """GET /v1/models/{id}: an id naming a Claude model family is known, others are a 404."""
+    if not known_model(model_id):
+        message = f"model: {model_id}"
         return error_reply(ApiError(404, "not_found_error", message))
     return json_reply(200, model_info(config, model_id))
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ctx_magic.context import api_count
 from ctx_magic.offline import providers
 from ctx_magic.offline.cache import minimum_cacheable_tokens
+from ctx_magic.offline.counting import environment_unit
 from ctx_magic.offline.faults import ApiError
 from ctx_magic.offline.wire import error_json
 
@@ -20,6 +22,14 @@ STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M on
 DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
 MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
 KNOWN_MODEL_PREFIX = "claude-"
+TEST_MODEL_PREFIX = "claude-offline"  # ids tests make up for the stand-in itself
+
+
+def known_model(model_id: str) -> bool:
+    """An id the stand-in answers for: a Claude model family's name (opus, sonnet, haiku, fable,
+    mythos: a misspelt one is a 404, as from the API) or one of the stand-in's own test ids."""
+    return model_id.startswith(TEST_MODEL_PREFIX) or (
+        model_id.startswith(KNOWN_MODEL_PREFIX) and api_count.names_a_family(model_id))
 LISTED_MODELS = ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5")
 MODEL_CREATED_AT = "1970-01-01T00:00:00Z"  # the SDK's epoch value for "release date unknown"
 JSON_HEADERS = (("content-type", "application/json"),)
@@ -78,6 +88,10 @@ class OfflineConfig:
     credential: str | None = None
     """The one API key or bearer token accepted, as a gateway configured with a key accepts only
     it; None: any non-empty credential but the key `invalid`."""
+    unit: str = field(default_factory=environment_unit)
+    """How the server counts tokens: "calibrated" (like the real API), or on purpose otherwise
+    ("x1.3", "x0.8", "noisy"; counting.UNITS) to test a client that counts differently.
+    Defaults to the CTX_MAGIC_OFFLINE_UNIT environment variable, else "calibrated"."""
 
     def cache_minimum(self, model: str) -> int:
         """The minimum cacheable length in force for `model`."""

@@ -6,9 +6,11 @@ naming the place (`messages.3.content.0: ...`), in the API's shape. The rules:
 - fields: a model, at least one message, no field the endpoint does not know; for
   /v1/messages an integer 1 <= max_tokens <= the model's output limit;
 - sampling: temperature and top_p in [0, 1], top_k >= 0, and not temperature and top_p together;
+  an effort level the model takes (`xhigh` from Opus 4.7 on);
 - tools: custom tools named `^[a-zA-Z0-9_-]{1,64}$` with an object input_schema, server tools
-  by a dated type (`web_search_20250305`), every name unique; tool_choice auto / any / tool /
-  none, naming an offered tool, and any / tool only with tools;
+  by a dated type (`web_search_20250305`, `tool_search_tool_bm25_20251119`), every name
+  unique; tool_choice auto / any / tool / none, naming an offered tool, and any / tool only
+  with tools;
 - system: text blocks only, none empty or whitespace only;
 - messages: validate_messages.py (roles, text, tool pairs and ids, images);
 - cache_control: validate_cache.py (at most 4, ephemeral, 5m / 1h, 1h before 5m);
@@ -21,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ctx_magic.context import api_count
 from ctx_magic.offline.invalid import InvalidRequest, at
 from ctx_magic.offline.thinking import check_thinking_param, check_thinking_turn
 from ctx_magic.offline.validate_cache import check_cache_controls
@@ -29,7 +32,7 @@ from ctx_magic.offline.validate_messages import check_messages, check_text
 __all__ = ["InvalidRequest", "check_request"]
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # the API's pattern for tool names
-SERVER_TOOL_TYPE = re.compile(r"^[a-z_]+_\d{8}$")  # Anthropic-defined tools carry a dated type
+SERVER_TOOL_TYPE = re.compile(r"^[a-z][a-z0-9_]*_\d{8}$")  # Anthropic-defined tools carry a dated type
 TOOL_CHOICES = ("auto", "any", "tool", "none")
 FORCING_CHOICES = ("any", "tool")  # these need tools to choose from
 SHARED_FIELDS = frozenset({
@@ -144,18 +147,36 @@ def _check_system(request: Mapping[str, Any]) -> None:
         check_text(f"system.{i}", block)
 
 
-def check_request(request: Any, *, max_output: int | None) -> None:
+EFFORT_LEVELS = ("low", "medium", "high", "max")
+XHIGH = "xhigh"  # Opus 4.7 and later only: the API refuses it for Opus 4.6 in the recorded traffic
+
+
+def _check_effort(request: Mapping[str, Any]) -> None:
+    config = request.get("output_config")
+    if not isinstance(config, Mapping) or config.get("effort") is None:
+        return
+    effort = config["effort"]
+    if effort == XHIGH and api_count.family_of(str(request.get("model"))) is api_count.CLAUDE_4:
+        raise InvalidRequest(f"This model does not support effort level '{XHIGH}'. "
+                             f"Supported levels: {', '.join(sorted(EFFORT_LEVELS))}.")
+    if effort not in (*EFFORT_LEVELS, XHIGH):
+        raise at("output_config.effort", "Input should be 'low', 'medium', 'high', 'xhigh' or 'max'")
+
+
+def check_request(request: Any, *, max_output: int | None, provider: str = "anthropic") -> None:
     """Raise InvalidRequest with the API's wording if the request breaks a rule.
 
     `max_output` is the model's output limit; None for count_tokens, which takes no max_tokens.
+    `provider` is whose rules apply where they differ (Bedrock and Vertex take fewer shapes).
     """
     if not isinstance(request, Mapping):
         raise InvalidRequest("the request body must be a JSON object")
     _check_fields(request, max_output)
     _check_sampling(request)
+    _check_effort(request)
     check_thinking_param(request, request.get("max_tokens") if max_output is not None else None)
     _check_tool_choice(request, _check_tools(request))
     _check_system(request)
-    check_messages(request["messages"], str(request.get("model", "")))
+    check_messages(request["messages"], str(request.get("model", "")), provider)
     check_cache_controls(request)
     check_thinking_turn(request)

@@ -1,15 +1,17 @@
 """The rules on `messages`, as the API applies them: roles, content blocks, tool pairs, ids.
 
 - every message has the role user or assistant and non-empty content (only a final assistant
-  message may be empty); the first one is a user message (SPEC M5; Bedrock and Vertex refuse
-  anything else, while Anthropic's own API has accepted an assistant first since late 2024);
+  message may be empty); models of the newest family (Opus 4.8, Sonnet 5 and on) also take a
+  `system` message between turns, of text, as the real API did in recorded traffic; the first
+  message is a user message on Bedrock and Vertex, while Anthropic's own API accepts an
+  assistant first (recorded: answered 200);
 - text blocks hold text that is not empty and not whitespace only, in messages and inside
   tool results; a final assistant message (a prefill) does not end in whitespace;
 - tool_use blocks only in assistant messages, with an id of letters, digits, `_` and `-`,
-  unique across the request; tool_result blocks only in user messages, before anything else
-  in their message, each answering a tool_use of the message just before, every tool_use
-  answered in the next message; a tool_result's content is not an empty string, and not
-  empty at all when `is_error` is true;
+  unique within a turn; tool_result blocks only in user messages, before anything else in
+  their message, each answering a tool_use of the turn just before, every tool_use answered in
+  the next turn (consecutive messages of one role make one turn, as the API joins them); a
+  tool_result's content is not an empty string, and not empty at all when `is_error` is true;
 - images and thinking blocks have their own modules (images.py, thinking.py).
 """
 
@@ -19,7 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ctx_magic.offline.conversation import content_blocks
+from ctx_magic.context import api_count
+from ctx_magic.offline.conversation import Block, content_blocks
 from ctx_magic.offline.images import check_images
 from ctx_magic.offline.invalid import InvalidRequest, Located, all_blocks, at, message_content
 from ctx_magic.offline.thinking import THINKING_BLOCK_TYPES, check_thinking_block
@@ -30,9 +33,13 @@ MESSAGE_BLOCK_TYPES = frozenset({
     "text", "image", "document", "search_result", "tool_use", "tool_result", "thinking", "redacted_thinking",
     "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
     "bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "mcp_tool_use",
-    "mcp_tool_result", "container_upload", "compaction",
+    "mcp_tool_result", "container_upload", "compaction", "tool_search_tool_result", "advisor_tool_result",
+    "tool_addition",
 })
-TOOL_RESULT_CONTENT_TYPES = frozenset({"text", "image", "document", "search_result"})
+SYSTEM_MESSAGE_TYPES = frozenset({"text", "tool_addition"})  # tool search's "this tool is now loaded"
+# What a tool_result may hold: the last is tool search's pointer to a deferred tool.
+TOOL_RESULT_CONTENT_TYPES = frozenset({"text", "image", "document", "search_result", "tool_reference"})
+NESTED_WORDS = "text, image, document, search_result or tool_reference"
 
 
 def check_text(path: str, block: Mapping[str, Any]) -> None:
@@ -77,7 +84,7 @@ def _check_tool_result(located: Located) -> None:
 
 def _check_nested(located: Located) -> None:
     if located.block.get("type") not in TOOL_RESULT_CONTENT_TYPES:
-        raise at(f"{located.path}.type", "tool_result content may only hold text, image, document or search_result")
+        raise at(f"{located.path}.type", f"tool_result content may only hold {NESTED_WORDS}")
     if located.block.get("type") == "text":
         check_text(located.path, located.block)
 
@@ -99,11 +106,21 @@ def _check_block(located: Located, model: str) -> None:
         check_thinking_block(located, model)
 
 
-def _check_message(index: int, message: Any, is_last: bool) -> None:
-    if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant"):
-        raise at(f"messages.{index}", "each message needs a role of 'user' or 'assistant'")
-    if index == 0 and message["role"] != "user":
+def _roles(model: str) -> tuple[str, ...]:
+    if api_count.family_of(model) is api_count.CLAUDE_5:
+        return ("user", "assistant", "system")
+    return ("user", "assistant")
+
+
+def _check_message(index: int, message: Any, is_last: bool, model: str, provider: str) -> None:
+    roles = _roles(model)
+    if not isinstance(message, Mapping) or message.get("role") not in roles:
+        raise at(f"messages.{index}", "each message needs a role of " + " or ".join(f"'{r}'" for r in roles))
+    if index == 0 and message["role"] != "user" and (provider != "anthropic" or message["role"] == "system"):
         raise at("messages.0.role", "the first message must use the `user` role")
+    if message["role"] == "system" and not all(
+            isinstance(b, Mapping) and b.get("type") in SYSTEM_MESSAGE_TYPES for b in content_blocks(message)):
+        raise at(f"messages.{index}.content", "a system message holds text and tool_addition blocks only")
     content = message.get("content")
     if not isinstance(content, (str, list)):
         raise at(f"messages.{index}.content", "Input should be a valid string or list of content blocks")
@@ -124,21 +141,35 @@ def _check_message(index: int, message: Any, is_last: bool) -> None:
             raise at(blocks[-1].path, "final assistant content cannot end with trailing whitespace")
 
 
-def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
-    return [str(b.get("id")) for b in content_blocks(message) if b.get("type") == "tool_use"]
+def _turns(history: list[Mapping[str, Any]]) -> list[tuple[int, str, list[Block]]]:
+    """The conversation as the API reads it: consecutive messages of one role joined into one
+    turn (index of its first message, role, blocks); system messages sit between turns."""
+    turns: list[tuple[int, str, list[Block]]] = []
+    for index, message in enumerate(history):
+        role = str(message.get("role"))
+        if role == "system":
+            continue
+        if turns and turns[-1][1] == role:
+            turns[-1][2].extend(content_blocks(message))
+        else:
+            turns.append((index, role, list(content_blocks(message))))
+    return turns
 
 
-def _answered(message: Mapping[str, Any]) -> set[str]:
-    if message.get("role") != "user":
-        return set()
-    return {str(b.get("tool_use_id")) for b in content_blocks(message) if b.get("type") == "tool_result"}
+def _tool_use_ids(blocks: list[Block]) -> list[str]:
+    return [str(b.get("id")) for b in blocks if b.get("type") == "tool_use"]
+
+
+def _answered(blocks: list[Block]) -> list[str]:
+    return [str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"]
 
 
 def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
-    for index, message in enumerate(history):
-        previous = history[index - 1] if index else None
-        offered = _tool_use_ids(previous) if previous and previous.get("role") == "assistant" else []
-        answered = [str(b.get("tool_use_id")) for b in content_blocks(message) if b.get("type") == "tool_result"]
+    turns = _turns(history)
+    for position, (index, role, blocks) in enumerate(turns):
+        previous = turns[position - 1] if position else None
+        offered = _tool_use_ids(previous[2]) if previous and previous[1] == "assistant" else []
+        answered = _answered(blocks) if role == "user" else []
         stray = [i for i in answered if i not in offered]
         if stray:
             raise InvalidRequest(
@@ -148,8 +179,10 @@ def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
             )
         if len(set(answered)) != len(answered):
             raise at(f"messages.{index}.content", "each `tool_use` may be answered by only one `tool_result`")
-        if message.get("role") == "assistant" and index + 1 < len(history):
-            missing = [i for i in _tool_use_ids(message) if i not in _answered(history[index + 1])]
+        if role == "assistant" and position + 1 < len(turns):
+            following = turns[position + 1]
+            missing = [i for i in _tool_use_ids(blocks) if i not in (_answered(following[2]) if following[1] == "user"
+                                                                      else [])]
             if missing:
                 raise InvalidRequest(
                     f"messages.{index}: `tool_use` ids were found without `tool_result` blocks "
@@ -159,20 +192,20 @@ def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
 
 
 def _check_unique_ids(history: list[Any]) -> None:
-    seen: set[str] = set()
-    for located in all_blocks(history):
-        if located.block.get("type") == "tool_use":
-            tool_id = str(located.block.get("id"))
-            if tool_id in seen:
-                raise at(located.path, f"`tool_use` ids must be unique: {tool_id} appears more than once")
-            seen.add(tool_id)
+    """Within one assistant turn, every tool call has its own id (the API took a request that
+    reused an id in a later turn, after the first call's result)."""
+    for index, role, blocks in _turns([m for m in history if isinstance(m, Mapping)]):
+        ids = _tool_use_ids(blocks) if role == "assistant" else []
+        repeated = next((i for n, i in enumerate(ids) if i in ids[:n]), None)
+        if repeated is not None:
+            raise at(f"messages.{index}.content", f"`tool_use` ids must be unique: {repeated} appears more than once")
 
 
-def check_messages(history: list[Any], model: str = "") -> None:
+def check_messages(history: list[Any], model: str = "", provider: str = "anthropic") -> None:
     """Every rule of this module, in the order the API reports them (`model`: the request's,
-    which thinking blocks are checked against)."""
+    which thinking blocks are checked against; `provider`: whose rules on the first message)."""
     for index, message in enumerate(history):
-        _check_message(index, message, index == len(history) - 1)
+        _check_message(index, message, index == len(history) - 1, model, provider)
     for located in all_blocks(history):
         _check_block(located, model)
     check_images(all_blocks(history))

@@ -129,22 +129,36 @@ def test_c9_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path)
     check_invariants(r.session.live.messages)
 
 
-def test_the_model_can_compact_with_its_own_tool(tmp_path):
+def offered(request) -> set[str]:  # type: ignore[no-untyped-def]
+    return {t["name"] for t in request.body.get("tools") or []}
+
+
+def test_the_model_can_compact_with_its_own_tool_once_the_context_was_cut(tmp_path):
+    """The context tools come in with the first cut of the context (here the user's compaction):
+    before it the model is not offered `compact`, after it it can compact by itself."""
     with rig(tmp_path) as r:
         r.api.policy = Policy().with_rule(tool_rule("compact", "wrap up", {"instructions": "keep totals"}))
         run_turn(r.session, code_turn(0, lines=10))
+        before = offered(r.api.requests[-1])
+        manual_compact(r.session)
         result = run_turn(r.session, "wrap up this phase please")
         compaction_prompt = [q for q in r.api.requests if q.kind == "compaction"][-1].body
+    assert "compact" not in before and "python" in before
     assert result.error is None and result.compactions == ["model"]
     assert r.session.compaction.boundaries[-1].trigger == "model"
     assert "keep totals" in compaction_prompt["messages"][-1]["content"][-1]["text"]
     check_invariants(r.session.live.messages)
 
 
-def test_the_model_can_snip_old_results(tmp_path):
+def test_the_model_can_snip_old_results_once_the_context_was_cut(tmp_path):
     with rig(tmp_path) as r:
-        run_turn(r.session, code_turn(0))
-        first_id = next(i for m in r.session.live.messages for i in m.tool_result_ids)
+        for n in range(7):
+            run_turn(r.session, code_turn(n, lines=20))
+        assert "snip" not in offered(r.api.requests[-1])
+        r.clock.advance(600)  # idle: the oldest results are cleared at the next prepare, the context tools come in
+        r.session.prepare()
+        first_id = next(i for m in r.session.live.messages for i in m.tool_result_ids
+                        if i not in r.session.live.state.cleared)
         r.api.policy = Policy().with_rule(tool_rule("snip", "forget", {"tool_use_ids": [first_id, "nope"]}))
         events = []
         r.session.listeners.append(events.append)
@@ -168,6 +182,7 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
         manual_compact(r.session, direction="from", index=len(r.session.live.messages) - 4)
         run_turn(r.session, code_turn(10, lines=50))
         expected = r.session.request(r.session.setup()).messages
+        tools = r.session.request(r.session.setup()).tools
         live_results = {i for m in r.session.live.messages for i in m.tool_result_ids}
         assert r.session.compaction.boundaries and live_results & set(r.session.live.state.cleared)
         assert r.session.live.state.persisted
@@ -179,6 +194,8 @@ def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
         assert problems == []
         assert resumed.live.messages == r.session.live.messages
         assert resumed.request(resumed.setup()).messages == expected
+        assert resumed.request(resumed.setup()).tools == tools and {"compact", "snip", "search_transcript"} <= {
+            t["name"] for t in tools}  # the context was cut before the restart: the same tools after it
         r.session.prepare()  # the next turn starts with the zero-call layers, on both sides
         resumed.prepare()
         assert resumed.request(resumed.setup()).messages == r.session.request(r.session.setup()).messages

@@ -109,3 +109,22 @@ def test_a_sessions_spend_is_the_sum_of_its_responses_at_the_model_prices(tmp_pa
     assert status.usage.cost_usd == pytest.approx(sum(by_hand(e.usage) for e in seen))
     assert status.to_json()["cost"]["prices_per_mtok"] == {"input": 2.0, "cache_write_5m": 2.5,
                                                            "cache_write_1h": 4.0, "cache_read": 0.1, "output": 10.0}
+
+
+def test_a_resumed_sessions_side_calls_count_in_its_spend(tmp_path):
+    """The resumed session's meter is the one its parts report to: a summary call made after the
+    resume adds to the spend state.json brought back."""
+    from agent_rig import prompt
+
+    from ctx_magic.agent.compaction import manual_compact
+    from ctx_magic.agent.session import open_session
+
+    with rig(tmp_path) as r:
+        for n in range(3):
+            run_turn(r.session, prompt(n))
+        r.session.end_turn()
+        resumed, _ = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
+                                  session_id=r.session.session_id, resume=True, root=tmp_path, clock=r.clock)
+        before = resumed.status().usage.calls
+        manual_compact(resumed)
+        assert resumed.status().usage.calls == before + 1

@@ -81,7 +81,8 @@ def compact_by(path: str, r) -> str:  # type: ignore[no-untyped-def]
         manual_compact(session, direction="up_to", index=4)
     elif path == "from":
         manual_compact(session, direction="from", index=3)
-    elif path == "model":
+    elif path == "model":  # the model's compact tool is offered once the context was cut: an idle clearing here
+        r.clock.advance(600)
         r.api.policy = Policy().with_rule(tool_rule("compact", "wrap up", {"instructions": ""}))
         assert run_turn(session, "wrap up this phase").compactions == ["model"]
     return session.compaction.boundaries[-1].trigger

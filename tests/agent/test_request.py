@@ -285,3 +285,31 @@ def test_a_session_with_many_user_cells_between_turns_reads_its_cached_conversat
         run_turn(r.session, "what changed?")
     first_turn_end = usages[1]  # the call that ended the first turn (after its tool call)
     assert usages[2].cache_read_input_tokens >= first_turn_end.prompt_tokens
+
+
+CONTEXT_TOOL_NAMES = {"compact", "snip", "search_transcript"}
+
+
+def test_the_context_tools_join_the_requests_at_the_first_cut_of_the_context_and_stay(tmp_path):
+    """Before anything was taken out of the context the tools that act on it have nothing to do
+    (their definitions would be paid on every call of a session that never nears its threshold);
+    the summary call still shares the main calls' cached prefix; from the first cut on every
+    request offers them."""
+    from agent_rig import prompt, rig
+
+    from ctx_magic.agent.compaction import manual_compact
+    from ctx_magic.agent.loop import run_turn
+
+    with rig(tmp_path, window=200_000) as r:
+        run_turn(r.session, prompt(0))
+        run_turn(r.session, prompt(1))
+        before = [{t["name"] for t in q.body["tools"]} for q in r.api.requests if q.kind == "normal"]
+        manual_compact(r.session)
+        summary_call = next(q for q in r.api.requests if q.kind == "compaction")
+        run_turn(r.session, prompt(2))
+        run_turn(r.session, prompt(3))
+        after = [{t["name"] for t in q.body["tools"]} for q in r.api.requests[r.api.requests.index(summary_call):]
+                 if q.kind == "normal"]
+    assert before and all(not names & CONTEXT_TOOL_NAMES and "python" in names for names in before)
+    assert not {t["name"] for t in summary_call.body["tools"]} & CONTEXT_TOOL_NAMES
+    assert after and all(CONTEXT_TOOL_NAMES <= names for names in after)

@@ -28,7 +28,7 @@ SERVER = Settings(strategy="server")
 
 
 def big(n: int) -> str:
-    """A turn whose code prints about 10,000 tokens in two runs, each under L1's limit (50,000
+    """A turn whose code prints about 14,000 tokens in two runs, each under L1's limit (50,000
     characters scaled to the 100,000-token window: 25,000)."""
     run = f"```python\nprint('\\n'.join(f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)))\n```"
     return f"Turn {n}: dump batch {n}.\n{run}\n{run}"
@@ -96,7 +96,8 @@ def test_server_clearing_is_applied_recorded_shown_and_priced(tmp_path):
 
 def test_server_compaction_goes_back_unchanged_survives_resume_and_the_client_never_compacts(tmp_path):
     config = dataclasses.replace(SERVER, keep_recent=100)  # no clearing frees enough: the conversation must compact
-    with rig(tmp_path, window=100_000, config=config) as r:
+    # A window the twelve turns fill past the compaction trigger once, late enough to summarize most of them.
+    with rig(tmp_path, window=130_000, config=config) as r:
         events: list = []
         r.session.listeners.append(events.append)
         results = [run_turn(r.session, big(n)) for n in range(12)]

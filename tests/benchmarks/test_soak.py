@@ -24,3 +24,14 @@ def test_a_short_soak_in_real_kernels_meets_every_target(tmp_path):
     assert (report.violations, report.over_unrecovered, report.dead_ends, report.tracebacks) == (0, 0, 0, 0), report
     assert report.prompts[0] == report.prompts[1] > 0 and report.outputs[0] == report.outputs[1] > 0, report
     assert report.final_ok
+
+
+def test_a_short_soak_meets_every_target_when_the_server_counts_30_percent_more(tmp_path):
+    """The stand-in counts 30 % more than the client estimates (a tokenizer the client does not
+    know): the client learns the server's unit from the usage and recovers from any
+    prompt-too-long on the way, with no dead end and no broken rule."""
+    report = soak(12_000, seed=SEED, steps=40, rate=FAULT_RATE, folder=tmp_path, unit="x1.3")
+    assert report.unit == "x1.3" and report.faults >= 1
+    assert (report.violations, report.over_unrecovered, report.dead_ends, report.tracebacks) == (0, 0, 0, 0), report
+    assert report.prompts[0] == report.prompts[1] > 0 and report.outputs[0] == report.outputs[1] > 0, report
+    assert report.final_ok

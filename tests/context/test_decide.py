@@ -133,3 +133,19 @@ def test_a_second_decision_after_clearing_keeps_the_clearing_and_its_reason():
     second = decide(situation(170_000, may_clear=False)).after(first)
     assert second.clear == "pressure" and second.compact == (COMPACT_WITH_SUMMARY,)
     assert second.reason.startswith("150,000 tokens, past the warning level") and "threshold" in second.reason
+
+
+def test_an_early_compaction_is_weighed_from_claude_codes_trigger_and_only_as_a_summary():
+    """At 32,000 Claude Code compacts at 9,920 tokens (the window less its 20,000-token summary
+    reserve and the scaled buffer) and ctx_magic's threshold is 21,920: between the two the price
+    decides, and the session's notes are no option before the threshold forces a compaction. A
+    growing session waits (compacting sooner only means compacting more often); one that carries
+    the same 15,000 tokens call after call for long is summarized."""
+    small = compute_thresholds(32_000, 8_000, env={})
+    assert small.autocompact == 21_920
+    growing = decide(situation(15_000, th=small, calls=200, growth=600, notes_tokens=2_000))
+    assert growing.compact == ()
+    still = decide(situation(15_000, th=small, calls=200, growth=10, notes_tokens=2_000))
+    assert still.compact == (COMPACT_WITH_SUMMARY,) and "summarizing now costs less" in still.reason
+    assert decide(situation(9_000, th=small, calls=200, growth=10)).compact == ()  # under Claude Code's trigger
+    assert decide(situation(15_000, th=small, calls=5, growth=10)).compact == ()  # it may end soon

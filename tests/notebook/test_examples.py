@@ -108,3 +108,27 @@ def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_resu
     missing = subprocess.run([sys.executable, "-m", "ctx_magic.demo", str(tmp_path / "nope.ipynb")],
                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "No notebook at" in missing.stdout
+
+
+@pytest.mark.parametrize(("name", "unit"), [("quickstart", "x1.3"), ("thinking", "x1.3"), ("long_session", "x1.3"),
+                                            ("long_session", "x0.8"), ("long_session", "noisy")])
+def test_an_example_runs_when_the_server_counts_otherwise_than_the_client(tmp_path, offline, monkeypatch, name, unit):
+    """The stand-in counts 30 % more, 20 % less, or each block off by a different amount: the
+    notebook still runs to its end without an error, and every automatic compaction freed room
+    (a manual one of a short conversation may not)."""
+    monkeypatch.setenv("CTX_MAGIC_OFFLINE_UNIT", unit)  # the kernel's in-process stand-in reads it
+    cells = execute(name, tmp_path)
+    everything = "\n".join(shown(c) for c in cells)
+    assert "ERROR" not in everything and "Stopped" not in everything and "Traceback" not in everything
+    status = status_json(cells[-1])
+    assert status["breaker_open"] is False
+    assert all(b["tokens_after"] < b["tokens_before"] for b in status["boundaries"] if b["trigger"] != "manual")
+    if name == "long_session":
+        assert "Saved a 59,999-character output to" in everything
+        assert any(b["trigger"] != "manual" for b in status["boundaries"])  # the window filled and compacted
+    if name == "long_session" and unit != "noisy":
+        # Each detail cell adds about 2,600 tokens and the notes start at the warning level, 2,000
+        # under the threshold: a turn ends between the two in a deterministic unit. Noise of up to
+        # a third on each block can carry one turn from under the warning level past the
+        # threshold, so the compaction finds no notes and summarizes, as it should.
+        assert "(session-memory)" in everything

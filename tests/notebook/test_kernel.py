@@ -75,8 +75,8 @@ def test_interrupt_while_the_reply_streams_keeps_the_conversation_valid(tmp_path
     assert sum(1 for m in live if m.role == "assistant") == 1  # the half-streamed reply was not kept
 
 
-SCENARIO = [
-    SETUP + "\n%config CtxMagic.context_window = 20000\n%config CtxMagic.keep_recent = 3",
+SCENARIO = [  # every result kept from clearing, so the threshold compacts (a clearing would be cheaper)
+    SETUP + "\n%config CtxMagic.context_window = 20000\n%config CtxMagic.keep_recent = 20",
     "data = list(range(5000))\nprint(sum(data))",
     # Each part in two runs, each under L1's limit at this window (50,000 characters scaled: 5,000).
     *[f"%%agent\nPart {n}.\n```python\nprint('\\n'.join(f'row {{i}}: {{i * {n}}}' for i in range(350)))\n```\n"
@@ -116,7 +116,7 @@ def _run(tmp_path, *, restart: bool) -> tuple[str, dict]:
                 kernel.kill()  # the kernel dies between turns
                 kernel = Kernel(tmp_path, env)
                 shown = kernel.execute(SETUP + "\n%config CtxMagic.context_window = 20000\n"
-                                       "%config CtxMagic.keep_recent = 3\n%agent --resume")
+                                       "%config CtxMagic.keep_recent = 20\n%agent --resume")
                 assert f"Resumed session {before['session_id']}" in shown
             kernel.execute(NEXT)
         finally:

@@ -1,8 +1,9 @@
-"""The prompt cache's documented rules, with figures worked out by hand.
+"""The prompt cache's documented rules, with figures worked out from the counter's parts.
 
-Every text here is `words(n)`: exactly n tokens. A message's first block also counts its role
-marker ("user:" / "assistant:", 2 tokens), so `user(words(100))` is 102 tokens. System blocks
-have no marker. The model "claude-offline-test" caches prefixes of at least 1,024 tokens.
+Every text here is `words(n)`, counted by `count(n)` in the stand-in's unit. A message after one
+of the other role also counts its header (`HEADER`); the request's frame (and with tools the
+hidden tool-use prompt) counts with its first block. The model "claude-offline-test" caches
+prefixes of at least 1,024 tokens.
 """
 
 from __future__ import annotations
@@ -12,21 +13,34 @@ from typing import Any
 import anthropic
 import pytest
 
-from ctx_magic.context.tokens import count_text
+from ctx_magic.context import api_count
 from ctx_magic.offline import OfflineAPI, OfflineConfig, offline_client
 from ctx_magic.offline.cache import minimum_cacheable_tokens
-from ctx_magic.offline.counting import input_tokens, render_tool
+from ctx_magic.offline.counting import input_tokens
 
 from .offline_support import MAX_OUTPUT, MODEL, PYTHON_TOOL, FakeClock, marked, user, words
 
-MARKER = 2  # "user:" / "assistant:"
-SYSTEM = 1_200
+FAMILY = api_count.family_of(MODEL)
+HEADER = api_count.ROLE_CHANGE  # a message after one of the other role
+FRAME = FAMILY.frame  # the request's own frame: counted with its first block
+
+
+def count(n: int, word: str = "alpha") -> int:
+    """The tokens of `words(n, word)` in the stand-in's unit."""
+    return api_count.text_tokens(words(n, word), FAMILY)
+
+
+SYSTEM_WORDS = 1_200
+SYSTEM = count(SYSTEM_WORDS, "gamma")
 TOOL = {**PYTHON_TOOL, "description": words(1_100, "beta")}  # over the minimum on its own
-TOOL_TOKENS = count_text(render_tool(TOOL))  # "tool python: <description>\n<schema>"
-MESSAGES = (100 + MARKER) + (50 + MARKER) + (80 + MARKER)  # the three messages of _chat()
+# The tools come first: the request's frame and the hidden tool-use prompt count with them.
+TOOL_TOKENS = api_count.tool_tokens(TOOL, FAMILY) + api_count.request_overhead({"model": MODEL, "tools": [TOOL]})
+PYTHON_TOOL_TOKENS = api_count.tool_tokens(PYTHON_TOOL, FAMILY) + api_count.request_overhead(
+    {"model": MODEL, "tools": [PYTHON_TOOL]})
+MESSAGES = count(100) + (HEADER + count(50, "delta")) + (HEADER + count(80, "omega"))  # the messages of _chat()
 
 
-def _system(ttl: str | None = "5m", n: int = SYSTEM) -> list[dict[str, Any]]:
+def _system(ttl: str | None = "5m", n: int = SYSTEM_WORDS) -> list[dict[str, Any]]:
     return [marked(words(n, "gamma"), ttl) if ttl else {"type": "text", "text": words(n, "gamma")}]
 
 
@@ -46,9 +60,9 @@ def _ask(client: anthropic.Anthropic, **request: Any) -> Any:
 
 
 def test_the_hand_counts_hold() -> None:
-    assert count_text(words(1_100)) == 1_100 and count_text("user:") == count_text("assistant:") == MARKER
     body = {"tools": [TOOL], "system": _system(), "messages": _chat()}
     assert input_tokens(body) == TOOL_TOKENS + SYSTEM + MESSAGES
+    assert input_tokens({"system": _system(), "messages": _chat()}) == FRAME + SYSTEM + MESSAGES
     assert TOOL_TOKENS > 1_024
 
 
@@ -70,7 +84,8 @@ def test_a_thinking_change_reads_tools_and_system_and_writes_the_messages_again(
     request = {"tools": [TOOL], "system": _system(), "messages": _chat()}
     _ask(client, thinking={"type": "enabled", "budget_tokens": 1_024}, **request)
     changed = _ask(client, thinking={"type": "enabled", "budget_tokens": 1_500}, **request)
-    assert _figures(changed) == (TOOL_TOKENS + SYSTEM, MESSAGES, 0)
+    thinking = api_count.THINKING_PROMPT["enabled"]  # thinking's own instructions, in the request's frame
+    assert _figures(changed) == (TOOL_TOKENS + thinking + SYSTEM, MESSAGES, 0)
     assert _figures(_ask(client, **request)) == (TOOL_TOKENS + SYSTEM, MESSAGES, 0)  # thinking off again
 
 
@@ -79,27 +94,28 @@ def test_a_tools_change_misses_everything(client: anthropic.Anthropic) -> None:
     _ask(client, tools=[{**TOOL, "cache_control": {"type": "ephemeral"}}], **request)
     renamed = {**TOOL, "name": "python3", "cache_control": {"type": "ephemeral"}}
     reply = _ask(client, tools=[renamed], **request)
-    assert _figures(reply) == (0, count_text(render_tool(renamed)) + SYSTEM + MESSAGES, 0)
+    renamed_tokens = api_count.tool_tokens(renamed, FAMILY) + TOOL_TOKENS - api_count.tool_tokens(TOOL, FAMILY)
+    assert _figures(reply) == (0, renamed_tokens + SYSTEM + MESSAGES, 0)
 
 
 def test_a_system_change_keeps_the_tools_and_writes_the_rest(client: anthropic.Anthropic) -> None:
     tools = [{**TOOL, "cache_control": {"type": "ephemeral"}}]
     _ask(client, tools=tools, system=_system(), messages=_chat())
-    reply = _ask(client, tools=tools, system=_system(n=SYSTEM + 7), messages=_chat())
-    assert _figures(reply) == (TOOL_TOKENS, SYSTEM + 7 + MESSAGES, 0)
+    reply = _ask(client, tools=tools, system=_system(n=SYSTEM_WORDS + 7), messages=_chat())
+    assert _figures(reply) == (TOOL_TOKENS, count(SYSTEM_WORDS + 7, "gamma") + MESSAGES, 0)
 
 
 def test_adding_an_image_writes_every_message_block_again(client: anthropic.Anthropic) -> None:
     first = [{"role": "user", "content": [marked(words(100))]}, *_chat()[1:]]
     _ask(client, system=_system(), messages=first)
-    assert _figures(_ask(client, system=_system(), messages=first))[0] == SYSTEM + MESSAGES  # all read
+    assert _figures(_ask(client, system=_system(), messages=first))[0] == FRAME + SYSTEM + MESSAGES  # all read
     png = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                        "data": "iVBORw0KGgoAAAAAAAAAAAAAAAAA"}}
     grown = [*first, {"role": "assistant", "content": "Send the plot."},
              {"role": "user", "content": [png, marked(words(10))]}]
     total = input_tokens({"system": _system(), "messages": grown})
     # the message 0 breakpoint would read its own prefix but for the image: only the system is read
-    assert _figures(_ask(client, system=_system(), messages=grown)) == (SYSTEM, total - SYSTEM, 0)
+    assert _figures(_ask(client, system=_system(), messages=grown)) == (FRAME + SYSTEM, total - FRAME - SYSTEM, 0)
 
 
 # --- the 20-block lookback ---
@@ -133,19 +149,18 @@ def _cells(count: int, trailing_text: bool, extra_mark_on_first_cell: bool = Fal
 def test_a_breakpoint_finds_a_cached_prefix_only_up_to_20_blocks_back(
         client: anthropic.Anthropic, cells: int, trailing_text: bool, blocks_back: int, reads: bool) -> None:
     seeded = _ask(client, tools=[PYTHON_TOOL], messages=[{"role": "user", "content": [marked(words(SEED))]}])
-    tool = count_text(render_tool(PYTHON_TOOL))
-    assert _figures(seeded) == (0, tool + SEED + MARKER, 0)
+    assert _figures(seeded) == (0, PYTHON_TOOL_TOKENS + count(SEED), 0)
     history = _cells(cells, trailing_text)
     assert sum(len(m["content"]) for m in history[1:]) == blocks_back
     total = input_tokens({"tools": [PYTHON_TOOL], "messages": history})
-    read = tool + SEED + MARKER if reads else 0
+    read = PYTHON_TOOL_TOKENS + count(SEED) if reads else 0
     assert _figures(_ask(client, tools=[PYTHON_TOOL], messages=history)) == (read, total - read, 0)
 
 
 def test_a_second_breakpoint_within_reach_keeps_the_cached_prefix(client: anthropic.Anthropic) -> None:
     _ask(client, tools=[PYTHON_TOOL], messages=[{"role": "user", "content": [marked(words(SEED))]}])
     history = _cells(12, trailing_text=True, extra_mark_on_first_cell=True)
-    read = count_text(render_tool(PYTHON_TOOL)) + SEED + MARKER
+    read = PYTHON_TOOL_TOKENS + count(SEED)
     total = input_tokens({"tools": [PYTHON_TOOL], "messages": history})
     assert _figures(_ask(client, tools=[PYTHON_TOOL], messages=history)) == (read, total - read, 0)
 
@@ -158,27 +173,29 @@ def test_one_hour_and_five_minute_entries_expire_on_their_own_clocks(
     request = {"system": _system("1h"), "messages": _chat("5m")}
     first = _ask(client, **request)
     written = first.usage.cache_creation
-    assert (written.ephemeral_1h_input_tokens, written.ephemeral_5m_input_tokens) == (SYSTEM, MESSAGES)
+    system = FRAME + SYSTEM  # the first block carries the request's frame
+    assert (written.ephemeral_1h_input_tokens, written.ephemeral_5m_input_tokens) == (system, MESSAGES)
     clock.advance(60)
-    assert _figures(_ask(client, **request)) == (SYSTEM + MESSAGES, 0, 0)
+    assert _figures(_ask(client, **request)) == (system + MESSAGES, 0, 0)
     clock.advance(10 * 60)  # the 5-minute entries are gone, the 1-hour one lives
     later = _ask(client, **request)
-    assert _figures(later) == (SYSTEM, MESSAGES, 0)
+    assert _figures(later) == (system, MESSAGES, 0)
     assert later.usage.cache_creation.ephemeral_5m_input_tokens == MESSAGES
     clock.advance(61 * 60)  # an hour after its last read: gone too
     gone = _ask(client, **request)
-    assert _figures(gone) == (0, SYSTEM + MESSAGES, 0)
-    assert gone.usage.cache_creation.ephemeral_1h_input_tokens == SYSTEM
+    assert _figures(gone) == (0, system + MESSAGES, 0)
+    assert gone.usage.cache_creation.ephemeral_1h_input_tokens == system
 
 
 def test_mixed_ttls_bill_1h_up_to_the_last_1h_breakpoint_and_5m_after_it(client: anthropic.Anthropic) -> None:
     messages = [{"role": "user", "content": [marked(words(1_100), "1h")]}, {"role": "assistant", "content": "ok"},
                 {"role": "user", "content": [marked(words(300), "1h"), marked(words(80), "5m")]}]
     reply = _ask(client, messages=messages)
-    up_to_last_1h = (1_100 + MARKER) + (1 + MARKER) + (300 + MARKER)
+    ok = api_count.text_tokens("ok", FAMILY)
+    up_to_last_1h = (FRAME + count(1_100)) + (HEADER + ok) + (HEADER + count(300))
     assert reply.usage.cache_creation.ephemeral_1h_input_tokens == up_to_last_1h
-    assert reply.usage.cache_creation.ephemeral_5m_input_tokens == 80
-    assert _figures(reply) == (0, up_to_last_1h + 80, 0)
+    assert reply.usage.cache_creation.ephemeral_5m_input_tokens == count(80)
+    assert _figures(reply) == (0, up_to_last_1h + count(80), 0)
 
 
 # --- the minimum cacheable length ---
@@ -186,24 +203,30 @@ def test_mixed_ttls_bill_1h_up_to_the_last_1h_breakpoint_and_5m_after_it(client:
 
 def test_a_prefix_under_the_model_minimum_is_neither_written_nor_read(client: anthropic.Anthropic) -> None:
     request = {"system": _system(n=2_000), "messages": [user(words(10))]}
+    claude_4 = api_count.family_of("claude-sonnet-4-6")
+    system = claude_4.frame + api_count.text_tokens(words(2_000, "gamma"), claude_4)
+    question = api_count.text_tokens(words(10), claude_4)
+    assert system < 4_096
     for _ in range(2):  # Haiku 4.5 caches from 4,096 tokens
-        assert _figures(_ask(client, model="claude-haiku-4-5", **request)) == (0, 0, 2_000 + 12)
-    assert _figures(_ask(client, model="claude-sonnet-4-6", **request)) == (0, 2_000, 12)
-    assert _figures(_ask(client, model="claude-sonnet-4-6", **request)) == (2_000, 0, 12)
+        assert _figures(_ask(client, model="claude-haiku-4-5", **request)) == (0, 0, system + question)
+    assert _figures(_ask(client, model="claude-sonnet-4-6", **request)) == (0, system, question)
+    assert _figures(_ask(client, model="claude-sonnet-4-6", **request)) == (system, 0, question)
 
 
 def test_a_short_breakpoint_is_ignored_and_a_later_long_one_counts(client: anthropic.Anthropic) -> None:
     request = {"system": _system(n=500), "messages": [{"role": "user", "content": [marked(words(800))]}]}
-    assert _figures(_ask(client, **request)) == (0, 500 + 800 + MARKER, 0)
+    system = FRAME + count(500, "gamma")
+    assert system < 1_024
+    assert _figures(_ask(client, **request)) == (0, system + count(800), 0)
     changed = {"system": _system(n=500), "messages": [{"role": "user", "content": [marked(words(810))]}]}
-    assert _figures(_ask(client, **changed)) == (0, 500 + 810 + MARKER, 0)  # the 500-token system was never stored
+    assert _figures(_ask(client, **changed)) == (0, system + count(810), 0)  # the short system was never stored
 
 
 def test_the_minimum_is_configurable_for_tiny_test_prompts(clock: FakeClock) -> None:
     client = offline_client(OfflineAPI(OfflineConfig(max_output=MAX_OUTPUT, min_cacheable_tokens=0), clock=clock))
     request = {"system": _system(n=30), "messages": [user("hi")]}
     _ask(client, **request)
-    assert _figures(_ask(client, **request))[0] == 30
+    assert _figures(_ask(client, **request))[0] == FRAME + count(30, "gamma")
 
 
 @pytest.mark.parametrize(
@@ -222,5 +245,6 @@ def test_minimum_cacheable_length_by_model(model: str, minimum: int) -> None:
 def test_top_level_cache_control_marks_the_last_block(client: anthropic.Anthropic) -> None:
     request = {"system": _system(None), "messages": [user(words(100))], "extra_body": {
         "cache_control": {"type": "ephemeral"}}}
-    assert _figures(_ask(client, **request)) == (0, SYSTEM + 102, 0)
-    assert _figures(_ask(client, **request)) == (SYSTEM + 102, 0, 0)
+    whole = FRAME + SYSTEM + count(100)
+    assert _figures(_ask(client, **request)) == (0, whole, 0)
+    assert _figures(_ask(client, **request)) == (whole, 0, 0)

@@ -9,7 +9,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from ctx_magic.context.tokens import count_text
+from ctx_magic.context import api_count
 from ctx_magic.offline import OfflineAPI
 from ctx_magic.offline.thinking import redacted_valid, signature_valid
 
@@ -57,7 +57,8 @@ def test_thinking_streams_as_thinking_deltas_then_one_signature_delta(sdk: anthr
 def test_thinking_counts_in_the_output_tokens(client: anthropic.Anthropic) -> None:
     with_thinking = _ask(client, [user("hi")])
     without = _ask(client, [user("hi")], thinking=None)
-    thought = count_text(with_thinking.content[0].thinking)
+    block = with_thinking.content[0].model_dump(exclude_none=True)
+    thought = api_count.block_tokens(block, api_count.family_of(MODEL))  # what it costs sent back, too
     assert with_thinking.usage.output_tokens - without.usage.output_tokens == thought > 0
 
 

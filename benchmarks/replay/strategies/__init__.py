@@ -1,9 +1,13 @@
 """The strategies a replay is run with, by name. Each takes a `Bench` (the replay, the window,
 the billing meter and the clock) and returns an `Outcome`; the meter holds the bill.
 
-`floor` sends nothing: it is computed from raw's requests (results.floor_of). `ctx_magic` runs
-ctx_magic's own loop (benchmarks/replay/ctx_strategy.py); `ctx_magic+no-notes`,
-`+no-memory`, `+no-clearing`, `+no-snip`, `+seeds-threshold` (combinable) are its ablations.
+`raw` (ctx_magic's breakpoints), `raw-1h` (the same with the 1-hour cache), `raw-1bp` (one
+message breakpoint, Claude Code's layout), `raw-uncached`; `floor` sends nothing: it is computed
+from raw's requests (results.floor_of). `ctx_magic` runs ctx_magic's own loop
+(benchmarks/replay/ctx_strategy.py), with switches (combinable): `+no-notes`, `+no-memory`,
+`+no-clearing`, `+no-snip` turn a mechanism off; `+seeds-threshold` compacts where Claude Code
+does; `+late` weighs no early compaction below 200,000 tokens; `+tools-from-start` offers the
+context tools from the first request. Any name with `@p99.99` runs with p99.99-long summaries.
 """
 
 from __future__ import annotations
@@ -14,22 +18,28 @@ from benchmarks.replay.billing import Bench
 from benchmarks.replay.harness import Outcome
 from benchmarks.replay.strategies.cc_default import run_cc_default
 from benchmarks.replay.strategies.masking import run_masking
-from benchmarks.replay.strategies.raw import run_raw, run_raw_uncached
+from benchmarks.replay.strategies.raw import run_raw, run_raw_1bp, run_raw_1h, run_raw_uncached
 from benchmarks.replay.strategies.s08 import run_s08
 
 Strategy = Callable[[Bench], Outcome]
 
 BASELINES: dict[str, Strategy] = {
     "raw": run_raw,
+    "raw-1h": run_raw_1h,
+    "raw-1bp": run_raw_1bp,
     "raw-uncached": run_raw_uncached,
     "masking": run_masking,
     "s08": run_s08,
     "cc-default": run_cc_default,
 }
 FLOOR = "floor"
-DEFAULT = ("raw", "raw-uncached", FLOOR, "masking", "s08", "cc-default", "ctx_magic")
+DEFAULT = ("raw", "raw-1h", "raw-1bp", "raw-uncached", FLOOR, "masking", "s08", "cc-default", "cc-default@p99.99",
+           "ctx_magic", "ctx_magic@p99.99", "ctx_magic+seeds-threshold", "ctx_magic+late", "ctx_magic+tools-from-start")
 ABLATIONS = ("ctx_magic+no-notes", "ctx_magic+no-memory", "ctx_magic+no-clearing", "ctx_magic+no-snip",
-             "ctx_magic+seeds-threshold", "ctx_magic+no-notes+no-memory+no-clearing+no-snip+seeds-threshold")
+             "ctx_magic+no-notes+no-memory+no-clearing+no-snip+seeds-threshold")
+COMPACTION_SWITCHES = ("seeds-threshold", "late")
+"""Switches that change only where a compaction may happen: a window where no session comes near
+any compaction repeats ctx_magic's run for them."""
 
 
 def strategy(name: str) -> Strategy:

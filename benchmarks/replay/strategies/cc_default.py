@@ -9,6 +9,13 @@
   tool_choice (so it reads the cached conversation), replaces the whole history. The model's
   output cap is taken as 64,000 (the stand-in's, and a current model's), so the reserve is
   20,000, as in Claude Code.
+- Breakpoints as Claude Code sends them: on the system prompt and on the last message only
+  (its request builder keeps exactly one message-level marker).
+- The summary call asks for min(20,000, what the window leaves after its prompt) tokens: Claude
+  Code asks for 20,000, which always fits at the 200,000-token windows its reserve was tuned for
+  (the trigger leaves 33,000 free) but not at 32,000, where a result that lands just before the
+  trigger leaves a 12,926-token prompt with 19,074 of room. The prompt's size is the API's own
+  count (count_tokens, free).
 - No clearing, no snip, no session memory, no reactive compaction: a request still over the
   window is an overflow.
 """
@@ -66,6 +73,7 @@ def preview(text: str) -> str:
 class CCDefault(Context):
     name = "cc-default"
     cached = True
+    previous_breakpoint = False  # one message-level marker, on the last message
 
     def on_result(self, run: Run, block: Block) -> Block:
         text = text_of(block.get("content", ""))
@@ -82,7 +90,10 @@ class CCDefault(Context):
         if len(run.history) < 2 or run.tokens() < autocompact_threshold(run.bench.window):
             return
         prompt = Msg("user", [{"type": "text", "text": COMPACT_PROMPT}])
-        reply = run.side_call(run.request([*run.history, prompt], max_tokens=SUMMARY_MAX_TOKENS))
+        request = run.request([*run.history, prompt], max_tokens=SUMMARY_MAX_TOKENS)
+        room = run.bench.window - run.bench.meter.count_tokens(request)
+        request["max_tokens"] = max(1, min(SUMMARY_MAX_TOKENS, room))
+        reply = run.side_call(request)
         summary = _ANALYSIS.sub("", reply).strip()
         run.history[:] = [Msg("user", [{"type": "text", "text": CONTINUATION.format(summary=summary)}])]
         run.forget_anchor()

@@ -1,0 +1,28 @@
+"""Where the shared corpus of real recorded material is: one place for benchmarks and tests.
+
+`CTX_MAGIC_CORPUS` when set, else `../shared/corpus` beside the repository. The corpus is
+never copied into the repository; a benchmark given no `--corpus` reads it from here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENVIRONMENT_VARIABLE = "CTX_MAGIC_CORPUS"
+REPOSITORY = Path(__file__).resolve().parents[1]
+BESIDE_REPOSITORY = REPOSITORY.parent / "shared" / "corpus"
+
+
+def corpus_path() -> Path:
+    """The corpus folder to read (it may be missing: see `corpus_missing`)."""
+    configured = os.environ.get(ENVIRONMENT_VARIABLE)
+    return Path(configured) if configured else BESIDE_REPOSITORY
+
+
+def corpus_missing(*parts: str) -> str | None:
+    """Why the corpus (or the part of it named by `parts`) cannot be read, None when it can."""
+    where = corpus_path().joinpath(*parts)
+    if where.exists():
+        return None
+    return f"the shared corpus is not at {where} (set {ENVIRONMENT_VARIABLE} or place it at ../shared/corpus)"

@@ -1,0 +1,428 @@
+"""How the Messages API counts a request's input tokens, part by part, without asking it.
+
+The API's tokenizer is not public, so text is counted with a public one (o200k_base, see
+`o200k_tokens`) and scaled by a factor per tokenizer family. Everything around the text follows
+what Anthropic's docs say and what recorded real traffic (requests with the API's own usage)
+shows: a fixed frame per request, a few tokens where the speaker changes, tool definitions
+rendered into a hidden system prompt with the tool-use instructions, tool calls and results in
+their wrappers, images by their size. Every figure below names where it comes from; the ones
+fitted on recorded traffic were fitted on one half of it (split by file) and checked on the
+other half (`benchmarks/calibration.py` prints both).
+
+Both sides use this module: the offline stand-in bills with it (usage, count_tokens,
+prompt-too-long, the cache's minimum), the client estimates with it what no usage has measured.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ctx_magic.context.o200k import o200k_tokens
+from ctx_magic.images import block_pixels
+
+JsonObject = Mapping[str, Any]
+"""A JSON object of a request as sent: a content block or a tool definition."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One tokenizer generation and the prompt framing the API builds around it."""
+
+    name: str
+    text_factor: float
+    """API tokens per o200k token of ordinary text (prose, code, JSON, logs)."""
+    frame: int
+    """A request holding one user message costs this much beyond the message's text."""
+    tool_prompt_auto: int
+    """The hidden tool-use system prompt when tool_choice is auto or none."""
+    tool_prompt_forced: int
+    """The same when tool_choice is any or tool (the model must call one)."""
+    image_long_edge: int
+    """Images are scaled down to fit this many pixels on their longer side ..."""
+    image_max_tokens: int
+    """... and to at most this many tokens."""
+
+
+# The tokenizer Claude 3 through Opus 4.6 (Sonnet 4.x, Haiku 4.5) share. The frame (7) and the
+# role-change cost are exact on every recorded request of one text block per message. The text
+# factor is the best of 1.00 to 1.20 on the fitted half of the cassettes' requests without server
+# tools (the Claude Code deltas' tool results alone give 1.14: code and logs count a little denser
+# than prose). The tool prompt is what the recorded usage shows today: larger than the 346 (auto,
+# none) and 313 (any, tool) tokens Anthropic's "tool use pricing and tokens" page lists for the
+# Claude 4 models; requests recorded earlier show a prompt about 180 tokens shorter.
+CLAUDE_4 = Family("claude-4", text_factor=1.10, frame=7, tool_prompt_auto=497, tool_prompt_forced=589,
+                  image_long_edge=1568, image_max_tokens=1600)
+# Anthropic's token-counting docs: Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use
+# a newer tokenizer that makes about 30 % more tokens of the same text. The factor is the best of
+# 1.30 to 1.55 on the fitted half of these models' cassettes (27 % over Claude 4's); the frame is
+# one token shorter; the tool prompt (auto) is the mean of what the recorded Opus 4.8, Opus 5,
+# Fable 5 and Sonnet 5 requests show (they range from about 380 to 450), forced adds the Claude 4
+# models' gap in this family's unit. The vision docs give these models a larger native resolution
+# (2,576 pixels on the long edge).
+CLAUDE_5 = Family("claude-5", text_factor=1.40, frame=6, tool_prompt_auto=440, tool_prompt_forced=555,
+                  image_long_edge=2576, image_max_tokens=4784)
+
+# claude-<name>-<major>[-<minor>][-<date>], or the older claude-<major>[-<minor>]-<name>[-<date>]
+_MODEL = re.compile(r"claude-(?:(\d+)(?:-(\d))?-)?(opus|sonnet|haiku|fable|mythos)"
+                    r"(?:-(\d{1,2})(?!\d)(?:-(\d)(?!\d))?)?")
+
+
+def names_a_family(model: str) -> bool:
+    """Whether a model id names a Claude model family (opus, sonnet, haiku, fable, mythos)."""
+    return _MODEL.search(model) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def family_of(model: str | None) -> Family:
+    """The tokenizer family of a model id; an id we cannot read counts as the newest family."""
+    match = _MODEL.search(model or "")
+    if match is None:
+        return CLAUDE_5
+    major = int(match.group(4) or match.group(1) or 0)
+    minor = int(match.group(5) or match.group(2) or 0)
+    name = match.group(3)
+    if name in ("fable", "mythos") or major >= 5:
+        return CLAUDE_5
+    if name == "opus" and (major, minor) >= (4, 7):
+        return CLAUDE_5
+    return CLAUDE_4
+
+
+# -- text -------------------------------------------------------------------------------------
+
+def text_tokens(text: str, family: Family, kind: float = 1.0) -> int:
+    """Tokens of a piece of text as the family's tokenizer counts it (o200k scaled); `kind`
+    scales it further for text that counts denser than prose (tool arguments, thinking)."""
+    if not text:
+        return 0
+    return math.ceil(o200k_tokens(text) * family.text_factor * kind)
+
+
+# -- structure --------------------------------------------------------------------------------
+
+ROLE_CHANGE = 3  # a message whose role differs from the one before it (the turn's header); exact in the traffic
+SAME_ROLE = 1  # a message continuing the previous one's role: the API joins them with a separator
+# Per block, beyond its text: set from the cassettes' tool rounds (a call with one argument and its
+# result add about 50 tokens beyond their text and the two role changes).
+TOOL_USE_WRAPPER = 20
+TOOL_PARAMETER = 8  # each input field is its own tagged parameter
+TOOL_RESULT_WRAPPER = 22
+# By kind of text, relative to the family's factor (a regression on the fitted half of the Claude
+# Code deltas): the
+# arguments a model writes into a tool call (code, paths, JSON) count more per o200k token than
+# prose; a thinking block counts as the model's full thinking, of which the text sent back is a
+# summary for the Claude 4 models.
+TOOL_INPUT_FACTOR = 1.15
+THINKING_FACTOR = 1.55
+# Extended thinking adds its own instructions to a request: about 30 tokens with a budget
+# ("enabled"), 15 when adaptive (the cassettes' one-line prompts with and without it).
+THINKING_PROMPT = {"enabled": 30, "adaptive": 15}
+TOOL_DEFINITION = 4  # each tool's tags around its JSON
+THINKING_WRAPPER = 4
+DOCUMENT_WRAPPER = 10
+SEARCH_RESULT_WRAPPER = 10
+# Images and documents the stand-in cannot see (a URL, a file id): the vision docs' largest image
+# that is not scaled down (1092 x 1092 pixels, about 1,590 tokens), and a page of a PDF the way the
+# PDF docs estimate it (text plus the page as an image, 1,500 to 3,000 tokens: the lower end).
+UNSEEN_IMAGE = 1590
+PDF_PAGE = 1500
+IMAGE_PIXELS_PER_TOKEN = 750  # the vision docs: tokens = width x height / 750
+# Server tools: the API adds its own instructions for each kind, which the client never sees.
+# Measured on the cassettes' first requests with each kind (Claude 4 models; scaled by the
+# family's text factor for others). A request whose server tool ran (a search made, a page
+# fetched) is billed for the tool's own rounds too, which no count of the request can know.
+SERVER_TOOL_PROMPTS = {
+    "web_search": 2200,
+    "web_fetch": 530,
+    "code_execution": 4640,
+    "bash_code_execution": 4640,
+    "text_editor_code_execution": 4640,
+    "memory": 1565,
+    "tool_search_tool_bm25": 1070,
+    "tool_search_tool_regex": 1070,
+    "advisor": 1890,
+    "mcp_toolset": 0,
+}
+SERVER_TOOL_DEFAULT = 1000
+MCP_SERVER = 2600  # a remote MCP server's tool listing (mcp_servers), as the cassettes show it
+STRUCTURED_OUTPUT_PROMPT = 107  # output_config.format / output_format: instructions around the schema
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def render_tool(tool: JsonObject) -> str:
+    """A custom tool as the API writes it into the prompt: one JSON object per tool."""
+    spec: dict[str, Any] = {}
+    if tool.get("description"):
+        spec["description"] = tool["description"]
+    spec["name"] = tool.get("name", "")
+    spec["parameters"] = tool.get("input_schema", {})
+    return _json(spec)
+
+
+def is_server_tool(tool: JsonObject) -> bool:
+    """A tool the API runs itself (web search, code execution, ...), declared by a type, no schema."""
+    kind = tool.get("type")
+    return bool(kind) and kind != "custom" and "input_schema" not in tool
+
+
+def _server_kind(tool_type: str) -> str:
+    return re.sub(r"_\d{8}$", "", tool_type)
+
+
+def server_tool_tokens(tool: JsonObject, family: Family = CLAUDE_4) -> int:
+    """The instructions the API adds for one server tool (by its kind, the version left out)."""
+    tokens = SERVER_TOOL_PROMPTS.get(_server_kind(str(tool.get("type"))), SERVER_TOOL_DEFAULT)
+    return round(tokens * family.text_factor / CLAUDE_4.text_factor)
+
+
+def tool_tokens(tool: JsonObject, family: Family) -> int:
+    """One entry of `tools` as counted (a deferred tool costs nothing until a result loads it)."""
+    if tool.get("defer_loading"):
+        return 0
+    if is_server_tool(tool):
+        return server_tool_tokens(tool, family)
+    return TOOL_DEFINITION + text_tokens(render_tool(tool), family)
+
+
+def tool_prompt_tokens(tools: Iterable[JsonObject], tool_choice: Any, family: Family) -> int:
+    """The hidden tool-use system prompt: present once any custom tool is declared."""
+    if not any(not is_server_tool(t) for t in tools):
+        return 0
+    forced = isinstance(tool_choice, Mapping) and tool_choice.get("type") in ("any", "tool")
+    return family.tool_prompt_forced if forced else family.tool_prompt_auto
+
+
+# -- images and documents ---------------------------------------------------------------------
+
+def image_tokens_for(width: int, height: int, family: Family) -> int:
+    """The vision docs' formula after the documented downscaling (aspect ratio kept)."""
+    if width <= 0 or height <= 0:
+        return UNSEEN_IMAGE
+    scale = min(1.0, family.image_long_edge / max(width, height))
+    tokens = (width * scale) * (height * scale) / IMAGE_PIXELS_PER_TOKEN
+    return max(1, math.ceil(min(tokens, family.image_max_tokens)))
+
+
+def image_tokens(block: JsonObject, family: Family) -> int:
+    source = block.get("source")
+    if isinstance(source, Mapping) and source.get("type") == "base64":
+        size = block_pixels(block)
+        if size is not None:
+            return image_tokens_for(size[0], size[1], family)
+    return UNSEEN_IMAGE
+
+
+def _pdf_pages(data: str) -> int:
+    try:
+        raw = base64.b64decode(data, validate=False)
+    except (binascii.Error, ValueError):
+        return 1
+    return max(1, len(re.findall(rb"/Type\s*/Page(?![s\w])", raw)))
+
+
+def document_tokens(block: JsonObject, family: Family) -> int:
+    source = block.get("source")
+    extra = text_tokens(str(block.get("title") or ""), family) + text_tokens(str(block.get("context") or ""), family)
+    if not isinstance(source, Mapping):
+        return DOCUMENT_WRAPPER + extra
+    kind = source.get("type")
+    if kind == "text":
+        return DOCUMENT_WRAPPER + extra + text_tokens(str(source.get("data", "")), family)
+    if kind == "content":
+        inner = source.get("content")
+        if isinstance(inner, str):
+            return DOCUMENT_WRAPPER + extra + text_tokens(inner, family)
+        return DOCUMENT_WRAPPER + extra + sum(block_tokens(b, family) for b in inner or [] if isinstance(b, Mapping))
+    if kind == "base64" and source.get("media_type") == "application/pdf":
+        return DOCUMENT_WRAPPER + extra + PDF_PAGE * _pdf_pages(str(source.get("data", "")))
+    return DOCUMENT_WRAPPER + extra + PDF_PAGE  # a URL or a file: one page, as the docs' lower estimate
+
+
+# -- blocks -----------------------------------------------------------------------------------
+
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else _json(value)
+
+
+def tool_use_tokens(name: str, arguments: Any, family: Family) -> int:
+    """A tool call: its wrapper, the tool's name, each argument as a tagged parameter."""
+    tokens = TOOL_USE_WRAPPER + text_tokens(name, family)
+    if isinstance(arguments, Mapping):
+        for key, value in arguments.items():
+            tokens += TOOL_PARAMETER + text_tokens(str(key), family) + text_tokens(
+                _value_text(value), family, TOOL_INPUT_FACTOR)
+    elif arguments is not None:
+        tokens += text_tokens(_json(arguments), family, TOOL_INPUT_FACTOR)
+    return tokens
+
+
+def _content_tokens(content: Any, family: Family) -> int:
+    if isinstance(content, str):
+        return text_tokens(content, family)
+    if isinstance(content, list):
+        return sum(block_tokens(b, family) for b in content if isinstance(b, Mapping))
+    if content is None:
+        return 0
+    return text_tokens(_json(content), family)
+
+
+def block_tokens(block: JsonObject, family: Family) -> int:
+    """One content block as the API counts it, its wrapper included."""
+    kind = block.get("type")
+    if kind == "text":
+        return text_tokens(str(block.get("text", "")), family)
+    if kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+        return tool_use_tokens(str(block.get("name", "")), block.get("input"), family)
+    if kind in ("tool_result", "mcp_tool_result"):
+        return TOOL_RESULT_WRAPPER + _content_tokens(block.get("content"), family)
+    if kind == "image":
+        return image_tokens(block, family)
+    if kind == "document":
+        return document_tokens(block, family)
+    if kind == "thinking":
+        return THINKING_WRAPPER + text_tokens(str(block.get("thinking", "")), family, THINKING_FACTOR)
+    if kind == "redacted_thinking":  # encrypted: its base64 is about four characters a token
+        return THINKING_WRAPPER + math.ceil(len(str(block.get("data", ""))) / 4)
+    if kind == "search_result":
+        texts = [str(block.get("title", "")), str(block.get("source", ""))]
+        return SEARCH_RESULT_WRAPPER + sum(text_tokens(t, family) for t in texts) + _content_tokens(
+            block.get("content"), family)
+    if kind == "compaction":
+        return text_tokens(str(block.get("content") or ""), family)
+    if kind == "tool_reference":
+        return text_tokens(str(block.get("tool_name", "")), family)
+    if kind and str(kind).endswith("_tool_result"):  # a server tool's result, as its JSON
+        return TOOL_RESULT_WRAPPER + _content_tokens(block.get("content"), family)
+    rest = {k: v for k, v in block.items() if k not in ("type", "cache_control", "citations")}
+    return text_tokens(_json(rest), family)
+
+
+def message_overhead(role: str, previous_role: str | None) -> int:
+    """What a message adds beyond its blocks: a header where the speaker changes."""
+    if previous_role is None:
+        return 0
+    return SAME_ROLE if role == previous_role or role == "system" else ROLE_CHANGE
+
+
+# -- the request ------------------------------------------------------------------------------
+
+def _output_format(request: Mapping[str, Any]) -> Any:
+    config = request.get("output_config")
+    if isinstance(config, Mapping) and config.get("format"):
+        return config["format"]
+    return request.get("output_format")
+
+
+def request_overhead(request: Mapping[str, Any], family: Family | None = None) -> int:
+    """The request-level part: the frame, the tool-use prompt, thinking's and structured
+    output's instructions."""
+    family = family or family_of(request.get("model"))
+    tools = [t for t in request.get("tools") or [] if isinstance(t, Mapping)]
+    tokens = family.frame + tool_prompt_tokens(tools, request.get("tool_choice"), family)
+    tokens += MCP_SERVER * len(request.get("mcp_servers") or [])
+    thinking = request.get("thinking")
+    if isinstance(thinking, Mapping):
+        tokens += THINKING_PROMPT.get(str(thinking.get("type")), 0)
+    output_format = _output_format(request)
+    if output_format:
+        tokens += STRUCTURED_OUTPUT_PROMPT + text_tokens(_json(output_format), family)
+    return tokens
+
+
+def keeps_thinking(model: str | None) -> bool:
+    """Whether the model keeps earlier turns' thinking in its context. Anthropic's extended
+    thinking docs: Claude Opus 4.5 and later keep it; earlier models drop it, counting only the
+    thinking of the turn in progress (the last assistant message, during a tool loop)."""
+    family = family_of(model)
+    if family is not CLAUDE_4:
+        return True
+    match = _MODEL.search(model or "")
+    if match is None or match.group(3) != "opus":
+        return False
+    return (int(match.group(4) or match.group(1) or 0), int(match.group(5) or match.group(2) or 0)) >= (4, 5)
+
+
+def system_blocks(request: Mapping[str, Any]) -> list[JsonObject]:
+    system = request.get("system")
+    if isinstance(system, str):
+        return [{"type": "text", "text": system}] if system else []
+    return [b for b in system or [] if isinstance(b, Mapping)]
+
+
+def message_blocks(message: Mapping[str, Any]) -> list[JsonObject]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, Mapping)]
+
+
+def _turn_in_progress(messages: list[Mapping[str, Any]]) -> int:
+    """The last assistant message if the turn is still going on (nothing after it, or only tool
+    results answering it), else -1: a new user turn closes the previous turn's thinking."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            return i
+        if any(b.get("type") != "tool_result" for b in message_blocks(messages[i])):
+            return -1
+    return -1
+
+
+def _references(block: JsonObject) -> Iterable[str]:
+    """The tools a block loads by tool_reference (in a tool result, or a system message's addition)."""
+    if block.get("type") == "tool_reference":
+        yield str(block.get("tool_name", ""))
+    inner = block.get("tool")
+    if isinstance(inner, Mapping) and inner.get("type") == "tool_reference":
+        yield str(inner.get("tool_name", ""))
+    content = block.get("content")
+    if isinstance(content, list):
+        for item in content:
+            if isinstance(item, Mapping):
+                yield from _references(item)
+
+
+def message_counts(request: Mapping[str, Any], family: Family | None = None) -> list[list[int]]:
+    """Each message's blocks as counted, the message's header folded into its first block.
+    Thinking the model no longer reads (an earlier turn's, for a model that drops it) counts 0;
+    a deferred tool's definition counts where a tool_reference loads it."""
+    family = family or family_of(request.get("model"))
+    deferred = {str(t.get("name")): tool_tokens({**t, "defer_loading": False}, family)
+                for t in request.get("tools") or [] if isinstance(t, Mapping) and t.get("defer_loading")}
+    messages = [m for m in request.get("messages") or [] if isinstance(m, Mapping)]
+    keeps = keeps_thinking(request.get("model"))
+    current = _turn_in_progress(messages)
+    counts: list[list[int]] = []
+    previous: str | None = None
+    for i, message in enumerate(messages):
+        role = str(message.get("role", ""))
+        row = []
+        for block in message_blocks(message):
+            dropped = block.get("type") in ("thinking", "redacted_thinking") and not keeps and i != current
+            loaded = sum(deferred.get(name, 0) for name in _references(block)) if deferred else 0
+            row.append(0 if dropped else block_tokens(block, family) + loaded)
+        header = message_overhead(role, previous)
+        if row:
+            row[0] += header
+        counts.append(row)
+        previous = role
+    return counts
+
+
+def request_tokens(request: Mapping[str, Any]) -> int:
+    """All input tokens of a request, as count_tokens answers and a reply's usage adds up."""
+    family = family_of(request.get("model"))
+    tokens = request_overhead(request, family)
+    tokens += sum(tool_tokens(t, family) for t in request.get("tools") or [] if isinstance(t, Mapping))
+    tokens += sum(block_tokens(b, family) for b in system_blocks(request))
+    return tokens + sum(sum(row) for row in message_counts(request, family))

@@ -1,0 +1,102 @@
+"""The count of a request as the Messages API makes it (context/api_count.py): each part's rule."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import pytest
+
+from ctx_magic.context import api_count
+from ctx_magic.context.api_count import CLAUDE_4, CLAUDE_5, family_of, request_tokens, text_tokens
+
+TOOL = {"name": "python", "description": "Run Python code.",
+        "input_schema": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}
+
+
+def png(width: int, height: int) -> dict:
+    header = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">II", width, height) + bytes(5)
+    data = base64.b64encode(header + bytes(32)).decode()
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+
+
+@pytest.mark.parametrize(("model", "family"), [
+    ("claude-sonnet-4-5-20250929", CLAUDE_4), ("claude-haiku-4-5", CLAUDE_4), ("claude-opus-4-6", CLAUDE_4),
+    ("claude-3-5-sonnet-20241022", CLAUDE_4), ("claude-opus-4-7", CLAUDE_5), ("claude-opus-4-8", CLAUDE_5),
+    ("claude-sonnet-5-5", CLAUDE_5), ("claude-fable-5", CLAUDE_5), ("claude-mythos-preview", CLAUDE_5),
+    ("claude-offline-test", CLAUDE_5)])
+def test_the_tokenizer_family_follows_the_model(model, family):
+    """Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use the newer tokenizer."""
+    assert family_of(model) is family
+
+
+def test_the_newer_tokenizer_counts_about_30_percent_more_of_the_same_text():
+    text = "The quick brown fox jumps over the lazy dog. " * 50
+    assert 1.2 < text_tokens(text, CLAUDE_5) / text_tokens(text, CLAUDE_4) < 1.4
+
+
+def test_one_user_message_costs_its_text_and_the_frame():
+    request = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hello there"}]}
+    assert request_tokens(request) == CLAUDE_4.frame + text_tokens("hello there", CLAUDE_4)
+
+
+def test_a_change_of_speaker_costs_a_header_and_a_continuation_one_token():
+    one = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "a"}]}
+    turns = {**one, "messages": [*one["messages"], {"role": "assistant", "content": "a"}]}
+    joined = {**one, "messages": [*one["messages"], {"role": "user", "content": "a"}]}
+    a = text_tokens("a", CLAUDE_4)
+    assert request_tokens(turns) - request_tokens(one) == api_count.ROLE_CHANGE + a
+    assert request_tokens(joined) - request_tokens(one) == api_count.SAME_ROLE + a
+
+
+def test_tools_bring_the_hidden_tool_use_prompt_by_tool_choice():
+    base = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}], "tools": [TOOL]}
+    auto = request_tokens(base)
+    forced = request_tokens({**base, "tool_choice": {"type": "any"}})
+    none = request_tokens({**base, "tool_choice": {"type": "none"}})
+    assert auto == none
+    assert forced - auto == CLAUDE_4.tool_prompt_forced - CLAUDE_4.tool_prompt_auto
+    without = request_tokens({**base, "tools": []})
+    assert auto - without == CLAUDE_4.tool_prompt_auto + api_count.tool_tokens(TOOL, CLAUDE_4)
+
+
+def test_a_deferred_tool_counts_only_once_a_tool_reference_loads_it():
+    deferred = {**TOOL, "name": "later", "defer_loading": True}
+    base = {"model": "claude-sonnet-4-5", "tools": [TOOL, deferred], "messages": [{"role": "user", "content": "go"}]}
+    assert api_count.tool_tokens(deferred, CLAUDE_4) == 0
+    call = {"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "later"}}
+    loaded = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "tool_reference", "tool_name": "later"}]}
+    reference = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "tool_reference", "tool_name": "x"}]}
+    def with_result(result):
+        return {**base, "messages": [*base["messages"], {"role": "assistant", "content": [call]},
+                                     {"role": "user", "content": [result]}]}
+    extra = request_tokens(with_result(loaded)) - request_tokens(with_result(reference))
+    assert extra == api_count.tool_tokens({**deferred, "defer_loading": False}, CLAUDE_4) + (
+        text_tokens("later", CLAUDE_4) - text_tokens("x", CLAUDE_4))
+
+
+def test_an_image_costs_its_pixels_over_750_after_the_documented_downscale():
+    assert api_count.block_tokens(png(200, 200), CLAUDE_4) == 54  # the vision docs' 200 x 200 example
+    assert api_count.block_tokens(png(1000, 1000), CLAUDE_4) == 1334
+    assert api_count.block_tokens(png(4000, 3000), CLAUDE_4) == CLAUDE_4.image_max_tokens  # scaled down first
+    assert api_count.block_tokens(png(4000, 3000), CLAUDE_5) > CLAUDE_4.image_max_tokens  # a larger resolution
+
+
+def test_earlier_turns_thinking_counts_only_for_models_that_keep_it():
+    thought = {"type": "thinking", "thinking": "Let me think about this carefully. " * 20, "signature": "s"}
+    answer = {"role": "assistant", "content": [thought, {"type": "text", "text": "a"}]}
+    messages = [{"role": "user", "content": "q"}, answer, {"role": "user", "content": "next"}]
+    keeps = api_count.message_counts({"model": "claude-opus-4-6", "messages": messages})
+    drops = api_count.message_counts({"model": "claude-sonnet-4-5", "messages": messages})
+    assert keeps[1][0] > api_count.ROLE_CHANGE and drops[1][0] == api_count.ROLE_CHANGE
+    call = {"type": "tool_use", "id": "t1", "name": "python", "input": {"code": "1"}}
+    loop = [messages[0], {"role": "assistant", "content": [thought, call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "1"}]}]
+    assert api_count.message_counts({"model": "claude-sonnet-4-5", "messages": loop})[1][0] > api_count.ROLE_CHANGE
+
+
+def test_a_server_tool_brings_its_own_hidden_instructions():
+    search = {"type": "web_search_20250305", "name": "web_search"}
+    base = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+    added = request_tokens({**base, "tools": [search]}) - request_tokens(base)
+    assert added == api_count.SERVER_TOOL_PROMPTS["web_search"]
