@@ -37,7 +37,7 @@ HISTORY_TOOL = {
         },
     },
 }
-PAGE_CHARS = 8_000  # about 2,000 tokens a page: far inside the tool-result budget, even a small window's
+PAGE_CHARS = 6_000  # about 2,000 tokens of code a page as the API counts them: far inside the tool-result budget
 SOURCE_CHARS = 2_000  # one cell's source, cut past this (its start says what it is)
 OUTPUT_CHARS = 1_000  # one cell's output: enough to see what it produced
 
