@@ -186,7 +186,9 @@ def test_agent_code_becomes_cells_and_their_reruns_reach_the_agent_as_new_output
             inserted = cells(page)[start:start + 2]
             assert [c["source"].split("\n", 1)[1] for c in inserted] == [SET_M, DOUBLE]
             assert "m is 10" in inserted[0]["outputs"] and "m doubled 20" in inserted[1]["outputs"]
-            assert all(c["meta"]["agent"]["session"] == sid for c in inserted)
+            assert [c["meta"]["agent"]["session"] for c in inserted] == [sid, sid]
+            assert [c["meta"]["agent"]["tool_use_id"] for c in inserted] == [call_of(c["source"]) for c in inserted]
+            assert [c["tags"] for c in inserted] == [["ctx-agent"], ["ctx-agent"]]
             marked = [c for c in cells(page) if c["source"].startswith("# ctx: agent ")]
             assert len(marked) == 4, "a next-input cell came on top of the extension's (the kernel was not told)"
             page.shot(f"{app}-agent-cells-insert")
