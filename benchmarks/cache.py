@@ -3,7 +3,7 @@
 A scripted 50-turn session (`run_turn` on a `Session`, `AnthropicModel` on an in-process SDK
 client bound to an `OfflineAPI`; the server's prompt-cache simulation and the session share
 one manual clock). Each turn asks for fenced python whose output size follows a seeded plan:
-small, then medium, then large outputs, one of them over L1's 50,000-character limit; one
+small, then medium, then large outputs, one of them over the tool-result budget's 50,000-character limit; one
 10-minute pause midway lets the idle microcompact fire. Prints the cache figures per turn,
 then checks that the prefix of each main-loop request is kept by the next one except where a
 context event (clearing, snip, compaction) explains the break. Ends with what the session cost
@@ -52,7 +52,7 @@ THINK_SECONDS = (20.0, 90.0)  # the user reads the answer and types the next req
 CALL_SECONDS = 4.0  # one model call, streamed
 CACHE_TTL_SECONDS = 300.0  # the default "5m" prompt-cache lifetime the session asks for
 IDLE_SECONDS = 600.0  # a coffee break: twice the 5-minute cache TTL, so the idle trigger fires
-HUGE_CHARS = 80_000  # one output over L1's 50,000-character limit: persisted to disk
+HUGE_CHARS = 80_000  # one output over the budget's 50,000-character limit: persisted to disk
 # Output sizes (characters) by phase of the session: exploring, analysing, dumping results.
 PHASES = ((0.5, 1_000, 12_000), (0.7, 2_000, 24_000), (1.0, 20_000, 45_000))
 CHANGES = (Cleared, Snipped, Compacted, ServerEdited, ServerCompacted)  # events that rewrite what was sent
@@ -307,7 +307,7 @@ def prefix_stability(run: Run, steps: Sequence[Transition]) -> None:
 
 
 def detector(session: Session) -> None:
-    """What the session's own cache-break detector (C10) reported over the run."""
+    """What the session's own cache-break detector reported over the run."""
     breaks = session.meter.breaks
     reasons: dict[str, int] = {}
     for b in breaks:

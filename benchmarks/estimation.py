@@ -1,4 +1,4 @@
-"""How close is the context-size estimate (SPEC T1/T2) to what the API reported?
+"""How close is the context-size estimate (anchored count plus local estimate) to what the API reported?
 
 Replays real conversations, and before each response k > 0 predicts the size of the request
 that produced it (usage.prompt_tokens) from the messages before it with `count_context`:

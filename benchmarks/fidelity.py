@@ -1,4 +1,4 @@
-"""What survives a compaction (issue 12), measured after every compaction of real sessions.
+"""What survives a compaction, measured after every compaction of real sessions.
 
 Workloads (benchmarks/fidelity_corpus.py): mini-swe-agent trajectories and the Claude Code
 session replayed through the real loop (`run_turn` on a `Session`, the real anthropic SDK over
@@ -382,7 +382,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
                     cell(f"%pin {NOTEBOOK_PIN}")
                 if n == 20:
                     cell("%compact keep the DataFrames, their columns and what was computed from them")
-                if n in PARTIAL_AT:  # partial compactions (C8): the older half, then the newer half
+                if n in PARTIAL_AT:  # partial compactions: the older half, then the newer half
                     cell(f"%compact {PARTIAL_AT[n]} {len(session.live.messages) // 2}")
                 controller.memory.notes.wait(NOTES_WAIT_SECONDS)
     finally:

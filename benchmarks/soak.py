@@ -1,4 +1,4 @@
-"""A seeded soak (issue 11): a long notebook session under faults, at small windows.
+"""A seeded soak (no dead ends): a long notebook session under faults, at small windows.
 
 `python -m benchmarks.soak` runs one plan of notebook steps at each window (and, with `--units`,
 under each token unit the stand-in can count in: calibrated like the real API, or on purpose 30 %

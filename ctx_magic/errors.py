@@ -1,5 +1,5 @@
 """ctx_magic's own error types: every failure a user can meet maps to one of these, each with
-one clear line of text (SPEC N5). They sit at the bottom so the engine, the loop and the
+one clear line of text. They sit at the bottom so the engine, the loop and the
 notebook can all raise and catch them.
 
 Lower floors never name a magic: an error (or a notice) carries a `Remedy`, and the notebook
@@ -40,7 +40,7 @@ class CtxMagicError(Exception):
 
 
 class InvariantError(CtxMagicError, ValueError):
-    """A conversation breaks the Messages-API invariants (SPEC M5)."""
+    """A conversation breaks the Messages-API invariants (the API's rules)."""
 
     def __init__(self, index: int, reason: str) -> None:
         self.index = index

@@ -18,7 +18,7 @@ from ctx_magic.messages import Usage
 @dataclass(frozen=True)
 class Event:
     name: ClassVar[str] = "event"
-    # Events the transcript must keep to rebuild the live context (SPEC M4).
+    # Events the transcript must keep to rebuild the live context (resume).
     durable: ClassVar[bool] = False
 
     def to_json(self) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def transient(**kwargs: Any) -> Any:
 
 @dataclass(frozen=True)
 class Persisted(Event):
-    """L1 wrote a tool result to disk and left a preview in its place."""
+    """The tool-result budget wrote a tool result to disk and left a preview in its place."""
 
     name: ClassVar[str] = "persisted"
     durable: ClassVar[bool] = True
@@ -63,7 +63,7 @@ class Persisted(Event):
 
 @dataclass(frozen=True)
 class Snipped(Event):
-    """L2 removed a middle run of messages and put one marker in their place."""
+    """Snip removed a middle run of messages and put one marker in their place."""
 
     name: ClassVar[str] = "snipped"
     durable: ClassVar[bool] = True
@@ -76,7 +76,7 @@ class Snipped(Event):
 
 @dataclass(frozen=True)
 class Cleared(Event):
-    """L3 (or the model's snip tool, or the user) replaced old tool results by a stub."""
+    """Microcompact (or the model's snip tool, or the user) replaced old tool results by a stub."""
 
     name: ClassVar[str] = "cleared"
     durable: ClassVar[bool] = True
@@ -295,7 +295,7 @@ class ReplyWithdrawn(Event):
 
 @dataclass(frozen=True)
 class ThinkingCleared(Event):
-    """Thinking blocks left the live context: old turns after an idle gap (seeds: only the last
+    """Thinking blocks left the live context: old turns after an idle gap (as in Claude Code: only the last
     thinking turn is kept once the cache has expired), or blocks another model made (a switch)."""
 
     name: ClassVar[str] = "thinking_cleared"

@@ -29,14 +29,14 @@ class Composition:
     tool_results: int = 0
     """Tool results (the agent's and the user's cells) the agent still sees in full."""
     persisted: int = 0
-    """Previews of the results saved to disk (L1)."""
+    """Previews of the results saved to disk (the tool-result budget)."""
     free: int = 0
     """Room left before auto-compaction."""
     buffer: int = 0
     """Between the compaction threshold and the effective window: kept free so a compaction can
-    run before the window fills (L4)."""
+    run before the window fills (auto-compaction)."""
     reserve: int = 0
-    """The room kept for the reply (T4)."""
+    """The room kept for the reply."""
     window: int = 0
 
     @property

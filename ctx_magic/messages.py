@@ -1,4 +1,4 @@
-"""The message model every layer shares (SPEC M1).
+"""The message model every layer shares.
 
 A message is the Messages-API shape (`role` plus a tuple of content blocks, each a plain
 dict exactly as the API takes it) wrapped with the metadata ctx_magic needs: a uuid, a
@@ -22,7 +22,7 @@ Kind = Literal["normal", "summary", "attachment", "boundary", "meta"]
 Block = dict[str, Any]
 
 KINDS: tuple[Kind, ...] = ("normal", "summary", "attachment", "boundary", "meta")
-# Boundaries and meta messages are bookkeeping for ctx_magic and never reach the API (M1).
+# Boundaries and meta messages are bookkeeping for ctx_magic and never reach the API.
 UNSENT_KINDS: frozenset[str] = frozenset({"boundary", "meta"})
 
 
@@ -48,7 +48,7 @@ class Usage:
 
     @property
     def context_tokens(self) -> int:
-        """What the conversation occupies once the response is appended (SPEC T1)."""
+        """What the conversation occupies once the response is appended (the anchored count)."""
         return self.prompt_tokens + self.output_tokens
 
     def to_json(self) -> dict[str, int]:
@@ -64,7 +64,7 @@ class Usage:
 
 @dataclass(frozen=True)
 class Message:
-    """One message of the canonical conversation with its metadata (SPEC M1)."""
+    """One message of the canonical conversation with its metadata."""
 
     role: Role
     content: tuple[Block, ...]
@@ -197,7 +197,7 @@ def result_text(block: Block) -> str:
 
 
 def result_chars(block: Block) -> int:
-    """Characters of text in a tool_result (images are not counted: L1 budgets text)."""
+    """Characters of text in a tool_result (images are not counted: the tool-result budget counts text)."""
     content = block.get("content", "")
     if isinstance(content, str):
         return len(content)

@@ -47,7 +47,7 @@ def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_re
 
 
 def request_messages(record) -> list[Message]:  # type: ignore[no-untyped-def]
-    """A recorded request's messages as ctx_magic messages (to check SPEC M5 on what was sent)."""
+    """A recorded request's messages as ctx_magic messages (to check the API's rules on what was sent)."""
     out = []
     for n, message in enumerate(record.body.get("messages", [])):
         content = message["content"]

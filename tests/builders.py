@@ -82,7 +82,7 @@ SPAN_TRACEBACK = (
 
 def summarized_span() -> list[Message]:
     """A span a compaction summarizes: two user messages, code that defines names, a KeyError, a
-    missing file (the coverage audit's tests, issue 12)."""
+    missing file (the coverage audit's tests)."""
     return [
         user_text("Load data/sales.csv and plot the price per region. Never use seaborn."),
         Message("assistant", (text("Loading it."), tool_use_block("t1", "python", {"code": SPAN_CODE}))),

@@ -55,7 +55,7 @@ NOTES_WAIT_SECONDS = 120.0  # a background notes extraction is waited for at eac
 UNBOUNDED_CALLS = 1_000_000  # the replay's per-turn model-call limit
 NEVER = 10**9  # a clearing threshold (tokens) or idle time (minutes) that is never reached
 REFERENCE_WINDOW = 200_000
-SEEDS_RESERVE = 20_000  # min(max output, 20,000) with a current model's 64,000 output cap
+CC_RESERVE = 20_000  # min(max output, 20,000) with a current model's 64,000 output cap
 AUTOCOMPACT_BUFFER = 13_000
 MEMORY_NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -71,9 +71,9 @@ class CtxOptions:
     clearing: bool = True
     """Microcompact: old tool results cleared on idle and under pressure."""
     snip: bool = True
-    """L2 snip: past 200 live messages the middle is cut out."""
-    seeds_threshold: bool = False
-    """Auto-compact where the seeds do (a 20,000 reply reserve) instead of ctx_magic's window/4."""
+    """Snip: past 200 live messages the middle is cut out."""
+    cc_threshold: bool = False
+    """Auto-compact where Claude Code does (a 20,000 reply reserve) instead of ctx_magic's window/4."""
     late: bool = False
     """No early compaction below a standard window's size: only the threshold compacts (the rule
     before early compaction was weighed from Claude Code's trigger)."""
@@ -83,12 +83,12 @@ class CtxOptions:
     @classmethod
     def parse(cls, name: str) -> CtxOptions:
         """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip` with any of the
-        switches `+seeds-threshold`, `+late`, `+tools-from-start` (any subset)."""
+        switches `+cc-threshold`, `+late`, `+tools-from-start` (any subset)."""
         options = cls()
         for flag in name.split("+")[1:]:
             field_name = {"no-notes": "notes", "no-memory": "memory", "no-clearing": "clearing",
                           "no-snip": "snip"}.get(flag)
-            switch = {"seeds-threshold": "seeds_threshold", "late": "late",
+            switch = {"cc-threshold": "cc_threshold", "late": "late",
                       "tools-from-start": "tools_from_start"}.get(flag)
             if field_name:
                 options = dataclasses.replace(options, **{field_name: False})
@@ -181,11 +181,11 @@ def agent_config(window: int, options: CtxOptions) -> Settings:
         config = dataclasses.replace(config, clear_at_least=NEVER, idle_minutes=NEVER)
     if not options.snip:
         config = dataclasses.replace(config, snip_max_messages=NEVER)
-    if options.seeds_threshold:
+    if options.cc_threshold:
         max_output = max(256, min(MAX_OUTPUT, window // 4))  # Session.max_output with a 64,000 cap
-        effective = window - min(max_output, SEEDS_RESERVE)
-        seeds = window - SEEDS_RESERVE - round(AUTOCOMPACT_BUFFER * min(1.0, window / REFERENCE_WINDOW))
-        config = dataclasses.replace(config, autocompact_pct=100.0 * seeds / effective)
+        effective = window - min(max_output, CC_RESERVE)
+        cc_trigger = window - CC_RESERVE - round(AUTOCOMPACT_BUFFER * min(1.0, window / REFERENCE_WINDOW))
+        config = dataclasses.replace(config, autocompact_pct=100.0 * cc_trigger / effective)
     return config
 
 

@@ -28,7 +28,7 @@ from ctx_magic.agent.files import GREP_SPEC, LIST_FILES_SPEC, READ_FILE_SPEC
 MAX_OUTPUT = 16_384  # replies are capped like ctx_magic's (its default), and to a quarter of the window
 IMAGE_TOKENS = 2_000  # the flat figure both the stand-in and ctx_magic's estimate use
 CHARS_PER_TOKEN = 4
-ESTIMATE_PADDING = 4 / 3  # SPEC T2: estimates of messages the API has not counted yet are padded
+ESTIMATE_PADDING = 4 / 3  # the estimate: estimates of messages the API has not counted yet are padded
 AGENT_TOOLS = (READ_FILE_SPEC, LIST_FILES_SPEC, GREP_SPEC)  # offered after the session's own, as ctx_magic does
 
 
@@ -187,7 +187,7 @@ class Run:
         self.events: Counter[str] = Counter()
         self.max_tokens = max_output(bench.window)
         self.anchor_tokens: int | None = None
-        """Prompt + output tokens of the last main reply (the API's own count, SPEC T1)."""
+        """Prompt + output tokens of the last main reply (the API's own count, the anchor)."""
         self.anchor_index = 0
         """len(history) right after that reply: what follows it is estimated."""
         self.previous_end: Block | None = None

@@ -1,5 +1,5 @@
-"""The tools that act on the conversation itself: `compact` and `snip` (SPEC L2, N3), and
-`search_transcript`, which finds what a summary or a clearing took out of it (issue 12).
+"""The tools that act on the conversation itself: `compact` and `snip`, and
+`search_transcript`, which finds what a summary or a clearing took out of it.
 
 The results of compact and snip are never cleared: they say what happened to the context. A
 search can be made again, so its old results may be.

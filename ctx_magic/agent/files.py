@@ -3,7 +3,7 @@
 Paths outside the root, and symlinks that lead out of it, are refused with a clear tool
 error. read_file remembers what it read: re-reading an unchanged file returns a short stub
 while the earlier result is still in context, and the most recent reads are re-read fresh
-after a compaction (C7).
+after a compaction (rehydration).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class FileTools:
         if (previous and previous.mtime_ns == stat.st_mtime_ns and previous.size == stat.st_size
                 and (previous.offset, previous.limit) == (start, count)
                 and previous.tool_use_id and is_live(previous.tool_use_id)):
-            self.reads[key] = self.reads.pop(key)  # still the most recent read (C7 rehydration order)
+            self.reads[key] = self.reads.pop(key)  # still the most recent read (rehydration order)
             return UNCHANGED_STUB.format(tool_use_id=previous.tool_use_id)
         text = self._numbered(target, start, count)
         self.reads.pop(key, None)
@@ -176,7 +176,7 @@ class FileTools:
         return list(self.reads.values())[-count:][::-1]
 
     def invalidate_stubs(self) -> None:
-        """Post-compact cleanup (C10): no stub may point at a result the summary replaced.
+        """Post-compact cleanup: no stub may point at a result the summary replaced.
 
         The reads themselves stay, most recent last, so the next compaction can still
         rehydrate the files the work is about.

@@ -1,4 +1,4 @@
-"""The live context and the engine's work on it: prepare before each call (L1, L2, the decision,
+"""The live context and the engine's work on it: prepare before each call (budget, snip, the decision,
 its clearing), clear and snip on demand, swap after a compaction, and adopt what the engine
 returns, writing its durable changes first.
 
@@ -49,7 +49,7 @@ class LiveContext:
 
     def prepare(self, setup: CallSetup, now: float, facts: SessionFacts, *,
                 write: bool = True) -> tuple[Prepared, list[Message | Event]]:
-        """L1 -> L2 -> the decision -> its clearing, adopted; with the writes it made (or, with
+        """Budget -> snip -> the decision -> its clearing, adopted; with the writes it made (or, with
         `write=False`, left to make later from the kernel's main thread: the idle timer's)."""
         prepared = prepare(self.messages, self.state, now, setup.context, overhead_tokens=setup.overhead_tokens,
                            facts=facts, may_clear=not setup.server_clears)

@@ -1,10 +1,10 @@
-"""The turn loop: prepare (L1, L2, the decision and its clearing) -> carry out the plan
+"""The turn loop: prepare (budget, snip, the decision and its clearing) -> carry out the plan
 (compaction) -> call -> stream -> run tools -> append results -> repeat until the model ends
 its turn.
 
-A prompt-too-long from the API gets one reactive compaction per turn (L5); a 413 for bytes
+A prompt-too-long from the API gets one reactive compaction per turn; a 413 for bytes
 gets its images stripped once. Every error a user can meet ends the turn with one clear
-message and a valid conversation (SPEC M5, N5); an interrupt closes any open tool call.
+message and a valid conversation; an interrupt closes any open tool call.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ class AnthropicModel:
         )
 
     def count_tokens(self, request: ModelRequest) -> int:
-        """The API's count of a request (T3): the count endpoint of the provider (Bedrock's
+        """The API's count of a request (the exact count): the count endpoint of the provider (Bedrock's
         CountTokens operation, which its SDK client does not wrap, through the same signed client)."""
         params = request.params(self.wire_name)
         params.pop("max_tokens", None)

@@ -1,5 +1,5 @@
 """What a session spends, in tokens and in dollars, what its context changes saved, and
-whether its prompt cache holds (SPEC C10's detector).
+whether its prompt cache holds (the cache-break detector).
 
 Main calls and side calls (summaries, notes, memories) all add to the totals, from any
 thread; only main-loop responses are compared with the previous one for cache breaks.

@@ -1,4 +1,4 @@
-"""The coverage audit (issue 12): what a summary must keep, checked without a model.
+"""The coverage audit: what a summary must keep, checked without a model.
 
 The compaction prompt asks the model to keep every user message, file, error and the code that
 matters; nothing made sure it did. After every summary (a model's or the session notes; auto,

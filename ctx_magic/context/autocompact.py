@@ -29,7 +29,7 @@ from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong, Remedy
 from ctx_magic.events import Compacted
 from ctx_magic.messages import Block, Message, text_block, user_text
 
-MAX_PTL_RETRIES = 3  # compact.ts: give up on the summary after three truncations
+MAX_PTL_RETRIES = 3  # Claude Code: give up on the summary after three truncations
 PTL_FALLBACK_DROP_SHARE = 0.2  # when the error gives no token gap, drop a fifth of the groups
 AUTO_TRIGGERS = frozenset({"auto", "reactive", "session-memory"})
 
@@ -50,7 +50,7 @@ class CompactionResult:
     summary: str
 
 
-# -- C1: what the summarizer sees -------------------------------------------------------------
+# -- what the summarizer sees -----------------------------------------------------------------
 
 
 def _text_only(block: Block) -> Block:
@@ -63,10 +63,10 @@ def _text_only(block: Block) -> Block:
 
 
 def summary_input(messages: Sequence[Message]) -> list[Message]:
-    """Sent messages only, images and documents as [image]/[document] (C1).
+    """Sent messages only, images and documents as [image]/[document].
 
     Re-injected attachments (files re-read after a compaction, the tool list) stay where they
-    are, unlike the seeds' C1: they sit right after the previous summary, so dropping them
+    are, unlike Claude Code's summarizer input: they sit right after the previous summary, so dropping them
     changes the request from its first message on and the call can no longer read the main
     loop's cached prefix (benchmarks/cache.py measured 74.6% -> 82.5% cache reads keeping them).
     The prompt tells the model to leave them out of the summary instead.
@@ -74,7 +74,7 @@ def summary_input(messages: Sequence[Message]) -> list[Message]:
     return [m.with_content(_text_only(b) for b in m.content) for m in messages if m.sent]
 
 
-# -- C4: head truncation when the compaction request itself is too long ----------------------
+# -- head truncation when the compaction request itself is too long --------------------------
 
 
 def api_round_groups(messages: Sequence[Message]) -> list[list[Message]]:
@@ -97,7 +97,7 @@ def truncate_head_for_ptl(messages: Sequence[Message], gap: int | None) -> list[
 
     The marker a previous retry prepended is stripped first: left in, it would be a group of
     its own at the head and the 20% fallback would drop only the marker, then re-add it, and
-    never make progress (the seeds' self-referential bug). Returns None when nothing is left.
+    never make progress (a self-referential bug Claude Code had). Returns None when nothing is left.
     """
     body = list(messages)
     if body and body[0].meta.get("ptl_retry_marker"):
@@ -145,11 +145,11 @@ def summarize_with_retries(summarize: Summarize, messages: Sequence[Message], pr
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-# -- C6/C8: the new context -------------------------------------------------------------------
+# -- the new context (boundary, summary, kept messages) ---------------------------------------
 
 
 def without_usage(message: Message) -> Message:
-    """A kept message whose usage described the old context: it must not anchor the new count (T1)."""
+    """A kept message whose usage described the old context: it must not anchor the new (anchored) count."""
     return dataclasses.replace(message, usage=None) if message.usage is not None else message
 
 

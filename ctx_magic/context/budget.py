@@ -1,4 +1,4 @@
-"""L1, the tool-result budget (SPEC L1): 0 API calls.
+"""The tool-result budget: 0 API calls.
 
 A tool result over 50,000 characters, or the results of one user message over 200,000
 together (largest first), move to `tool-results/<tool_use_id>.txt` and leave a
@@ -17,9 +17,9 @@ from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Persisted
 from ctx_magic.messages import Block, Message, result_chars, result_text
 
-# toolLimits.ts: one result past this is worth a file of its own.
+# Claude Code: one result past this is worth a file of its own.
 MAX_RESULT_CHARS = 50_000
-# toolResultStorage.ts: all results of one message together, persisted largest first.
+# Claude Code: all results of one message together, persisted largest first.
 MAX_MESSAGE_RESULTS_CHARS = 200_000
 PREVIEW_CHARS = 2_000
 MIN_PREVIEW_CHARS = 200  # a smaller window still shows the first lines of a persisted result
@@ -36,7 +36,7 @@ class BudgetSettings:
 
 
 def scaled_budget(scale: float) -> BudgetSettings:
-    """L1's limits for a window (T5, beyond the seeds' fixed figures): 50,000 / 200,000 / 2,000
+    """The budget's limits for a window (scaled to it, beyond Claude Code's fixed figures): 50,000 / 200,000 / 2,000
     characters at 200,000 tokens and in proportion below it. At a fixed 50,000, one result of
     dense text is over 20,000 tokens: in a 12,000-token window it could never be sent, and no
     summary could take it in."""
@@ -91,7 +91,7 @@ def persist_result(block: Block, path_for: Callable[[str], str],
 
 
 def _choose(results: list[tuple[Block, str]], settings: BudgetSettings) -> set[int]:
-    """Which of one message's undecided results to persist (the L1 rule), by block id()."""
+    """Which of one message's undecided results to persist (the budget's rule), by block id()."""
     persistable = [b for b, tool in results if tool not in NEVER_PERSISTED_TOOLS]
     chosen = {id(b) for b in persistable if result_chars(b) > settings.max_result_chars}
     remaining = sum(
@@ -171,7 +171,7 @@ def prompt_limit_tokens(autocompact_threshold: int) -> int:
 
 
 def oversized_prompt(text: str, autocompact_threshold: int) -> bool:
-    """A pasted message too big for the conversation (beyond the seeds: Claude Code keeps big
+    """A pasted message too big for the conversation (Claude Code keeps big
     pastes out of the prompt too). Without this, one message larger than the window could
     never be sent nor compacted away."""
     return len(text) > MAX_RESULT_CHARS or count_text(text) > prompt_limit_tokens(autocompact_threshold)

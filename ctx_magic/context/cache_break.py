@@ -1,4 +1,4 @@
-"""Prompt-cache break detection (SPEC C10's baseline).
+"""Prompt-cache break detection (its baseline is reset after a compaction).
 
 Each response says how many prompt tokens were read from the cache. When that figure falls
 against the previous response by more than 5 % of it and by more than 2,000 tokens, the cached

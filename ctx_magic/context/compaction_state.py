@@ -1,5 +1,5 @@
 """What a session remembers about its compactions: the boundaries so far, the turns between
-them and the circuit breaker (SPEC L6). A frozen value: each change returns a new one."""
+them and the circuit breaker. A frozen value: each change returns a new one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Compacted
 
-# autoCompact.ts: 1,279 sessions once failed 50+ times in a row; three failures stop the attempts.
+# Claude Code: 1,279 sessions once failed 50+ times in a row; three failures stop the attempts.
 MAX_CONSECUTIVE_FAILURES = 3
 
 
@@ -62,7 +62,7 @@ class CompactionState:
         return dataclasses.replace(self, turns=self.turns + 1)
 
     def compacted(self, event: Compacted) -> CompactionState:
-        """A compaction succeeded: a new boundary, and the breaker closes (L6)."""
+        """A compaction succeeded: a new boundary, and the circuit breaker closes."""
         return dataclasses.replace(self, failures=0, boundaries=(*self.boundaries, Boundary.of(event)),
                                    turns_at_boundary=self.turns)
 

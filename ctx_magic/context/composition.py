@@ -1,9 +1,9 @@
-"""What the next request carries, part by part (SPEC U1; Claude Code's `/context` shows the same).
+"""What the next request carries, part by part (the context panel; Claude Code's `/context` shows the same).
 
 The parts in use (system prompt, tools, memory and pins, messages, live tool results, persisted
 previews) are counted locally and scaled so that together they equal the measured context size
-(T1: the API's usage plus an estimate), because only the total is known exactly. The rest of the
-window is split the way the thresholds split it (T4): free space up to the compaction threshold,
+(the anchored count: the API's usage plus an estimate), because only the total is known exactly. The rest of the
+window is split the way the thresholds split it: free space up to the compaction threshold,
 the compaction buffer between the threshold and the effective window, and the reply reserve.
 """
 

@@ -4,15 +4,15 @@
 free, the circuit breaker and what compaction can use, and returns a `Plan` with its reason:
 clear old results, compact (from the session's notes first, else with a summary), ask the API
 for the exact count first, or say the context is blocked. The engine carries out the
-clearing, the loop the compaction, the panel shows the reason. L1 (persist) and L2 (snip) are
+clearing, the loop the compaction, the panel shows the reason. The tool-result budget (persist) and snip are
 fixed rules applied before it (engine.py).
 
 The rules, in order:
 - after an idle gap longer than the prompt-cache TTL the cache is cold: every token is written
-  again anyway, so clearing old results only makes that cheaper (SPEC L3a);
+  again anyway, so clearing old results only makes that cheaper (idle clearing);
 - at the compaction threshold something must give: the cheapest way under it over the calls
   expected to follow (a clearing that frees enough, the notes, a summary; costs.py prices them);
-- below it, a clearing (past the warning level and `clear_at_least`, L3b) or an early
+- below it, a clearing (past the warning level and `clear_at_least`: pressure clearing) or an early
   compaction happens only when it pays back twice what it costs now, so that a session ending
   soon never pays more than doing nothing. An early compaction (a summary: the notes only
   stand in for one the threshold forces) is weighed from where Claude Code's design compacts
@@ -33,7 +33,7 @@ COMPACT_FROM_NOTES = "notes"
 COMPACT_WITH_SUMMARY = "summary"
 NOTHING = "nothing to do"
 PAYBACK_FACTOR = 2.0  # a choice nothing forces must save twice what it costs now
-EARLY_COMPACTION_FROM = 200_000  # a context past a standard window is where carrying it costs most (T4)
+EARLY_COMPACTION_FROM = 200_000  # a context past a standard window is where carrying it costs most
 # A first summary's expected output (analysis and summary): Claude Code's real compaction replies
 # in the shared transcripts run to 3,000-4,000 tokens for 140,000-170,000-token conversations
 # (median about 3,450), so a summary's length hardly follows the conversation's; a short context
@@ -48,11 +48,11 @@ class SessionFacts:
     """What the session knows that the engine cannot measure from the messages."""
 
     auto_compaction: bool = True
-    """False inside a side call (SPEC L4's recursion guard) or when auto-compaction is off."""
+    """False inside a side call (the recursion guard: a summary never compacts) or when auto-compaction is off."""
     breaker_open: bool = False
-    """Auto-compaction failed too many times in a row (L6)."""
+    """Auto-compaction failed too many times in a row (the circuit breaker)."""
     notes_tokens: int = 0
-    """The session's notes, when it keeps them: a compaction can use them instead of a summary (S3)."""
+    """The session's notes, when it keeps them: a compaction can use them instead of a summary."""
     calls: int = 0
     """Main calls made in this session so far: as many more are expected (capped in costs.py)."""
     growth: int = 0
@@ -80,19 +80,19 @@ class Situation:
     idle_seconds: float | None
     """Seconds since the model last answered (None before its first answer)."""
     idle_limit_seconds: float
-    """An idle gap longer than this means the prompt cache has expired (SPEC L3a)."""
+    """An idle gap longer than this means the prompt cache has expired (idle clearing)."""
     clearable_tokens: int = 0
     """What clearing every old compactable result would free."""
     clear_prefix: int = 0
     """Tokens before the first result a clearing would change: the cache keeps them."""
     clear_at_least: int = 0
-    """A pressure clearing must free this much to be worth the cache break (L3b)."""
+    """A pressure clearing must free this much to be worth the cache break (pressure clearing)."""
     may_clear: bool = True
     """False once the clearing step has run (a second decision only concerns compaction)."""
     overhead: int = 0
     """The system prompt and the tools: what every context carries."""
     notes_tail: int = 0
-    """The recent messages a compaction from the notes keeps (S3's tail)."""
+    """The recent messages a compaction from the notes keeps (its tail)."""
     facts: SessionFacts = NO_FACTS
 
     @property
@@ -104,7 +104,7 @@ class Situation:
         return self.idle_seconds is not None and self.idle_seconds > self.idle_limit_seconds
 
     def with_exact_count(self, tokens: int) -> Situation:
-        """The same situation after the API counted the context itself (T3)."""
+        """The same situation after the API counted the context itself (the exact count)."""
         return dataclasses.replace(self, tokens=tokens, estimated_tokens=0, may_clear=False)
 
     def outlook(self) -> Outlook:

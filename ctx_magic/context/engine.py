@@ -1,6 +1,6 @@
-"""`prepare()`: the zero-call layers in their order, L1 -> L2 -> L3, before every model call.
+"""`prepare()`: the zero-call layers in their order, budget -> snip -> microcompact, before every model call.
 
-Idle thinking clearing (context/thinking.py) is a fixed rule like L1 and L2: after an idle gap
+Idle thinking clearing (context/thinking.py) is a fixed rule like the budget and snip: after an idle gap
 over the cache TTL only the last thinking turn stays, before the decision looks at the count.
 
 Everything here is a pure function of (messages, state, clock, settings): it returns the new
@@ -67,7 +67,7 @@ class ContextSettings:
     compactable_tools: frozenset[str] = COMPACTABLE_TOOLS
     """Tools whose results may be cleared (the loop's tool registry says which)."""
     budget: BudgetSettings = BudgetSettings()
-    """Per-result and per-message character limits of L1."""
+    """Per-result and per-message character limits of the tool-result budget."""
     tool_results_dir: str = "tool-results"
     """Folder named in persisted-output blocks (where read_file finds the full text)."""
     transcript_path: str = "transcript.jsonl"
@@ -89,7 +89,7 @@ class ContextSettings:
 
     @property
     def clear_threshold(self) -> int:
-        """What a pressure clearing must free: the setting, else 20,000 scaled to the window (T5)."""
+        """What a pressure clearing must free: the setting, else 20,000 scaled to the window."""
         return self.clear_at_least or max(1, round(CLEAR_AT_LEAST * self.thresholds.scale))
 
     def persisted_path(self, tool_use_id: str) -> str:
@@ -120,7 +120,7 @@ def sync_index(
     """Check and index what is new since the last call; re-apply frozen decisions to it.
 
     Returns the messages, the state and the index where the new part starts. Raises
-    InvariantError (SPEC M5) naming the first offending index.
+    InvariantError (the API's rules) naming the first offending index.
     """
     start = state.indexed
     if not (0 < start <= len(messages) and messages[start - 1].uuid == state.indexed_uuid):
@@ -175,7 +175,7 @@ def _freed_tokens(state: ContextState, messages: Sequence[Message]) -> int:
 
 
 def measure(messages: Sequence[Message], state: ContextState, overhead_tokens: int = 0) -> ContextCount:
-    """The live context's size (T1) with the engine's frozen corrections applied."""
+    """The live context's size (the anchored count) with the engine's frozen corrections applied."""
     return count_context(
         messages,
         overhead_tokens=overhead_tokens,
@@ -216,7 +216,7 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
 
 
 def _clear_thinking(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
-    """Seeds' thinking clearing: after an idle gap longer than the cache TTL, only the last
+    """Claude Code's thinking clearing: after an idle gap longer than the cache TTL, only the last
     thinking turn stays (the cache is cold, so removing the rest costs nothing)."""
     gap = idle_gap(messages, now)
     if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_seconds:
@@ -329,11 +329,11 @@ def prepare(
     facts: SessionFacts = NO_FACTS,
     may_clear: bool = True,
 ) -> Prepared:
-    """Run L1 (budget) -> L2 (snip), let `decide` choose, carry out its clearing (L3).
+    """Run the tool-result budget -> snip, let `decide` choose, carry out its clearing (microcompact).
 
     The loop carries out the rest of the plan (compaction). The order matters: the budget
     persists a large result before microcompact could replace it by a stub, so its full text
-    is always on disk (seeds: query.ts runs them so).
+    is always on disk (Claude Code runs them in this order too).
     """
     msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)

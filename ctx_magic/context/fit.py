@@ -1,10 +1,10 @@
-"""A side call fitted to the window (beyond the seeds): 0 API calls.
+"""A side call fitted to the window (beyond Claude Code): 0 API calls.
 
 A summary, a session-notes update or a memory extraction sends the conversation, then its
 prompt, and asks for a reply of up to max_tokens. The API refuses a request whose input and
 max_tokens together exceed the window ("input length and `max_tokens` exceed context limit"),
 and a conversation at the compaction threshold is exactly one that nearly fills it; in a small
-window the prompt alone can be larger than the buffers left (T5). So the conversation such a
+window the prompt alone can be larger than the buffers left (they scale with the window). So the conversation such a
 call sends is cut to the room it has, in this order:
 
 1. nothing changes when it fits (the call then reads the main call's cached prefix);
@@ -13,7 +13,7 @@ call sends is cut to the room it has, in this order:
    says how much was left out (the transcript keeps every word): tool results first, then the
    model's text, and the user's own words and earlier summaries only when that is not enough;
 4. when even MIN_KEPT_TOKENS of every block would not fit, the oldest API rounds go first (as
-   C4 drops them), then step 3 again.
+   a too-long compaction request drops them), then step 3 again.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from ctx_magic.context.thinking import without_thinking
 from ctx_magic.context.tokens import block_tokens, message_tokens
 from ctx_magic.messages import Block, Message, text_block
 
-FIT_MARGIN_SHARE = 0.05  # of the window, kept free: what the local estimate may be off by (T2)
+FIT_MARGIN_SHARE = 0.05  # of the window, kept free: what the local estimate may be off by
 MIN_KEPT_TOKENS = 200  # a block cut shorter than this says too little: older rounds go first
 HEAD_SHARE = 2 / 3  # of what a shortened block keeps, its start (the end holds errors and totals)
 CUT_NOTE = "\n[… {chars:,} characters left out so that this call fits the window; the transcript keeps them …]\n"
 
 
 def fit_messages(messages: Sequence[Message], room_tokens: int) -> list[Message]:
-    """The sent messages cut to at most `room_tokens` (by the local estimate, T2)."""
+    """The sent messages cut to at most `room_tokens` (by the local estimate)."""
     sent = [m for m in messages if m.sent]
     if sum(message_tokens(m) for m in sent) <= room_tokens:
         return list(messages)

@@ -1,4 +1,4 @@
-"""The Messages-API invariants (SPEC M5), checked on what is actually sent.
+"""The Messages-API invariants (the API's rules), checked on what is actually sent.
 
 Consecutive messages of the same role reach the API as one turn (the loop merges them), so
 the rules are checked per turn: the first turn is the user's; every tool_use is answered in
@@ -121,7 +121,7 @@ def dangling_tool_uses(messages: Sequence[Message]) -> list[str]:
 
 
 def close_dangling_tool_uses(messages: Sequence[Message], now: float) -> Message | None:
-    """An error-result message answering unanswered tool_use blocks at the end, if any (M5)."""
+    """An error-result message answering unanswered tool_use blocks at the end, if any."""
     pending = dangling_tool_uses(messages)
     if not pending:
         return None

@@ -1,4 +1,4 @@
-"""L3, microcompact (SPEC L3): 0 API calls.
+"""Microcompact: 0 API calls.
 
 Results of compactable tools older than the `keep_recent` most recent are replaced by a
 short stub. Whether to clear (after an idle gap, or under pressure) is decided in decide.py;

@@ -31,18 +31,18 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Key Results", "the exact results the user asked for"),
     ("Worklog", "a terse step-by-step record of what was done"),
 )
-MAX_SECTION_TOKENS = 2_000  # sessionMemory: each section stays readable at a glance
-MAX_TOTAL_TOKENS = 12_000  # sessionMemory: the whole file fits comfortably in a summary's place
+MAX_SECTION_TOKENS = 2_000  # Claude Code: each section stays readable at a glance
+MAX_TOTAL_TOKENS = 12_000  # Claude Code: the whole file fits comfortably in a summary's place
 SECTION_CHARS_FOR_COMPACT = 8_000  # ~2,000 tokens of a section carried into a compaction
 
-# When to extract (S2, departing from the seeds' 10,000 / 5,000 on purpose): notes exist to be
+# When to extract (departing from Claude Code's 10,000 / 5,000 on purpose): notes exist to be
 # the summary of a coming compaction, so they are kept only once one is in sight (the warning
 # level), then updated twice on the way to the threshold, after three tool calls or a quiet turn.
-# On a 200,000 window the seeds' schedule paid for notes that no compaction ever used.
+# On a 200,000 window Claude Code's schedule paid for notes that no compaction ever used.
 NOTES_UPDATES_PER_APPROACH = 2
 TOOL_CALLS_BETWEEN = 3
 
-# Session-memory compaction (S3): the kept tail, at most a share of the threshold on small
+# Session-memory compaction: the kept tail, at most a share of the threshold on small
 # windows: a fixed 10,000-token tail turned a 22,400-token context into 17,900, and the next
 # compaction came right after.
 KEEP_MIN_TOKENS = 10_000
@@ -92,7 +92,7 @@ def truncate_for_compact(notes: str, notes_path: str) -> str:
     return "\n\n".join(parts)
 
 
-# -- when to extract (S2) ------------------------------------------------------------------------
+# -- when to extract -----------------------------------------------------------------------------
 
 # A correction opens the message ("No, ...", "Actually ...", "Don't ..."); a decision is said
 # in so many words anywhere in it. "Why does this always return NaN?" is neither.
@@ -149,7 +149,7 @@ def extraction_due(state: ExtractionState, tokens: int, thresholds: Thresholds, 
     return "growth" if grew and busy_enough else None
 
 
-# -- session-memory compaction (S3) -------------------------------------------------------------
+# -- session-memory compaction ------------------------------------------------------------------
 
 
 def _is_text_message(message: Message) -> bool:
@@ -157,7 +157,7 @@ def _is_text_message(message: Message) -> bool:
 
 
 def tail_limits(threshold: int) -> tuple[int, int]:
-    """(least, most) tokens the kept tail holds: the seeds' 10,000 / 40,000, and at most 30 % of
+    """(least, most) tokens the kept tail holds: Claude Code's 10,000 / 40,000, and at most 30 % of
     the threshold (half that at least) so that a small window keeps room after the compaction."""
     most = min(KEEP_MAX_TOKENS, int(threshold * KEEP_MAX_SHARE_OF_THRESHOLD))
     return min(KEEP_MIN_TOKENS, most // 2), most

@@ -1,4 +1,4 @@
-"""Pins (issue 12): what the user wants in view whatever is summarized or cleared.
+"""Pins: what the user wants in view whatever is summarized or cleared.
 
 A pin is an instruction or a cell's source, kept word for word in the session folder and
 re-injected right after the summary by every compaction path. Pins count against a token

@@ -1,6 +1,6 @@
-"""The prompts of compaction (SPEC C2, C5, C8), in ctx_magic's own words.
+"""The prompts of compaction (summary, continuation, partial), in ctx_magic's own words.
 
-The rules behind them come from the seeds: a text-only instruction at both ends (models
+The rules behind them come from Claude Code: a text-only instruction at both ends (models
 sometimes reach for a tool anyway), an <analysis> scratchpad before the <summary>, nine
 sections with the user's messages verbatim, and a continuation message that tells the model
 where the full transcript is.
@@ -26,7 +26,7 @@ SUMMARY_SECTIONS: tuple[tuple[str, str], ...] = (
      "the next step in line with the latest request, quoting the conversation verbatim to show where the work stopped"),
 )
 
-# C8 "up to": newer messages follow the summary, so it sets context rather than resuming.
+# Partial compaction "up to": newer messages follow the summary, so it sets context rather than resuming.
 UP_TO_SECTIONS: tuple[tuple[str, str], ...] = (
     *SUMMARY_SECTIONS[:7],
     ("Work Completed", "what was finished in the summarized part"),
@@ -76,7 +76,7 @@ _ANALYSIS = (
 
 
 def compact_prompt(direction: str = "full", instructions: str | None = None) -> str:
-    """The compaction request appended as the last user message (C2, C8)."""
+    """The compaction request appended as the last user message (whole or partial)."""
     sections = UP_TO_SECTIONS if direction == "up_to" else SUMMARY_SECTIONS
     listing = "\n".join(f"{n}. {title}: {what}." for n, (title, what) in enumerate(sections, 1))
     parts = [
@@ -98,7 +98,7 @@ _SUMMARY_BLOCK = re.compile(r"<summary>(.*?)(?:</summary>|\Z)", re.DOTALL | re.I
 
 
 def extract_summary(reply: str) -> str | None:
-    """The <summary> content with the <analysis> scratchpad dropped (C5), or None if absent."""
+    """The <summary> content with the <analysis> scratchpad dropped, or None if absent."""
     without_analysis = _ANALYSIS_BLOCK.sub("", reply)
     match = _SUMMARY_BLOCK.search(without_analysis)
     if not match or not match.group(1).strip():
@@ -108,7 +108,7 @@ def extract_summary(reply: str) -> str | None:
 
 def summary_message_text(summary: str, transcript_path: str, *, auto: bool, partial: str = "full",
                          audit: str = "") -> str:
-    """The user message that carries a summary into the new context (C5), with what the coverage
+    """The user message that carries a summary into the new context, with what the coverage
     audit appended after it (context/audit.py) and a pointer to the search tool."""
     lead = (
         "This session is being continued from an earlier conversation that ran out of context. "

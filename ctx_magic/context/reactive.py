@@ -1,9 +1,9 @@
-"""L5, reactive compaction (SPEC L5): when the API still says the prompt is too long.
+"""Reactive compaction: when the API still says the prompt is too long.
 
 Compact once, keeping the last five messages with their pairs intact, and retry the call
 once per turn. A 413 for bytes (request_too_large) is not a token problem: images and
-documents go instead of a summary, and so does any tool result still over L1's single-result
-limit (read_file results, which L1 never persists), saved to disk the way L1 saves outputs.
+documents go instead of a summary, and so does any tool result still over the tool-result budget's single-result
+limit (read_file results, which the budget never persists), saved to disk the way the budget saves outputs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ctx_magic.context.snip import safe_cuts
 from ctx_magic.events import Persisted
 from ctx_magic.messages import Message, result_text
 
-REACTIVE_KEEP_MESSAGES = 5  # s08: the tail the model needs to carry on after the summary
+REACTIVE_KEEP_MESSAGES = 5  # the tail the model needs to carry on after the summary
 IMAGE_REMOVED = "[image removed: the request was larger than the API accepts]"
 
 

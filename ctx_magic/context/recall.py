@@ -1,6 +1,6 @@
-"""Recovery after a summary (issue 12): the session's own transcript and saved outputs, searched.
+"""Recovery after a summary: the session's own transcript and saved outputs, searched.
 
-A summary is lossy by design; the transcript is not (every message as first written, M2), and
+A summary is lossy by design; the transcript is not (every message as first written), and
 outputs too large for the conversation are saved beside it. The `search_transcript` tool reads
 them: a text (case-insensitive) or a regex, optionally within one turn or one notebook cell;
 each match comes with its turn and a ref (newest first), and a ref reads that message whole, page by page.

@@ -1,4 +1,4 @@
-"""Rebuild the live context from a transcript (SPEC M4).
+"""Rebuild the live context from a transcript (resume).
 
 The transcript is a log: every message as first written, and the durable events that changed
 the live context. Folding it gives back exactly the live list the session had: compactions

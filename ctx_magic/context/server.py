@@ -3,19 +3,19 @@
 With `strategy = 'server'` every main call carries `context_management.edits` built here from
 the same settings the client-side layers use, and ctx_magic stops doing what the API then does:
 
-- `clear_tool_uses_20250919` replaces L3's pressure clearing: it fires at ctx_magic's warning
+- `clear_tool_uses_20250919` replaces microcompact's pressure clearing: it fires at ctx_magic's warning
   level (`trigger`), keeps the `keep_recent` most recent tool uses (`keep`), clears only when it
   frees `clear_at_least` tokens (the same 20,000 scaled to the window), and never touches the
   results of tools ctx_magic never clears (`exclude_tools`: memory, questions, ...).
-- `clear_thinking_20251015` with `keep: "all"`: the seeds keep every thinking turn during active
+- `clear_thinking_20251015` with `keep: "all"`: Claude Code keeps every thinking turn during active
   use (the cache holds them). The API's own default would keep only the last turn and break the
   cache at each new turn. The idle rule (keep the last turn after the cache expired) stays on
   the client (context/thinking.py): the API forgets between requests, so a rule that depends on
   the previous request would bring cleared blocks back and break the cache again.
-- `compact_20260112` replaces L4 when the model takes it and the trigger is at least the API's
+- `compact_20260112` replaces auto-compaction when the model takes it and the trigger is at least the API's
   minimum: it fires at ctx_magic's auto-compact threshold. Otherwise ctx_magic still compacts.
 
-What the API does not do stays on the client: L1 (huge outputs to disk), L2 (snip), the
+What the API does not do stays on the client: the tool-result budget (huge outputs to disk), snip, the
 transcript, session notes, long-term memory, the panel, and manual `%compact`.
 """
 

@@ -1,4 +1,4 @@
-"""L2, snip (SPEC L2): 0 API calls.
+"""Snip: 0 API calls.
 
 Past `snip_max_messages` live messages, keep the first three (the original request and its
 setting) and the most recent ones, and put one marker in place of the middle naming how many
@@ -26,7 +26,7 @@ MIN_SNIP_MAX_MESSAGES = 10  # below this the tail could lose the response anchor
 def safe_cuts(messages: Sequence[Message]) -> list[bool]:
     """safe[p] is True when cutting between messages[p-1] and messages[p] splits no pair, and no
     tool loop whose first answer carries thinking: the API wants that answer, with its thinking,
-    in front of the rest of the loop (the seeds: thinking blocks travel with their turn)."""
+    in front of the rest of the loop (as in Claude Code: thinking blocks travel with their turn)."""
     pending: set[str] = set()
     thinking_loop = False
     safe = [True]

@@ -1,4 +1,4 @@
-"""What a summary must keep of the span it replaces (issue 12): the facts the coverage audit
+"""What a summary must keep of the span it replaces: the facts the coverage audit
 (context/audit.py) looks for, read from the messages without a model.
 
 - every message the user wrote, including those an earlier summary in the span answered for

@@ -1,4 +1,4 @@
-"""What the engine remembers between calls (SPEC L1, L3, T1, T2): the frozen decisions on
+"""What the engine remembers between calls (budget, clearing, anchored count, estimate): the frozen decisions on
 tool results (persisted, cleared) that are re-applied byte for byte, the index of what was
 already checked, and the learned estimate correction. A frozen value, saved in state.json."""
 
@@ -19,7 +19,7 @@ class ContextState:
     """What the engine remembers between calls: frozen decisions and its index."""
 
     decided: frozenset[str] = frozenset()
-    """tool_use_ids whose L1 decision is made (kept or persisted), never revisited."""
+    """tool_use_ids whose budget decision is made (kept or persisted), never revisited."""
     persisted: Mapping[str, str] = field(default_factory=dict)
     """tool_use_id -> the persisted-output block that replaced it, byte for byte."""
     persisted_paths: Mapping[str, str] = field(default_factory=dict)
@@ -36,7 +36,7 @@ class ContextState:
     """How many of the indexed messages go to the API."""
     freed_anchor: str | None = None
     freed_tokens: int = 0
-    """Tokens removed before the anchoring response since it was billed (T1 correction)."""
+    """Tokens removed before the anchoring response since it was billed (the anchored count's correction)."""
     correction: Correction = Correction()
 
     def with_persisted(self, events: Sequence[Persisted]) -> ContextState:

@@ -4,7 +4,7 @@ With extended thinking on, each answer opens with `thinking` (or `redacted_think
 carrying a signature. The API wants them back byte for byte inside a tool loop, and refuses a
 block that was changed; so this module never edits a block, it only removes whole ones:
 
-- **Thinking clearing** (seeds, "Thinking clearing"): old thinking is the largest
+- **Thinking clearing** (as Claude Code does it): old thinking is the largest
   tokens-per-message part of a conversation. During active use every thinking turn stays (the
   prompt cache holds them, clearing would only break it); after an idle gap longer than the
   cache TTL (the cache is cold anyway) only the last thinking turn is kept.
@@ -27,7 +27,7 @@ from ctx_magic.events import ThinkingCleared
 from ctx_magic.messages import Block, Message, text_block
 
 THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
-KEEP_THINKING_TURNS = 1  # seeds: after an idle gap, only the last thinking turn is kept
+KEEP_THINKING_TURNS = 1  # Claude Code: after an idle gap, only the last thinking turn is kept
 THINKING_OMITTED = "[earlier reasoning omitted]"  # stands in for an answer that was only thinking
 
 
@@ -41,7 +41,7 @@ def has_thinking(message: Message) -> bool:
 
 def without_thinking(message: Message) -> Message:
     """The message without its thinking blocks (an answer that was nothing else keeps a short
-    note instead, so no message is ever empty, M5)."""
+    note instead, so no message is ever empty, as the API requires)."""
     if not has_thinking(message):
         return message
     kept = [b for b in message.content if not is_thinking(b)]

@@ -1,4 +1,4 @@
-"""Windows and thresholds (SPEC T4-T5): when to warn, when to compact, when to refuse."""
+"""Windows and thresholds, scaled to the window: when to warn, when to compact, when to refuse."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ AUTOCOMPACT_BUFFER_TOKENS = 13_000
 WARNING_THRESHOLD_BUFFER_TOKENS = 20_000
 # Past this, a manual compaction still fits; new requests are refused.
 BLOCKING_BUFFER_TOKENS = 3_000
-# The buffers above were tuned for 200,000-token windows; smaller windows scale them (T5).
+# The buffers above were tuned for 200,000-token windows; smaller windows scale them.
 REFERENCE_WINDOW = 200_000
 DEFAULT_WINDOW = 200_000
 ENV_AUTOCOMPACT_PCT = "CTX_MAGIC_AUTOCOMPACT_PCT"
@@ -45,7 +45,7 @@ class Thresholds:
         return "ok"
 
     def percent_left(self, tokens: int) -> float:
-        """Room left before auto-compaction, as a percentage of the threshold (T4)."""
+        """Room left before auto-compaction, as a percentage of the threshold."""
         return max(0.0, round(100.0 * (self.autocompact - tokens) / self.autocompact, 1))
 
 
@@ -57,11 +57,11 @@ def compute_thresholds(
     env: Mapping[str, str] | None = None,
     thinking_budget: int = 0,
 ) -> Thresholds:
-    """The thresholds of T4, with T5's proportional buffers below a 200,000-token window.
+    """The window's thresholds, with proportional buffers below a 200,000-token window.
 
     `autocompact_pct` (config) or the CTX_MAGIC_AUTOCOMPACT_PCT variable sets the trigger as a
     percentage of the effective window, never later than the default trigger. A thinking budget
-    is reserved on top of the reply (seeds: thinking tokens are counted with their own budget):
+    is reserved on top of the reply (Claude Code: thinking tokens are counted with their own budget):
     the next reply, and the summary call that shares the main call's thinking settings, may
     think that much before they answer.
     """

@@ -89,7 +89,7 @@ class Correction:
 
 @dataclass(frozen=True)
 class ContextCount:
-    """How big the live context is and how that figure was reached (SPEC T1)."""
+    """How big the live context is and how that figure was reached (the anchored count)."""
 
     tokens: int
     anchor_tokens: int  # from the API's usage (0 when no response yet)
@@ -102,7 +102,7 @@ def find_anchor(messages: Sequence[Message]) -> int:
     """Index of the *first* message carrying the last response's id, or -1.
 
     Parallel tool calls can split one response over several assistant messages with tool
-    results in between; anchoring at the last of them would miss those results (seeds).
+    results in between; anchoring at the last of them would miss those results (Claude Code anchors at the first).
     """
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].usage is not None and messages[i].api_id:

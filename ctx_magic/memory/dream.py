@@ -1,4 +1,4 @@
-"""The dream: consolidation of long-term memory across sessions (SPEC X4, seeds 000 and 004).
+"""The dream: consolidation of long-term memory across sessions, after Claude Code's dreaming.
 
 Gates, cheapest first: at least 24 hours since the last dream, the session folders scanned at
 most every 10 minutes, at least 5 sessions since the last dream, then a lock file that no
@@ -50,13 +50,13 @@ from ctx_magic.memory.store import (
 from ctx_magic.store.files import atomic_write_json, read_json, restore_folder, snapshot_folder
 from ctx_magic.store.session import SessionDir, list_sessions
 
-MIN_HOURS_SINCE_DREAM = 24  # seeds 004: time gate, minHours = 24
-MIN_SESSIONS_SINCE_DREAM = 5  # seeds 004: session gate, minSessions = 5 new transcripts
-CHECK_INTERVAL = timedelta(minutes=10)  # SPEC X4: the session scan runs at most every 10 minutes
-PRUNE_BELOW = 0.1  # ~100 days for a full-score decaying memory, past the seeds' last row (day 90: x0.125)
-MAX_BASE_RELEVANCE = 1.0  # seeds 000: memories start at 1.0, the top of the scale
-NOTES_BUDGET_TOKENS = 40_000  # about three full notes files (S1 caps one at 12,000), newest first
-MAX_CANDIDATES = MAX_PER_SESSION  # a dream gathers no more than a session may extract (seeds 000: 20)
+MIN_HOURS_SINCE_DREAM = 24  # Claude Code: time gate, minHours = 24
+MIN_SESSIONS_SINCE_DREAM = 5  # Claude Code: session gate, minSessions = 5 new transcripts
+CHECK_INTERVAL = timedelta(minutes=10)  # the session scan runs at most every 10 minutes
+PRUNE_BELOW = 0.1  # ~100 days for a full-score decaying memory, past Claude Code's last row (day 90: x0.125)
+MAX_BASE_RELEVANCE = 1.0  # Claude Code: memories start at 1.0, the top of the scale
+NOTES_BUDGET_TOKENS = 40_000  # about three full notes files (session notes cap one at 12,000), newest first
+MAX_CANDIDATES = MAX_PER_SESSION  # a dream gathers no more than a session may extract (Claude Code: 20)
 DREAM_SOURCE = "dream"  # source_session of memories a dream writes
 
 STATE_NAME = "dream-state.json"

@@ -1,4 +1,4 @@
-"""The dream's lock file (SPEC X4): one process dreams at a time; a lock older than an hour
+"""The dream's lock file: one process dreams at a time; a lock older than an hour
 belongs to a dead process and is broken safely, even when two processes try at once."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from ctx_magic.memory.store import format_time, parse_time
 
-LOCK_STALE_AFTER = timedelta(hours=1)  # SPEC X4: a dream lock older than an hour belongs to a dead process
+LOCK_STALE_AFTER = timedelta(hours=1)  # a dream lock older than an hour belongs to a dead process
 GUARD_TIMEOUT_SECONDS = 10.0  # breaking a stale lock takes milliseconds; past this, give up as "locked"
 LOCK_NAME = "dream.lock"
 GUARD_NAME = ".dream.lock.guard"

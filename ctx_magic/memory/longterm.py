@@ -1,4 +1,4 @@
-"""Long-term memory extraction from a session (SPEC X2).
+"""Long-term memory extraction from a session.
 
 At session end (and on `%memory extract`) one side call reads the conversation and answers
 with the durable facts in it, one JSON object per line inside `<memories>`. Each candidate is
@@ -22,7 +22,7 @@ from ctx_magic.memory.secrets import find_secret
 from ctx_magic.memory.store import MEMORY_TYPES, Memory, MemoryStore, MemoryType, sort_by_relevance
 from ctx_magic.messages import Message
 
-MAX_PER_SESSION = 20  # seeds 000: extractMemories(..., maxMemories: 20) per session
+MAX_PER_SESSION = 20  # Claude Code: at most 20 memories extracted per session
 KNOWN_IN_PROMPT = 60  # stored memories listed as "already remembered": the most relevant ones
 MAX_TEXT_CHARS = 600  # a memory is a sentence or two; longer answers are junk, not memories
 DEFAULT_TYPE: MemoryType = "project"  # for an entry whose type is missing or unknown
@@ -114,7 +114,7 @@ def extract_memories(
     already_extracted: int = 0,
     refused: list[str] | None = None,
 ) -> list[Memory]:
-    """Ask the model for the session's durable facts and store the new ones (SPEC X2).
+    """Ask the model for the session's durable facts and store the new ones.
 
     `already_extracted` is how many this session stored before; the result holds only the
     memories stored now (the caller adds their number to its count). Secrets and duplicates

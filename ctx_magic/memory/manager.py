@@ -1,4 +1,4 @@
-"""Long-term memory for a running session (SPEC X1-X4): both scopes, the system-prompt section,
+"""Long-term memory for a running session (files, extraction, relevance, dream): both scopes, the system-prompt section,
 extraction at session end and on demand, dreaming when its gates open.
 
 Model calls go through the session's side call (same system prompt and tools, tools
@@ -30,12 +30,12 @@ from ctx_magic.memory.store import (
 from ctx_magic.messages import Message
 from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
-EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20, X2)
+EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
 JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
-# 20 memories of a sentence or two each (X2): output is billed at five times input, so no more.
+# 20 memories of a sentence or two each (the extraction's cap): output is billed at five times input, so no more.
 EXTRACTION_MAX_OUTPUT = 2_000
-# X2 at session end, for a session with something to carry over: one that compacted, or whose
-# conversation reached the size at which the seeds start keeping session notes (10,000 tokens).
+# Extraction at session end, for a session with something to carry over: one that compacted, or whose
+# conversation reached the size at which Claude Code starts keeping session notes (10,000 tokens).
 # A shorter one holds little a person has not said through %memory add (or %memory extract), and
 # the call (the conversation read, the prompt written, up to 2,000 output tokens at five times
 # input) was 5-8 % of a short session's bill in the replay benchmark. `%memory extract` always runs.
@@ -78,7 +78,7 @@ class MemoryManager:
         return sort_by_relevance([*self.project.all(), *self.user.all()], self.clock())
 
     def prompt_section(self) -> str:
-        """The most relevant memories of both scopes within the budget, for the system prompt (X3)."""
+        """The most relevant memories of both scopes within the budget, for the system prompt (by relevance)."""
         now = self.clock()
         return memory_prompt_section(select_for_prompt(self.all(), now, self.budget_tokens), now)
 
@@ -95,7 +95,7 @@ class MemoryManager:
     def forget(self, memory_id: str) -> bool:
         return self.project.forget(memory_id, now=self.clock()) or self.user.forget(memory_id, now=self.clock())
 
-    # -- extraction (X2) -----------------------------------------------------------------------
+    # -- extraction ----------------------------------------------------------------------------
 
     def extract(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
         """Store the session's durable facts now; counts toward its 20."""
@@ -141,7 +141,7 @@ class MemoryManager:
             thread.join(timeout)
         self.background = [t for t in self.background if t.is_alive()]
 
-    # -- dreaming (X4) -------------------------------------------------------------------------
+    # -- dreaming ------------------------------------------------------------------------------
 
     def dream(self, session: Session, *, force: bool) -> DreamResult:
         run = dream if force else maybe_dream

@@ -17,7 +17,7 @@ from ctx_magic.memory.secrets import find_secret
 from ctx_magic.memory.store import Memory, sort_by_relevance
 from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
-AGE_NOTE_AFTER_DAYS = 30  # one half-life (seeds 000): past it, the prompt says the memory may be stale
+AGE_NOTE_AFTER_DAYS = 30  # one half-life (Claude Code's decay): past it, the prompt says the memory may be stale
 LONGTERM_HEADING = "ctx_magic long-term memory extraction."
 GATHER_HEADING = "ctx_magic memory consolidation (dream), gather phase."
 CONSOLIDATE_HEADING = "ctx_magic memory consolidation (dream), consolidate phase."
@@ -136,7 +136,7 @@ so only write the entries that change. If nothing needs to change: <{CONSOLIDATE
 
 
 
-# -- the system prompt's memory section (SPEC X3) ---------------------------------------------
+# -- the system prompt's memory section -------------------------------------------------------
 
 
 def age_note(memory: Memory, now: datetime) -> str:
@@ -152,10 +152,10 @@ def prompt_line(memory: Memory, now: datetime) -> str:
 def select_for_prompt(
     memories: Iterable[Memory], now: datetime, budget_tokens: int = MEMORY_BUDGET_TOKENS
 ) -> list[Memory]:
-    """The most relevant memories whose prompt lines fit in `budget_tokens` together (SPEC X3).
+    """The most relevant memories whose prompt lines fit in `budget_tokens` together.
 
     Greedy by relevance: one that does not fit is passed over and smaller ones may still go in.
-    A memory holding a secret (stored before the checks, or edited by hand) never goes in (X1).
+    A memory holding a secret (stored before the checks, or edited by hand) never goes in (memories are never secrets).
     """
     chosen: list[Memory] = []
     left = budget_tokens

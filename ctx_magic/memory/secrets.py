@@ -1,4 +1,4 @@
-"""Secret detection for long-term memory (SPEC X1: memories are never secrets).
+"""Secret detection for long-term memory (memories are never secrets).
 
 `find_secret(text)` names the first kind of credential it sees ("an AWS access key id", "a
 password in plain words"), never the credential itself, or returns None. Four nets, in order:

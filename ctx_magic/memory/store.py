@@ -1,4 +1,4 @@
-"""Long-term memories on disk (SPEC X1, X3): one markdown file per memory and an index.
+"""Long-term memories on disk, with their relevance: one markdown file per memory and an index.
 
 A scope is a folder: the project scope is `<storage>/memory/` beside the notebook, the user
 scope `platformdirs.user_data_dir("ctx_magic")/memory/`. Each memory is `<id>.md` with a front
@@ -27,8 +27,8 @@ Scope = Literal["project", "user"]
 MEMORY_TYPES: tuple[str, ...] = get_args(MemoryType)
 SCOPES: tuple[str, ...] = get_args(Scope)
 
-HALF_LIFE_DAYS = 30.0  # seeds 000: decayFactor = 0.5 ^ (days / 30): day 30 x0.5, 60 x0.25, 90 x0.125
-BASE_RELEVANCE = 1.0  # seeds 000: a new memory starts at relevanceScore = 1.0
+HALF_LIFE_DAYS = 30.0  # Claude Code: decayFactor = 0.5 ^ (days / 30): day 30 x0.5, 60 x0.25, 90 x0.125
+BASE_RELEVANCE = 1.0  # Claude Code: a new memory starts at relevanceScore = 1.0
 NEAR_DUPLICATE_RATIO = 0.9  # difflib ratio of normalized texts at which two memories say the same thing
 SAME_WORD_RATIO = 0.75  # a replaced word this close to the original is a typo or an inflection, not a new word
 INDEX_NAME = "MEMORY.md"
@@ -51,7 +51,7 @@ def utc_now() -> datetime:
 
 
 def relevance(base: float, created: datetime, now: datetime, decay: bool) -> float:
-    """Current relevance: base x 0.5^(days/30) since creation (seeds 000), or base when decay is off."""
+    """Current relevance: base x 0.5^(days/30) since creation (Claude Code's decay), or base when decay is off."""
     if not decay:
         return base
     days = max(0.0, (now - created).total_seconds() / SECONDS_PER_DAY)

@@ -57,7 +57,7 @@ class Commands:
     """True while an agent turn runs: the agent's own code must not start another, or compact."""
 
     def refuse_inside_turn(self, what: str) -> None:
-        """The agent's code calling %%agent or %compact would edit the context mid-turn (M5)."""
+        """The agent's code calling %%agent or %compact would edit the context mid-turn and break the API's rules."""
         if self.turn_running:
             raise CtxMagicError(f"An agent turn is running: {what} cannot be used from inside it.")
 
@@ -157,7 +157,7 @@ class Commands:
             return removed
 
     def count_line(self) -> str:
-        """The exact size from the API's count_tokens (T3) beside the estimate; the estimate alone
+        """The exact size from the API's count_tokens beside the estimate; the estimate alone
         when the endpoint fails."""
         session = self.host.require()
         self.cells.absorb(session)

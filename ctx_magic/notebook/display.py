@@ -1,4 +1,4 @@
-"""What a turn looks like in the cell (SPEC N4): the reply streams as Markdown updated in
+"""What a turn looks like in the cell: the reply streams as Markdown updated in
 place, tool calls and their outputs sit in collapsible blocks, a status line says what the
 agent is doing, and every change to the context gets a one-line notice (worded in
 `notices.py`).

@@ -44,7 +44,7 @@ NO_CODE = "The python tool needs a non-empty 'code' string."
 NO_AWAIT = "Top-level await cannot run here"
 NOT_RUN = (TURNED_OFF, NO_APPROVER, DECLINED, NO_CODE, NO_AWAIT)
 """How the result of a python call whose code never ran begins (the export leaves such code unrun)."""
-RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (C7)
+RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (rehydration)
 
 
 class KernelExecutor:
@@ -161,7 +161,7 @@ class KernelExecutor:
         return ToolOutput("\n".join(lines))
 
     def context_attachments(self) -> list[str]:
-        """What the agent was last running, re-announced after a compaction (C7), and what the
+        """What the agent was last running, re-announced after a compaction (rehydration), and what the
         kernel holds now (its variables, functions and modules, read at this moment)."""
         notes = []
         if self.recent_code:

@@ -1,5 +1,5 @@
-"""The kernel's live state after a compaction (issue 12): the notebook's version of re-reading
-recent files (SPEC C7).
+"""The kernel's live state after a compaction: the notebook's version of re-reading
+recent files (rehydration).
 
 A summary says what the code did; the kernel says what exists now. After every compaction the
 agent gets a budgeted inventory of the user's namespace, read at that moment: variables with

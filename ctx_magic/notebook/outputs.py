@@ -174,7 +174,7 @@ class CellRecord:
 
     def content(self, image_max_bytes: int) -> str | list[Block]:
         """The tool_result content: text, plus the images the API accepts; a text stand-in for
-        each image left out (N2)."""
+        each image left out."""
         checks = self.image_checks(image_max_bytes)
         images = [c.block for c in checks if c.sent]
         notes = [c.block["text"] for c in checks if not c.sent]

@@ -2,7 +2,7 @@
 
 `OfflineAPI.inject("529", "drop")` (or POST /_offline/faults {"faults": [...]}) makes the next
 call answer 529 overloaded and the one after lose its connection mid-stream. Each name is a
-failure ctx_magic must survive (SPEC N5, L5; issue 11), answered as the API or the network
+failure ctx_magic must survive (one clear message, reactive compaction, no dead end), answered as the API or the network
 would answer it:
 
 - "ok": answers normally (aims a fault at the second or third call from now);

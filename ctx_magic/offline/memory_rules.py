@@ -30,7 +30,7 @@ from ctx_magic.memory.prompts import (
 from ctx_magic.offline.conversation import Request, content_blocks, is_background, latest_user, messages
 
 MAX_SENTENCE_CHARS = 300  # longer "sentences" are pasted data or code, not statements
-DEFAULT_LIMIT = 20  # seeds 000: at most 20 memories per session, when the prompt names no limit
+DEFAULT_LIMIT = 20  # Claude Code: at most 20 memories per session, when the prompt names no limit
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")

@@ -196,7 +196,7 @@ MEMORY_RULES: tuple[Rule, ...] = (
     Rule("memory-dream-consolidate", "memory", is_consolidate_request, lambda r: Answer.text(consolidate_answer(r))),
     Rule("memory-generic", "memory", looks_like_memory_request, answer_memory_generic),
 )
-"""Memory-extraction responders, most specific first; later issues add theirs here."""
+"""Memory-extraction responders, most specific first; later features add theirs here."""
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("compaction", "compaction", is_compaction_request, _answer_compaction),

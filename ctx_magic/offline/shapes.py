@@ -15,7 +15,7 @@ from ctx_magic.offline.counting import environment_unit
 from ctx_magic.offline.faults import ApiError
 from ctx_magic.offline.wire import error_json
 
-DEFAULT_WINDOW = 200_000  # the API's standard context window (SPEC T4)
+DEFAULT_WINDOW = 200_000  # the API's standard context window
 STANDARD_WINDOW = 200_000
 LONG_CONTEXT_BETA = "context-1m-2025-08-07"
 STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M only with the beta header

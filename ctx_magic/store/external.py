@@ -1,7 +1,7 @@
-"""Large tool outputs stored once (SPEC M2, M3).
+"""Large tool outputs stored once, beside the transcript.
 
 A tool_result whose text is over `EXTERNAL_MIN_CHARS` is written to its file in the session's
-`tool-results/` (the very file L1 persists the same output to, so that write becomes a no-op)
+`tool-results/` (the very file the tool-result budget persists the same output to, so that write becomes a no-op)
 and the transcript line keeps a reference: the file's path relative to the session folder, the
 number of characters and the sha256 of its UTF-8 bytes. Loading inflates every reference back,
 so readers see the message exactly as it was written; a file that is missing or changed is
@@ -17,7 +17,7 @@ from typing import Any
 
 from ctx_magic.store.files import hashed_path, write_once
 
-# L1's per-result limit (toolLimits.ts): an output this large gets a persisted file anyway, so
+# The tool-result budget's per-result limit (Claude Code's): an output this large gets a persisted file anyway, so
 # keeping it there instead of in the transcript line costs nothing and halves the disk it takes.
 EXTERNAL_MIN_CHARS = 50_000
 STORED_KEY = "_stored"  # bookkeeping keys start with "_": request building never sends them
@@ -36,7 +36,7 @@ def missing_note(path: str, chars: int) -> str:
 
 def _text_part(block: dict[str, Any]) -> tuple[str, int | None] | None:
     """(text, index in a content list or None for string content) of a tool_result with exactly
-    one text part: the shape whose text is the same bytes L1 writes to the persisted file."""
+    one text part: the shape whose text is the same bytes the budget writes to the persisted file."""
     content = block.get("content")
     if isinstance(content, str):
         return content, None

@@ -1,4 +1,4 @@
-"""Atomic file writes (SPEC M3): a temp file in the same folder, fsynced, then renamed."""
+"""Atomic file writes: a temp file in the same folder, fsynced, then renamed."""
 
 from __future__ import annotations
 

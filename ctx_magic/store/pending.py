@@ -1,4 +1,4 @@
-"""The user's cells waiting for the next agent turn, kept on disk (SPEC N2, across a restart).
+"""The user's cells waiting for the next agent turn, kept on disk (across a restart).
 
 Each cell the user runs between agent turns is appended to the session's
 `pending-cells.jsonl` as soon as it finishes: one JSON line, written through to the OS (a kernel

@@ -1,5 +1,5 @@
-"""A session's durability (SPEC M2, M3): every message and durable event written to the
-transcript as it happens, tool results persisted by L1 written to their files, the transcript
+"""A session's durability: every message and durable event written to the
+transcript as it happens, tool results persisted by the budget written to their files, the transcript
 fsynced and state.json saved at each turn end.
 
 Two faults are absorbed here. A full disk keeps a message out of the transcript: it waits, in
@@ -34,7 +34,7 @@ class Recorder:
         """Write a message that is about to become live (before any layer can change it).
 
         On a full disk the message waits to be written and the StorageError is raised: the
-        caller still makes it live (a tool call keeps its results, M5) and ends the turn.
+        caller still makes it live (a tool call keeps its results, as the API requires) and ends the turn.
         """
         try:
             self._ensure_transcript()  # before the message is live: a new transcript must not hold it twice

@@ -1,4 +1,4 @@
-"""A session's folder (SPEC M3): sessions/<id>/{transcript.jsonl, state.json,
+"""A session's folder: sessions/<id>/{transcript.jsonl, state.json,
 session-memory.md, pins.json, tool-results/} under the storage folder."""
 
 from __future__ import annotations

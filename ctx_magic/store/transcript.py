@@ -1,4 +1,4 @@
-"""The session transcript (SPEC M2): every message before any layer changes it, and every
+"""The session transcript: every message before any layer changes it, and every
 durable event, one JSON object a line. Lines are written through to the OS as they come and
 fsynced at each turn end; a corrupt or truncated line is reported on load and skipped.
 

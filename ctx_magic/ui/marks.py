@@ -1,7 +1,7 @@
 """Cell marks: which of the user's cells the agent no longer sees in full, and why.
 
-A notebook cell enters the context as a `notebook_cell` tool call (SPEC N2). When its result is
-persisted (L1), cleared (L3) or summarized by a compaction (L4), the panel's `cell_marks` name
+A notebook cell enters the context as a `notebook_cell` tool call. When its result is
+persisted (budget), cleared (microcompact) or summarized by a compaction, the panel's `cell_marks` name
 the cell so the JupyterLab extension can put a badge on it. A mark is keyed by the frontend's
 cell id together with the execution count it had (re-running the cell gives a new output the
 agent sees again); a frontend that sends no cell id gets marks keyed by the count alone, and

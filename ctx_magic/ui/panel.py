@@ -1,4 +1,4 @@
-"""The context panel (SPEC U1, U3): an ipywidgets VBox fed only by the engine's events and the
+"""The context panel: an ipywidgets VBox fed only by the engine's events and the
 session's `StatusSnapshot`.
 
 Its synced traits hold the figures (tokens, thresholds, zone, the composition of the next

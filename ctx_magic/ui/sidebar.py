@@ -1,4 +1,4 @@
-"""The sidebar anchor (SPEC U2): a small widget whose JupyterLab view moves the context panel
+"""The sidebar anchor: a small widget whose JupyterLab view moves the context panel
 into the right sidebar and follows the active notebook. Its front end is the project's own
 labextension (`labextension/`, module `@ctx-magic/labextension`)."""
 

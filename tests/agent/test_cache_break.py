@@ -1,4 +1,4 @@
-"""SPEC C10's cache-break baseline, end to end: the offline server's prompt cache shares the
+"""The cache-break baseline a compaction resets, end to end: the offline server's prompt cache shares the
 session's clock, so expiry, a lost cache and the legitimate rewrites are all real here."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def turns(r, numbers) -> None:  # type: ignore[no-untyped-def]
         r.clock.advance(20)
 
 
-def test_c10_a_lost_cache_is_reported_once_as_unexplained(tmp_path):
+def test_a_lost_cache_is_reported_once_as_unexplained(tmp_path):
     with rig(tmp_path, window=200_000) as r:
         seen: list[CacheBroke] = []
         r.session.listeners.append(lambda e: seen.append(e) if isinstance(e, CacheBroke) else None)
@@ -31,7 +31,7 @@ def test_c10_a_lost_cache_is_reported_once_as_unexplained(tmp_path):
                                        "reason": "unexplained", "expected": False}]
 
 
-def test_c10_an_idle_gap_past_the_ttl_is_reported_as_expiry(tmp_path):
+def test_an_idle_gap_past_the_ttl_is_reported_as_expiry(tmp_path):
     with rig(tmp_path, window=200_000) as r:
         turns(r, range(3))  # three results: fewer than keep_recent, so the idle clearing has nothing to do
         r.clock.advance(10 * 60)
@@ -39,7 +39,7 @@ def test_c10_an_idle_gap_past_the_ttl_is_reported_as_expiry(tmp_path):
     assert [(b.reason, b.expected) for b in r.session.meter.breaks] == [("the cache expired after 10 min idle", True)]
 
 
-def test_c10_a_compaction_resets_the_baseline_so_its_drop_is_not_a_break(tmp_path):
+def test_a_compaction_resets_the_baseline_so_its_drop_is_not_a_break(tmp_path):
     with rig(tmp_path, window=200_000) as r:
         turns(r, range(4))
         manual_compact(r.session)

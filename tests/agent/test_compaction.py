@@ -1,6 +1,6 @@
-"""Compaction as the loop runs it, over real HTTP: PTL inside compaction (C4), partial
-compaction (C8), rehydration (C7), hooks (C9), the model's compact and snip tools, resume
-(M4), interrupts (M5) and idle microcompact (L3)."""
+"""Compaction as the loop runs it, over real HTTP: PTL inside compaction, partial
+compaction, rehydration, hooks, the model's compact and snip tools, resume
+(same next request), interrupts (a valid conversation) and idle microcompact."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def tool_rule(name: str, trigger: str, tool_input) -> Rule:  # type: ignore[no-u
     return Rule(f"call-{name}", "normal", applies, answer)
 
 
-def test_c4_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tmp_path):
+def test_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tmp_path):
     with rig(tmp_path, window=60_000) as r:
         for n in range(6):
             run_turn(r.session, code_turn(n))
@@ -54,7 +54,7 @@ def test_c4_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tm
     assert r.session.compaction.boundaries[-1].trigger == "manual"
 
 
-def test_c8_partial_up_to_and_from_through_the_session(tmp_path):
+def test_partial_up_to_and_from_through_the_session(tmp_path):
     with rig(tmp_path, window=100_000) as r:
         for n in range(4):
             run_turn(r.session, code_turn(n, lines=20))
@@ -74,7 +74,7 @@ def test_c8_partial_up_to_and_from_through_the_session(tmp_path):
         assert run_turn(r.session, "and now?").error is None
 
 
-def test_c7_recent_files_are_re_read_fresh_within_budget(tmp_path):
+def test_recent_files_are_re_read_fresh_within_budget(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     for n in range(7):
@@ -97,7 +97,7 @@ def test_c7_recent_files_are_re_read_fresh_within_budget(tmp_path):
     assert notes[-1].text.startswith("<context-refresh>")
 
 
-def test_c7_the_sessions_own_files_are_skipped_and_five_work_files_still_come_back(tmp_path):
+def test_the_sessions_own_files_are_skipped_and_five_work_files_still_come_back(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     for n in range(7):
@@ -114,7 +114,7 @@ def test_c7_the_sessions_own_files_are_skipped_and_five_work_files_still_come_ba
     assert names == ["f6.txt", "f5.txt", "f4.txt", "f3.txt", "f2.txt"]
 
 
-def test_c9_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path):
+def test_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path):
     seen: list[Compacted] = []
     with rig(tmp_path) as r:
         r.session.hooks.add("PreCompact", lambda trigger, instructions: f"hook says keep units ({trigger})")
@@ -172,7 +172,7 @@ def test_the_model_can_snip_old_results_once_the_context_was_cut(tmp_path):
     assert snip_result and "nope" in snip_result[0]
 
 
-def test_m4_resume_after_restart_sends_the_same_next_request(tmp_path):
+def test_resume_after_restart_sends_the_same_next_request(tmp_path):
     config = Settings(snip_max_messages=30)
     with rig(tmp_path, window=200_000, config=config) as r:
         for n in range(10):
@@ -245,7 +245,7 @@ def test_interrupt_while_streaming_keeps_the_conversation_valid(tmp_path):
         assert r.session.store.load_transcript().problems == []
 
 
-def test_l3_idle_gap_clears_old_results_before_the_next_call(tmp_path):
+def test_idle_gap_clears_old_results_before_the_next_call(tmp_path):
     with rig(tmp_path, window=200_000) as r:
         for n in range(8):
             run_turn(r.session, code_turn(n, lines=30))
@@ -266,7 +266,7 @@ def test_consecutive_calls_read_the_previous_prefix_from_the_cache(tmp_path):
     assert usage.cache_hit_ratio > 0.5
 
 
-def test_s3_compaction_waits_up_to_fifteen_seconds_for_a_running_extraction(tmp_path):
+def test_compaction_waits_up_to_fifteen_seconds_for_a_running_extraction(tmp_path):
     class Source:
         def __init__(self):
             self.waited: list[float] = []
@@ -285,7 +285,7 @@ def test_s3_compaction_waits_up_to_fifteen_seconds_for_a_running_extraction(tmp_
     assert r.session.compaction.boundaries[-1].trigger == "manual"
 
 
-def test_t3_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_path):
+def test_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_path):
     """The 4/3 padding over-estimates: near the threshold the API's count decides."""
     from ctx_magic.context.tokens import Correction
 

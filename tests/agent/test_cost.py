@@ -1,4 +1,4 @@
-"""Cost in dollars (issue 13, part 5): the price table, a session's spend worked out by hand, the
+"""Cost in dollars: the price table, a session's spend worked out by hand, the
 long-prompt rates, contract prices, and the savings of the context changes."""
 
 from __future__ import annotations

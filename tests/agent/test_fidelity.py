@@ -1,4 +1,4 @@
-"""What survives a compaction (issue 12), over real HTTP against the offline stand-in: the
+"""What survives a compaction, over real HTTP against the offline stand-in: the
 coverage audit on every path, pins after every path and a resume, and the search tool."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def code_turn(n: int, lines: int = 40) -> str:
 
 
 class Notes:
-    """A notes source (SPEC S3) whose notes cover the whole conversation so far."""
+    """A notes source (for compaction from notes) whose notes cover the whole conversation so far."""
 
     def __init__(self, session: Session) -> None:
         self.covered = session.live.messages[-1].uuid
@@ -73,7 +73,7 @@ def compact_by(path: str, r) -> str:  # type: ignore[no-untyped-def]
         r.api.inject("ptl")
         assert run_turn(session, "and the next one?").compactions == ["reactive"]
     elif path == "session-memory":
-        for n in range(6):  # over the 10,000 tokens session-memory compaction keeps (S3)
+        for n in range(6):  # over the 10,000 tokens session-memory compaction keeps
             run_turn(session, prompt(n))
         session.plugins.attach_notes(Notes(session))
         manual_compact(session)
@@ -128,7 +128,7 @@ def test_pins_survive_a_resume_and_the_compaction_after_it(tmp_path):
 
 
 def big_turn(n: int) -> str:
-    """A turn whose code prints about 5,000 tokens (under L1's limit, 25,000 characters at a
+    """A turn whose code prints about 5,000 tokens (under the tool-result budget's limit, 25,000 characters at a
     100,000-token window)."""
     return (f"Turn {n}: dump batch {n}.\n```python\nbatch_{n} = [f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)]"
             f"\nprint('\\n'.join(batch_{n}))\n```")

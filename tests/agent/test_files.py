@@ -1,4 +1,4 @@
-"""FileTools (agent/files.py): read_file, list_files and grep, confined to the session's root (N3)."""
+"""FileTools (agent/files.py): read_file, list_files and grep, confined to the session's root."""
 
 from __future__ import annotations
 
@@ -383,7 +383,7 @@ def test_stubs_resume_after_invalidation_once_the_file_is_read_again(root: Path,
     assert stub == UNCHANGED_STUB.format(tool_use_id="toolu_2")
 
 
-# --- recent reads (C7) ----------------------------------------------------------------------
+# --- recent reads (rehydration) -------------------------------------------------------------
 
 
 def test_recent_reads_lists_most_recent_first(root: Path, tools: FileTools) -> None:

@@ -1,6 +1,6 @@
 """The agent loop end to end: the real anthropic SDK over real HTTP against the offline server.
 
-SPEC L4-L6 and the agent-loop issue's Must-show list: long sessions that compact several
+Auto-compaction, reactive compaction and the circuit breaker: long sessions that compact several
 times and keep working, the reactive path, the circuit breaker, faults.
 """
 
@@ -43,7 +43,7 @@ def test_thirty_turns_in_a_small_window_compact_repeatedly_and_keep_working(tmp_
     assert all(res.model_calls >= 2 for res in results)  # each turn ran its code and answered
     assert len(compactions) >= 3, f"expected several compactions, saw {len(compactions)}"
     assert {b.trigger for b in r.session.compaction.boundaries} == {"auto"}
-    assert r.session.meter.breaks == []  # every compaction reset the cache-break baseline (C10)
+    assert r.session.meter.breaks == []  # every compaction reset the cache-break baseline
     assert all(q.status == 200 for q in records), [q.status for q in records]
     assert all(q.input_tokens <= window for q in records)
     for record in records:
@@ -130,7 +130,7 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
 
 
 def test_compaction_request_reuses_system_tools_and_tool_choice_and_forbids_tools_in_words(tmp_path):
-    """C3: the same prefix as the main call, so it is read from the cache: a tool_choice change
+    """The summary call has the same prefix as the main call, so it is read from the cache: a tool_choice change
     would invalidate every cached message block (the stand-in bills it so)."""
     with rig(tmp_path, window=200_000) as r:
         run_turn(r.session, prompt(0))
@@ -315,7 +315,7 @@ def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_
     assert [m.uuid for m in loaded.messages()][-len(live):] == live
 
 
-def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_retries(tmp_path):
+def test_request_too_large_strips_images_and_saves_oversized_results_then_retries(tmp_path):
     (tmp_path / "wide.csv").write_text("".join(f"{i}," + "x" * 120 + "\n" for i in range(1_000)))
     png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     with rig(tmp_path, window=200_000) as r:
@@ -341,7 +341,7 @@ def test_l5_request_too_large_strips_images_and_saves_oversized_results_then_ret
     saved = tmp_path / ".ctx_magic" / "sessions" / sid / "tool-results" / "toolu_read.txt"
     assert saved.read_text() == read  # nothing lost: the full read is on disk
     assert "toolu_read" in r.session.live.state.persisted
-    assert problems == [] and resumed.request(resumed.setup()).messages == expected  # the transcript knows (M4)
+    assert problems == [] and resumed.request(resumed.setup()).messages == expected  # the transcript knows (resume)
 
 
 def test_a_message_too_large_for_the_window_is_saved_to_a_file_and_the_session_goes_on(tmp_path):
@@ -349,7 +349,7 @@ def test_a_message_too_large_for_the_window_is_saved_to_a_file_and_the_session_g
     with rig(tmp_path, window=20_000) as r:
         notices = []
         r.session.listeners.append(lambda e: notices.append(e.text) if isinstance(e, Notice) else None)
-        assert len(pasted) < 50_000  # under L1's limit, but far more than a quarter of this window
+        assert len(pasted) < 50_000  # under the tool-result budget's limit, but far more than a quarter of this window
         result = run_turn(r.session, pasted)
         sent = [q for q in r.api.requests if q.path == "/v1/messages"][-1]
         saved = r.session.store.tool_results_dir / "prompt-1-0.txt"
@@ -381,7 +381,7 @@ def test_a_session_folder_deleted_mid_session_is_started_again_from_the_live_con
     assert resumed.request(resumed.setup()).messages == expected
 
 
-def test_t2_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_path):
+def test_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_path):
     config = Settings(context_window=8_000, clear_at_least=300, keep_recent=2)
     with rig(tmp_path, window=8_000, config=config) as r:
         ratios = []

@@ -1,4 +1,4 @@
-"""AnthropicModel (agent/model.py) on the real SDK against the offline Messages-API server (T3, T4, N5, L5)."""
+"""AnthropicModel (agent/model.py) on the real SDK against the offline Messages-API server: counts, limits, faults."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_usage_without_breakpoints_has_no_cache_figures(model: AnthropicModel) -
     assert usage.input_tokens > 0
 
 
-# --- count_tokens (T3) ----------------------------------------------------------------------
+# --- count_tokens ---------------------------------------------------------------------------
 
 
 def test_count_tokens_equals_the_servers_count(model: AnthropicModel, api: OfflineAPI) -> None:
@@ -166,7 +166,7 @@ def test_count_tokens_with_a_rejected_key_is_authentication_failed(url: str) -> 
         AnthropicModel(sdk(url, key="invalid"), name=MODEL).count_tokens(request(user_text("hi")))
 
 
-# --- limits (T4) ----------------------------------------------------------------------------
+# --- limits ---------------------------------------------------------------------------------
 
 
 def test_limits_come_from_the_models_api(model: AnthropicModel, api: OfflineAPI) -> None:
@@ -220,7 +220,7 @@ def test_limits_with_a_rejected_key_are_authentication_failed(url: str) -> None:
     assert "ANTHROPIC_API_KEY" in str(caught.value)
 
 
-# --- faults map to our errors (N5, L5) ------------------------------------------------------
+# --- faults map to our errors ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -451,7 +451,7 @@ def test_map_error_passes_our_own_errors_through() -> None:
 
 
 
-# --- table_limits (T4) ----------------------------------------------------------------------
+# --- table_limits ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Session notes end to end over real HTTP (SPEC S1-S3): extraction in the background once a
+"""Session notes end to end over real HTTP: extraction in the background once a
 compaction is in sight, then auto-compaction through session memory with zero model calls."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_auto_compaction_goes_through_the_notes_with_zero_model_calls(tmp_path):
         assert r.api.model_calls("compaction") == 0
         summary = next(m for m in r.session.live.messages if m.kind == "summary")
         assert "# Task Specification" in summary.text and "Batch 0: tabulate it." in summary.text
-        assert "without asking" in summary.text  # auto: the work goes on (C5)
+        assert "without asking" in summary.text  # auto: the work goes on
         check_invariants(r.session.live.messages)
         assert run_turn(r.session, "and now?").error is None
 
@@ -115,7 +115,7 @@ def test_manual_compact_uses_the_notes_unless_given_instructions(tmp_path):
         assert r.session.compaction.boundaries[-1].trigger == "session-memory"
         assert r.api.model_calls("compaction") == 0
         summary = next(m for m in r.session.live.messages if m.kind == "summary")
-        assert "without asking" not in summary.text  # the user asked for it: no "continue unasked" (C5)
+        assert "without asking" not in summary.text  # the user asked for it: no "continue unasked"
         manual_compact(r.session, "keep the row counts")
         assert r.session.compaction.boundaries[-1].trigger == "manual"
         assert r.api.model_calls("compaction") == 1

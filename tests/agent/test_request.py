@@ -1,4 +1,4 @@
-"""From the live context to the request body (agent/request.py): what is sent, merged, cached (M1, M5)."""
+"""From the live context to the request body (agent/request.py): what is sent, merged, cached."""
 
 from __future__ import annotations
 

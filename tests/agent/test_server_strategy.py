@@ -1,4 +1,4 @@
-"""The 'server' strategy (issue 13, part 4): ctx_magic's own settings mapped onto the API's
+"""The 'server' strategy: ctx_magic's own settings mapped onto the API's
 context edits and server compaction, which the offline stand-in applies deterministically; the
 edits are recorded and shown, the compaction block goes back unchanged, and what the API does
 not do (the transcript, resume, savings) stays ctx_magic's."""
@@ -28,7 +28,7 @@ SERVER = Settings(strategy="server")
 
 
 def big(n: int) -> str:
-    """A turn whose code prints about 14,000 tokens in two runs, each under L1's limit (50,000
+    """A turn whose code prints about 14,000 tokens in two runs, each under the tool-result budget's limit (50,000
     characters scaled to the 100,000-token window: 25,000)."""
     run = f"```python\nprint('\\n'.join(f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)))\n```"
     return f"Turn {n}: dump batch {n}.\n{run}\n{run}"
@@ -43,7 +43,7 @@ def test_the_edits_are_ctx_magics_own_settings():
                        supported=("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112"),
                        tools=("python", "read_file", "memory", "snip"), clearable_tools=("python", "read_file"))
     assert plan.context_management == {"edits": [
-        {"type": "clear_thinking_20251015", "keep": "all"},  # seeds: every thinking turn stays while active
+        {"type": "clear_thinking_20251015", "keep": "all"},  # Claude Code: every thinking turn stays while active
         {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 162_904},
          "keep": {"type": "tool_uses", "value": 5}, "clear_at_least": {"type": "input_tokens", "value": 20_000},
          "exclude_tools": ["memory", "snip"]},

@@ -1,6 +1,6 @@
 """Extended thinking through the whole loop, on the real SDK against the offline stand-in, which
 signs every thinking block and refuses one that comes back changed, missing, out of place or
-written by another model (issue 13, part 1; seeds: thinking clearing)."""
+written by another model; and thinking clearing after an idle gap."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_an_idle_gap_over_the_ttl_keeps_only_the_last_thinking_turn_and_resume_a
     with_thinking = [m for m in sent if m["role"] == "assistant" and m["content"][0]["type"] == "thinking"]
     assert len(with_thinking) == 1  # only the last turn's answer still opens with its thinking
     assert len(thinking_turns(r.session.live.messages)) == 2  # that turn, and the answer to the new prompt
-    assert resumed.request(resumed.setup()).messages == expected  # the clearing is replayed byte for byte (M4)
+    assert resumed.request(resumed.setup()).messages == expected  # the clearing is replayed byte for byte on resume
 
 
 def test_a_model_switch_drops_the_blocks_the_new_model_cannot_take(tmp_path):

@@ -1,4 +1,4 @@
-"""The python tool (agent/tools.py): LocalExecutor and run_python_source behave like a notebook cell (N3)."""
+"""The python tool (agent/tools.py): LocalExecutor and run_python_source behave like a notebook cell."""
 
 from __future__ import annotations
 

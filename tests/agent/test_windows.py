@@ -1,4 +1,4 @@
-"""Models and windows (issue 13, part 2; SPEC T4): limits from the Models API first, the current
+"""Models and windows: limits from the Models API first, the current
 fallback table (4.x, 5, 5.5; 200k and 1M; 64k and 128k), the 1M-context beta header for the
 models that need it, and what a 1M window's thresholds and decision inputs are."""
 
@@ -28,7 +28,7 @@ def test_a_1m_models_limits_come_from_the_models_api_and_set_its_thresholds(tmp_
         prepared, _ = r.session.prepare()
     assert (limits.window, limits.max_output, limits.source) == (ONE_MILLION, 128_000, "models-api")
     assert (window.tokens, window.reply_cap, window.source) == (ONE_MILLION, 16_384, "models-api")
-    # T4: effective = window - min(reply cap, 20,000); the 13,000 / 20,000 / 3,000 buffers unscaled.
+    # Thresholds: effective = window - min(reply cap, 20,000); the 13,000 / 20,000 / 3,000 buffers unscaled.
     assert thresholds.effective == 1_000_000 - 16_384 == 983_616
     assert (thresholds.autocompact, thresholds.warning, thresholds.blocking) == (970_616, 950_616, 980_616)
     # What the decision gets to weigh carrying ~970,000 tokens on every call against a summary.

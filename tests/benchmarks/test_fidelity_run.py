@@ -1,4 +1,4 @@
-"""Smoke test: the fidelity benchmark (issue 12) still runs end to end on a short notebook session
+"""Smoke test: the fidelity benchmark still runs end to end on a short notebook session
 and one trajectory; the guarantees it measures hold there (no timings checked)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The soak (benchmarks/soak.py), short and in real kernels: the same plan, faults and figures as
 `python -m benchmarks.soak`, which runs 160 steps at two windows through the notebook layer in
-process. Every figure the issue sets a target for is held to it."""
+process. Every figure the soak sets a target for is held to it."""
 
 from __future__ import annotations
 

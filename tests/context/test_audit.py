@@ -1,4 +1,4 @@
-"""The coverage audit (issue 12): what a summary left out of the span it replaces is appended
+"""The coverage audit: what a summary left out of the span it replaces is appended
 after it; a complete summary gets nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC C1-C8: compaction input, PTL head truncation, splits, the rebuilt context."""
+"""Compaction: its input, the prompt, the summary message, PTL head truncation, splits, the rebuilt context."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ def compact(messages, summarizer=None, *, direction="full", split_at=None, trigg
     return rebuild(job, summary, attachments=lambda kept: attachments)
 
 
-# -- C1 ------------------------------------------------------------------------------------
+# -- what the summarizer sees --------------------------------------------------------------
 
 
-def test_c1_images_and_documents_become_markers_and_attachments_stay_for_the_cache():
+def test_images_and_documents_become_markers_and_attachments_stay_for_the_cache():
     use = call()
     msgs = [
         Message("user", (text("look"), IMAGE, {"type": "document", "source": {}})),
@@ -79,10 +79,10 @@ def test_c1_images_and_documents_become_markers_and_attachments_stay_for_the_cac
     assert out[2].content[0]["content"][1] == text("[image]")
 
 
-# -- C2 / C5 --------------------------------------------------------------------------------
+# -- the summary prompt and message ---------------------------------------------------------
 
 
-def test_c2_prompt_has_no_tools_at_both_ends_and_nine_sections():
+def test_prompt_has_no_tools_at_both_ends_and_nine_sections():
     prompt = compact_prompt()
     assert prompt.startswith("IMPORTANT: answer with plain text only")
     assert prompt.rstrip().endswith("block with the sections above.")
@@ -93,35 +93,35 @@ def test_c2_prompt_has_no_tools_at_both_ends_and_nine_sections():
     assert "<analysis>" in prompt and "<summary>" in prompt
 
 
-def test_c2_user_instructions_are_appended():
+def test_summary_prompt_appends_user_instructions():
     prompt = compact_prompt("full", "focus on the plots")
     assert "Additional instructions for this summary:\nfocus on the plots" in prompt
 
 
-def test_c8_up_to_prompt_swaps_the_last_sections():
+def test_up_to_prompt_swaps_the_last_sections():
     prompt = compact_prompt("up_to")
     assert "Work Completed" in prompt and "Context for Continuing Work" in prompt
     assert "Current Work" not in prompt
     assert "NOT re-summarized" in compact_prompt("from")
 
 
-def test_c5_analysis_is_dropped_and_summary_extracted():
+def test_analysis_is_dropped_and_summary_extracted():
     assert extract_summary("<analysis>scratch</analysis>\n<summary>\nkept\n</summary>") == "kept"
     assert extract_summary("<analysis>only</analysis>") is None
     assert extract_summary("<summary>cut off by max_tokens") == "cut off by max_tokens"
 
 
-# -- C4: PTL head truncation ------------------------------------------------------------------
+# -- PTL head truncation ----------------------------------------------------------------------
 
 
-def test_c4_groups_are_api_rounds_with_their_results():
+def test_truncation_groups_are_api_rounds_with_their_results():
     msgs = rounds(3)
     groups = api_round_groups(msgs)
     assert [len(g) for g in groups] == [1, 2, 2, 2]
     assert groups[1][0].role == "assistant" and groups[1][1].role == "user"
 
 
-def test_c4_drops_oldest_groups_covering_the_gap():
+def test_truncation_drops_oldest_groups_covering_the_gap():
     msgs = rounds(6)
     groups = api_round_groups(msgs)
     gap = sum(message_tokens(m) for m in groups[0] + groups[1]) - 1
@@ -131,15 +131,15 @@ def test_c4_drops_oldest_groups_covering_the_gap():
     assert out[1:] == [m for g in groups[2:] for m in g]
 
 
-def test_c4_without_a_gap_drops_a_fifth_of_the_groups():
+def test_truncation_without_a_gap_drops_a_fifth_of_the_groups():
     msgs = rounds(9)  # 10 groups
     out = truncate_head_for_ptl(msgs, None)
     assert out is not None
     assert out[1:] == msgs[1 + 2 * 1:]  # two groups: the request and the first round
 
 
-def test_c4_previous_marker_is_stripped_before_grouping():
-    """The seeds' bug: the marker as its own group would be all the 20% fallback drops."""
+def test_truncation_strips_the_previous_marker_before_grouping():
+    """Claude Code's bug: the marker as its own group would be all the 20% fallback drops."""
     msgs = rounds(4)  # 5 groups: one fifth is exactly one group
     first = truncate_head_for_ptl(msgs, None)
     assert first is not None and first[0].text == PTL_RETRY_MARKER
@@ -151,12 +151,12 @@ def test_c4_previous_marker_is_stripped_before_grouping():
     assert second[1:] == msgs[3:]  # the first round went, not the marker
 
 
-def test_c4_nothing_left_returns_none():
+def test_truncation_with_nothing_left_returns_none():
     assert truncate_head_for_ptl(rounds(1), 10**9) is None
     assert truncate_head_for_ptl([user_text("only")], None) is None
 
 
-def test_c4_retries_at_most_three_times_then_fails_clearly():
+def test_prompt_too_long_summary_retries_at_most_three_times_then_fails_clearly():
     errors = [PromptTooLong("too long", 100, 50) for _ in range(MAX_PTL_RETRIES + 1)]
     summarizer = FakeSummarizer(errors=errors)
     with pytest.raises(CompactionFailed, match="too long to summarize"):
@@ -165,23 +165,23 @@ def test_c4_retries_at_most_three_times_then_fails_clearly():
     assert all(len(a) > len(b) for a, b in zip(summarizer.seen, summarizer.seen[1:]))
 
 
-def test_c4_recovers_after_a_truncation():
+def test_prompt_too_long_summary_recovers_after_a_truncation():
     summarizer = FakeSummarizer(errors=[PromptTooLong("too long", 1_200, 1_000)])
     assert summarize_with_retries(summarizer.summarize, rounds(10), "p") == "the summary"
     assert len(summarizer.seen[1]) < len(summarizer.seen[0])
 
 
-def test_c3_model_errors_become_compaction_failures():
+def test_summary_call_model_errors_become_compaction_failures():
     with pytest.raises(CompactionFailed, match="summary call failed"):
         summarize_with_retries(FakeSummarizer(errors=[ServerError("boom")]).summarize, rounds(2), "p")
     with pytest.raises(CompactionFailed, match="no <summary>"):
         summarize_with_retries(FakeSummarizer(reply="no tags").summarize, rounds(2), "p")
 
 
-# -- C6 / C8: the rebuilt context -----------------------------------------------------------
+# -- the rebuilt context, whole or partial --------------------------------------------------
 
 
-def test_c6_full_compaction_order_and_boundary_metadata():
+def test_full_compaction_order_and_boundary_metadata():
     msgs = rounds(4)
     attachment = user_text("recent file", kind="attachment")
     result = compact(msgs, trigger="auto", previous_boundary="b0", turns_since=7, attachments=[attachment])
@@ -199,11 +199,11 @@ def test_c6_full_compaction_order_and_boundary_metadata():
     check_invariants(result.messages)
 
 
-def test_c5_manual_summary_does_not_tell_the_model_to_continue_silently():
+def test_manual_summary_does_not_tell_the_model_to_continue_silently():
     assert "without asking" not in compact(rounds(2)).messages[1].text
 
 
-def test_c8_up_to_keeps_later_messages_after_the_summary():
+def test_up_to_keeps_later_messages_after_the_summary():
     msgs = rounds(6)
     result = compact(msgs, direction="up_to", split_at=7)
     assert [m.kind for m in result.messages[:2]] == ["boundary", "summary"]
@@ -211,13 +211,13 @@ def test_c8_up_to_keeps_later_messages_after_the_summary():
     check_invariants(result.messages)
 
 
-def test_c8_split_never_separates_a_pair():
+def test_split_never_separates_a_pair():
     msgs = rounds(6)
     split = plan_split(msgs, "up_to", 6)  # 6 is a tool result: the cut moves back to 5
     assert len(split.to_summarize) == 5 and split.kept_after[0].role == "assistant"
 
 
-def test_c8_from_keeps_earlier_messages_first():
+def test_from_keeps_earlier_messages_first():
     msgs = rounds(6)
     result = compact(msgs, direction="from", split_at=5)
     assert [m.uuid for m in result.messages[:5]] == [m.uuid for m in msgs[:5]]
@@ -226,7 +226,7 @@ def test_c8_from_keeps_earlier_messages_first():
     check_invariants(result.messages)
 
 
-def test_c8_from_prompt_is_the_partial_one():
+def test_from_prompt_is_the_partial_one():
     summarizer = FakeSummarizer()
     compact(rounds(6), summarizer, direction="from", split_at=5)
     assert "NOT re-summarized" in summarizer.prompts[0]
@@ -243,7 +243,7 @@ def test_rebound_is_reported_when_the_result_is_still_over_the_threshold():
     assert result.event.rebound
 
 
-def test_t1_kept_messages_do_not_anchor_the_count_after_compaction():
+def test_kept_messages_do_not_anchor_the_count_after_compaction():
     """Their usage measured the old, longer context: the new count must be estimated."""
     from ctx_magic.context.tokens import find_anchor
 

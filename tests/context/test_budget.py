@@ -1,4 +1,4 @@
-"""SPEC L1: tool-result budget, persisted outputs, frozen decisions."""
+"""The tool-result budget: persisted outputs, frozen decisions."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def one_result(output: str, tool: str = "python"):
     return [user_text("go"), assistant(use), results((use["id"], output))], use["id"]
 
 
-def test_l1_result_over_50000_chars_is_persisted_with_preview():
+def test_result_over_50000_chars_is_persisted_with_preview():
     output = "line of output\n" * 4_000  # 60,000 chars
     msgs, tid = one_result(output)
     out, decided, events = run(msgs)
@@ -47,23 +47,23 @@ def test_l1_result_over_50000_chars_is_persisted_with_preview():
     assert tid in decided
 
 
-def test_l1_result_of_exactly_50000_chars_stays():
+def test_result_of_exactly_50000_chars_stays():
     msgs, _ = one_result("x" * 50_000)
     out, _, events = run(msgs)
     assert events == [] and out == msgs
 
 
-def test_l1_preview_is_2000_chars_cut_at_a_line_end():
+def test_preview_is_2000_chars_cut_at_a_line_end():
     text_ = "".join(f"row {i:05d} " + "v" * 30 + "\n" for i in range(2_000))
     cut = preview(text_)
     assert len(cut) <= 2_000 and text_.startswith(cut) and text_[len(cut)] == "\n"
 
 
-def test_l1_preview_without_newlines_is_hard_cut():
+def test_preview_without_newlines_is_hard_cut():
     assert preview("y" * 10_000) == "y" * 2_000
 
 
-def test_l1_message_total_over_200000_persists_largest_first():
+def test_message_total_over_200000_persists_largest_first():
     uses = [call() for _ in range(5)]
     sizes = [45_000, 49_000, 48_000, 47_000, 46_000]  # each under 50,000; 235,000 together
     msgs = [
@@ -77,26 +77,26 @@ def test_l1_message_total_over_200000_persists_largest_first():
     assert remaining <= MAX_MESSAGE_RESULTS_CHARS
 
 
-def test_l1_read_file_results_are_never_persisted():
+def test_read_file_results_are_never_persisted():
     msgs, _ = one_result("r" * 300_000, tool="read_file")
     out, _, events = run(msgs)
     assert events == [] and out == msgs
 
 
-def test_l1_decision_is_frozen_once_made():
+def test_budget_decision_is_frozen_once_made():
     """A result kept once is never persisted later, even if the rule would now fire."""
     msgs, tid = one_result("k" * 60_000)
     out, _, events = run(msgs, decided=frozenset({tid}))
     assert events == [] and out == msgs
 
 
-def test_l1_only_looks_at_messages_from_start():
+def test_budget_only_looks_at_messages_from_start():
     msgs, _ = one_result("k" * 60_000)
     out, _, events = run(msgs, start=3)
     assert events == [] and out == msgs
 
 
-def test_l1_images_in_a_persisted_result_are_kept():
+def test_images_in_a_persisted_result_are_kept():
     use = call()
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
     msgs = [user_text("go"), assistant(use), results((use["id"], [text("p" * 60_000), image]))]
@@ -105,7 +105,7 @@ def test_l1_images_in_a_persisted_result_are_kept():
     assert len(events) == 1 and content[1] == image and "<persisted-output>" in content[0]["text"]
 
 
-def test_l1_binary_and_non_utf8_outputs_are_stored_and_previewed(tmp_path):
+def test_binary_and_non_utf8_outputs_are_stored_and_previewed(tmp_path):
     from ctx_magic.messages import decode_output
     from ctx_magic.store.session import SessionDir
 
@@ -132,8 +132,8 @@ def test_a_user_message_over_a_quarter_of_the_threshold_or_50000_characters_is_o
     assert "5,000 characters" in block and block.count("line") <= 25
 
 
-def test_l1_limits_scale_with_the_window_below_200k():
-    assert scaled_budget(1.0) == scaled_budget(5.0)  # a 1M window keeps the seeds' figures
+def test_budget_limits_scale_with_the_window_below_200k():
+    assert scaled_budget(1.0) == scaled_budget(5.0)  # a 1M window keeps Claude Code's figures
     full = scaled_budget(1.0)
     assert (full.max_result_chars, full.max_message_chars, full.preview_chars) == (
         MAX_RESULT_CHARS, MAX_MESSAGE_RESULTS_CHARS, PREVIEW_CHARS)

@@ -1,4 +1,4 @@
-"""SPEC C10: the prompt-cache break detector whose baseline a compaction resets."""
+"""The prompt-cache break detector whose baseline a compaction resets."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ def read(tokens: int, written: int = 0) -> Usage:
     return Usage(10, 5, cache_creation_input_tokens=written, cache_read_input_tokens=tokens)
 
 
-def test_c10_the_first_response_only_sets_the_baseline():
+def test_the_first_response_only_sets_the_baseline():
     baseline, broke = observe(CacheBaseline(), read(50_000), 0.0, ttl_seconds=TTL)
     assert broke is None and baseline.cache_read == 50_000
 
 
-def test_c10_a_drop_must_pass_both_thresholds():
+def test_a_drop_must_pass_both_thresholds():
     base = CacheBaseline(100_000, 0.0)
     # 2,000 tokens exactly: not more than the floor
     assert observe(base, read(98_000), 1.0, ttl_seconds=TTL)[1] is None
@@ -30,11 +30,11 @@ def test_c10_a_drop_must_pass_both_thresholds():
     assert observe(CacheBaseline(3_000, 0.0), read(1_500), 1.0, ttl_seconds=TTL)[1] is None
 
 
-def test_c10_growth_is_never_a_break():
+def test_growth_is_never_a_break():
     assert observe(CacheBaseline(10_000, 0.0), read(60_000), 1.0, ttl_seconds=TTL)[1] is None
 
 
-def test_c10_an_unexplained_break_names_the_figures():
+def test_an_unexplained_break_names_the_figures():
     baseline, broke = observe(CacheBaseline(80_000, 0.0, "sig"), read(0, written=81_000), 30.0,
                               ttl_seconds=TTL, signature="sig")
     assert broke is not None and not broke.expected and broke.reason == "unexplained"
@@ -42,19 +42,19 @@ def test_c10_an_unexplained_break_names_the_figures():
     assert baseline == CacheBaseline(0, 30.0, "sig")
 
 
-def test_c10_a_break_after_an_idle_gap_over_the_ttl_is_expiry():
+def test_a_break_after_an_idle_gap_over_the_ttl_is_expiry():
     _, broke = observe(CacheBaseline(80_000, 0.0), read(0), TTL + 60, ttl_seconds=TTL)
     assert broke is not None and broke.expected and broke.reason == "the cache expired after 6 min idle"
     _, within = observe(CacheBaseline(80_000, 0.0), read(0), TTL - 1, ttl_seconds=TTL)
     assert within is not None and within.reason == "unexplained"
 
 
-def test_c10_a_changed_system_prompt_or_tool_list_explains_the_break():
+def test_a_changed_system_prompt_or_tool_list_explains_the_break():
     _, broke = observe(CacheBaseline(80_000, 0.0, "before"), read(1_000), 5.0, ttl_seconds=TTL, signature="after")
     assert broke is not None and broke.expected and "system prompt or the tools" in broke.reason
 
 
-def test_c10_reset_makes_the_next_response_a_new_baseline_not_a_break():
+def test_reset_makes_the_next_response_a_new_baseline_not_a_break():
     baseline = CacheBaseline(90_000, 0.0, "sig").reset()
     assert baseline.cache_read is None and baseline.signature == "sig"
     after, broke = observe(baseline, read(4_000), 10.0, ttl_seconds=TTL, signature="sig")

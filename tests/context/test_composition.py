@@ -1,4 +1,4 @@
-"""What the next request carries, part by part (SPEC U1's composition bar, T4's split of the window)."""
+"""What the next request carries, part by part (the panel's composition bar, the thresholds' split of the window)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The one decision before each model call (context/decide.py): SPEC L3's triggers priced by
-what they cost and save (costs.py), L4's threshold, L6's breaker, the recursion guard, and the
+"""The one decision before each model call (context/decide.py): microcompact's triggers priced by
+what they cost and save (costs.py), the auto-compact threshold, the circuit breaker, the recursion guard, and the
 reason given for each choice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC M5: the API invariants and the one clear error that names the offending index."""
+"""The API's rules (invariants) and the one clear error that names the offending index."""
 
 from __future__ import annotations
 
@@ -17,23 +17,23 @@ from ctx_magic.errors import InvariantError
 from ctx_magic.messages import Message, tool_result_block, user_text
 
 
-def test_m5_valid_conversation_passes():
+def test_valid_conversation_passes_the_api_rules():
     use = call()
     check_invariants([user_text("go"), assistant(use), results((use["id"], "ok")), assistant(text("done"))])
 
 
-def test_m5_first_sent_message_must_be_user():
+def test_first_sent_message_must_be_user():
     with pytest.raises(InvariantError, match="message 0") as err:
         check_invariants([assistant(text("hi")), user_text("go")])
     assert err.value.index == 0
 
 
-def test_m5_boundaries_are_skipped_when_finding_the_first():
+def test_boundaries_are_skipped_when_finding_the_first():
     boundary = user_text("boundary", kind="boundary")
     check_invariants([boundary, user_text("summary", kind="summary"), assistant(text("ok"))])
 
 
-def test_m5_result_must_follow_its_tool_use():
+def test_result_must_follow_its_tool_use():
     use = call()
     msgs = [user_text("go"), assistant(text("thinking")), results((use["id"], "orphan"))]
     with pytest.raises(InvariantError) as err:
@@ -41,7 +41,7 @@ def test_m5_result_must_follow_its_tool_use():
     assert err.value.index == 2 and "does not follow" in str(err.value)
 
 
-def test_m5_tool_use_without_result_names_the_next_message():
+def test_tool_use_without_result_names_the_next_message():
     use = call()
     msgs = [user_text("go"), assistant(use), user_text("no result here")]
     with pytest.raises(InvariantError) as err:
@@ -49,13 +49,13 @@ def test_m5_tool_use_without_result_names_the_next_message():
     assert err.value.index == 2 and use["id"] in str(err.value)
 
 
-def test_m5_dangling_tool_use_at_the_end():
+def test_dangling_tool_use_at_the_end_is_refused():
     use = call()
     with pytest.raises(InvariantError, match="left without a result"):
         check_invariants([user_text("go"), assistant(use)])
 
 
-def test_m5_empty_content_and_empty_text():
+def test_empty_content_and_empty_text_are_refused():
     with pytest.raises(InvariantError, match="content is empty") as err:
         check_invariants([user_text("go"), Message("assistant", ())])
     assert err.value.index == 1
@@ -63,7 +63,7 @@ def test_m5_empty_content_and_empty_text():
         check_invariants([user_text("   ")])
 
 
-def test_m5_consecutive_same_role_messages_form_one_turn():
+def test_consecutive_same_role_messages_form_one_turn():
     """Notebook cells arrive as a synthetic tool_use after the assistant's own text."""
     use = call("notebook_cell")
     msgs = [user_text("go"), assistant(text("done")), assistant(use), results((use["id"], "cell output")),
@@ -71,14 +71,14 @@ def test_m5_consecutive_same_role_messages_form_one_turn():
     check_invariants(msgs)
 
 
-def test_m5_duplicate_results_are_refused():
+def test_duplicate_results_are_refused():
     use = call()
     msgs = [user_text("go"), assistant(use), results((use["id"], "a"), (use["id"], "b"))]
     with pytest.raises(InvariantError, match="two results"):
         check_invariants(msgs)
 
 
-def test_m5_incremental_check_rereads_previous_turn():
+def test_incremental_check_rereads_previous_turn():
     use = call()
     msgs = [user_text("go"), assistant(use)]
     msgs.append(user_text("forgot the result"))

@@ -1,4 +1,4 @@
-"""SPEC L3: microcompact's keep-recent rule, idle and pressure triggers, protected tools."""
+"""Microcompact: its keep-recent rule, idle and pressure triggers, protected tools."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def outputs(count: int) -> list[str]:
     return [f"output {n}: " + "some values " * 20 for n in range(count)]
 
 
-def test_l3_idle_gap_over_ttl_clears_all_but_five_most_recent():
+def test_idle_gap_over_ttl_clears_all_but_five_most_recent():
     msgs = session(outputs(8))
     last = msgs[-2].timestamp
     out = prepare(msgs, ContextState(), last + 5 * MINUTE + 1, settings())
@@ -52,33 +52,33 @@ def test_l3_idle_gap_over_ttl_clears_all_but_five_most_recent():
     assert event.trigger == "idle" and len(event.replacements) == 3
 
 
-def test_l3_no_clearing_within_the_ttl():
+def test_no_clearing_within_the_ttl():
     msgs = session(outputs(8))
     out = prepare(msgs, ContextState(), msgs[-2].timestamp + 5 * MINUTE, settings())
     assert results_of(out.messages) == outputs(8)
 
 
-def test_l3_results_smaller_than_the_stub_stay():
+def test_results_smaller_than_the_stub_stay():
     """Clearing "42" would put a longer stub in its place: the live count must never grow."""
     msgs = session(["42"] * 8)
     out = prepare(msgs, ContextState(), 3_600, settings())
     assert results_of(out.messages) == ["42"] * 8
 
 
-def test_l3_one_hour_cache_waits_an_hour():
+def test_one_hour_cache_waits_an_hour():
     msgs = session(outputs(8))
     hour = ContextSettings.create(200_000, 32_000, Settings(cache_ttl="1h"), env={})
     assert not [e for e in prepare(msgs, ContextState(), 30 * MINUTE, hour).events if isinstance(e, Cleared)]
     assert [e for e in prepare(msgs, ContextState(), 61 * MINUTE + 10, hour).events if isinstance(e, Cleared)]
 
 
-def test_l3_keep_recent_is_configurable():
+def test_microcompact_keep_recent_is_configurable():
     msgs = session(outputs(8))
     out = prepare(msgs, ContextState(), 3_600, settings(keep_recent=2))
     assert results_of(out.messages).count(CLEARED_TEXT) == 6
 
 
-def test_l3_protected_tools_are_never_cleared():
+def test_protected_tools_are_never_cleared():
     assert "memory" not in COMPACTABLE_TOOLS and "ask_user" not in COMPACTABLE_TOOLS
     msgs = session([f"remembered {n}" for n in range(8)], tool="memory")
     out = prepare(msgs, ContextState(), 3_600, settings())
@@ -90,7 +90,7 @@ def test_l3_protected_tools_are_never_cleared():
 LONG_WITHOUT_COMPACTION = SessionFacts(calls=150, growth=2_000, breaker_open=True)
 
 
-def test_l3_pressure_clears_when_above_warning_and_enough_is_freed():
+def test_pressure_clears_when_above_warning_and_enough_is_freed():
     big = "word " * 6_000  # about 6,000 tokens each
     msgs = session([big] * 10, usage=Usage(150_000, 100))  # anchor says 150,100 > warning
     out = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
@@ -99,33 +99,33 @@ def test_l3_pressure_clears_when_above_warning_and_enough_is_freed():
     assert event.tokens_freed >= 20_000
 
 
-def test_l3_pressure_does_not_fire_for_too_little():
+def test_pressure_does_not_fire_for_too_little():
     msgs = session(["small output"] * 10, usage=Usage(150_000, 100))
     out = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
     assert not [e for e in out.events if isinstance(e, Cleared)]
 
 
-def test_l3_pressure_needs_the_warning_level():
+def test_pressure_needs_the_warning_level():
     big = "word " * 6_000
     msgs = session([big] * 10, usage=Usage(1_000, 100))
     out = prepare(msgs, ContextState(), 1.0, settings(), facts=LONG_WITHOUT_COMPACTION)
     assert not [e for e in out.events if isinstance(e, Cleared)]
 
 
-def test_l3_cleared_result_names_its_persisted_file():
+def test_cleared_result_names_its_persisted_file():
     msgs = session(["p" * 60_000] + outputs(6))
     out = prepare(msgs, ContextState(), 3_600, settings())
     first = results_of(out.messages)[0]
     assert first.startswith(CLEARED_TEXT) and "tool-results/" in first
 
 
-def test_l3_idle_gap_measures_from_last_assistant_answer():
+def test_idle_gap_measures_from_last_assistant_answer():
     msgs = session(["a", "b"])
     assert idle_gap(msgs, 100.0) == 100.0 - msgs[-2].timestamp
     assert idle_gap([user_text("x")], 10.0) is None
 
 
-def test_l3_freed_tokens_before_anchor_lower_the_count():
+def test_freed_tokens_before_anchor_lower_the_count():
     big = "word " * 6_000
     msgs = session([big] * 10, usage=Usage(150_000, 100))
     before = prepare(msgs, ContextState(), 1.0, settings(clear_at_least=10**9), facts=LONG_WITHOUT_COMPACTION)
@@ -133,8 +133,8 @@ def test_l3_freed_tokens_before_anchor_lower_the_count():
     assert after.count.tokens < before.count.tokens - 20_000
 
 
-def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():
-    """Beyond the seeds: the compaction comes anyway; clearing first would only break the
+def test_pressure_clearing_that_cannot_avoid_compaction_is_skipped():
+    """Beyond Claude Code: the compaction comes anyway; clearing first would only break the
     cached prefix its summary call reads (benchmarks/cache.py)."""
     big = "word " * 6_000
     msgs = session([big] * 10, usage=Usage(190_000, 100))  # over the threshold even after clearing
@@ -144,7 +144,7 @@ def test_l3_pressure_clearing_that_cannot_avoid_compaction_is_skipped():
     assert [e.trigger for e in breaker_open.events if isinstance(e, Cleared)] == ["pressure"]
 
 
-def test_l3_clear_at_least_default_scales_with_a_small_window_but_a_set_value_is_kept():
+def test_clear_at_least_default_scales_with_a_small_window_but_a_set_value_is_kept():
     small = compute_thresholds(30_000, 8_192, env={})
     assert ContextSettings(thresholds=small).clear_threshold == round(20_000 * small.scale) == 3_000
     assert ContextSettings(thresholds=small, clear_at_least=5_000).clear_threshold == 5_000

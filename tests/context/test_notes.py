@@ -1,4 +1,4 @@
-"""SPEC S1-S3: the notes template and caps, extraction triggers, session-memory compaction."""
+"""Session notes: the template and caps, extraction triggers, session-memory compaction."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ NOTES = empty_template().replace("_what is being worked on right now, pending ta
                                  "_what is being worked on right now, pending tasks, the next steps_\n- fitting")
 
 
-def test_s1_ten_sections_in_their_order():
+def test_ten_sections_in_their_order():
     assert [t for t, _ in SECTIONS] == [
         "Session Title", "Current State", "Task Specification", "Files and Functions", "Workflow",
         "Errors & Corrections", "Codebase and System Documentation", "Learnings", "Key Results", "Worklog"]
@@ -47,7 +47,7 @@ def test_s1_ten_sections_in_their_order():
     assert is_empty(empty_template()) and not is_empty(NOTES) and is_empty(None)
 
 
-def test_s1_caps_are_enforced_on_what_the_model_returns():
+def test_caps_are_enforced_on_what_the_model_returns():
     bloated = empty_template().replace("# Worklog", "# Worklog\n" + "- step done today\n" * 3_000)
     capped = enforce_caps(bloated)
     from ctx_magic.context.tokens import count_text
@@ -56,7 +56,7 @@ def test_s1_caps_are_enforced_on_what_the_model_returns():
     assert count_text(capped) <= MAX_TOTAL_TOKENS + 100
 
 
-def test_s1_the_prompt_carries_reminders_when_sections_are_too_long():
+def test_the_prompt_carries_reminders_when_sections_are_too_long():
     long = empty_template().replace("# Learnings", "# Learnings\n" + "insight " * 3_000)
     prompt = notes_prompt(long)
     assert "The section 'Learnings' is over 2,000 tokens: rewrite it shorter." in prompt
@@ -64,7 +64,7 @@ def test_s1_the_prompt_carries_reminders_when_sections_are_too_long():
     assert "Answer with only what changes" in prompt  # not the whole file again (output is 5x input)
 
 
-def test_s1_an_update_rewrites_and_appends_only_the_sections_it_names():
+def test_an_update_rewrites_and_appends_only_the_sections_it_names():
     current = apply_update(empty_template(), '<notes-update><append title="Worklog">- loaded sales.csv</append>'
                                              "</notes-update>")
     assert current is not None
@@ -81,14 +81,14 @@ def test_s1_an_update_rewrites_and_appends_only_the_sections_it_names():
     assert apply_update(current, "no update here") is None
 
 
-def test_s1_truncation_for_compaction_points_at_the_file():
+def test_truncation_for_compaction_points_at_the_file():
     long = empty_template().replace("# Worklog", "# Worklog\n" + "w" * 20_000)
     cut = truncate_for_compact(long, "/s/session-memory.md")
     assert "[section cut here; the full notes are in /s/session-memory.md]" in cut
     assert len(sections(cut)["Worklog"]) < 9_000
 
 
-# -- S2: when to extract -------------------------------------------------------------------------
+# -- when to extract -----------------------------------------------------------------------------
 
 
 TH = compute_thresholds(200_000, 32_000, env={})  # warning 147,000, autocompact 167,000
@@ -96,7 +96,7 @@ STEP = update_step(TH)  # 10,000: two updates on the way from the warning level 
 
 
 @pytest.mark.parametrize("tokens, due", [(10_000, None), (146_999, None), (147_000, "init"), (160_000, "init")])
-def test_s2_notes_start_only_once_a_compaction_is_in_sight(tokens, due):
+def test_notes_start_only_once_a_compaction_is_in_sight(tokens, due):
     assert extraction_due(ExtractionState(), tokens, TH, last_turn_tool_calls=1, correction=False) == due
 
 
@@ -107,12 +107,12 @@ def test_s2_notes_start_only_once_a_compaction_is_in_sight(tokens, due):
     (STEP, 0, 3, "growth"),         # three in the last turn
     (STEP, 0, 0, "growth"),         # a turn without tools
 ])
-def test_s2_later_extractions_need_growth_and_calls_or_a_quiet_turn(growth, since, last_turn, due):
+def test_later_extractions_need_growth_and_calls_or_a_quiet_turn(growth, since, last_turn, due):
     state = ExtractionState(initialized=True, tokens_at_last=150_000, tool_calls_since=since)
     assert extraction_due(state, 150_000 + growth, TH, last_turn_tool_calls=last_turn, correction=False) == due
 
 
-def test_s2_after_a_compaction_the_next_update_waits_for_the_warning_level_again():
+def test_after_a_compaction_the_next_update_waits_for_the_warning_level_again():
     before = ExtractionState(initialized=True, tokens_at_last=160_000, tool_calls_since=5)
     assert rebaselined(before, 170_000) is before
     after = rebaselined(before, 30_000)
@@ -121,7 +121,7 @@ def test_s2_after_a_compaction_the_next_update_waits_for_the_warning_level_again
     assert extraction_due(after, 147_000, TH, last_turn_tool_calls=0, correction=False) == "growth"
 
 
-def test_s2_a_correction_or_decision_extracts_at_once_when_notes_are_kept():
+def test_a_correction_or_decision_extracts_at_once_when_notes_are_kept():
     kept = ExtractionState(initialized=True, tokens_at_last=150_000)
     assert extraction_due(kept, 150_500, TH, last_turn_tool_calls=0, correction=True) == "correction"
     assert extraction_due(kept, 20_000, TH, last_turn_tool_calls=0, correction=True) is None
@@ -136,7 +136,7 @@ def test_s2_a_correction_or_decision_extracts_at_once_when_notes_are_kept():
         assert not is_correction_or_decision(said), said
 
 
-# -- S3: session-memory compaction -----------------------------------------------------------------
+# -- session-memory compaction ---------------------------------------------------------------------
 
 
 def turns(n: int, chars: int = 2_000) -> list:
@@ -148,7 +148,7 @@ def turns(n: int, chars: int = 2_000) -> list:
     return msgs
 
 
-def test_s3_tail_grows_back_to_ten_thousand_tokens_and_five_texts():
+def test_tail_grows_back_to_ten_thousand_tokens_and_five_texts():
     msgs = turns(40)
     covered = msgs[-1].uuid  # the notes cover everything: the tail starts empty and grows back
     start = keep_from(msgs, covered, TH.autocompact)
@@ -159,20 +159,20 @@ def test_s3_tail_grows_back_to_ten_thousand_tokens_and_five_texts():
     check_invariants([user_text("summary"), *tail])
 
 
-def test_s3_tail_is_capped_at_forty_thousand_tokens():
+def test_tail_is_capped_at_forty_thousand_tokens():
     msgs = turns(30, chars=40_000)  # each result is ~5,000 tokens
     start = keep_from(msgs, msgs[-1].uuid, TH.autocompact)
     assert sum(message_tokens(m) for m in msgs[start:]) <= KEEP_MAX_TOKENS
 
 
-def test_s3_cut_keeps_pairs_together():
+def test_notes_compaction_cut_keeps_pairs_together():
     msgs = turns(40)
     for covered in range(1, len(msgs)):
         start = keep_from(msgs, msgs[covered].uuid, TH.autocompact)
         check_invariants([user_text("summary"), *msgs[start:]])
 
 
-def test_s3_never_crosses_the_last_boundary():
+def test_notes_compaction_never_crosses_the_last_boundary():
     boundary = user_text("[boundary]", kind="boundary")
     summary = user_text("earlier summary", kind="summary")
     msgs = [*turns(3)[:-1], boundary, summary, *turns(2)[1:]]
@@ -180,7 +180,7 @@ def test_s3_never_crosses_the_last_boundary():
     assert start >= msgs.index(boundary) + 1
 
 
-def test_s3_notes_that_cover_no_live_message_cannot_be_used():
+def test_notes_that_cover_no_live_message_cannot_be_used():
     assert keep_from(turns(3), "not-a-live-uuid", TH.autocompact) is None
 
 
@@ -194,7 +194,7 @@ def compact(msgs, notes=NOTES, threshold=10**9, covered=None):
     return compact_from_notes(job, notes, "/s/session-memory.md")
 
 
-def test_s3_the_notes_become_the_summary_with_no_model_call():
+def test_the_notes_become_the_summary_with_no_model_call():
     msgs = turns(40)
     result = compact(msgs)  # a model call would raise inside
     assert result is not None and result.event.trigger == "session-memory"
@@ -205,19 +205,19 @@ def test_s3_the_notes_become_the_summary_with_no_model_call():
     check_invariants(result.messages)
 
 
-def test_s3_rejected_when_the_result_would_still_be_over_the_threshold():
+def test_notes_compaction_rejected_when_the_result_would_still_be_over_the_threshold():
     assert compact(turns(40), threshold=1_000) is None
 
 
-def test_s3_empty_notes_are_not_used():
+def test_empty_notes_are_not_used_for_compaction():
     assert compact(turns(40), notes=empty_template()) is None
 
 
-def test_s3_on_a_small_window_the_kept_tail_is_at_most_a_share_of_the_threshold():
+def test_on_a_small_window_the_kept_tail_is_at_most_a_share_of_the_threshold():
     small = compute_thresholds(32_000, 8_000, env={})
     least, most = tail_limits(small.autocompact)
     assert most == int(small.autocompact * 0.3) and least == most // 2
-    assert tail_limits(TH.autocompact) == (10_000, 40_000)  # the seeds' figures on a 200,000 window
+    assert tail_limits(TH.autocompact) == (10_000, 40_000)  # Claude Code's figures on a 200,000 window
     msgs = turns(60)
     start = keep_from(msgs, msgs[-1].uuid, small.autocompact)
     assert sum(message_tokens(m) for m in msgs[start:]) <= most

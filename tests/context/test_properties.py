@@ -1,10 +1,10 @@
-"""Property tests of prepare() on random conversations (SPEC §9).
+"""Property tests of prepare() on random conversations.
 
 Random text, tool calls of random sizes up to 1 MB, images, parallel calls, binary outputs,
-random clocks and settings. After prepare(): M5 holds; every persisted or cleared result can
+random clocks and settings. After prepare(): the API's rules hold; every persisted or cleared result can
 be recovered byte for byte from the transcript or its persisted file; a second prepare() on
 the output changes nothing; the live token count never grows; and folding the transcript
-gives back exactly the live context (M4).
+gives back exactly the live context (resume).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_every_changed_result_is_recoverable_byte_for_byte(tmp_path_factory, con
 @PROPERTY_SETTINGS
 @given(conversations(), engine_settings(), st.floats(0, 10_000))
 def test_folding_the_transcript_rebuilds_the_live_context(tmp_path_factory, convo, cfg, idle):
-    """M4: last boundary onwards, every decision re-applied byte-identically."""
+    """Resume: last boundary onwards, every decision re-applied byte-identically."""
     raw, clock = convo
     out = prepare(raw, ContextState(), clock + idle, cfg)
     session = store_session(tmp_path_factory.mktemp("s"), raw, out)

@@ -1,4 +1,4 @@
-"""SPEC L5: the pure parts of the reactive path (the loop's side is in tests/agent/test_loop.py)."""
+"""Reactive compaction: the pure parts of the reactive path (the loop's side is in tests/agent/test_loop.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ctx_magic.context.reactive import REACTIVE_KEEP_MESSAGES, persist_oversized
 from ctx_magic.messages import result_text, user_text
 
 
-def test_l5_reactive_split_keeps_about_five_messages_and_never_splits_a_pair():
+def test_reactive_split_keeps_about_five_messages_and_never_splits_a_pair():
     use = call("python")
     messages = [user_text("start"), assistant(text("ok")), user_text("go"), assistant(use),
                 results((use["id"], "out")), assistant(text("done")), user_text("next"), assistant(text("fine")),
@@ -22,7 +22,7 @@ def test_l5_reactive_split_keeps_about_five_messages_and_never_splits_a_pair():
     check_invariants([user_text("the summary"), *messages[cut:]])  # the summary goes first
 
 
-def test_l5_413_persists_only_results_over_the_single_result_limit_with_the_full_text():
+def test_413_persists_only_results_over_the_single_result_limit_with_the_full_text():
     big, small = call("read_file"), call("python")
     huge = "".join(f"row {i}\n" for i in range(20_000))
     messages = [user_text("read it"), assistant(big, small),
@@ -36,7 +36,7 @@ def test_l5_413_persists_only_results_over_the_single_result_limit_with_the_full
     check_invariants(out)
 
 
-def test_l5_413_replaces_images_inside_and_outside_tool_results():
+def test_413_replaces_images_inside_and_outside_tool_results():
     png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
     use = call("python")
     messages = [user_text("look"), assistant(use),

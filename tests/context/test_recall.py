@@ -1,4 +1,4 @@
-"""Searching the session's own transcript (issue 12): matches with their turn and a ref, by text,
+"""Searching the session's own transcript: matches with their turn and a ref, by text,
 regex, turn or cell; a ref reads the whole message page by page."""
 
 from __future__ import annotations

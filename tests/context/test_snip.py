@@ -1,4 +1,4 @@
-"""SPEC L2: snip keeps the head and the tail, pairs intact, one marker naming the transcript."""
+"""Snip keeps the head and the tail, pairs intact, one marker naming the transcript."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ def long_conversation(exchanges: int):
     return msgs
 
 
-def test_l2_no_snip_at_or_below_the_limit():
+def test_no_snip_at_or_below_the_limit():
     msgs = long_conversation(20)[:40]
     out, events = snip_middle(msgs, 40, transcript_path="t.jsonl", now=0)
     assert out == msgs and events == []
 
 
-def test_l2_keeps_first_three_and_most_recent_with_one_marker():
+def test_keeps_first_three_and_most_recent_with_one_marker():
     msgs = long_conversation(100)  # 201 messages
     out, events = snip_middle(msgs, 50, transcript_path="/s/transcript.jsonl", now=5.0)
     assert len(out) <= 50
@@ -36,7 +36,7 @@ def test_l2_keeps_first_three_and_most_recent_with_one_marker():
     check_invariants(out)
 
 
-def test_l2_never_splits_a_tool_use_from_its_result():
+def test_never_splits_a_tool_use_from_its_result():
     """Parallel calls answered by one message: the cut moves to a safe place."""
     msgs = [user_text("task")]
     for n in range(60):
@@ -47,7 +47,7 @@ def test_l2_never_splits_a_tool_use_from_its_result():
         check_invariants(out)
 
 
-def test_l2_head_extends_past_a_pending_tool_use():
+def test_head_extends_past_a_pending_tool_use():
     use = call()
     msgs = [user_text("task"), assistant(text("a")), assistant(use), results((use["id"], "r"))]
     msgs += long_conversation(30)[1:]
@@ -56,13 +56,13 @@ def test_l2_head_extends_past_a_pending_tool_use():
     check_invariants(out)
 
 
-def test_l2_safe_cuts_marks_pairs():
+def test_snip_safe_cuts_marks_pairs():
     use = call()
     msgs = [user_text("task"), assistant(use), results((use["id"], "r"))]
     assert safe_cuts(msgs) == [True, True, False, True]
 
 
-def test_l2_repeated_snips_accumulate_the_count():
+def test_repeated_snips_accumulate_the_count():
     msgs = long_conversation(100)
     out, first = snip_middle(msgs, 50, transcript_path="t", now=0)
     out += long_conversation(40)[1:]
@@ -73,7 +73,7 @@ def test_l2_repeated_snips_accumulate_the_count():
     assert first[0].marker_uuid in second[0].removed_uuids
 
 
-def test_l2_event_lists_removed_messages_and_tokens_freed():
+def test_event_lists_removed_messages_and_tokens_freed():
     msgs = long_conversation(50)
     out, events = snip_middle(msgs, 30, transcript_path="t", now=0)
     removed = set(events[0].removed_uuids)
@@ -81,8 +81,8 @@ def test_l2_event_lists_removed_messages_and_tokens_freed():
     assert events[0].tokens_freed > 0
 
 
-def test_l2_cuts_to_half_the_limit_so_the_next_turn_does_not_snip_again():
-    """Beyond the seeds: re-snipping at every message would rewrite the cached prefix each turn."""
+def test_cuts_to_half_the_limit_so_the_next_turn_does_not_snip_again():
+    """Beyond Claude Code: re-snipping at every message would rewrite the cached prefix each turn."""
     msgs = long_conversation(30)  # 61 messages
     out, events = snip_middle(msgs, 40, transcript_path="t", now=0)
     assert events and len(out) <= 20 + 1

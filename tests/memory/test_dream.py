@@ -1,4 +1,4 @@
-"""The dream (SPEC X4): gates with an injected clock, the lock, rollback, phases, two real processes."""
+"""The dream: gates with an injected clock, the lock, rollback, phases, two real processes."""
 
 from __future__ import annotations
 

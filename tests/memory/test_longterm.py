@@ -1,4 +1,4 @@
-"""Long-term memory extraction (SPEC X2), parsing, and the real SDK against the offline stand-in."""
+"""Long-term memory extraction, parsing, and the real SDK against the offline stand-in."""
 
 from __future__ import annotations
 

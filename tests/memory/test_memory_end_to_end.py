@@ -1,7 +1,7 @@
-"""The memory issue's end-to-end Must-show, offline, through the real SDK in a real IPython
+"""Memory end to end, offline, through the real SDK in a real IPython
 shell: a session extracts notes, compacts through session memory with zero extra model calls
 (counted by the server), and the next session starts with the first one's memories in its
-system prompt (SPEC S1-S3, X1-X3)."""
+system prompt."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Secret detection (SPEC X1: memories are never secrets)."""
+"""Secret detection (memories are never secrets)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_the_kind_never_holds_the_secret() -> None:
         assert not any(len(word) > 3 and word in kind for word in text.split() if any(c.isdigit() for c in word))
 
 
-def test_the_issue_cases_are_named() -> None:
+def test_common_secret_kinds_are_named() -> None:
     assert find_secret("the database password is Tr0ub4dor&3") == "a password in plain words"
     assert find_secret(f"aws_key_id {AWS_ID}") == "an AWS access key id"
 

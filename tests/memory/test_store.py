@@ -1,4 +1,4 @@
-"""Long-term memory store (SPEC X1, X3): decay, selection, files, index, dedupe, secrets."""
+"""Long-term memory store: decay, selection, files, index, dedupe, secrets."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def store(tmp_path: Path) -> MemoryStore:
     return MemoryStore.for_project(tmp_path / ".ctx_magic", clock=lambda: T0)
 
 
-# --- relevance (X3, seeds 000) ------------------------------------------------------------
+# --- relevance ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("age", "factor"), [(0, 1.0), (30, 0.5), (60, 0.25), (90, 0.125)])

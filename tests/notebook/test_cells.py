@@ -1,4 +1,4 @@
-"""SPEC N2 across a restart: a cell run after a turn is on disk as it finishes, enters the next
+"""Cells as tool results across a restart: a cell run after a turn is on disk as it finishes, enters the next
 turn once, and a kernel that died before that turn leaves it for the resumed session."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def cell_results(shell) -> list[str]:
             if b["tool_use_id"] in uses]
 
 
-def test_n2_a_cell_after_a_turn_is_on_disk_until_the_next_turn_takes_it(shell):
+def test_a_cell_after_a_turn_is_on_disk_until_the_next_turn_takes_it(shell):
     run(shell, "%%agent\nhello")
     store = controller(shell).host.session.store
     cell(shell, "print('kept on disk')")
@@ -37,7 +37,7 @@ def test_n2_a_cell_after_a_turn_is_on_disk_until_the_next_turn_takes_it(shell):
     assert [m.meta[PENDING_ID_KEY] for m in uses] == [waiting.id]
 
 
-def test_n2_cells_a_dead_kernel_left_enter_the_resumed_session_once(tmp_path, monkeypatch):
+def test_cells_a_dead_kernel_left_enter_the_resumed_session_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     first = new_shell()
@@ -60,7 +60,7 @@ def test_n2_cells_a_dead_kernel_left_enter_the_resumed_session_once(tmp_path, mo
         close_shell(again)
 
 
-def test_n2_a_cell_already_in_the_transcript_is_not_taken_again(shell):
+def test_a_cell_already_in_the_transcript_is_not_taken_again(shell):
     run(shell, "%%agent\nhello")
     session = controller(shell).host.session
     cell(shell, "print('once')")

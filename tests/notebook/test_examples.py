@@ -1,5 +1,5 @@
 """Every notebook in examples/ runs under a real ipykernel through nbclient, offline, and its
-outputs say what the notebook promises (SPEC §9, notebook issue)."""
+outputs say what the notebook promises."""
 
 from __future__ import annotations
 

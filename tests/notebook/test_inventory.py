@@ -1,4 +1,4 @@
-"""The kernel's live state after a compaction (issue 12, C7's notebook version): read without
+"""The kernel's live state after a compaction (the notebook's rehydration): read without
 running the user's code, within its budget, tables first; in a real kernel the agent's next
 request after a compaction lists a DataFrame's shape and columns."""
 

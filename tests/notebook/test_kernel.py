@@ -1,5 +1,5 @@
 """A real kernel: interrupts (while a tool runs, while the reply streams) leave a valid
-conversation, and a kernel killed mid-session resumes with the same next request (SPEC M4, M5)."""
+conversation, and a kernel killed mid-session resumes with the same next request."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_interrupt_while_the_reply_streams_keeps_the_conversation_valid(tmp_path
 SCENARIO = [  # every result kept from clearing, so the threshold compacts (a clearing would be cheaper)
     SETUP + "\n%config CtxMagic.context_window = 20000\n%config CtxMagic.keep_recent = 20",
     "data = list(range(5000))\nprint(sum(data))",
-    # Each part in two runs, each under L1's limit at this window (50,000 characters scaled: 5,000).
+    # Each part in two runs, each under the tool-result budget's limit at this window (50,000 characters scaled: 5,000).
     *[f"%%agent\nPart {n}.\n```python\nprint('\\n'.join(f'row {{i}}: {{i * {n}}}' for i in range(350)))\n```\n"
       f"```python\nprint('\\n'.join(f'row {{i}}: {{i * {n}}}' for i in range(350, 700)))\n```"
       for n in range(6)],

@@ -1,4 +1,4 @@
-"""Issue 11, "no dead ends", in real kernels: every fault and every bad input of these classes
+"""No dead ends, in real kernels: every fault and every bad input of these classes
 leaves a working session. Each test drives ipykernels through jupyter_client against the offline
 server over HTTP (or the kernel's own stand-in), and reads what reached the API, the cell and the
 disk: empty replies, a small window, tool ids across restarts, stream faults, bad settings.

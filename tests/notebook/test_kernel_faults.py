@@ -1,4 +1,4 @@
-"""Issue 11, in real kernels: every fault of these classes leaves a working session.
+"""No dead ends, in real kernels: every fault of these classes leaves a working session.
 
 A line cut off by a crash, secrets, images the API refuses, two kernels on one session, a huge
 output, and the cells run just before a restart. Each test drives real ipykernels through
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: m
 
 RACE_ROUNDS = 8  # two kernels resuming one session at once, again and again: exactly one each time
 OUTPUT_MB = 20
-# 105 images are 210,000 tokens at T2's flat 2,000 each: a million-token window holds them uncompacted.
+# 105 images are 210,000 tokens at the estimate's flat 2,000 each: a million-token window holds them uncompacted.
 WINDOW = 1_000_000
 IMAGES_SETUP = f"{SETUP}\n%config CtxMagic.image_max_bytes = 50000000\n%config CtxMagic.context_window = {WINDOW}"
 

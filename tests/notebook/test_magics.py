@@ -1,4 +1,4 @@
-"""SPEC N1-N5 in-process: every magic, option and config name, with a real InteractiveShell."""
+"""The magics in-process: every magic, option and config name, with a real InteractiveShell."""
 
 from __future__ import annotations
 

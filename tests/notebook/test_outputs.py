@@ -1,4 +1,4 @@
-"""SPEC N2: how what a cell printed and displayed reads for the agent (pure parts)."""
+"""Cells as tool results: how what a cell printed and displayed reads for the agent (pure parts)."""
 
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def test_n2_a_progress_bar_is_its_last_state_as_a_terminal_shows_it():
+def test_a_progress_bar_is_its_last_state_as_a_terminal_shows_it():
     bar = [f"\r[{'#' * (i // 10):10s}] {i}/100" for i in range(101)]
     assert printed([*bar, "\n", "finished\n"]) == "[##########] 100/100\nfinished\n"
     assert printed(["line one\r\n", "line two\n"]) == "line one\nline two\n"
     assert printed(["\x1b[31mred\x1b[0m\n"]) == "red\n"
 
 
-def test_n2_an_html_only_display_reaches_the_agent_as_its_text():
+def test_an_html_only_display_reaches_the_agent_as_its_text():
     table = "<style>td {color: red}</style><table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table>"
     assert display_text({"text/html": table, "text/plain": "<IPython.core.display.HTML object>"}) == (
         "text/html", "a\tb\n1\t2")
@@ -42,7 +42,7 @@ def test_n2_an_html_only_display_reaches_the_agent_as_its_text():
     assert html_text("<p>one<br>two &amp; three</p><script>alert(1)</script>") == "one\ntwo & three"
 
 
-def test_n2_the_record_text_uses_both():
+def test_the_record_text_uses_both():
     record = CellRecord("code", stdout=["\r1/3", "\r2/3", "\r3/3", "\n"],
                         displays=[{"text/html": "<b>bold</b>", "text/plain": "<IPython.core.display.HTML object>"}])
     assert record.text() == "3/3\n\n[displayed text/html]\nbold"
@@ -57,14 +57,14 @@ def test_the_progress_line_is_the_last_whole_line_or_the_bar_being_drawn():
 # -- images (images.py at the capture side) and the pending-cells form ---------------------------
 
 
-def test_n2_an_image_of_another_type_than_declared_reaches_the_agent_with_its_real_type():
+def test_an_image_of_another_type_than_declared_reaches_the_agent_with_its_real_type():
     record = CellRecord("show", displays=[{"image/png": b64(jpeg()), "text/plain": "<IPython.core.display.Image>"}])
     content = record.content(1_000_000)
     assert isinstance(content, list) and content[1]["source"]["media_type"] == "image/jpeg"
     assert left_out_line(record.image_checks(1_000_000)) is None
 
 
-def test_n2_images_left_out_become_text_and_one_line_names_them():
+def test_images_left_out_become_text_and_one_line_names_them():
     record = CellRecord("show", displays=[{"image/png": b64(b"no image here")},
                                           {"image/png": b64(png(40, 40, noise=True))}, {"image/gif": b64(GIF_1X1)}])
     content = record.content(2_000)

@@ -1,4 +1,4 @@
-"""The panel's link to the kernel's sessions (SPEC U2): the sidebar when its JupyterLab extension
+"""The panel's link to the kernel's sessions: the sidebar when its JupyterLab extension
 is there, the inline panel and a line saying how to get the sidebar when it is not; the
 transcript replayed into the panel (model calls once per response); cells known by their id."""
 

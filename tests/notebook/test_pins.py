@@ -1,4 +1,4 @@
-"""`%pin` (issue 12): an instruction or a cell pinned, listed, removed; a `# ctx: pin` cell; the
+"""`%pin`: an instruction or a cell pinned, listed, removed; a `# ctx: pin` cell; the
 budget's one line; pins after `%compact` and after the session is resumed in a new shell."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Claude on Amazon Bedrock and Google Vertex AI (issue 13, part 3): each provider's client is
+"""Claude on Amazon Bedrock and Google Vertex AI: each provider's client is
 the anthropic SDK's own (`AnthropicBedrock`, `AnthropicVertex`), built from that provider's usual
 credentials and region settings, and a turn is answered by the offline stand-in speaking the
 provider's paths, bodies and stream framing. No cloud is called; the credentials are made up."""

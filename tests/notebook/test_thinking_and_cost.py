@@ -1,4 +1,4 @@
-"""Thinking and dollars as a notebook user sees them (issue 13): the thinking streams into a
+"""Thinking and dollars as a notebook user sees them: the thinking streams into a
 collapsed block, the Done line says what the turn cost, `%ctx status` (text and JSON) says where
 the window came from, the thinking in force, the session's spend and savings."""
 

@@ -1,4 +1,4 @@
-"""The reply faults issue 11 lists, each observed through the real SDK as the API's would be."""
+"""The reply faults a session must survive, each observed through the real SDK as the API's would be."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC M2-M3: a large output is stored once (its tool-results file), the transcript line keeps a
+"""The transcript and session folder: a large output is stored once (its tool-results file), the transcript line keeps a
 reference, loading gives the message back byte for byte, and a missing file is reported."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def folder_bytes(store: SessionDir) -> int:
     return sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file())
 
 
-def test_m2_a_large_output_is_stored_once_and_loads_back_byte_identical(tmp_path):
+def test_a_large_output_is_stored_once_and_loads_back_byte_identical(tmp_path):
     store = SessionDir(tmp_path, "s").create()
     message = results("toolu_1", big())
     t = store.transcript()
@@ -39,13 +39,13 @@ def test_m2_a_large_output_is_stored_once_and_loads_back_byte_identical(tmp_path
     loaded = store.load_transcript()
     assert list(loaded.messages())[1] == message and loaded.problems == []
     before = store.tool_result_path("toolu_1").stat()
-    store.write_tool_result("toolu_1", big())  # L1 persisting the same output: nothing written again
+    store.write_tool_result("toolu_1", big())  # the budget persisting the same output: nothing written again
     after = store.tool_result_path("toolu_1").stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert folder_bytes(store) < len(big()) * 1.05  # once on disk, not twice
 
 
-def test_m2_an_output_beside_images_is_stored_and_the_images_stay_in_the_line(tmp_path):
+def test_an_output_beside_images_is_stored_and_the_images_stay_in_the_line(tmp_path):
     store = SessionDir(tmp_path, "s").create()
     message = results("toolu_2", [{"type": "text", "text": big()}, PNG])
     store.transcript().append_message(message)
@@ -54,7 +54,7 @@ def test_m2_an_output_beside_images_is_stored_and_the_images_stay_in_the_line(tm
     assert list(store.load_transcript().messages()) == [message]
 
 
-def test_m2_small_outputs_and_several_text_parts_stay_in_the_line(tmp_path):
+def test_small_outputs_and_several_text_parts_stay_in_the_line(tmp_path):
     store = SessionDir(tmp_path, "s").create()
     small = results("toolu_3", "short")
     parts = results("toolu_4", [{"type": "text", "text": big(1)}, {"type": "text", "text": big(2)}])
@@ -65,7 +65,7 @@ def test_m2_small_outputs_and_several_text_parts_stay_in_the_line(tmp_path):
     assert list(store.load_transcript().messages()) == [small, parts]
 
 
-def test_m2_lone_surrogates_in_a_large_output_stay_in_the_line(tmp_path):
+def test_lone_surrogates_in_a_large_output_stay_in_the_line(tmp_path):
     store = SessionDir(tmp_path, "s").create()
     message = results("toolu_5", big() + "\udcff")
     store.transcript().append_message(message)
@@ -73,7 +73,7 @@ def test_m2_lone_surrogates_in_a_large_output_stay_in_the_line(tmp_path):
     assert list(store.load_transcript().messages()) == [message]
 
 
-def test_m2_a_missing_output_file_is_reported_and_the_message_stays_valid(tmp_path):
+def test_a_missing_output_file_is_reported_and_the_message_stays_valid(tmp_path):
     store = SessionDir(tmp_path, "s").create()
     store.transcript().append_message(results("toolu_6", big()))
     store.tool_result_path("toolu_6").unlink()
@@ -86,7 +86,7 @@ def test_m2_a_missing_output_file_is_reported_and_the_message_stays_valid(tmp_pa
                                "sees a note in its place"]
 
 
-def test_m2_an_output_file_written_again_with_other_content_keeps_the_old_one_at_its_hash(tmp_path):
+def test_an_output_file_written_again_with_other_content_keeps_the_old_one_at_its_hash(tmp_path):
     store = SessionDir(tmp_path, "s").create()
     first = results("cell_1_1", big(1))
     store.transcript().append_message(first)

@@ -1,4 +1,4 @@
-"""SPEC N2 across a restart: the cells run since the last agent turn are on disk as they finish,
+"""Cells as tool results across a restart: the cells run since the last agent turn are on disk as they finish,
 the next turn takes them once, and a crash between taking and consuming never doubles one."""
 
 from __future__ import annotations

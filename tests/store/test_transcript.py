@@ -1,4 +1,4 @@
-"""SPEC M2-M3: transcript appends, fsync at turn end, corrupt lines skipped, a line a crash cut
+"""The transcript and session folder: appends, fsync at turn end, corrupt lines skipped, a line a crash cut
 off set aside before the next append, atomic writes."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ctx_magic.store.session import SessionDir, latest_session, list_sessions, n
 from ctx_magic.store.transcript import Transcript
 
 
-def test_m2_messages_round_trip_through_the_transcript(tmp_path):
+def test_messages_round_trip_through_the_transcript(tmp_path):
     t = Transcript(tmp_path / "transcript.jsonl")
     msgs = [
         user_text("hello", timestamp=1.5),
@@ -35,14 +35,14 @@ def test_m2_messages_round_trip_through_the_transcript(tmp_path):
     assert loaded.problems == []
 
 
-def test_m2_lines_reach_the_file_before_sync(tmp_path):
+def test_lines_reach_the_file_before_sync(tmp_path):
     """A kernel crash loses at most the message being streamed: each line is written through."""
     t = Transcript(tmp_path / "transcript.jsonl")
     t.append_message(user_text("one"))
     assert (tmp_path / "transcript.jsonl").read_bytes().count(b"\n") == 1
 
 
-def test_m2_sync_fsyncs(tmp_path, monkeypatch):
+def test_transcript_sync_fsyncs(tmp_path, monkeypatch):
     calls = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd)))
@@ -52,7 +52,7 @@ def test_m2_sync_fsyncs(tmp_path, monkeypatch):
     assert calls
 
 
-def test_m2_corrupt_and_truncated_lines_are_reported_and_skipped(tmp_path):
+def test_corrupt_and_truncated_lines_are_reported_and_skipped(tmp_path):
     path = tmp_path / "transcript.jsonl"
     good = user_text("kept")
     t = Transcript(path)
@@ -70,7 +70,7 @@ def test_m2_corrupt_and_truncated_lines_are_reported_and_skipped(tmp_path):
     assert any("truncated" in p for p in loaded.problems)
 
 
-def test_m2_lone_surrogates_round_trip(tmp_path):
+def test_lone_surrogates_round_trip(tmp_path):
     t = Transcript(tmp_path / "t.jsonl")
     msg = Message("user", (tool_result_block("t", "bad \udcff byte"),))
     t.append_message(msg)
@@ -78,7 +78,7 @@ def test_m2_lone_surrogates_round_trip(tmp_path):
     assert list(Transcript.load(t.path).messages()) == [msg]
 
 
-def test_m2_disk_full_leaves_no_partial_line(tmp_path, monkeypatch):
+def test_disk_full_leaves_no_partial_line(tmp_path, monkeypatch):
     path = tmp_path / "t.jsonl"
     t = Transcript(path)
     t.append_message(user_text("first"))
@@ -103,7 +103,7 @@ def test_m2_disk_full_leaves_no_partial_line(tmp_path, monkeypatch):
     assert [m.text for m in Transcript.load(path).messages()] == ["first", "third"]
 
 
-def test_m3_atomic_write_replaces_whole_file(tmp_path):
+def test_atomic_write_replaces_whole_file(tmp_path):
     path = tmp_path / "state.json"
     files.atomic_write_json(path, {"a": 1})
     files.atomic_write_json(path, {"a": 2})
@@ -111,7 +111,7 @@ def test_m3_atomic_write_replaces_whole_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
 
 
-def test_m3_failed_atomic_write_keeps_old_file(tmp_path, monkeypatch):
+def test_failed_atomic_write_keeps_old_file(tmp_path, monkeypatch):
     path = tmp_path / "state.json"
     files.atomic_write_json(path, {"a": 1})
 
@@ -125,7 +125,7 @@ def test_m3_failed_atomic_write_keeps_old_file(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
 
 
-def test_m3_session_folder_layout(tmp_path):
+def test_session_folder_layout(tmp_path):
     s = SessionDir(tmp_path / ".ctx_magic", "20260101-000000-abcdef").create()
     assert s.transcript_path == tmp_path / ".ctx_magic/sessions/20260101-000000-abcdef/transcript.jsonl"
     assert s.state_path.name == "state.json"
@@ -137,7 +137,7 @@ def test_m3_session_folder_layout(tmp_path):
     assert s.load_state() == {"x": 1}
 
 
-def test_m3_session_ids_sort_by_time_and_latest_is_found(tmp_path):
+def test_session_ids_sort_by_time_and_latest_is_found(tmp_path):
     a, b = new_session_id(1_000_000), new_session_id(2_000_000)
     assert a < b
     for sid in (a, b):
@@ -155,7 +155,7 @@ def _crash_mid_write(path, message):
     return line[: len(line) // 2]
 
 
-def test_m2_a_line_cut_off_by_a_crash_is_set_aside_before_the_next_append(tmp_path):
+def test_a_line_cut_off_by_a_crash_is_set_aside_before_the_next_append(tmp_path):
     path = tmp_path / "transcript.jsonl"
     first, second, lost, after = (user_text(t) for t in ("one", "two", "being written", "after the restart"))
     t = Transcript(path)
@@ -178,7 +178,7 @@ def test_m2_a_line_cut_off_by_a_crash_is_set_aside_before_the_next_append(tmp_pa
     assert (tmp_path / "transcript.damaged").read_bytes() == cut + b"\n"  # the bytes stay recoverable
 
 
-def test_m2_a_whole_record_that_only_lost_its_newline_is_kept(tmp_path):
+def test_a_whole_record_that_only_lost_its_newline_is_kept(tmp_path):
     path = tmp_path / "transcript.jsonl"
     whole = user_text("whole")
     path.write_bytes(json.dumps({"type": "message", **whole.to_json()}).encode())  # no newline
@@ -191,7 +191,7 @@ def test_m2_a_whole_record_that_only_lost_its_newline_is_kept(tmp_path):
     assert not (tmp_path / "transcript.damaged").exists()
 
 
-def test_m2_a_second_crash_is_set_aside_after_the_first(tmp_path):
+def test_a_second_crash_is_set_aside_after_the_first(tmp_path):
     path = tmp_path / "transcript.jsonl"
     cuts = []
     for n in range(2):

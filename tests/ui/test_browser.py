@@ -1,5 +1,5 @@
 """The context panel in a real JupyterLab 4 and a real Notebook 7, in headless Debian Chromium
-(SPEC U1-U3, §9; issue 14's "Must show").
+(the panel, its sidebar and its live updates).
 
 One notebook, run against the offline stand-in, makes a user cell summarized by a compaction,
 another cleared after an idle gap (the kernel's injectable clock moves an hour on), and a third

@@ -1,4 +1,4 @@
-"""SPEC U1, U3 without a browser: after a scripted session the panel's traits hold the engine's
+"""The context panel and its updates without a browser: after a scripted session the panel's traits hold the engine's
 numbers, the composition of the next request, every model call, the changes with their cards,
 the persisted outputs and the cell marks; a new or resumed session refills the same panel."""
 

@@ -5,7 +5,7 @@ the billing meter and the clock) and returns an `Outcome`; the meter holds the b
 message breakpoint, Claude Code's layout), `raw-uncached`; `floor` sends nothing: it is computed
 from raw's requests (results.floor_of). `ctx_magic` runs ctx_magic's own loop
 (benchmarks/replay/ctx_strategy.py), with switches (combinable): `+no-notes`, `+no-memory`,
-`+no-clearing`, `+no-snip` turn a mechanism off; `+seeds-threshold` compacts where Claude Code
+`+no-clearing`, `+no-snip` turn a mechanism off; `+cc-threshold` compacts where Claude Code
 does; `+late` weighs no early compaction below 200,000 tokens; `+tools-from-start` offers the
 context tools from the first request. Any name with `@p99.99` runs with p99.99-long summaries.
 """
@@ -34,10 +34,10 @@ BASELINES: dict[str, Strategy] = {
 }
 FLOOR = "floor"
 DEFAULT = ("raw", "raw-1h", "raw-1bp", "raw-uncached", FLOOR, "masking", "s08", "cc-default", "cc-default@p99.99",
-           "ctx_magic", "ctx_magic@p99.99", "ctx_magic+seeds-threshold", "ctx_magic+late", "ctx_magic+tools-from-start")
+           "ctx_magic", "ctx_magic@p99.99", "ctx_magic+cc-threshold", "ctx_magic+late", "ctx_magic+tools-from-start")
 ABLATIONS = ("ctx_magic+no-notes", "ctx_magic+no-memory", "ctx_magic+no-clearing", "ctx_magic+no-snip",
-             "ctx_magic+no-notes+no-memory+no-clearing+no-snip+seeds-threshold")
-COMPACTION_SWITCHES = ("seeds-threshold", "late")
+             "ctx_magic+no-notes+no-memory+no-clearing+no-snip+cc-threshold")
+COMPACTION_SWITCHES = ("cc-threshold", "late")
 """Switches that change only where a compaction may happen: a window where no session comes near
 any compaction repeats ctx_magic's run for them."""
 

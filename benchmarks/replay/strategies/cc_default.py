@@ -1,9 +1,9 @@
 """A plain Claude-Code-like default: the tool-result budget and auto-compaction, nothing else.
 
-- L1 (SPEC L1): a tool result over 50,000 characters is saved to disk as it arrives and replaced
+- The tool-result budget: a tool result over 50,000 characters is saved to disk as it arrives and replaced
   by a note with its path and its first 2,000 characters (cut at a line end); the decision is
   made once, so the cached prefix never changes because of it.
-- L4 (SPEC T4/T5): before each main call the context is the last reply's usage plus an estimate
+- Auto-compaction: before each main call the context is the last reply's usage plus an estimate
   of what came after it; at window - min(max output, 20,000) - 13,000 (the 13,000 scaled below a
   200,000 window) one summary call, with the main loop's system prompt and tools and no
   tool_choice (so it reads the cached conversation), replaces the whole history. The model's
@@ -56,7 +56,7 @@ _ANALYSIS = re.compile(r"<analysis>.*?</analysis>\s*", re.DOTALL)
 
 
 def autocompact_threshold(window: int) -> int:
-    """T4 with T5's scaled buffer; never below a quarter of the window (a window too small for the
+    """The auto-compact threshold, its buffer scaled; never below a quarter of the window (a window too small for the
     20,000 reserve, as in tests, would otherwise compact before every call)."""
     scale = min(1.0, window / REFERENCE_WINDOW)
     threshold = window - min(MODEL_MAX_OUTPUT, SUMMARY_RESERVE) - round(AUTOCOMPACT_BUFFER * scale)
