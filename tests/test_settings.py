@@ -54,6 +54,7 @@ def test_the_window_resolves_once_from_the_setting_or_the_model():
     ("provider", "azure", "expected any of ['anthropic', 'bedrock', 'vertex']"),
     ("strategy", "both", "expected any of ['client', 'server']"),
     ("prices", "cheap please", "prices: expected name=value"),
+    ("team", "../etc", "team: a team name is letters, digits, '.', '_' and '-'"),
 ])
 def test_a_value_out_of_bounds_is_refused_in_one_line_naming_the_setting(name, value, words):
     config = CtxMagic()

@@ -124,6 +124,7 @@ class Turn:
             session.append(Message("user", tuple(outputs), timestamp=session.clock()))
             raise
         session.append(Message("user", tuple(outputs), timestamp=session.clock()))
+        session.take_news()  # after the results: a tool result must come first in its message
 
 
 def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
@@ -133,6 +134,7 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     session.begin_turn()
     spent_before = session.meter.snapshot().cost_usd
     try:
+        session.take_news()  # before the user's words, which stay the last thing the model reads
         session.append(Message("user", tuple(_fitted(session, session.setup(), blocks)), timestamp=session.clock()))
         _loop(session, Turn(session, result))
     except KeyboardInterrupt:

@@ -40,12 +40,14 @@ from ctx_magic.context.server import cleared_tokens
 from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import Compacted, Event, Notice, ThinkingCleared, UsageUpdated, notify
-from ctx_magic.messages import Message
+from ctx_magic.messages import Message, user_text
 from ctx_magic.prices import Prices, model_prices
 from ctx_magic.settings import Settings
 from ctx_magic.store.recorder import Recorder
 from ctx_magic.store.session import SessionDir, new_session_id
 
+NEWS_TAG = "background-runs"
+"""The tag around what the executor says changed beside the conversation (a background run ended)."""
 DEFAULT_SYSTEM_PROMPT = """You are an assistant that works with the user's data through the tools you are given.
 Keep replies short and concrete; show results rather than describing them.
 Long outputs may be saved to disk and replaced by a preview; read the rest with read_file. Old tool
@@ -148,6 +150,19 @@ class Session:
     def record(self, event: Event) -> None:
         self.recorder.event(event)
         self.emit(event)
+
+    def take_news(self) -> None:
+        """What changed where the tools run since the last request (a background run ended,
+        failed or stalled): one attachment at the end of the conversation, each line shown in the
+        cell. Nothing when nothing changed, so the requests' cached prefix is left alone."""
+        news = getattr(self.frame.executor, "news", None)
+        lines = news() if news is not None else []
+        if not lines:
+            return
+        text = f"<{NEWS_TAG}>\n" + "\n".join(lines) + f"\n</{NEWS_TAG}>"
+        self.append(user_text(text, kind="attachment", timestamp=self.clock(), news=True))
+        for line in lines:
+            self.notice(line)
 
     # -- what a response teaches -------------------------------------------------------------------
 

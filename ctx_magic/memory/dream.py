@@ -9,13 +9,15 @@ live process holds. Four phases run under the lock:
 3. consolidate: ask the model to merge duplicates, settle contradictions and re-score;
 4. prune: remove what has decayed below a threshold and rebuild the index.
 
-The memory folder is snapshotted before the phases; any failure restores it byte for byte.
+The memory folder is snapshotted before the phases; any failure puts back every file the dream
+wrote or removed, byte for byte (and only those: in a shared folder, what another member wrote
+meanwhile stays).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any, Literal
 
 from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.memory.lock import GUARD_NAME, LOCK_NAME, Held, acquire_lock, release_lock
+from ctx_magic.memory.lock import LOCK_NAME, Held, acquire_lock
 from ctx_magic.memory.longterm import (
     MAX_PER_SESSION,
     Candidate,
@@ -36,18 +38,22 @@ from ctx_magic.memory.longterm import (
     tagged_block,
 )
 from ctx_magic.memory.prompts import CONSOLIDATED_TAG, consolidate_prompt, entry_line, gather_prompt
-from ctx_magic.memory.secrets import find_secret, refusal_line
+from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line
+from ctx_magic.memory.shared_folder import SHARED_FILE_MODE
 from ctx_magic.memory.store import (
     BASE_RELEVANCE,
+    INDEX_NAME,
+    SHARED_TYPES,
     Memory,
     MemoryStore,
+    MemoryType,
     Scope,
     format_time,
     memory_id,
     parse_time,
     sort_by_relevance,
 )
-from ctx_magic.store.files import atomic_write_json, read_json, restore_folder, snapshot_folder
+from ctx_magic.store.files import atomic_write_bytes, atomic_write_json, read_json, snapshot_folder
 from ctx_magic.store.session import SessionDir, list_sessions
 
 MIN_HOURS_SINCE_DREAM = 24  # Claude Code: time gate, minHours = 24
@@ -157,15 +163,16 @@ def sessions_since(storage_dir: Path, since: datetime | None, exclude: str | Non
 
 
 def _is_lock_file(name: str) -> bool:
-    return name.startswith((LOCK_NAME, GUARD_NAME))
+    """Locks and half-written temporary files: never snapshotted, never put back."""
+    return name.startswith((LOCK_NAME, "."))
 
 
 def load_state(folder: Path) -> DreamState:
     return DreamState.from_json(read_json(folder / STATE_NAME, {}))
 
 
-def save_state(folder: Path, state: DreamState) -> None:
-    atomic_write_json(folder / STATE_NAME, state.to_json())
+def save_state(folder: Path, state: DreamState, *, shared: bool = False) -> None:
+    atomic_write_json(folder / STATE_NAME, state.to_json(), mode=SHARED_FILE_MODE if shared else None)
 
 
 # -- the phases -----------------------------------------------------------------------------
@@ -199,10 +206,10 @@ def gather(
     candidates = parse_candidates(reply)
     if candidates is None:
         raise DreamFailed("the gather phase's reply has no <memories> block")
-    kinds = [find_secret(c.text) for c in candidates]
+    found = [detect_secret(c.text) for c in candidates]
     if refused is not None:
-        refused += [k for k in kinds if k is not None]
-    return [c for c, kind in zip(candidates, kinds) if kind is None][:MAX_CANDIDATES]
+        refused += [f.described for f in found if f is not None]
+    return [c for c, secret in zip(candidates, found) if secret is None][:MAX_CANDIDATES]
 
 
 @dataclass(frozen=True)
@@ -234,12 +241,16 @@ def plan_consolidation(
     entries: Sequence[Mapping[str, Any]],
     now: datetime,
     scope: Scope,
+    author: str = "",
 ) -> Consolidation:
     """Turn the consolidation's answer into writes and removals (pure).
 
     An entry replaces the memories it names in "from"; a memory merged with a fresh candidate
     counts as re-observed today (created = now), otherwise it keeps its oldest creation time.
     A key belongs to the first entry that names it. Unknown keys and junk entries are ignored.
+    A merged memory keeps the names of everyone who added its sources; a new one is the
+    dreamer's (`author`, on the team's folder). On the team's folder an entry stays of a shared
+    kind (project or reference) whatever the answer says: a member's own kinds never go there.
     """
     claimed: set[str] = set()
     write: dict[str, Memory] = {}
@@ -255,10 +266,10 @@ def plan_consolidation(
             claimed.add(drop)
             continue
         candidate = candidate_from(data)
-        kind = find_secret(candidate.text) if candidate is not None else None
-        if kind is not None:
-            refused.append(kind)
-        if candidate is None or kind is not None:
+        found = detect_secret(candidate.text) if candidate is not None else None
+        if found is not None:
+            refused.append(found.described)
+        if candidate is None or found is not None:
             continue
         named = data.get("from") if isinstance(data.get("from"), list) else []
         sources = [k for k in dict.fromkeys(named) if isinstance(k, str) and k not in claimed]
@@ -269,16 +280,18 @@ def plan_consolidation(
         base = _base(data.get("relevance"), max((m.relevance for m in olds), default=BASE_RELEVANCE))
         created = now if fresh else min(m.created for m in olds)
         decay = as_bool(data.get("decay"), olds[0].decay if olds else True)
+        authors = ", ".join(dict.fromkeys(m.author for m in olds if m.author)) if olds else author
         memory = Memory(
             id=memory_id(candidate.text),
             text=candidate.text,
-            type=candidate.type,
+            type=_kind_in(scope, candidate.type, olds),
             created=created,
             updated=now,
             relevance=base,
             decay=decay,
             scope=scope,
             source_session=olds[0].source_session if olds else DREAM_SOURCE,
+            author=authors,
         )
         if len(sources) == 1 and olds and _same(olds[0], memory):
             continue
@@ -291,13 +304,20 @@ def plan_consolidation(
     return Consolidation(tuple(write.values()), kept_remove, leftover, added, merged, dropped, tuple(refused))
 
 
+def _kind_in(scope: Scope, kind: MemoryType, olds: Sequence[Memory]) -> MemoryType:
+    if scope != "team" or kind in SHARED_TYPES:
+        return kind
+    return next((m.type for m in olds if m.type in SHARED_TYPES), "project")
+
+
 def _same(old: Memory, new: Memory) -> bool:
     fields = ("id", "text", "type", "decay", "relevance")
     return all(getattr(old, name) == getattr(new, name) for name in fields)
 
 
 def consolidate(
-    model: TextModel, memories: Sequence[Memory], candidates: Sequence[Candidate], now: datetime, scope: Scope
+    model: TextModel, memories: Sequence[Memory], candidates: Sequence[Candidate], now: datetime, scope: Scope,
+    author: str = "",
 ) -> Consolidation:
     """Consolidate: one call over stored memories and candidates (none when fewer than two)."""
     existing = {f"m{i}": m for i, m in enumerate(sort_by_relevance(memories, now), 1)}
@@ -314,7 +334,7 @@ def consolidate(
     block = tagged_block(reply, CONSOLIDATED_TAG)
     if block is None:
         raise DreamFailed(f"the consolidate phase's reply has no <{CONSOLIDATED_TAG}> block")
-    return plan_consolidation(existing, fresh, json_lines(block), now, scope)
+    return plan_consolidation(existing, fresh, json_lines(block), now, scope, author)
 
 
 def decayed(memories: Sequence[Memory], now: datetime) -> list[Memory]:
@@ -322,21 +342,68 @@ def decayed(memories: Sequence[Memory], now: datetime) -> list[Memory]:
     return [m for m in memories if m.current_relevance(now) < PRUNE_BELOW]
 
 
-def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextModel, now: datetime) -> DreamResult:
+def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextModel, now: datetime,
+               touched: set[str] | None = None, author: str = "") -> DreamResult:
+    """The four phases on `store`; the name of every file they write or remove goes into `touched`
+    before it is written (what a failure puts back)."""
+    touched = set() if touched is None else touched
+    touched.add(INDEX_NAME)
     memories = [m for m in store.all() if find_secret(m.text) is None]  # one stored before the checks: never sent
     notes = read_notes(sessions)
     refused: list[str] = []
     candidates = gather(model, notes, memories, now, refused)
-    plan = consolidate(model, memories, candidates, now, store.scope)
+    plan = consolidate(model, memories, candidates, now, store.scope, author)
+    touched.update(f"{i}.md" for i in (*(m.id for m in plan.write), *plan.remove))
     store.apply(write=plan.write, remove=plan.remove, now=now)
     added = plan.added
     for candidate in plan.leftover:
         if store.find_duplicate(candidate.text) is None:
-            store.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay, source_session=DREAM_SOURCE)
+            touched.add(f"{memory_id(candidate.text)}.md")
+            store.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay, source_session=DREAM_SOURCE,
+                      author=author)
             added += 1
     stale = decayed(store.all(), now)
+    touched.update(f"{m.id}.md" for m in stale)
     store.apply(remove=[m.id for m in stale], now=now)
     return DreamResult("dreamed", "", added, plan.merged, len(stale) + plan.dropped, (*refused, *plan.refused))
+
+
+def put_back(store: MemoryStore, snapshot: Mapping[str, bytes], touched: set[str]) -> None:
+    """Undo a failed dream: each file it wrote or removed as the snapshot saw it (new ones removed).
+    In a shared folder the index is then rebuilt, so it lists what others added meanwhile."""
+    mode = SHARED_FILE_MODE if store.shared else None
+    for name in touched:
+        path = store.folder / name
+        if name not in snapshot:
+            path.unlink(missing_ok=True)
+        elif not path.is_file() or path.read_bytes() != snapshot[name]:
+            atomic_write_bytes(path, snapshot[name], mode=mode)
+    if store.shared:
+        store.rebuild_index()
+
+
+def run_locked(store: MemoryStore, now: datetime, holder: str,
+               phases: Callable[[set[str]], DreamResult]) -> DreamResult:
+    """`phases` under the dream lock (a second dreamer is told who holds it and skips), with every
+    file they touch put back on any failure; the lock is released in every case."""
+    lock = acquire_lock(store.folder, now, holder=holder)
+    if isinstance(lock, Held):
+        return DreamResult("locked", lock.reason)
+    touched: set[str] = {STATE_NAME}
+    try:
+        snapshot = snapshot_folder(store.folder, skip=_is_lock_file)
+        try:
+            result = phases(touched)
+            save_state(store.folder, dataclasses.replace(load_state(store.folder), last_dream=now), shared=store.shared)
+        except Exception as error:  # noqa: BLE001 - any failure (model, output, disk) rolls back
+            put_back(store, snapshot, touched)
+            return DreamResult("failed", str(error) or type(error).__name__)
+        except BaseException:
+            put_back(store, snapshot, touched)
+            raise
+    finally:
+        lock.release()
+    return result
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -350,11 +417,12 @@ def dream(
     force: bool = False,
     current_session: str | None = None,
     store: MemoryStore | None = None,
+    holder: str = "",
 ) -> DreamResult:
     """Consolidate the memories of `store` (the project scope of `storage_dir` by default).
 
-    Without `force` the gates decide first. Under the lock, the memory folder is snapshotted
-    and restored on any failure; the lock is released in every case.
+    Without `force` the gates decide first. Under the lock, every file the dream touches is
+    put back on any failure; the lock is released in every case.
     """
     store = store or MemoryStore.for_project(storage_dir)
     folder = store.folder
@@ -369,23 +437,7 @@ def dream(
     closed = None if force else sessions_gate(len(recent))
     if closed:
         return DreamResult("skipped", closed)
-    lock = acquire_lock(folder, now)
-    if isinstance(lock, Held):
-        return DreamResult("locked", lock.reason)
-    try:
-        snapshot = snapshot_folder(folder, skip=_is_lock_file)
-        try:
-            result = run_phases(store, recent, model, now)
-            save_state(folder, dataclasses.replace(load_state(folder), last_dream=now))
-        except Exception as error:  # noqa: BLE001 - any failure (model, output, disk) rolls back
-            restore_folder(folder, snapshot, skip=_is_lock_file)
-            return DreamResult("failed", str(error) or type(error).__name__)
-        except BaseException:
-            restore_folder(folder, snapshot, skip=_is_lock_file)
-            raise
-    finally:
-        release_lock(folder, lock)
-    return result
+    return run_locked(store, now, holder, lambda touched: run_phases(store, recent, model, now, touched))
 
 
 def maybe_dream(
@@ -395,6 +447,7 @@ def maybe_dream(
     now: datetime,
     current_session: str | None = None,
     store: MemoryStore | None = None,
+    holder: str = "",
 ) -> DreamResult:
     """Dream only if the gates open (the cheap check to run after each model response)."""
-    return dream(storage_dir, model, now=now, current_session=current_session, store=store)
+    return dream(storage_dir, model, now=now, current_session=current_session, store=store, holder=holder)

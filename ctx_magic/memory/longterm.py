@@ -2,7 +2,8 @@
 
 At session end (and on `%memory extract`) one side call reads the conversation and answers
 with the durable facts in it, one JSON object per line inside `<memories>`. Each candidate is
-checked for secrets and duplicates before it is stored; a session stores at most 20.
+checked for secrets and duplicates before it is stored; a session stores at most 20. With team
+memory on, a candidate about the shared work goes to the team's folder (`belongs_to_team`).
 
 The model is reached through `TextModel`, one method wide; the agent adapts its
 `Session.side_call` to it, tests adapt the SDK model or a stub.
@@ -18,14 +19,20 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ctx_magic.memory.prompts import MEMORIES_TAG, longterm_prompt
-from ctx_magic.memory.secrets import find_secret
-from ctx_magic.memory.store import MEMORY_TYPES, Memory, MemoryStore, MemoryType, sort_by_relevance
+from ctx_magic.memory.secrets import detect_secret
+from ctx_magic.memory.store import MEMORY_TYPES, SHARED_TYPES, Memory, MemoryStore, MemoryType, sort_by_relevance
 from ctx_magic.messages import Message
 
 MAX_PER_SESSION = 20  # Claude Code: at most 20 memories extracted per session
 KNOWN_IN_PROMPT = 60  # stored memories listed as "already remembered": the most relevant ones
 MAX_TEXT_CHARS = 600  # a memory is a sentence or two; longer answers are junk, not memories
 DEFAULT_TYPE: MemoryType = "project"  # for an entry whose type is missing or unknown
+
+# About a person rather than the shared work: the first and second person, a third person's
+# pronouns, "the user"; and a path in someone's home folder, which the others cannot reach.
+_PERSONAL = re.compile(r"\b(?-i:I|I'm|I've|I'd|I'll)\b|\b(?:me|my|mine|myself|you|you're|your|yours|yourself|he|"
+                       r"she|him|his|her|hers|the user|the user's)\b|(?<![\w/])~/|/(?:home|Users)/[^/\s]+/"
+                       r"|[A-Za-z]:\\Users\\", re.IGNORECASE)  # "I" in capitals only: "i.e." is no one
 
 
 class TextModel(Protocol):
@@ -99,6 +106,14 @@ def parse_candidates(reply: str, tag: str = MEMORIES_TAG) -> list[Candidate] | N
     return [c for c in parsed if c is not None]
 
 
+def belongs_to_team(candidate: Candidate) -> bool:
+    """Whether an extracted memory goes to the team: it is of a shared kind (project: decisions and
+    facts about the work; reference: where things live) and says nothing about a person (no I, my,
+    you, your, he, she, the user; no path in someone's home folder). A user or feedback memory
+    never does; anything in doubt stays with the person, who can still `%memory add --team` it."""
+    return candidate.type in SHARED_TYPES and _PERSONAL.search(candidate.text) is None
+
+
 def known_texts(memories: Iterable[Memory], now: datetime, limit: int = KNOWN_IN_PROMPT) -> list[str]:
     """The stored memories the prompt lists so the model does not propose them again."""
     return [" ".join(m.text.split()) for m in sort_by_relevance(memories, now)[:limit]]
@@ -113,33 +128,38 @@ def extract_memories(
     session_id: str,
     already_extracted: int = 0,
     refused: list[str] | None = None,
+    team: MemoryStore | None = None,
+    author: str = "",
 ) -> list[Memory]:
     """Ask the model for the session's durable facts and store the new ones.
 
     `already_extracted` is how many this session stored before; the result holds only the
     memories stored now (the caller adds their number to its count). Secrets and duplicates
-    of stored memories are dropped, the kind of each secret added to `refused` (for one line
-    to the user, never the text); a reply without a `<memories>` block stores nothing.
-    Model errors propagate to the caller, which runs this in the background.
+    of stored memories (in any scope) are dropped, each secret's kind and masked value added to
+    `refused` (for one line to the user, never the text); a reply without a `<memories>` block
+    stores nothing. With a `team` store, what `belongs_to_team` says is about the shared work goes
+    there, signed by `author`. Model errors propagate to the caller, which runs this in the
+    background.
     """
     room = MAX_PER_SESSION - already_extracted
     if room <= 0:
         return []
-    existing = store.all()
-    reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room))
+    existing = [*store.all(), *(team.all() if team is not None else [])]
+    reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room, team=team is not None))
     added: list[Memory] = []
     for candidate in parse_candidates(reply) or []:
         if len(added) >= room:
             break
-        kind = find_secret(candidate.text)
-        if kind is not None:
+        found = detect_secret(candidate.text)
+        if found is not None:
             if refused is not None:
-                refused.append(kind)
+                refused.append(found.described)
             continue
         if store.find_duplicate(candidate.text, [*existing, *added]) is not None:
             continue
-        memory = store.add(
-            candidate.text, now=now, type=candidate.type, decay=candidate.decay, source_session=session_id
-        )
+        shared = team is not None and belongs_to_team(candidate)
+        target = team if shared and team is not None else store
+        memory = target.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay,
+                            source_session=session_id, author=author if shared else "")
         added.append(memory)
     return added

@@ -1,5 +1,5 @@
-"""Long-term memory for a running session (files, extraction, relevance, dream): both scopes, the system-prompt section,
-extraction at session end and on demand, dreaming when its gates open.
+"""Long-term memory for a running session: the project, user and team scopes, the
+system-prompt section, extraction at session end and on demand, dreaming when its gates open.
 
 Model calls go through the session's side call (same system prompt and tools, tools
 forbidden), from background threads that read a snapshot of the conversation only.
@@ -16,6 +16,7 @@ from typing import Any
 
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
+from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
 from ctx_magic.memory.longterm import extract_memories
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
@@ -23,10 +24,13 @@ from ctx_magic.memory.secrets import refusal_line
 from ctx_magic.memory.store import (
     Memory,
     MemoryStore,
+    Scope,
+    added_by,
     shown_text,
     sort_by_relevance,
     utc_now,
 )
+from ctx_magic.memory.team import default_author, dream_team, folder_problem, lock_notice
 from ctx_magic.messages import Message
 from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
@@ -59,6 +63,11 @@ class MemoryManager:
     user_dir: Path | None = None
     """The user scope's data folder; None is platformdirs' per-user folder."""
     budget_tokens: int = MEMORY_BUDGET_TOKENS
+    team_root: Path | None = None
+    """The folder every member reaches (`CtxMagic.team_memory_dir`); None: no team memory."""
+    team_name: str = ""
+    author: str = ""
+    """Who this member is on team memories; empty: `default_author()`."""
     clock: Callable[[], datetime] = utc_now
     background: list[threading.Thread] = field(default_factory=list)
     last_error: str | None = None
@@ -74,11 +83,55 @@ class MemoryManager:
     def user(self) -> MemoryStore:
         return MemoryStore.for_user(self.user_dir)
 
+    @property
+    def team_on(self) -> bool:
+        return self.team_root is not None and bool(self.team_name)
+
+    def team_problem(self) -> str | None:
+        """Why team memory cannot be used now (not configured, the folder missing), or None."""
+        if not self.team_on:
+            return ("team memory is off: set %config CtxMagic.team = 'NAME' and "
+                    "%config CtxMagic.team_memory_dir = 'FOLDER' (a folder every member reaches)")
+        assert self.team_root is not None
+        return folder_problem(self.team_root)
+
+    @property
+    def team(self) -> MemoryStore | None:
+        """The team's memories, where team memory is on and its folder is reachable."""
+        if self.team_problem() is not None:
+            return None
+        assert self.team_root is not None
+        return MemoryStore.for_team(self.team_root, self.team_name)
+
+    def require_team(self) -> MemoryStore:
+        team = self.team
+        if team is None:
+            raise CtxMagicError(f"No team memory: {self.team_problem()}.")
+        return team
+
+    @property
+    def member(self) -> str:
+        return self.author.strip() or default_author()
+
+    def team_notice(self) -> str | None:
+        """One line for the user about the team folder: unreachable, or without locks across machines."""
+        if not self.team_on:
+            return None
+        team = self.team
+        if team is None:
+            return f"Team memory is not read: {self.team_problem()}."
+        return lock_notice(team.folder)
+
+    def stores(self) -> list[MemoryStore]:
+        team = self.team
+        return [self.project, self.user, *([team] if team is not None else [])]
+
     def all(self) -> list[Memory]:
-        return sort_by_relevance([*self.project.all(), *self.user.all()], self.clock())
+        return sort_by_relevance([m for store in self.stores() for m in store.all()], self.clock())
 
     def prompt_section(self) -> str:
-        """The most relevant memories of both scopes within the budget, for the system prompt (by relevance)."""
+        """The most relevant memories of every scope within the one budget, shared fairly between
+        the scopes (`select_for_prompt`), for the system prompt."""
         now = self.clock()
         return memory_prompt_section(select_for_prompt(self.all(), now, self.budget_tokens), now)
 
@@ -86,14 +139,33 @@ class MemoryManager:
         """What the panel lists: each memory with its current relevance."""
         now = self.clock()
         return [{"id": m.id, "text": shown_text(m), "type": m.type, "scope": m.scope, "decay": m.decay,
-                 "relevance": round(m.current_relevance(now), 3), "age_days": m.age_days(now)}
+                 "relevance": round(m.current_relevance(now), 3), "age_days": m.age_days(now),
+                 "added_by": added_by(m)}
                 for m in self.all()]
 
-    def add(self, text: str, *, decay: bool = True, session_id: str = "") -> Memory:
+    def add(self, text: str, *, decay: bool = True, session_id: str = "", team: bool = False) -> Memory:
+        """A memory from the person: theirs (project scope), or the team's as a project fact signed
+        with their name."""
+        if team:
+            return self.require_team().add(text, now=self.clock(), type="project", decay=decay,
+                                           source_session=session_id, author=self.member)
         return self.project.add(text, now=self.clock(), decay=decay, source_session=session_id)
 
-    def forget(self, memory_id: str) -> bool:
-        return self.project.forget(memory_id, now=self.clock()) or self.user.forget(memory_id, now=self.clock())
+    def forget(self, memory_id: str, *, team: bool = False) -> tuple[Scope, Memory | None] | None:
+        """Remove a memory: the person's own first (project, then user scope), then the team's; only
+        the team's with `team`. Any member may forget a team memory. The scope it was removed from
+        and the memory (None if its file was unreadable); None when no scope has it."""
+        now = self.clock()
+        for store in [self.require_team()] if team else self.stores():
+            try:
+                path = store.path_of(memory_id)
+            except ValueError:
+                return None  # not an id at all
+            if path.exists():
+                found = store.get(memory_id)
+                store.forget(memory_id, now=now)
+                return store.scope, found
+        return None
 
     # -- extraction ----------------------------------------------------------------------------
 
@@ -106,7 +178,7 @@ class MemoryManager:
         refused: list[str] = []
         added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
                                  now=self.clock(), session_id=session.session_id, already_extracted=already,
-                                 refused=refused)
+                                 refused=refused, team=self.team, author=self.member)
         session.plugins.remember(EXTRACTED_KEY, already + len(added))
         self.last_refused = refusal_line(refused, "extracted memory")
         return added
@@ -147,15 +219,24 @@ class MemoryManager:
         run = dream if force else maybe_dream
         kwargs = {"force": True} if force else {}
         return run(self.storage_dir, SessionTextModel(session), now=self.clock(),
-                   current_session=session.session_id, **kwargs)
+                   current_session=session.session_id, holder=self.member, **kwargs)
+
+    def dream_team(self, session: Session, *, force: bool) -> DreamResult | None:
+        """The team folder's dream (None without team memory): a second member dreaming it at the
+        same moment gets "locked" with who holds the lock."""
+        team = self.team
+        if team is None:
+            return None
+        return dream_team(team, SessionTextModel(session), now=self.clock(), force=force, holder=self.member)
 
     def maybe_dream_in_background(self, session: Session) -> None:
         """The gates are cheap (checked at most every 10 minutes); a dream runs in a thread."""
         def run() -> None:
             try:
-                result = self.dream(session, force=False)
-                if result.refused:
-                    self.last_error = f"Dreaming: {refusal_line(result.refused, 'candidate')}"
+                for label, result in (("Dreaming", self.dream(session, force=False)),
+                                      ("Dreaming the team's memories", self.dream_team(session, force=False))):
+                    if result is not None and result.refused:
+                        self.last_error = f"{label}: {refusal_line(result.refused, 'candidate')}"
             except Exception as error:  # noqa: BLE001
                 self.last_error = f"dreaming failed: {error}"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ctx_magic.context.tokens import count_text
 from ctx_magic.memory.secrets import find_secret
-from ctx_magic.memory.store import Memory, sort_by_relevance
+from ctx_magic.memory.store import Memory, added_by, sort_by_relevance
 from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
 AGE_NOTE_AFTER_DAYS = 30  # one half-life (Claude Code's decay): past it, the prompt says the memory may be stale
@@ -54,8 +54,16 @@ def _known_list(known: Sequence[str]) -> str:
     return f"Already remembered (do not repeat these, or restate them in other words):\n{lines}"
 
 
-def longterm_prompt(known: Sequence[str], limit: int) -> str:
-    """Ask for the durable facts of the conversation above, at most `limit` of them."""
+_TEAM_NOTE = """
+Facts about the shared work (project and reference entries) are shared with the user's team:
+write them without naming or addressing anyone, and keep what concerns the user alone (their
+preferences, corrections, their own files) as user or feedback entries.
+"""
+
+
+def longterm_prompt(known: Sequence[str], limit: int, *, team: bool = False) -> str:
+    """Ask for the durable facts of the conversation above, at most `limit` of them (with a word
+    on what the team shares when team memory is on)."""
     return f"""{LONGTERM_HEADING}
 Step outside the task for a moment: this request is not part of it, and the work should not
 continue here. {_NO_TOOLS}
@@ -67,7 +75,7 @@ results, errors that were fixed along the way, what was tried and dropped, the s
 in progress. Never record a password, key, token or any other credential.
 
 {_KINDS}
-
+{_TEAM_NOTE if team else ""}
 {_known_list(known)}
 
 At most {limit} entries. {_LINE_FORMAT}"""
@@ -146,27 +154,46 @@ def age_note(memory: Memory, now: datetime) -> str:
 
 def prompt_line(memory: Memory, now: datetime) -> str:
     text = " ".join(memory.text.split())
-    return f"- [{memory.type}] {text}{age_note(memory, now)}"
+    tag = memory.type
+    if memory.scope == "team":
+        tag = ", ".join(part for part in (memory.type, "team", added_by(memory)) if part)
+    return f"- [{tag}] {text}{age_note(memory, now)}"
 
 
 def select_for_prompt(
     memories: Iterable[Memory], now: datetime, budget_tokens: int = MEMORY_BUDGET_TOKENS
 ) -> list[Memory]:
-    """The most relevant memories whose prompt lines fit in `budget_tokens` together.
+    """The most relevant memories whose prompt lines fit in `budget_tokens` together,
+    the budget shared fairly between the scopes that have memories (project, user, team), so a
+    team with hundreds of memories never crowds out a person's own:
 
-    Greedy by relevance: one that does not fit is passed over and smaller ones may still go in.
-    A memory holding a secret (stored before the checks, or edited by hand) never goes in (memories are never secrets).
+    1. each scope with memories gets an equal share (half each for two scopes, a third each for
+       three) and fills it with its most relevant memories;
+    2. what the shares leave unused goes to the most relevant memories left, whatever their scope.
+
+    Greedy by relevance in both rounds: one that does not fit is passed over and smaller ones may
+    still go in. A memory holding a secret (stored before the checks, or edited by hand) never goes
+    in; the same text in two scopes goes in once. The result is most relevant first.
     """
-    chosen: list[Memory] = []
-    left = budget_tokens
+    unique: dict[str, Memory] = {}
     for memory in sort_by_relevance(memories, now):
-        if find_secret(memory.text) is not None:
-            continue
-        cost = count_text(prompt_line(memory, now) + "\n")
-        if cost <= left:
-            chosen.append(memory)
-            left -= cost
-    return chosen
+        if memory.id not in unique and find_secret(memory.text) is None:
+            unique[memory.id] = memory
+    cost = {key: count_text(prompt_line(memory, now) + "\n") for key, memory in unique.items()}
+    scopes = list(dict.fromkeys(memory.scope for memory in unique.values()))
+    chosen: set[str] = set()
+    for scope in scopes:
+        left = budget_tokens // len(scopes)
+        for key, memory in unique.items():
+            if memory.scope == scope and cost[key] <= left:
+                chosen.add(key)
+                left -= cost[key]
+    left = budget_tokens - sum(cost[key] for key in chosen)
+    for key in unique:
+        if key not in chosen and cost[key] <= left:
+            chosen.add(key)
+            left -= cost[key]
+    return [memory for key, memory in unique.items() if key in chosen]
 
 
 def memory_prompt_section(selected: Sequence[Memory], now: datetime) -> str:
@@ -174,9 +201,11 @@ def memory_prompt_section(selected: Sequence[Memory], now: datetime) -> str:
     if not selected:
         return ""
     lines = "\n".join(prompt_line(m, now) for m in selected)
+    team = ("Lines marked team are shared by everyone on the team, with who added them and when.\n"
+            if any(m.scope == "team" for m in selected) else "")
     return (
         "# Long-term memory\n"
         "Notes kept from earlier sessions, most relevant first. Older ones may have drifted from the\n"
         "truth: check anything that matters before relying on it.\n"
-        f"{lines}"
+        f"{team}{lines}"
     )

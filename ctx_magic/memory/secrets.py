@@ -25,28 +25,36 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
 
-# 1. Shapes of well-known credentials, most specific first (sk-ant- before sk-).
+# 1. Shapes of well-known credentials, most specific first (sk-ant- before sk-). No leading `\b`:
+# a key glued to a word ("aws_key_idAKIA...") is still a key; `_format_found` decides when the
+# character before the match is a letter or digit (then the key must look random, so a word that
+# merely ends in "sk" before "-force-2024" is not one).
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")),
-    ("an Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}")),
-    ("an API key (sk-...)", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")),
-    ("a Stripe key", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}")),
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA)[0-9A-Z]{16}\b")),
+    ("an Anthropic API key", re.compile(r"sk-ant-[A-Za-z0-9_-]{16,}")),
+    ("an API key (sk-...)", re.compile(r"sk-[A-Za-z0-9_-]{16,}")),
+    ("a Stripe key", re.compile(r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}")),
+    ("an AWS access key id", re.compile(r"(?:AKIA|ASIA|AIDA|AROA|AGPA|ANPA)[0-9A-Z]{16}(?![0-9A-Z])")),
     ("an AWS secret access key",
-     re.compile(r"(?i:aws|secret)[\w\s\"':=-]{0,40}?(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])")),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
-    ("a GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
-    ("a Slack token", re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}")),
+     re.compile(r"(?i:aws|secret)[\w\s\"':=-]{0,40}?(?P<value>(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])")),
+    ("an AWS secret access key",  # the name glued to the key: aws_secret_access_keywJalr...
+     re.compile(r"(?i:secret[_-]?access[_-]?key|aws[_-]?secret)(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])")),
+    ("a GitHub token", re.compile(r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
+    ("a GitLab token", re.compile(r"glpat-[A-Za-z0-9_-]{20,}")),
+    ("a Slack token", re.compile(r"xox[abposre]-[A-Za-z0-9-]{10,}")),
     ("a Slack webhook", re.compile(r"hooks\.slack\.com/services/[A-Za-z0-9]+/[A-Za-z0-9]+/[A-Za-z0-9]{8,}")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
-    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("an npm token", re.compile(r"\bnpm_[A-Za-z0-9]{30,}")),
-    ("a PyPI token", re.compile(r"\bpypi-AgE[A-Za-z0-9_-]{20,}")),
-    ("a SendGrid key", re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")),
-    ("a JSON web token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    ("a bearer token", re.compile(r"\bBearer\s+[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)),
+    ("a Google API key", re.compile(r"AIza[0-9A-Za-z_-]{30,}")),
+    ("a Hugging Face token", re.compile(r"hf_[A-Za-z0-9]{30,}")),
+    ("an npm token", re.compile(r"npm_[A-Za-z0-9]{30,}")),
+    ("a PyPI token", re.compile(r"pypi-AgE[A-Za-z0-9_-]{20,}")),
+    ("a SendGrid key", re.compile(r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")),
+    ("a JSON web token", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("a bearer token", re.compile(r"(?<![A-Za-z0-9_])Bearer\s+(?P<value>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)),
 )
+_HEX_40 = re.compile(r"[0-9a-f]{40}")  # a git commit id: "the AWS fix is commit 3f2a...", not a secret key
 # scheme://user:password@host, the password part captured to tell a real one from a template.
 _URL_CREDENTIALS = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<value>[^\s/@]{3,})@", re.IGNORECASE)
 
@@ -71,6 +79,16 @@ _SAID = re.compile(
 )
 # Right after the name, with nothing between: "api key AbC123...", "token 9f8e7d6c5b4a".
 _NAMED = re.compile(rf"\b{_NAME}\s+(?P<value>[^\s\"'`,;]+)", re.IGNORECASE)
+# Glued to the name, nothing between: "apikeyXk29fLq0Zm3Nw8Yt". Code glues names to words all the
+# time (tokenCount, keyIdFor2024), so such a value must look random (`_random_glued`).
+_GLUED = re.compile(rf"(?<![A-Za-z0-9])(?i:{_NAME})(?P<value>[A-Z0-9][A-Za-z0-9+/]{{15,}})")
+# A URL's query: ?api_key=..., &sig=..., ;token=...; the parameter's name split into its words.
+_URL_PARAM = re.compile(r"[?&;](?P<name>[A-Za-z][A-Za-z0-9_.-]*)=(?P<value>[^&#;\s\"'<>)]+)")
+_URL_SECRET_WORDS = frozenset({"password", "passwd", "pwd", "pass", "passphrase", "secret"})
+_URL_KEY_WORDS = frozenset({"key", "apikey", "token", "sig", "signature", "auth", "credential", "credentials",
+                            "accesskey", "secretkey", "code"})
+_NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_LETTER_RUN = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 
 # Values that stand for a secret without being one.
 _PLACEHOLDER = re.compile(
@@ -98,14 +116,22 @@ _ENGLISH_ENDING = re.compile(r"(?:ed|ing|able|ible|ive|al|ful|less|ly|ent|ant|ic
 _TRAILING = ".,;:!?)]}"
 
 # 4. Long random-looking strings: at least this long, with upper, lower and digits mixed, and
-# more bits per character than English or hex (hex tops out at 4.0: commit ids pass).
+# more bits per character than English or hex (hex tops out at 4.0: commit ids pass). A random
+# 32-character base62 key has 4.5 on average; 4.2 lets 98.6 % of them be caught (4.3: 95 %)
+# with no more false alarms on the corpus (python benchmarks/secret_check.py).
 _TOKENISH = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
 HIGH_ENTROPY_MIN_CHARS = 32
-HIGH_ENTROPY_BITS_PER_CHAR = 4.3
+HIGH_ENTROPY_BITS_PER_CHAR = 4.2
 # A folder path mixes cases and digits too (/Users/JaneDoe/ChurnAnalysis2024/data): segments of
 # CamelCase or lowercase words are a path; random base64 has segments like "K7MDENG" or "bPxRf".
 _PATH_SEGMENT = re.compile(r"[A-Za-z][a-z]*(?:[A-Z][a-z]+)*[0-9]*|[a-z0-9_.-]+")
 MIN_PATH_SEGMENTS = 3
+# An identifier reads as words: its runs of letters (Token, Count, For, Model, Limit) average 4.6
+# characters; random base62 breaks into runs of 1-2 (Xk29fLq0Zm3Nw8Yt: 1.8). Of 20,000 random
+# strings of 16-40 characters, 41 (1 in 500) average 4 or more.
+WORDS_MEAN_RUN = 4.0
+MIN_LETTER_KEY_CHARS = 16  # a named value of letters alone is a key from this length, if not words
+MASK_STARS = 12  # a masked value shows its first characters and at most this many stars
 
 
 def shannon_bits(text: str) -> float:
@@ -122,8 +148,31 @@ def _is_path(token: str) -> bool:
     return len(segments) >= MIN_PATH_SEGMENTS and all(_PATH_SEGMENT.fullmatch(s) for s in segments)
 
 
+def _reads_as_words(token: str) -> bool:
+    """An identifier or a name made of words (CamelCase, snake_case), not random characters."""
+    runs = _LETTER_RUN.findall(token)
+    return bool(runs) and sum(map(len, runs)) / len(runs) >= WORDS_MEAN_RUN
+
+
+def _mixed_kinds(token: str) -> bool:
+    """Upper case, lower case and digits all present: how generated keys look."""
+    return any(c.islower() for c in token) and any(c.isupper() for c in token) and any(c.isdigit() for c in token)
+
+
+def _random_glued(value: str) -> bool:
+    """A value glued to a word or a name: a key only if it looks generated, not like more words."""
+    return _mixed_kinds(value) and not _reads_as_words(value)
+
+
+def _random_letters(value: str) -> bool:
+    """A value named as a key that has no digit (1 random 32-character base62 key in 280 has none):
+    long, both cases, and not words run together (RefreshAccessTokenHandler)."""
+    return (len(value) >= MIN_LETTER_KEY_CHARS and any(c.islower() for c in value)
+            and any(c.isupper() for c in value) and value.isalpha() and not _reads_as_words(value))
+
+
 def _looks_random(token: str) -> bool:
-    if len(token) < HIGH_ENTROPY_MIN_CHARS or _is_path(token):
+    if len(token) < HIGH_ENTROPY_MIN_CHARS or _is_path(token) or _reads_as_words(token):
         return False
     classes = (any(c.islower() for c in token), any(c.isupper() for c in token), any(c.isdigit() for c in token))
     return all(classes) and shannon_bits(token) >= HIGH_ENTROPY_BITS_PER_CHAR
@@ -134,10 +183,13 @@ def _is_password_name(name: str) -> bool:
 
 
 def _key_like(value: str) -> bool:
-    """A token's or key id's value: long enough, letters and digits both, or random-looking."""
+    """A token's or key id's value: long enough, letters and digits both, random-looking, or
+    random letters of both cases."""
     if len(value) < MIN_KEY_CHARS or _ENV_NAME.match(value) or _DOTTED.match(value):
         return False
-    return (any(c.isalpha() for c in value) and any(c.isdigit() for c in value)) or _looks_random(value)
+    if any(c.isalpha() for c in value) and any(c.isdigit() for c in value):
+        return True
+    return _looks_random(value) or _random_letters(value)
 
 
 def _reference(value: str) -> bool:
@@ -184,28 +236,95 @@ def _article(words: str) -> str:
     return f"an {words}" if words[0] in "aeiou" else f"a {words}"
 
 
-def find_secret(text: str) -> str | None:
-    """The kind of secret `text` holds ("an AWS access key id", ...), or None if it looks clean."""
+@dataclass(frozen=True)
+class SecretFinding:
+    """What looked like a secret: its kind ("an AWS access key id") and the value itself, which
+    is only ever shown masked."""
+
+    kind: str
+    value: str
+
+    @property
+    def masked(self) -> str:
+        """The value's first characters, the rest as stars: enough to recognise it, never to use it."""
+        value = self.value.strip()
+        keep = 4 if len(value) >= 20 else 2 if len(value) >= 12 else 1
+        hidden = len(value) - keep
+        return value[:keep] + "*" * min(hidden, MASK_STARS) + ("…" if hidden > MASK_STARS else "")
+
+    @property
+    def described(self) -> str:
+        """"an AWS access key id (AKIA************…)": the kind and the masked value, for one line."""
+        return f"{self.kind} ({self.masked})"
+
+
+def _format_found(match: re.Match[str], text: str) -> bool:
+    """A known format at a word's start is a key; glued to a letter or digit before it (as in
+    "aws_key_idAKIA..."), only if it looks generated: all capitals and digits (AKIA...), or
+    capitals, lower case and digits mixed, not a word like "task-force-2024"."""
+    start = match.start("value") if "value" in match.re.groupindex else match.start()
+    if start == 0 or not text[start - 1].isalnum():
+        return True
+    found = match.group(0)
+    if found.upper() == found:
+        return True  # an upper-case format (AKIA + 16): no word is spelt that way
+    return any(c.isdigit() for c in found) and any(c.isupper() for c in found) and any(c.islower() for c in found)
+
+
+def _format_value(kind: str, match: re.Match[str]) -> str | None:
+    value = match.group("value") if "value" in match.re.groupindex else match.group(0)
+    if kind == "an AWS secret access key" and (_HEX_40.fullmatch(value) or not _mixed_kinds(value)):
+        return None  # a commit id or a path after the word "secret", not a generated key
+    return value
+
+
+def _url_param(name: str, value: str) -> bool:
+    """A URL's query parameter that carries a credential: ?password=..., ?api_key=..., &sig=..."""
+    words = {w.lower() for w in _NAME_WORD.findall(name)} | {name.lower().replace("_", "").replace("-", "")}
+    value = unquote(value).rstrip(_TRAILING)
+    if _reference(value):
+        return False
+    if words & _URL_SECRET_WORDS:
+        return True
+    return bool(words & _URL_KEY_WORDS) and _key_like(value)
+
+
+def detect_secret(text: str) -> SecretFinding | None:
+    """The first thing in `text` that looks like a secret, with its kind, or None if it looks clean."""
     for kind, pattern in _PATTERNS:
-        if pattern.search(text):
-            return kind
+        for match in pattern.finditer(text):
+            value = _format_value(kind, match)
+            if value is not None and _format_found(match, text):
+                return SecretFinding(kind, value)
     for match in _URL_CREDENTIALS.finditer(text):
         if not _PLACEHOLDER.match(match.group("value")):
-            return "credentials in a URL"
+            return SecretFinding("credentials in a URL", match.group("value"))
+    for match in _URL_PARAM.finditer(text):
+        if _url_param(match.group("name"), match.group("value")):
+            return SecretFinding(f"a credential in a URL ({match.group('name')}=)", match.group("value"))
     for match in _ASSIGNMENT.finditer(text):
         if _assigned(match.group("name"), match.group("value")):
-            return f"a value assigned to {match.group('ident').lower()}"
+            return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
     for match in _SAID.finditer(text):
         if _said(match.group("name"), match.group("value"), bool(match.group("quote"))):
-            return f"{_article(_label(match.group('name')))} in plain words"
+            return SecretFinding(f"{_article(_label(match.group('name')))} in plain words", match.group("value"))
     for match in _NAMED.finditer(text):
         value = match.group("value").rstrip(_TRAILING)
         if not _reference(value) and _key_like(value):
-            return f"{_article(_label(match.group('name')))} in plain words"
+            return SecretFinding(f"{_article(_label(match.group('name')))} in plain words", value)
+    for match in _GLUED.finditer(text):
+        if _random_glued(match.group("value")):
+            return SecretFinding(f"a credential glued to the word {match.group('name')}", match.group("value"))
     for token in _TOKENISH.findall(text):
         if _looks_random(token):
-            return "a long random-looking string (a key or token?)"
+            return SecretFinding("a long random-looking string (a key or token?)", token)
     return None
+
+
+def find_secret(text: str) -> str | None:
+    """The kind of secret `text` holds ("an AWS access key id", ...), or None if it looks clean."""
+    found = detect_secret(text)
+    return found.kind if found is not None else None
 
 
 def refusal_line(kinds: Sequence[str], what: str = "memory") -> str | None:

@@ -1,9 +1,15 @@
 """Long-term memories on disk, with their relevance: one markdown file per memory and an index.
 
 A scope is a folder: the project scope is `<storage>/memory/` beside the notebook, the user
-scope `platformdirs.user_data_dir("ctx_magic")/memory/`. Each memory is `<id>.md` with a front
-matter of its metadata; `MEMORY.md` lists them all, one line each, most relevant first.
-Relevance decays with a 30-day half-life unless the memory says `decay: false`.
+scope `platformdirs.user_data_dir("ctx_magic")/memory/`, the team scope `<team_memory_dir>/<team>/`
+on a folder every member reaches. Each memory is `<id>.md` with a front matter of its metadata
+(a team memory also says who added it); `MEMORY.md` lists them all, one line each, most relevant
+first. Relevance decays with a 30-day half-life unless the memory says `decay: false`.
+
+Several people may write a team folder at once, so nothing there is ever read half-written or
+lost: each memory is its own file, named by its text, written to a temporary file and renamed
+into place; the index is rebuilt from the files under a short lock, and every reader (the
+prompt, `%memory show`) reads the files, never the index.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.memory.secrets import find_secret
+from ctx_magic.memory.secrets import detect_secret, find_secret
+from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, index_lock, lock_support
 from ctx_magic.store.files import atomic_write_text
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
-Scope = Literal["project", "user"]
+Scope = Literal["project", "user", "team"]
 MEMORY_TYPES: tuple[str, ...] = get_args(MemoryType)
+SHARED_TYPES: tuple[str, ...] = ("project", "reference")  # about the work, not the person: the kinds a team shares
 SCOPES: tuple[str, ...] = get_args(Scope)
 
 HALF_LIFE_DAYS = 30.0  # Claude Code: decayFactor = 0.5 ^ (days / 30): day 30 x0.5, 60 x0.25, 90 x0.125
@@ -40,6 +48,8 @@ _WORD = re.compile(r"[a-z0-9]+")
 _SPACE = re.compile(r"\s+")
 _NUMBER = re.compile(r"\d+")
 SLUG_WORDS = 6  # words of the text in a memory's id, so file names say what they hold
+INDEX_REBUILD_ROUNDS = 3  # rebuilt again while files came or went meanwhile (a folder without locks)
+_TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class SecretRefused(CtxMagicError, ValueError):
@@ -121,6 +131,8 @@ class Memory:
     decay: bool = True
     scope: Scope = "project"
     source_session: str = ""
+    author: str = ""
+    """Who added it (team memories: the member's name; empty elsewhere)."""
 
     def current_relevance(self, now: datetime) -> float:
         return relevance(self.relevance, self.created, now, self.decay)
@@ -129,20 +141,21 @@ class Memory:
         return max(0, int((now - self.created).total_seconds() // SECONDS_PER_DAY))
 
     def to_markdown(self) -> str:
-        session = _SPACE.sub(" ", self.source_session).strip()
-        return (
-            "---\n"
-            f"id: {self.id}\n"
-            f"type: {self.type}\n"
-            f"created: {format_time(self.created)}\n"
-            f"updated: {format_time(self.updated)}\n"
-            f"relevance: {self.relevance!r}\n"
-            f"decay: {'true' if self.decay else 'false'}\n"
-            f"scope: {self.scope}\n"
-            f"source_session: {session}\n"
-            "---\n"
-            f"{self.text.strip()}\n"
-        )
+        fields = {
+            "id": self.id,
+            "type": self.type,
+            "created": format_time(self.created),
+            "updated": format_time(self.updated),
+            "relevance": repr(self.relevance),
+            "decay": "true" if self.decay else "false",
+            "scope": self.scope,
+            "source_session": _SPACE.sub(" ", self.source_session).strip(),
+        }
+        author = _SPACE.sub(" ", self.author).strip()
+        if author:
+            fields["author"] = author
+        front = "".join(f"{key}: {value}\n" for key, value in fields.items())
+        return f"---\n{front}---\n{self.text.strip()}\n"
 
     @classmethod
     def from_markdown(cls, text: str, *, default_scope: Scope = "project") -> Memory:
@@ -185,6 +198,7 @@ class Memory:
             decay=decay == "true",
             scope=scope,  # type: ignore[arg-type]
             source_session=fields.get("source_session", ""),
+            author=fields.get("author", ""),
         )
 
 
@@ -204,6 +218,19 @@ class Scan:
 
 def project_memory_dir(storage_dir: Path) -> Path:
     return Path(storage_dir) / "memory"
+
+
+def check_team_name(name: str) -> str:
+    """A team's name as one folder name (letters, digits, `._-`); ValueError says what is wrong."""
+    if not _TEAM_NAME.match(name):
+        raise ValueError(f"a team name is letters, digits, '.', '_' and '-' (up to 64, not starting with "
+                         f"'.', '_' or '-'), not {name!r}")
+    return name
+
+
+def team_memory_dir(root: Path, team: str) -> Path:
+    """The team's folder: one folder per team under the shared root, so teams never mix."""
+    return Path(root).expanduser() / check_team_name(team)
 
 
 def user_memory_dir(data_dir: Path | None = None) -> Path:
@@ -230,6 +257,13 @@ def shown_text(memory: Memory) -> str:
     return f"(hidden: it looks like it contains {kind}; it is never put in a prompt. %memory forget removes it)"
 
 
+def added_by(memory: Memory) -> str:
+    """"added by alice on 2025-03-01" for a memory that says who added it, else ""."""
+    if not memory.author:
+        return ""
+    return f"added by {memory.author} on {memory.created.astimezone(timezone.utc).date().isoformat()}"
+
+
 def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now: datetime) -> str:
     lines = ["# Memory index", "", "One line per memory: file, type, current relevance, first line.", ""]
     for memory in sort_by_relevance(memories, now):
@@ -237,7 +271,8 @@ def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now
         if len(head) > INDEX_FIRST_LINE_CHARS:
             head = head[: INDEX_FIRST_LINE_CHARS - 1] + "…"
         score = memory.current_relevance(now)
-        lines.append(f"- [{memory.id}]({memory.id}.md) · {memory.type} · {score:.2f} · {head}")
+        by = f" · {added_by(memory)}" if memory.author else ""
+        lines.append(f"- [{memory.id}]({memory.id}.md) · {memory.type} · {score:.2f}{by} · {head}")
     skipped = [f"- {p.path.name}: {p.reason}" for p in problems]
     if skipped:
         lines += ["", "## Unreadable files (skipped)", "", *skipped]
@@ -260,6 +295,15 @@ class MemoryStore:
     @classmethod
     def for_user(cls, data_dir: Path | None = None, **kwargs: object) -> MemoryStore:
         return cls(user_memory_dir(data_dir), "user", **kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def for_team(cls, root: Path, team: str, **kwargs: object) -> MemoryStore:
+        return cls(team_memory_dir(root, team), "team", **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def shared(self) -> bool:
+        """Other people write here too: files readable by the folder's group, the index under a lock."""
+        return self.scope == "team"
 
     @property
     def index_path(self) -> Path:
@@ -313,6 +357,7 @@ class MemoryStore:
         decay: bool = True,
         source_session: str = "",
         base_relevance: float = BASE_RELEVANCE,
+        author: str = "",
     ) -> Memory:
         """Store a new memory, or return the stored one that already says the same.
 
@@ -324,16 +369,17 @@ class MemoryStore:
             raise ValueError("a memory needs some text")
         if type not in MEMORY_TYPES:
             raise ValueError(f"unknown memory type {type!r}: use one of {', '.join(MEMORY_TYPES)}")
-        kind = find_secret(text)
-        if kind is not None:
+        found = detect_secret(text)
+        if found is not None:
             raise SecretRefused(
-                f"Refused to store this memory: it looks like it contains {kind}. "
+                f"Refused to store this memory: {found.masked} looks like {found.kind}. "
                 "Memories are never secrets; keep credentials in environment variables or a secrets manager."
             )
         existing = self.find_duplicate(text)
         if existing is not None:
             return existing
-        memory = Memory(memory_id(text), text, type, now, now, base_relevance, decay, self.scope, source_session)
+        memory = Memory(memory_id(text), text, type, now, now, base_relevance, decay, self.scope, source_session,
+                        author)
         self.apply(write=[memory], now=now)
         return memory
 
@@ -352,16 +398,36 @@ class MemoryStore:
         self, *, write: Iterable[Memory] = (), remove: Iterable[str] = (), now: datetime | None = None
     ) -> None:
         """Write and delete memory files, then rebuild the index once."""
+        mode = SHARED_FILE_MODE if self.shared else None
         for memory in write:
-            atomic_write_text(self.path_of(memory.id), memory.to_markdown())
+            atomic_write_text(self.path_of(memory.id), memory.to_markdown(), mode=mode)
         for memory_id in remove:
             self.path_of(memory_id).unlink(missing_ok=True)
         self.rebuild_index(now)
 
     def rebuild_index(self, now: datetime | None = None) -> Scan:
-        scan = self.scan()
-        atomic_write_text(self.index_path, render_index(scan.memories, scan.problems, now or self.clock()))
+        """MEMORY.md from the files. In a shared folder, under the index lock (the last rebuild then
+        saw every file written before it), and again while files came or went meanwhile (where the
+        filesystem gives no lock)."""
+        if not self.shared:
+            return self._write_index(now)
+        with index_lock(self.folder, lock_support(self.folder)):
+            for _ in range(INDEX_REBUILD_ROUNDS):
+                scan = self._write_index(now)
+                if self._names() == {m.id for m in scan.memories} | {p.path.stem for p in scan.problems}:
+                    break
         return scan
+
+    def _write_index(self, now: datetime | None) -> Scan:
+        scan = self.scan()
+        mode = SHARED_FILE_MODE if self.shared else None
+        atomic_write_text(self.index_path, render_index(scan.memories, scan.problems, now or self.clock()), mode=mode)
+        return scan
+
+    def _names(self) -> set[str]:
+        if not self.folder.is_dir():
+            return set()
+        return {p.stem for p in self.folder.glob("*.md") if p.name != INDEX_NAME and not p.name.startswith(".")}
 
     def index_text(self) -> str:
         try:

@@ -57,9 +57,12 @@ class Commands:
     """True while an agent turn runs: the agent's own code must not start another, or compact."""
 
     def refuse_inside_turn(self, what: str) -> None:
-        """The agent's code calling %%agent or %compact would edit the context mid-turn and break the API's rules."""
+        """The agent's code calling %%agent or %compact would edit the context mid-turn (the loop
+        owns it until the turn ends), or, from a background run, beside the user's own turns."""
         if self.turn_running:
             raise CtxMagicError(f"An agent turn is running: {what} cannot be used from inside it.")
+        if self.executor.runs.io.current() is not None:
+            raise CtxMagicError(f"The agent's running code cannot use {what}.")
 
     def _before_command(self, session: Session) -> None:
         """What every turn and context command starts with: settings, deferred writes, new cells."""

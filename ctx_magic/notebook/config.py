@@ -13,6 +13,7 @@ from typing import Any
 from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from ctx_magic.memory.store import check_team_name
 from ctx_magic.prices import Prices
 from ctx_magic.settings import (
     AGENT_CELLS,
@@ -28,6 +29,7 @@ from ctx_magic.settings import (
     MEMORY_BUDGET_TOKENS,
     MIN_CONTEXT_WINDOW,
     MIN_REPLY_TOKENS,
+    MIN_STALL_SECONDS,
     MIN_THINKING_BUDGET,
     PERMISSION,
     PERMISSIONS,
@@ -35,6 +37,7 @@ from ctx_magic.settings import (
     PROVIDER,
     PROVIDERS,
     SNIP_MAX_MESSAGES,
+    STALL_SECONDS,
     STRATEGIES,
     STRATEGY,
     THINKING,
@@ -138,6 +141,29 @@ class CtxMagic(Configurable):
     agent_cells = _choice(AGENT_CELLS, AGENT_CELLS_MODES, (
         "The agent's code as notebook cells: 'button' puts an Insert as cell action beside each block it runs, "
         "'insert' places each block as a cell below the %%agent cell by itself, 'off' neither."))
+    stall_seconds = Float(STALL_SECONDS, min=MIN_STALL_SECONDS, help=(
+        "Seconds without output after a line that looks like a prompt ([Y/n], Password:, Continue?) before the "
+        "agent's running code counts as stalled; input() and getpass() count at once.")).tag(config=True)
+
+    team = Unicode("", help=(
+        "Your team's name: with team_memory_dir, long-term memories about the shared data and code go to "
+        "the team's folder and every member's sessions read them; empty = no team memory.")).tag(config=True)
+    team_memory_dir = Unicode("", help=(
+        "A folder every member of the team reaches (a shared home, a mounted volume); the team's memories "
+        "are in its subfolder named after the team. It must exist: it is never created.")).tag(config=True)
+    author = Unicode("", help=(
+        "Your name on the team memories you add; empty = JupyterHub's user name, else the OS "
+        "user.")).tag(config=True)
+
+    @validate("team")
+    def _team_name(self, proposal: dict[str, Any]) -> str:
+        name = proposal["value"].strip()
+        if name:
+            try:
+                check_team_name(name)
+            except ValueError as error:
+                raise TraitError(f"team: {error}") from None
+        return name
 
     @validate("prices")
     def _prices_parse(self, proposal: dict[str, Any]) -> str:

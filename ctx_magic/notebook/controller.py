@@ -31,6 +31,7 @@ from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import OutputRecorder
 from ctx_magic.notebook.panel_link import PanelLink
+from ctx_magic.notebook.tasks import RunBoard
 from ctx_magic.notebook.workspace import Workspace
 
 
@@ -47,15 +48,19 @@ class Controller:
         self.lock = threading.RLock()
         self.listeners: list[Callable[[Event], None]] = []
         """Hear every event of the current session (the panel, and tests)."""
-        output = OutputRecorder(shell, self.settings)
+        self.runs = RunBoard(shell, self.settings, self._tasks_folder, clock)
+        """The agent's runs of code: foreground, background, their stalls (its own clock, for tests)."""
+        output = OutputRecorder(shell, self.settings, owned_elsewhere=lambda: self.runs.io.current() is not None)
         history = KernelHistory(shell, self._cells_held)
-        self.executor = KernelExecutor(shell, output, self.settings, self.workspace, extra_tools=(history.tool(),))
+        self.executor = KernelExecutor(shell, output, self.settings, self.workspace, self.runs,
+                                       extra_tools=(history.tool(),))
         self.agent_cells = AgentCells(shell, self.settings)
         """The agent's code offered as notebook cells (the labextension's, or next-input)."""
         self.cells = CellCapture(output, self.settings, self.now)
         self.memory = MemoryLink(self.settings, self.workspace)
-        self.panel = PanelLink(self.memory, self.workspace)
+        self.panel = PanelLink(self.memory, self.workspace, runs=self.runs)
         self.listeners.append(self.panel.handle)
+        self.runs.listeners.append(self.panel.runs_changed)
         self.host = SessionHost(self.settings, self.workspace, self.executor, self.memory, self.now, backend=backend)
         self.idle = IdleWatch(self.lock, self.host)
         self.settings.observe(self.host.retries_changed, names="max_retries")
@@ -71,12 +76,18 @@ class Controller:
         session = self.host.session
         return cells_held(session.live.messages) if session is not None else set()
 
+    def _tasks_folder(self) -> Any:
+        """The current session's `tasks/` folder (where background runs keep their logs)."""
+        session = self.host.session
+        return session.store.tasks_dir if session is not None else None
+
     # -- IPython's cell hooks: the cells the user runs, the idle check ----------------------------
 
     def pre_run_cell(self, info: Any) -> None:
         if self.executor.running:
             return
         try:
+            self.runs.io.ensure()  # above IPython's own wrapping of this cell's streams: a run's output stays its own
             self.agent_cells.cell_started(info)
             if self.idle.check():
                 self.panel.refresh()
@@ -149,5 +160,6 @@ class Controller:
         """Unload or kernel exit: the session ends and its memories are extracted (bounded wait)."""
         self.idle.cancel()
         self.cells.abandon()
+        self.runs.close()
         self.host.end()
         self.memory.wait()

@@ -11,11 +11,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall, ToolContext, ToolInterrupted, ToolOutput
-from ctx_magic.events import ApprovalAsked, ToolOutputDelta
+from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall, ToolContext, ToolError, ToolInterrupted, ToolOutput
+from ctx_magic.events import ApprovalAsked, Notice, ToolOutputDelta
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.inventory import inventory
 from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, strip_ansi
+from ctx_magic.notebook.runs import Run
+from ctx_magic.notebook.tasks import RunBoard, stalled_text, started_text
 from ctx_magic.notebook.workspace import Workspace
 
 NOTEBOOK_TOOL = {
@@ -31,6 +33,40 @@ NOTEBOOK_TOOL = {
             "end": {"type": "integer", "minimum": 0},
             "search": {"type": "string"},
         },
+    },
+}
+KERNEL_PYTHON_TOOL = {
+    **PYTHON_TOOL,
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            **PYTHON_TOOL["input_schema"]["properties"],  # type: ignore[index]
+            "background": {"type": "boolean", "description": (
+                "Start it as a background run and return at once with its id: for long work (training, a sweep, "
+                "a download). It runs beside your next steps and the user's cells; read its output with the task "
+                "tool. You are told when it ends or stalls.")},
+        },
+        "required": ["code"],
+    },
+}
+"""`python` in a kernel: the same tool, which can also start a background run (one way to run code,
+one approval; a run that stalls in the foreground goes on in the background anyway)."""
+TASK_TOOL = {
+    "name": "task",
+    "description": (
+        "A background run of your python code, by its id: 'read' its new output (from where you last read, or "
+        "from a byte `offset` of its log), 'answer' what it waits for (`text`: one line for its input(), getpass() "
+        "or a subprocess it started), or 'stop' it."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "action": {"type": "string", "enum": ["read", "answer", "stop"]},
+            "offset": {"type": "integer", "minimum": 0},
+            "text": {"type": "string"},
+        },
+        "required": ["id", "action"],
     },
 }
 NOTEBOOK_CELL_TOOL = {"name": "notebook_cell"}
@@ -50,10 +86,13 @@ RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compa
 class KernelExecutor:
     """Runs the agent's tools inside this kernel."""
 
-    def __init__(self, shell: Any, recorder: OutputRecorder, settings: CtxMagic, workspace: Workspace, *,
-                 ask: Callable[[str], str] | None = None, extra_tools: tuple[Tool, ...] = ()) -> None:
+    def __init__(self, shell: Any, recorder: OutputRecorder, settings: CtxMagic, workspace: Workspace,
+                 runs: RunBoard, *, ask: Callable[[str], str] | None = None,
+                 extra_tools: tuple[Tool, ...] = ()) -> None:
         self.shell = shell
         self.recorder = recorder
+        self.runs = runs
+        """Where the code runs: a thread of its own, in the foreground or as a background run."""
         self._settings = settings
         """The settings in force, read at each run: permission, image_max_bytes, kernel_inventory_tokens."""
         self._workspace = workspace
@@ -68,10 +107,10 @@ class KernelExecutor:
         """Tools of the kernel's own besides `python` and `notebook` (its input history)."""
 
     def tools(self) -> list[Tool]:
-        """`python`, and `notebook` when the notebook's path is known, and the extra tools; cells
-        the user runs are recorded as `notebook_cell` results the model cannot call but that may be
-        cleared."""
-        tools = [Tool(PYTHON_TOOL, self._python)]
+        """`python`, `task`, and `notebook` when the notebook's path is known, and the extra tools;
+        cells the user runs are recorded as `notebook_cell` results the model cannot call but that
+        may be cleared."""
+        tools = [Tool(KERNEL_PYTHON_TOOL, self._python), Tool(TASK_TOOL, self._task)]
         if self._workspace.notebook_path() is not None:
             tools.append(Tool(NOTEBOOK_TOOL, self._notebook))
         return [*tools, *self._extra_tools, Tool(NOTEBOOK_CELL_TOOL, _not_callable, offered=False)]
@@ -100,25 +139,72 @@ class KernelExecutor:
         refused = self._no_await_here(code) or self._allowed(code, context)  # never ask to approve what cannot run
         if refused is not None:
             return refused
-        # What the code prints while it runs goes to the turn (its display shows the progress).
-        record = self.recorder.start(code, quiet=True, on_output=lambda text: context.emit(ToolOutputDelta(text)))
-        self.running = True
-        kept = _history_outputs(self.shell)
-        try:
-            result = self.shell.run_cell(code, store_history=False, silent=False)
-        finally:
-            self.running = False
-            self.recorder.stop()
-            kept()
-        self.recorder.finish(record, result)
-        record.execution_count = None  # run without history: no Out[n] of its own (n is the next cell's)
         self.recent_code = [*self.recent_code, code][-RECENT_CODE_KEPT:]
+        if call.input.get("background") is True:
+            return ToolOutput(started_text(self.runs.start(code, background=True)))
+        run, ended = self._foreground(code, context)
+        if not ended:
+            return ToolOutput(stalled_text(run))
+        record = self.recorder.finish(run.record, None)  # says in the cell which images the agent will not get
         self.last_record, self.last_call = record, call.id
-        if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):
+        if isinstance(run.outcome, KeyboardInterrupt):
             record.error = None  # the interrupt's own traceback says nothing the note does not
             printed = record.text() if (record.stdout or record.stderr or record.displays) else ""
             raise ToolInterrupted(printed)
         return ToolOutput(record.content(self._settings.image_max_bytes), is_error=record.error is not None)
+
+    def _foreground(self, code: str, context: ToolContext) -> tuple[Run, bool]:
+        """Run `code` while the turn waits, its printed lines passed on as progress; (the run, whether
+        it ended): one that stalled goes on as a background run, and the cell says so in one line. The shell's
+        cell events fire around it as around a cell (inline plots are shown at its end)."""
+        from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
+
+        info = ExecutionInfo(code, False, False, True, None)
+
+        def before(run: Run) -> None:
+            with self.runs.io.bound(run):
+                self.shell.events.trigger("pre_execute")
+                self.shell.events.trigger("pre_run_cell", info)
+
+        self.running = True
+        try:
+            run = self.runs.start(code, background=False, before=before)
+            try:
+                ended = self.runs.supervise(run, on_output=lambda text: context.emit(ToolOutputDelta(text)))
+            except KeyboardInterrupt:
+                printed = run.record.text() if (run.record.stdout or run.record.stderr) else ""
+                raise ToolInterrupted(printed) from None
+            if not ended:
+                context.emit(Notice("warning", f"The code is waiting for input after '{run.info().detail}': it goes "
+                                               f"on as background run {run.id}, and the agent was told."))
+                return run, False
+            result = ExecutionResult(info)
+            result.error_in_exec = run.outcome
+            with self.runs.io.bound(run):
+                self.shell.events.trigger("post_execute")
+                self.shell.events.trigger("post_run_cell", result)
+            return run, True
+        finally:
+            self.running = False
+
+    def _task(self, call: ToolCall, _context: ToolContext) -> ToolOutput:
+        run_id = str(call.input.get("id") or "").strip()
+        action = call.input.get("action")
+        if action == "read":
+            offset = call.input.get("offset")
+            return ToolOutput(self.runs.read(run_id, offset if isinstance(offset, int) else None))
+        if action == "stop":
+            return ToolOutput(self.runs.stop(run_id))
+        if action == "answer":
+            text = call.input.get("text")
+            if not isinstance(text, str):
+                raise ToolError("task 'answer' needs the line to send in `text`.")
+            return ToolOutput(self.runs.answer(run_id, text))
+        raise ToolError(f"task's action is one of 'read', 'answer', 'stop' (not {action!r}).")
+
+    def news(self) -> list[str]:
+        """One line per background run whose state changed since the agent was last told."""
+        return self.runs.news()
 
     def _no_await_here(self, code: str) -> ToolOutput | None:
         """Top-level `await` needs the kernel's event loop, which is busy running this very turn."""
@@ -169,26 +255,8 @@ class KernelExecutor:
             notes.append(f"The most recent code you ran in the notebook's kernel:\n{shown}")
         state = inventory(self.shell.user_ns, self._settings.kernel_inventory_tokens,
                           getattr(self.shell, "user_ns_hidden", None))
-        return [*notes, *([state] if state else [])]
-
-
-def _history_outputs(shell: Any) -> Callable[[], None]:
-    """IPython (9 and later) files what a run prints under the next cell's execution count, even
-    for a run kept out of the history: the agent's run must not pass as part of the user's next
-    cell (kernel_history reads it back). Returns what puts that entry back as it was."""
-    outputs = getattr(getattr(shell, "history_manager", None), "outputs", None)
-    count = getattr(shell, "execution_count", None)
-    if not isinstance(outputs, dict) or count is None:
-        return lambda: None
-    before = len(outputs.get(count, []))
-
-    def restore() -> None:
-        if count in outputs:
-            del outputs[count][before:]
-            if not outputs[count]:
-                del outputs[count]
-
-    return restore
+        runs = self.runs.live_lines()
+        return [*notes, *([state] if state else []), *(["\n".join(runs)] if runs else [])]
 
 
 def _not_callable(call: ToolCall, _context: ToolContext) -> ToolOutput:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import getpass
 import json
 import re
 from collections.abc import Callable
@@ -20,10 +21,12 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, magic_arguments, parse_argstring
 from IPython.utils.process import arg_split
 
+from ctx_magic.agent.tools import ToolError
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.export import export_notebook, export_transcript
+from ctx_magic.notebook.tasks import runs_listing
 from ctx_magic.notebook.wording import error_line, pins_listing, status_text
 
 AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]
@@ -158,15 +161,20 @@ class AgentMagics(Magics):
               help="What to do with long-term memory.")
     @argument("--no-decay", action="store_true", dest="no_decay",
               help="With add: the memory keeps its full relevance forever.")
+    @argument("--team", action="store_true",
+              help="With add: a fact about the shared data or code for the whole team (CtxMagic.team). "
+                   "With forget: the team's memory with this id.")
     @argument("rest", nargs=argparse.REMAINDER, help="With add: the text to remember. With forget: the id.")
     @line_magic
     @one_line_errors
     def memory(self, line: str) -> None:
-        """Long-term memory across sessions: show, add [--no-decay] TEXT, forget ID, extract, dream."""
+        """Long-term memory across sessions: show, add [--no-decay] [--team] TEXT, forget [--team] ID,
+        extract, dream."""
         args = parse_argstring(self.memory, line)
-        # What follows the command is its text, taken as typed; --no-decay may sit anywhere in it.
+        # What follows the command is its text, taken as typed; the flags may sit anywhere in it.
         no_decay = args.no_decay or "--no-decay" in args.rest
-        words = [word for word in args.rest if word != "--no-decay"]
+        team = args.team or "--team" in args.rest
+        words = [word for word in args.rest if word not in ("--no-decay", "--team")]
         memory, host = self.controller.memory, self.controller.host
         if args.command == "show":
             notice(memory.listing())
@@ -175,11 +183,11 @@ class AgentMagics(Magics):
             if not text:
                 raise CtxMagicError("%memory add needs the text to remember.")
             session_id = host.session.session_id if host.session is not None else ""
-            notice(memory.add(text, decay=not no_decay, session_id=session_id))
+            notice(memory.add(text, decay=not no_decay, session_id=session_id, team=team))
         elif args.command == "forget":
             if not words:
                 raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
-            notice(memory.forget(words[0]))
+            notice(memory.forget(words[0], team=team))
         elif args.command == "extract":
             notice(memory.extract(host.require()))
         else:
@@ -226,10 +234,13 @@ class AgentMagics(Magics):
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
     @argument("command", nargs="?", default="status",
-              choices=["status", "config", "export", "sidebar", "count", "cell"],
-              help="status (--json), config, export [PATH] (--transcript), sidebar, count, cell [ID].")
-    @argument("path", nargs="?", default=None,
-              help="With export: where to write the .ipynb. With cell: the id of the agent's python call.")
+              choices=["status", "config", "export", "sidebar", "count", "cell", "tasks", "answer", "stop"],
+              help=("status (--json), config, export [PATH] (--transcript), sidebar, count, cell [ID], tasks, "
+                    "answer ID [TEXT], stop ID."))
+    @argument("rest", nargs="*", help=(
+        "With export: where to write the .ipynb. With cell: the id of the agent's python call. With answer: a "
+        "background run's id and the line to send (none: asked at the input prompt, hidden for a password). "
+        "With stop: a background run's id."))
     @argument("--json", action="store_true", help="With status: one JSON object.")
     @argument("--transcript", action="store_true",
               help="With export: every message as it was first written, not a notebook to run again.")
@@ -237,7 +248,8 @@ class AgentMagics(Magics):
     @line_magic
     @one_line_errors
     def ctx(self, line: str) -> None:
-        """The agent's context: status, settings, an export as a notebook, the panel, the agent's code as a cell.
+        """The agent's context: status, settings, an export as a notebook, the panel, the agent's code
+        as a cell, and the agent's background runs (list, answer, stop).
 
         `%ctx export` writes a notebook that runs top to bottom without ctx_magic: the agent's code and
         your cells as code cells with their outputs, the conversation as Markdown between them
@@ -250,6 +262,9 @@ class AgentMagics(Magics):
             plain_or_rich({"text/plain": json.dumps(self.controller.settings.describe(), indent=1)})
             return
         session = self.controller.host.require()
+        if args.command in ("tasks", "answer", "stop"):
+            self._runs(args.command, args.rest)
+            return
         if args.command == "status":
             status = session.status()
             if args.json:
@@ -259,17 +274,18 @@ class AgentMagics(Magics):
         elif args.command == "export":
             records = session.store.load_transcript().records
             if args.transcript:
-                target = Path(args.path) if args.path else session.store.root / "transcript.ipynb"
+                target = Path(" ".join(args.rest)) if args.rest else session.store.root / "transcript.ipynb"
                 written = export_transcript(records, session.session_id, target)
                 notice(f"Wrote the full transcript to {written}.")
             else:
-                target = Path(args.path) if args.path else session.store.root / "notebook.ipynb"
+                target = Path(" ".join(args.rest)) if args.rest else session.store.root / "notebook.ipynb"
                 written = export_notebook(records, session.session_id, target)
                 notice(f"Wrote the session as a notebook to {written}; it runs without ctx_magic.")
         elif args.command == "cell":
             self.commands.refuse_inside_turn("%ctx cell")
             try:
-                placed = self.controller.agent_cells.place(session.store.load_transcript().messages(), args.path)
+                placed = self.controller.agent_cells.place(session.store.load_transcript().messages(),
+                                                         args.rest[0] if args.rest else None)
             except LookupError as missing:
                 raise CtxMagicError(str(missing)) from None
             notice(f"The code of call {placed} replaces this cell's source (where the frontend takes IPython's "
@@ -278,3 +294,25 @@ class AgentMagics(Magics):
             notice(self.commands.count_line())
         elif args.command == "sidebar":
             self.controller.show_sidebar(inline=args.inline)
+
+    def _runs(self, command: str, words: list[str]) -> None:
+        """`%ctx tasks`, `%ctx answer ID [TEXT]`, `%ctx stop ID`: the agent's background runs."""
+        runs = self.controller.runs
+        if command == "tasks":
+            plain_or_rich({"text/plain": runs_listing(runs.rows())})
+            return
+        if not words:
+            raise UsageError(f"%ctx {command} needs the id of a background run (see %ctx tasks).")
+        run_id = words[0]
+        try:
+            if command == "stop":
+                notice(runs.stop(run_id))
+                return
+            text = " ".join(words[1:])
+            if not text:
+                ask = getpass.getpass if runs.waiting(run_id) == "password" else input
+                text = ask(f"Answer for run {run_id}: ")
+            notice(runs.answer(run_id, text))
+        except ToolError as error:
+            raise CtxMagicError(str(error)) from None
+        self.controller.panel.runs_changed()

@@ -1,6 +1,7 @@
 """Memory for this kernel's sessions: the session notes keeper of the current session, and
-long-term memories: put in a session's system prompt at its first turn, extracted when it
-ends, consolidated when the dream's gates open, and what `%memory` does with them."""
+long-term memories (the project's, the user's and the team's): put in a session's system prompt
+at its first turn, extracted when it ends, consolidated when the dream's gates open, and what
+`%memory` does with them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
 from ctx_magic.memory.manager import MemoryManager
+from ctx_magic.memory.store import added_by
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.wording import count
 from ctx_magic.notebook.workspace import Workspace
@@ -23,6 +25,8 @@ class MemoryLink:
         self._workspace = workspace
         self._manager: MemoryManager | None = None
         self.notes: NotesKeeper | None = None
+        self._told: set[str] = set()
+        """Team notices already shown in this kernel (each once)."""
 
     @property
     def manager(self) -> MemoryManager:
@@ -33,6 +37,10 @@ class MemoryLink:
         if self._manager is None or self._manager.storage_dir != storage or self._manager.user_dir != user_dir:
             self._manager = MemoryManager(storage, user_dir)
         self._manager.budget_tokens = settings.memory_budget_tokens
+        team_root = Path(settings.team_memory_dir).expanduser() if settings.team_memory_dir else None
+        self._manager.team_root = team_root if settings.team else None
+        self._manager.team_name = settings.team
+        self._manager.author = settings.author
         return self._manager
 
     def attach(self, session: Session) -> None:
@@ -49,10 +57,15 @@ class MemoryLink:
         session.plugins.remember(INJECTED_KEY, True)
 
     def after_turn(self, session: Session) -> str | None:
-        """A dream if its gates open; a background failure to report, if one happened."""
+        """A dream if its gates open; a background failure to report, if one happened, and (once
+        per kernel) a word on a team folder that cannot be read or locked across machines."""
         manager = self.manager
         error, manager.last_error = manager.last_error, None
         manager.maybe_dream_in_background(session)
+        notice = manager.team_notice()
+        if notice is not None and notice not in self._told:
+            self._told.add(notice)
+            return f"{error}\n{notice}" if error else notice
         return error
 
     def session_ended(self, session: Session) -> None:
@@ -68,23 +81,34 @@ class MemoryLink:
 
     # -- %memory -------------------------------------------------------------------------------------
 
-    def add(self, text: str, *, decay: bool, session_id: str) -> str:
-        added = self.manager.add(text, decay=decay, session_id=session_id)
-        return f"Remembered {added.id}{' (no decay)' if not added.decay else ''}: {added.text}"
+    def add(self, text: str, *, decay: bool, session_id: str, team: bool = False) -> str:
+        added = self.manager.add(text, decay=decay, session_id=session_id, team=team)
+        where = f" for the team ({added_by(added)})" if added.scope == "team" else ""
+        return f"Remembered {added.id}{where}{' (no decay)' if not added.decay else ''}: {added.text}"
 
-    def forget(self, memory_id: str) -> str:
-        found = self.manager.forget(memory_id)
-        return f"Forgot {memory_id}." if found else f"No memory with id {memory_id!r}."
+    def forget(self, memory_id: str, *, team: bool = False) -> str:
+        found = self.manager.forget(memory_id, team=team)
+        if found is None:
+            where = "the team's memories" if team else "any scope"
+            return f"No memory with id {memory_id!r} in {where} (see %memory show)."
+        scope, memory = found
+        if scope != "team":
+            return f"Forgot {memory_id}."
+        by = f", {added_by(memory)}" if memory is not None and memory.author else ""
+        return f"Forgot {memory_id} from the team's memories{by}: no member's next session will see it."
 
     def extract(self, session: Session) -> str:
         manager = self.manager
         added = manager.extract(session)
-        lines = "\n".join(f"- {m.text}" for m in added) or "(nothing new)"
+        lines = "\n".join(f"- {m.text}{' (for the team)' if m.scope == 'team' else ''}" for m in added)
+        lines = lines or "(nothing new)"
         refused = f"\n{manager.last_refused}" if manager.last_refused else ""
         return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
 
     def dream(self, session: Session) -> str:
-        return self.manager.dream(session, force=True).summary()
+        mine = self.manager.dream(session, force=True).summary()
+        team = self.manager.dream_team(session, force=True)
+        return mine if team is None else f"{mine}\nTeam memory: {team.summary()}"
 
     def listing(self) -> str:
         rows = self.manager.rows()
@@ -94,11 +118,27 @@ class MemoryLink:
             lines = [f"{len(rows)} long-term {'memory' if len(rows) == 1 else 'memories'} (most relevant first):"]
         for row in rows:
             decay = "" if row["decay"] else ", no decay"
-            lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{decay}] relevance {row['relevance']:.2f}, "
+            by = f", {row['added_by']}" if row["added_by"] else ""
+            lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{by}{decay}] relevance {row['relevance']:.2f}, "
                          f"{row['age_days']} days old: {row['text']}")
+        team = self.team_line()
+        if team:
+            lines.append(team)
         if self.notes is not None and self.notes.text():
             lines.append(f"Session notes: {self.notes.path} ({len(self.notes.text()):,} characters)")
         return "\n".join(lines)
+
+    def team_line(self) -> str | None:
+        """Where the team's memories are, or why they are not read; "" without team memory."""
+        manager = self.manager
+        if not manager.team_on:
+            return ""
+        team = manager.team
+        if team is None:
+            return f"Team memory is not read: {manager.team_problem()}."
+        notice = manager.team_notice()
+        return (f"Team memory: team {manager.team_name!r} in {team.folder}, you add as {manager.member!r}."
+                + (f"\n{notice}" if notice else ""))
 
     def wait(self) -> None:
         if self._manager is not None:

@@ -229,6 +229,21 @@ def cell_messages(record: CellRecord, tool_use_id: str, image_max_bytes: int, no
     return [use, result]
 
 
+def formatted(shell: Any, value: Any) -> dict[str, Any]:
+    """A value's display bundle, as the shell formats an Out[]; a broken repr is named with its error."""
+    try:
+        data, _ = shell.display_formatter.format(value)
+    except Exception:  # noqa: BLE001 - a broken repr must not break the capture
+        data = {}
+    if "text/plain" not in data:  # IPython swallowed the repr's error: say it, as a cell would
+        try:
+            data = {**data, "text/plain": repr(value)}
+        except Exception as error:  # noqa: BLE001
+            data = {**data, "text/plain": f"<{type(value).__name__} object: its repr raised "
+                                          f"{type(error).__name__}: {error}>"}
+    return data
+
+
 class OutputRecorder:
     """Records what runs print, display, return and raise.
 
@@ -238,10 +253,14 @@ class OutputRecorder:
     at their `write` method, as IPython does, because ipykernel checks the stream classes.
     """
 
-    def __init__(self, shell: Any, settings: CtxMagic) -> None:
+    def __init__(self, shell: Any, settings: CtxMagic, *,
+                 owned_elsewhere: Callable[[], bool] = lambda: False) -> None:
         self.shell = shell
         self._settings = settings
         """The user's cap on an image (`image_max_bytes`): the images over it are named in the cell."""
+        self._owned_elsewhere = owned_elsewhere
+        """Whether the calling thread's output belongs to a run of the agent's code (its own log),
+        not to the cell being recorded: such output passes through unrecorded."""
         self.current: CellRecord | None = None
         self._restore: list[Callable[[], None]] = []
         self._lock = threading.RLock()
@@ -284,6 +303,8 @@ class OutputRecorder:
         original = stream.write
 
         def write(data: str, *args: Any, **kwargs: Any) -> Any:
+            if self._owned_elsewhere():
+                return original(data, *args, **kwargs)
             if isinstance(data, str) and data:
                 sink.append(data)
                 if on_output is not None:
@@ -298,11 +319,12 @@ class OutputRecorder:
         except (AttributeError, TypeError):  # a stream whose write cannot be replaced: not recorded
             pass
 
-    @staticmethod
-    def _publisher(original: Callable[..., Any], record: CellRecord, quiet: bool) -> Callable[..., Any]:
+    def _publisher(self, original: Callable[..., Any], record: CellRecord, quiet: bool) -> Callable[..., Any]:
         shown_at: dict[str, int] = {}  # display_id -> index in record.displays
 
         def publish(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            if self._owned_elsewhere():
+                return original(data, *args, **kwargs)
             metadata = kwargs.get("metadata", args[0] if args else None)
             if isinstance(metadata, dict) and "ctx_magic" in metadata:
                 return original(data, *args, **kwargs)  # our own status line, shown as it is
@@ -340,17 +362,7 @@ class OutputRecorder:
         return record
 
     def _format(self, value: Any) -> dict[str, Any]:
-        try:
-            data, _ = self.shell.display_formatter.format(value)
-        except Exception:  # noqa: BLE001 - a broken repr must not break the capture
-            data = {}
-        if "text/plain" not in data:  # IPython swallowed the repr's error: say it, as a cell would
-            try:
-                data = {**data, "text/plain": repr(value)}
-            except Exception as error:  # noqa: BLE001
-                data = {**data, "text/plain": f"<{type(value).__name__} object: its repr raised "
-                                              f"{type(error).__name__}: {error}>"}
-        return data
+        return formatted(self.shell, value)
 
     def finish(self, record: CellRecord, result: Any) -> CellRecord:
         """Add the returned value and the error from IPython's ExecutionResult."""

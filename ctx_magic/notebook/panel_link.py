@@ -16,6 +16,7 @@ from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_jso
 from ctx_magic.messages import Message
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import KERNEL_RUN
+from ctx_magic.notebook.tasks import RunBoard
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.prices import UNKNOWN_PRICES, Prices, cost_usd, model_prices
 from ctx_magic.ui.cards import close_tree
@@ -67,8 +68,11 @@ def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex,
 
 class PanelLink:
     def __init__(self, memory: MemoryLink, workspace: Workspace,
-                 sidebar_available: Callable[[], bool] = labextension_installed) -> None:
+                 sidebar_available: Callable[[], bool] = labextension_installed, *,
+                 runs: RunBoard | None = None) -> None:
         self._memory = memory
+        self._runs = runs
+        """The background runs the panel lists (and stops)."""
         """Where the panel's notes and memories come from."""
         self._workspace = workspace
         self._sidebar_available = sidebar_available
@@ -88,7 +92,7 @@ class PanelLink:
         if self.widget is None:
             index = CellIndex(live=lambda: self._session.live.messages if self._session is not None else ())
             self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
-                                       kernel=KERNEL_RUN)
+                                       kernel=KERNEL_RUN, stop_run=self._runs.stop if self._runs is not None else None)
         self.widget.reset()
         settings = session.frame.settings
 
@@ -108,6 +112,12 @@ class PanelLink:
         if self.widget is not None and self._session is not None:
             self.widget.load(self._session.status(), notes=self._memory.notes_text(),
                              memories=self._memory.rows())
+        self.runs_changed()
+
+    def runs_changed(self) -> None:
+        """The background runs' rows (from the run watch's thread as they change, and at refreshes)."""
+        if self.widget is not None and self._runs is not None:
+            self.widget.runs.show(self._runs.rows())
 
     def show_once(self) -> None:
         """In JupyterLab or Notebook 7, the sidebar's anchor once per kernel (after a restart, the

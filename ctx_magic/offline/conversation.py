@@ -73,6 +73,7 @@ BACKGROUND_PREFIXES = (
     "(Notebook cells the user ran before",
     "<pinned>",
     "[The user removed pin",
+    "<background-runs>",
 )
 
 

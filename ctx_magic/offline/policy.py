@@ -9,13 +9,22 @@ match wins:
    sections -> an extractive summary (ctx_magic.offline.compaction);
 2. memory: a memory-extraction request -> the responders registered in MEMORY_RULES, then a
    generic fallback (this is the extension point for session and long-term memory);
-3. python code: the last user text holds ```python fences, a `python` tool is offered and
-   tool_choice allows it -> one `python` tool call per fence;
-4. the kernel's history: the last user text asks to go on from earlier work ("where I was",
+3. background runs: the last user text has lines `task read ID [OFFSET]`, `task stop ID` or
+   `task answer ID TEXT` (outside fences) and a `task` tool is offered -> one tool call per
+   step, fences and task lines in the order they are written (a fence opened with
+   ```python background starts a background run);
+4. python code: the last user text holds ```python fences, a `python` tool is offered and
+   tool_choice allows it -> one `python` tool call per fence (```python background: with
+   `background: true`);
+5. the kernel's history: the last user text asks to go on from earlier work ("where I was",
    "where I left off", "what I did before", "my earlier cells"), and a `kernel_history` tool is
    offered and allowed -> one `kernel_history` call with no arguments;
-5. tool results: the last user message is only tool results -> a short note of what came back;
-6. anything else -> a short reply saying what the stand-in saw.
+6. tool results: the last user message is only tool results (and context the client added
+   beside them) -> a short note of what came back;
+7. anything else -> a short reply saying what the stand-in saw.
+
+Lines the client tells the agent about its background runs (a `<background-runs>` block) are
+context, not a request: the notes of rules 6 and 7 quote them, and nothing else reads them.
 
 `tool_choice: {"type": "none"}` always wins: no answer then carries a tool call.
 """
@@ -37,7 +46,6 @@ from ctx_magic.offline.conversation import (
     content_blocks,
     first_line,
     is_error_result,
-    is_tool_results_only,
     last_line,
     latest_user,
     latest_user_text,
@@ -59,9 +67,12 @@ RequestKind = Literal["normal", "compaction", "memory"]
 QUOTE_CHARS = 200  # how much of the latest user text the fallback reply quotes
 PYTHON_TOOL = "python"
 HISTORY_TOOL = "kernel_history"
+TASK_TOOL = "task"
 STAND_IN = "Offline stand-in (a deterministic policy, not a model)"
 
-_PYTHON_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+_PYTHON_FENCE = re.compile(r"```(?:python|py)([ \t]+background)?[ \t]*\n(.*?)```", re.DOTALL)
+_TASK_LINE = re.compile(r"^[ \t]*task[ \t]+(read|stop|answer)[ \t]+(t\d+)(?:[ \t]+(.*?))?[ \t]*$", re.MULTILINE)
+_NEWS_BLOCK = re.compile(r"<background-runs>\n(.*?)\n</background-runs>", re.DOTALL)
 _HISTORY_ASK = re.compile(r"\bwhere I (?:was|left off)\b|\bwhat I (?:did|ran) before\b|\bmy earlier cells\b", re.I)
 _MEMORY_WORDS = re.compile(r"\b(session[ -]memory|long[- ]term memor|memories|memory file|notes file)", re.I)
 _MEMORY_VERBS = re.compile(r"\b(extract|update|consolidat|record|remember|save)", re.I)
@@ -105,7 +116,12 @@ def _single_tool_call(request: Request) -> bool:
 
 
 def python_fences(request: Request) -> list[str]:
-    return [code.strip("\n") for code in _PYTHON_FENCE.findall(asked_text(request))]
+    return [code.strip("\n") for _background, code in _PYTHON_FENCE.findall(asked_text(request))]
+
+
+def _python_input(match: re.Match[str]) -> dict[str, Any]:
+    code = {"code": match.group(2).strip("\n")}
+    return {**code, "background": True} if match.group(1) else code
 
 
 def _wants_python(request: Request) -> bool:
@@ -113,9 +129,9 @@ def _wants_python(request: Request) -> bool:
 
 
 def _answer_python(request: Request) -> Answer:
-    fences = python_fences(request)[: 1 if _single_tool_call(request) else None]
+    fences = list(_PYTHON_FENCE.finditer(asked_text(request)))[: 1 if _single_tool_call(request) else None]
     lead = f"{STAND_IN}: running the {len(fences)} python block(s) from your message."
-    calls = [{"type": "tool_use", "name": PYTHON_TOOL, "input": {"code": code}} for code in fences]
+    calls = [{"type": "tool_use", "name": PYTHON_TOOL, "input": _python_input(match)} for match in fences]
     return Answer(({"type": "text", "text": lead}, *calls), "tool_use")
 
 
@@ -128,9 +144,64 @@ def _answer_history(_request: Request) -> Answer:
     return Answer(({"type": "text", "text": lead}, {"type": "tool_use", "name": HISTORY_TOOL, "input": {}}), "tool_use")
 
 
+def _task_input(match: re.Match[str]) -> dict[str, Any]:
+    """`task read t1 [OFFSET]`, `task stop t1`, `task answer t1 TEXT` as the task tool's input."""
+    action, run_id, rest = match.group(1), match.group(2), (match.group(3) or "").strip()
+    tool_input: dict[str, Any] = {"id": run_id, "action": action}
+    if action == "read" and rest.isdigit():
+        tool_input["offset"] = int(rest)
+    elif action == "answer":
+        tool_input["text"] = rest
+    return tool_input
+
+
+def _task_lines(request: Request) -> list[re.Match[str]]:
+    """The task lines of the latest user text, outside its python fences."""
+    text = asked_text(request)
+    fenced = [match.span() for match in _PYTHON_FENCE.finditer(text)]
+    return [m for m in _TASK_LINE.finditer(text) if not any(a <= m.start() < b for a, b in fenced)]
+
+
+def _wants_task(request: Request) -> bool:
+    return bool(_task_lines(request)) and tools_allowed(request, TASK_TOOL)
+
+
+def _answer_task(request: Request) -> Answer:
+    """Every step of the message in order: its python fences and its task lines."""
+    text = asked_text(request)
+    steps = [(m.start(), {"type": "tool_use", "name": TASK_TOOL, "input": _task_input(m)})
+             for m in _task_lines(request)]
+    if tools_allowed(request, PYTHON_TOOL):
+        steps += [(m.start(), {"type": "tool_use", "name": PYTHON_TOOL, "input": _python_input(m)})
+                  for m in _PYTHON_FENCE.finditer(text)]
+    calls = [call for _at, call in sorted(steps, key=lambda step: step[0])][: 1 if _single_tool_call(request) else None]
+    lead = f"{STAND_IN}: taking the {len(calls)} step(s) of your message in order."
+    return Answer(({"type": "text", "text": lead}, *calls), "tool_use")
+
+
+def heard_news(request: Request) -> list[str]:
+    """The lines the client told the agent about its background runs in the latest user message."""
+    message = latest_user(request)
+    texts = [b.get("text", "") for b in content_blocks(message or {}) if b.get("type") == "text"]
+    return [line for text in texts for block in _NEWS_BLOCK.findall(text) for line in block.splitlines() if line]
+
+
+def _with_news(answer: Answer, request: Request) -> Answer:
+    news = heard_news(request)
+    if not news:
+        return answer
+    text = answer.content[0]["text"] + "\n" + "\n".join(f"Heard: {line}" for line in news)
+    return dataclasses.replace(answer, content=({"type": "text", "text": text}, *answer.content[1:]))
+
+
 def _wants_result_note(request: Request) -> bool:
     message = latest_user(request)
-    return message is not None and is_tool_results_only(message)
+    if message is None:
+        return False
+    blocks = content_blocks(message)
+    results = [b for b in blocks if b.get("type") == "tool_result"]
+    return bool(results) and all(b.get("type") == "tool_result" or (
+        b.get("type") == "text" and _NEWS_BLOCK.match(b.get("text", ""))) for b in blocks)
 
 
 def _answer_results(request: Request) -> Answer:
@@ -142,13 +213,18 @@ def _answer_results(request: Request) -> Answer:
     }
     lines = []
     for block in content_blocks(latest_user(request) or {}):
+        if block.get("type") != "tool_result":
+            continue
         name = names.get(str(block.get("tool_use_id")), "tool")
         text = result_text(block)
+        stalled = next((line for line in text.splitlines() if line.startswith("stalled: ")), "")
         if is_error_result(block):
             lines.append(f"- {name} reported an error: {last_line(text) or 'no details'}")
+        elif stalled:
+            lines.append(f"- {name} {first_line(stalled, 200)}")
         else:
             lines.append(f"- {name} returned: {first_line(text) or '(no output)'}")
-    return Answer.text(f"{STAND_IN}: the tool results came back.\n" + "\n".join(lines))
+    return _with_news(Answer.text(f"{STAND_IN}: the tool results came back.\n" + "\n".join(lines)), request)
 
 
 def _answer_compaction(request: Request) -> Answer:
@@ -186,7 +262,7 @@ def _answer_default(request: Request) -> Answer:
     count = len(messages(request))
     text = latest_user_text(request).strip()
     seen = f'Your latest message begins: "{text[:QUOTE_CHARS]}"' if text else "Your latest message has no text."
-    return Answer.text(f"{STAND_IN}. I saw {count} message(s). {seen}")
+    return _with_news(Answer.text(f"{STAND_IN}. I saw {count} message(s). {seen}"), request)
 
 
 MEMORY_RULES: tuple[Rule, ...] = (
@@ -201,6 +277,7 @@ MEMORY_RULES: tuple[Rule, ...] = (
 DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("compaction", "compaction", is_compaction_request, _answer_compaction),
     *MEMORY_RULES,
+    Rule("task", "normal", _wants_task, _answer_task),
     Rule("python-code", "normal", _wants_python, _answer_python),
     Rule("kernel-history", "normal", _wants_history, _answer_history),
     Rule("tool-results", "normal", _wants_result_note, _answer_results),

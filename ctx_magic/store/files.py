@@ -31,12 +31,15 @@ def describe_os_error(error: OSError, path: Path | str) -> str:
     return f"could not write {path}: {error.strerror or error}"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a reader sees the old file or the new one, never half."""
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Replace `path` with `data` so that a reader sees the old file or the new one, never half.
+    `mode` replaces the temporary file's owner-only permissions (a folder other people read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if mode is not None:
+                _chmod_quietly(tmp, mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -76,12 +79,12 @@ def write_once(path: Path, data: bytes) -> Path:
     return path
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+def atomic_write_json(path: Path, data: Any, *, mode: int | None = None) -> None:
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n", mode=mode)
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -90,6 +93,14 @@ def read_json(path: Path, default: Any = None) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return default
+
+
+def _chmod_quietly(path: str, mode: int) -> None:
+    """Some shares (SMB) refuse or ignore permission bits; the write goes on regardless."""
+    try:
+        os.chmod(path, mode)
+    except OSError:
+        pass
 
 
 def _remove_quietly(path: str) -> None:

@@ -71,6 +71,11 @@ class SessionDir:
     def tool_result_path(self, tool_use_id: str) -> Path:
         return self.tool_results_dir / f"{safe_name(tool_use_id)}.txt"
 
+    @property
+    def tasks_dir(self) -> Path:
+        """The background runs' logs (`<id>.log`) and states (`<id>.json`)."""
+        return self.root / "tasks"
+
     def create(self) -> SessionDir:
         try:
             self.tool_results_dir.mkdir(parents=True, exist_ok=True)

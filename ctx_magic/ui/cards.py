@@ -249,10 +249,18 @@ def persisted_html(items: Sequence[Mapping[str, Any]]) -> str:
             + "".join(rows))
 
 
+def _team_mark(memory: Mapping[str, Any]) -> str:
+    """A team memory says so, and who added it when."""
+    if memory.get("scope") != "team":
+        return ""
+    by = f" · {memory['added_by']}" if memory.get("added_by") else ""
+    return f' <span class="ctx-magic-memory-scope">team{html.escape(by)}</span>'
+
+
 def memories_html(memories: Sequence[Mapping[str, Any]]) -> str:
     if not memories:
         return ""
     rows = "".join(f'<li><span class="ctx-magic-relevance">{m.get("relevance", 0):.2f}</span>'
-                   f'{html.escape(str(m.get("text", "")))}</li>' for m in memories)
+                   f'{html.escape(str(m.get("text", "")))}{_team_mark(m)}</li>' for m in memories)
     return (f'<div class="ctx-magic-section-title">Long-term memories ({len(memories):,}, most relevant first)</div>'
             f'<ul class="ctx-magic-memories">{rows}</ul>')

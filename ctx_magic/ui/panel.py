@@ -28,6 +28,7 @@ from ctx_magic.ui.cards import ChangeCards, counts_html, markdown_outputs, memor
 from ctx_magic.ui.fold import EventFold, context_traits
 from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.picture import chart_html, composition_html, headline_html
+from ctx_magic.ui.runs import RunRows
 from ctx_magic.ui.style import panel_style
 
 FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn streams
@@ -81,7 +82,8 @@ class ContextPanel(widgets.VBox):
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
                  load_originals: Callable[[Sequence[str]], str] | None = None,
-                 cells: CellIndex | None = None, kernel: str | None = None, **kwargs: Any) -> None:
+                 cells: CellIndex | None = None, kernel: str | None = None,
+                 stop_run: Callable[[str], Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.clock = clock
         self._pending: dict[str, Any] = {}
@@ -94,6 +96,8 @@ class ContextPanel(widgets.VBox):
         self.bar = widgets.HTML()
         self.chart = widgets.HTML()
         self.counts = widgets.HTML()
+        self.runs = RunRows(stop_run)
+        """The background runs: state, last line, a Stop button (rows updated from the run watch)."""
         self.cards = ChangeCards(load_originals)
         self.persisted_html = widgets.HTML()
         self.notes = widgets.Output()
@@ -105,7 +109,7 @@ class ContextPanel(widgets.VBox):
         self._notes_shown = ""
         title = widgets.HTML('<div class="ctx-magic-section-title">What happened to the context</div>')
         self.children = (widgets.HTML(panel_style()), self.header, self.headline, self.bar, self.chart, self.counts,
-                         title, self.cards.box, self.persisted_html, self.notes_card, self.memory_html)
+                         self.runs.box, title, self.cards.box, self.persisted_html, self.notes_card, self.memory_html)
         for child in self.children:
             if isinstance(child, (widgets.HTML, widgets.Output)):
                 child.layout.width = "100%"

@@ -50,3 +50,18 @@ def test_estimation_benchmark_prints_every_table() -> None:
     for title in ("Whole request", "Estimated part alone", "Large deltas only", "Sensitivity"):
         assert f"### {title}" in out
     assert "| overall | learned |" in out
+
+
+def test_background_benchmark_prints_what_a_run_adds_to_the_requests() -> None:
+    out = run("benchmarks/background.py", "--lines", "20", "--every", "10")
+    assert "4 turns, one every 10 s during the run" in out and "| baseline | 4 | " in out
+    for variant in ("foreground", "background, never read", "background, read at the end",
+                    "background, read at each turn"):
+        assert f"| {variant} | " in out
+    assert "tokens in every request" in out and "Traceback" not in out
+
+
+def test_secrets_benchmark_prints_its_catches() -> None:
+    out = run("benchmarks/secret_check.py", "--corpus", "/nonexistent", "--keys", "5")
+    assert "No corpus at /nonexistent" in out
+    assert "| AWS access key id | 5/5 | 5/5 | 5/5 | 5/5 | 5/5 |" in out

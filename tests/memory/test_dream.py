@@ -25,18 +25,17 @@ from ctx_magic.memory.dream import (
     DreamResult,
     DreamState,
     Held,
-    acquire_lock,
     check_interval_gate,
     dream,
     gather,
     load_state,
     maybe_dream,
     plan_consolidation,
-    release_lock,
     save_state,
     sessions_gate,
     time_gate,
 )
+from ctx_magic.memory.lock import DreamLock, acquire_lock, release_lock
 from ctx_magic.memory.longterm import Candidate
 from ctx_magic.memory.prompts import CONSOLIDATE_HEADING, GATHER_HEADING
 from ctx_magic.memory.store import Memory, MemoryStore, format_time, memory_id
@@ -84,7 +83,10 @@ def add_sessions(storage: Path, count: int, start: datetime, notes: str = NOTES)
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.is_dir() else {}
+    """Every file but the OS locks' empty files (.dream.flock), which stay where a lock was taken."""
+    if not folder.is_dir():
+        return {}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.endswith("flock")}
 
 
 def stored(text: str, *, age_days: float = 0, base: float = 1.0, decay: bool = True, kind: str = "user") -> Memory:
@@ -207,7 +209,8 @@ def test_a_stale_lock_is_taken_over_and_released_after(storage: Path, store: Mem
     assert dream(storage, model, now=T0, force=True).status == "dreamed"
     assert len(model.prompts) == 1  # gathered from the notes: the dream did run
     assert not lock_path(store).exists()
-    assert sorted(p.name for p in store.folder.iterdir() if "lock" in p.name and "guard" not in p.name) == []
+    # The OS locks' files (.dream.flock, .dream.lock.guard) stay: an unlocked one holds nothing.
+    assert sorted(p.name for p in store.folder.iterdir() if "lock" in p.name and not p.name.startswith(".")) == []
 
 
 def test_a_garbled_lock_is_judged_by_its_file_time(store: MemoryStore) -> None:
@@ -216,21 +219,23 @@ def test_a_garbled_lock_is_judged_by_its_file_time(store: MemoryStore) -> None:
     assert isinstance(acquire_lock(store.folder, T0), Held)
     taken = (T0 - timedelta(hours=2)).timestamp()
     os.utime(lock_path(store), (taken, taken))
-    assert isinstance(acquire_lock(store.folder, T0), str)
+    taken = acquire_lock(store.folder, T0)
+    assert isinstance(taken, DreamLock)
+    taken.release()
 
 
 def test_release_never_removes_a_lock_that_is_not_ours(store: MemoryStore) -> None:
-    token = acquire_lock(store.folder, T0)
-    assert isinstance(token, str)
+    lock = acquire_lock(store.folder, T0)
+    assert isinstance(lock, DreamLock)
     body = write_lock(store, T0)
-    release_lock(store.folder, token)
+    release_lock(store.folder, lock)
     assert lock_path(store).read_bytes() == body
 
 
 def test_threads_breaking_one_stale_lock_together_leave_one_owner(store: MemoryStore) -> None:
     write_lock(store, T0 - timedelta(hours=3))
     barrier = threading.Barrier(8)
-    outcomes: list[str | Held] = []
+    outcomes: list[DreamLock | Held] = []
 
     def contend() -> None:
         barrier.wait(timeout=10)
@@ -241,9 +246,10 @@ def test_threads_breaking_one_stale_lock_together_leave_one_owner(store: MemoryS
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
-    winners = [o for o in outcomes if isinstance(o, str)]
+    winners = [o for o in outcomes if isinstance(o, DreamLock)]
     assert len(outcomes) == 8 and len(winners) == 1
-    assert json.loads(lock_path(store).read_text())["token"] == winners[0]
+    assert json.loads(lock_path(store).read_text())["token"] == winners[0].token
+    winners[0].release()
 
 
 # --- rollback ---------------------------------------------------------------------------------
@@ -394,7 +400,7 @@ def test_drops_unknown_keys_junk_secrets_and_double_claims_are_handled() -> None
         ("Too sure.", 1.0, "user", T0),
     ]
     assert plan.added == 2 and plan.leftover == ()
-    assert plan.refused == ("a value assigned to password",)
+    assert plan.refused == ("a value assigned to password (h*******)",)  # the kind and the value masked
 
 
 def test_gather_refuses_secret_candidates_and_names_their_kind() -> None:
@@ -408,7 +414,7 @@ def test_gather_refuses_secret_candidates_and_names_their_kind() -> None:
     lines = [json.dumps({"text": t, "type": "project"}) for t in ["My wifi password is swordfish", "Uses polars."]]
     refused: list[str] = []
     found = gather(Canned("<memories>\n" + "\n".join(lines) + "\n</memories>"), [("s1", "notes")], [], T0, refused)
-    assert [c.text for c in found] == ["Uses polars."] and refused == ["a password in plain words"]
+    assert [c.text for c in found] == ["Uses polars."] and refused == ["a password in plain words (s********)"]
 
 
 def test_candidates_nobody_mentioned_are_left_over() -> None:

@@ -192,7 +192,7 @@ def test_extraction_refuses_secrets_said_in_words_and_names_their_kind(store: Me
     refused: list[str] = []
     added = extract_memories(CannedModel(reply), [], store, now=NOW, session_id="s", refused=refused)
     assert [m.text for m in added] == ["Reports go out Mondays."]
-    assert refused == ["a password in plain words", "an AWS access key id"]
+    assert refused == ["a password in plain words (T**********)", "an AWS access key id (AKIA************…)"]
 
 
 def test_a_conversation_without_durable_statements_stores_nothing(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctx_magic.memory.secrets import find_secret, refusal_line, shannon_bits
+from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line, shannon_bits
 
 BODY = "Zq8" + "x" * 13 + "Lw4" + "b" * 9  # a made-up credential body, not a real key
 # Made-up values in the shapes of real ones, assembled here so no scanner mistakes this file for a leak.
@@ -167,3 +167,73 @@ def test_entropy_of_uniform_and_repeated_text() -> None:
     assert shannon_bits("") == 0.0
     assert shannon_bits("aaaa") == 0.0
     assert shannon_bits("abcd") == pytest.approx(2.0)
+
+
+# --- glued, in URLs, after = or : ----------------------------------------------------------------
+
+EXAMPLE_ID = "AKIA" + "IOSFODNN7EXAMPLE"  # AWS's documented example key id, assembled
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "masked"),
+    [
+        (f"aws_key_id{EXAMPLE_ID} for prod", "an AWS access key id", "AKIA************…"),
+        (f"prod_{EXAMPLE_ID}", "an AWS access key id", "AKIA************…"),
+        (f"theKey{EXAMPLE_ID}", "an AWS access key id", "AKIA************…"),
+        (f"mytokenghp_{BODY}", "a GitHub token", "ghp_************…"),
+        (f"deployglpat-{BODY}", "a GitLab token", "glpa************…"),
+        (f"key=sk-ant-api03-{BODY}", "an Anthropic API key", "sk-a************…"),
+        (f"aws_secret_access_key{AWS_SECRET[:40]}", "an AWS secret access key", "wJal************…"),
+        ("apikey" + "Xk29fLq0" + "Zm3Nw8Yt", "a credential glued to the word apikey", "Xk************…"),
+        (f"https://api.example.com/v1/rates?key={BODY}", "a credential in a URL (key=)", "Zq8x************…"),
+        (f"https://acct.blob.core.windows.net/c?sv=2021-08-06&sig={BODY[:10]}%2B{BODY[10:]}%3D",
+         "a credential in a URL (sig=)", "Zq8x************…"),
+        ("https://intranet.example.com/report?user=ana&password=hunter22", "a credential in a URL (password=)",
+         "h*******"),
+        (f"https://example.com/cb?access_token={BODY}", "a credential in a URL (access_token=)",
+         "Zq8x************…"),
+        ("secret:hunter22", "a value assigned to secret", "h*******"),
+        (f'"api_key": "{BODY}"', "a value assigned to api_key", "Zq8x************…"),
+        (f"token: {BODY}", "a value assigned to token", "Zq8x************…"),
+        ("the api key for the export is eHcKugnhVauYSJHV" + "vyXuRGDvMfVcGJFu", "an api key in plain words",
+         "eHcK************…"),  # a random key that happens to hold no digit
+        ("https://api.example.com/v2/export?key=wxJNHiZNhXNhIexO" + "eHedjzirGMnXLyLr&format=csv",
+         "a credential in a URL (key=)", "wxJN************…"),
+    ],
+)
+def test_keys_glued_to_words_in_urls_and_after_a_sign_are_found_and_masked(text: str, kind: str, masked: str) -> None:
+    found = detect_secret(text)
+    assert found is not None and (found.kind, found.masked) == (kind, masked)
+    assert found.value not in found.masked and found.described == f"{kind} ({masked})"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"The AWS fix landed in commit {HEX_40}.",  # a commit id after the word AWS
+        "task-management-dashboard-2024-v2 is the repository",  # "sk-" inside a word
+        "risk_test_results2024finalreport.csv holds the backtest",  # "sk_test_" inside a word
+        "tokenCountForModel2024Limit is the config field",  # a credential's name glued to an identifier
+        "keyIdForPartition2024Q3 is the partition key",
+        "special_tokens=_O200K_SPECIAL in the tokenizer",
+        "ChurnPredictionModelTrainer2024FinalVersion3 is the class to use",
+        "https://docs.example.com/search?q=python&page=2&sort=key",
+        "https://example.com/book?passenger=bob&seat=12A",
+        "https://example.com/docs?token=${API_TOKEN} is how the dashboard is linked",
+        "https://example.com/oauth/callback?code=abc&state=xyz",
+        f"The dataset's sha256 is {HEX_64} (see ?checksum={HEX_64[:16]})",
+        "The model checkpoint is checkpoints/epoch_12-step_4800.ckpt",
+        "Columns: aws_region, s3_key_prefix, token_count, api_key_hash",
+        "Use key=lambda row: row.date when sorting; sorted(rows, key=len) otherwise.",
+        "The session token is made by RefreshAccessTokenHandler in auth.py",  # words run together
+        "https://example.com/api?token=RefreshAccessTokenHandler is the handler's route",
+    ],
+)
+def test_identifiers_hashes_and_urls_without_credentials_pass(text: str) -> None:
+    assert detect_secret(text) is None
+
+
+def test_the_issue_case_is_refused_with_the_key_masked() -> None:
+    found = detect_secret(f"aws_key_id{EXAMPLE_ID} for prod")
+    assert found is not None and found.kind == "an AWS access key id"
+    assert EXAMPLE_ID not in found.masked and found.masked.startswith("AKIA")

@@ -11,6 +11,7 @@ import pytest
 
 from ctx_magic.context.tokens import count_text
 from ctx_magic.memory.prompts import memory_prompt_section, prompt_line, select_for_prompt
+from ctx_magic.memory.secrets import detect_secret
 from ctx_magic.memory.store import (
     INDEX_NAME,
     NEAR_DUPLICATE_RATIO,
@@ -267,8 +268,10 @@ def test_secrets_are_refused_with_a_clear_message(store: MemoryStore, kind: str,
     with pytest.raises(SecretRefused) as refused:
         store.add(text, now=T0)
     message = str(refused.value)
-    assert message.startswith(f"Refused to store this memory: it looks like it contains {kind}.")
-    assert "never secrets" in message
+    found = detect_secret(text)
+    assert found is not None and found.kind == kind
+    assert message.startswith(f"Refused to store this memory: {found.masked} looks like {kind}. ")
+    assert "\n" not in message and "never secrets" in message
     assert FAKE not in message  # the secret itself is never echoed
     assert store.all() == []
 

@@ -51,7 +51,7 @@ def offline(monkeypatch):
 
 def test_every_example_is_tested():
     assert sorted(p.stem for p in EXAMPLES.glob("*.ipynb") if not p.stem.endswith(".out")) == [
-        "long_session", "quickstart", "thinking"]
+        "background_run", "long_session", "quickstart", "team_memory", "thinking"]
 
 
 def test_quickstart_runs_offline_and_compacts_by_hand(tmp_path, offline):
@@ -95,6 +95,24 @@ def test_thinking_shows_collapsed_survives_the_tool_loops_and_a_model_switch_and
     assert status["cost"]["session_usd"] > 0 and status["window_source"] == "models-api"
 
 
+def test_background_run_trains_beside_the_users_cells_is_read_by_offset_and_a_stall_is_answered(tmp_path, offline):
+    cells = execute("background_run", tmp_path)
+    everything = "\n".join(shown(c) for c in cells)
+    assert "ERROR" not in everything
+    assert "Started background run t1" in shown(cells[1])
+    assert shown(cells[2]).strip() == "best region: east"  # the user's cell, while the run printed
+    assert "Output from offset 0 to" in shown(cells[4]) and "epoch  4/12  loss 0.3679" in shown(cells[4])
+    assert "The code is waiting for input after 'Delete 3 old checkpoints? [y/N]'" in shown(cells[5])
+    silence = re.search(r"stalled: waiting for input after 'Delete 3 old checkpoints\? \[y/N\]' "
+                        r"\(no output for (\d+) s\)", shown(cells[5]))
+    assert int(silence.group(1)) >= 2  # the wall clock's seconds: at least the notebook's 2-second threshold
+    assert "Sent to the stdin of the subprocess of run t2." in shown(cells[6])
+    assert shown(cells[7]).strip() == "final loss 0.0498"
+    last_read = shown(cells[8])
+    assert "epoch 12/12  loss 0.0498\ntraining done" in last_read and "epoch  1/12" not in last_read  # by offset
+    assert "Delete 3 old checkpoints? [y/N] y\ndeleted 3" in last_read
+
+
 def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_result(tmp_path, offline):
     """`python -m ctx_magic.demo` as a person runs it (here on a copy, so the checkout stays clean)."""
     shutil.copy(EXAMPLES / "quickstart.ipynb", tmp_path / "quickstart.ipynb")
@@ -108,6 +126,30 @@ def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_resu
     missing = subprocess.run([sys.executable, "-m", "ctx_magic.demo", str(tmp_path / "nope.ipynb")],
                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "No notebook at" in missing.stdout
+
+
+def test_team_memory_reaches_the_second_member_with_who_added_it_and_when(tmp_path, offline):
+    cells = execute("team_memory", tmp_path)
+    everything = "\n".join(shown(c) for c in cells)
+    assert "ERROR" not in everything
+    assert "for the team (added by alice on " in everything
+    assert "- Churn is counted over a 90-day window. (for the team)\n- I prefer plots in dark mode.\n" in everything
+    assert "Refused to store this memory: W********** looks like credentials in a URL." in everything
+    assert "Winter2024" not in everything  # the outputs name it masked only
+    section = shown(next(c for c in cells if "frame.memory_section" in c.source))
+    assert "- [project, team, added by alice on " in section and "region_code" in section
+    assert "dark mode" not in section  # alice's own preference stays hers
+    assert "Team memory: team 'analytics' in team-share/analytics, you add as 'bob'." in everything
+    assert "Team memory: Dream done:" in everything
+    # Bob's background run: his own cell runs while it fits, and the agent reads the log it left.
+    started = next(c for c in cells if "```python background" in c.source)
+    assert "Started background run t1" in shown(started)
+    assert shown(next(c for c in cells if c.source.startswith("import time"))).strip() == "fitted: N, S, E, W"
+    read = shown(next(c for c in cells if c.source.endswith("task read t1")))
+    assert "fitted the model for region_code=W\nall regions fitted" in read
+    team = tmp_path / "team-share" / "analytics"
+    assert len([p for p in team.glob("*.md") if p.name != "MEMORY.md"]) == 2
+    assert not any("Winter2024" in p.read_text() for p in tmp_path.rglob("*.md"))
 
 
 @pytest.mark.parametrize(("name", "unit"), [("quickstart", "x1.3"), ("thinking", "x1.3"), ("long_session", "x1.3"),

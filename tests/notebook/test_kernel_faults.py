@@ -114,18 +114,21 @@ def test_secrets_said_in_words_are_refused_and_never_reach_the_next_prompt(api, 
     offline, _ = api
     kernel, folder = shared
     key_id = "AKIA" + "2OGYBAH6TP4WVLXZ"
-    for text, kind in [("the database password is Tr0ub4dor&3", "a password in plain words"),
-                       (f"aws_key_id {key_id} for the exports bucket", "an AWS access key id")]:
+    glued = "AKIA" + "IOSFODNN7EXAMPLE"  # a key glued to the word before it
+    for text, kind, masked in [("the database password is Tr0ub4dor&3", "a password in plain words", "T**********"),
+                               (f"aws_key_id {key_id} for the exports bucket", "an AWS access key id",
+                                "AKIA************…"),
+                               (f"aws_key_id{glued} for prod", "an AWS access key id", "AKIA************…")]:
         shown = kernel.execute(f"%memory add {text}")
-        assert f"Refused to store this memory: it looks like it contains {kind}." in shown
-        assert "Tr0ub4dor" not in shown and key_id not in shown
+        assert f"Refused to store this memory: {masked} looks like {kind}." in shown
+        assert "Tr0ub4dor" not in shown and key_id not in shown and glued not in shown
     kernel.execute("%memory add Reports go out on Mondays.")
     kernel.execute("%%agent --new\nhello")
     system = json.dumps(main_requests(offline)[-1]["system"])
     assert "Reports go out on Mondays." in system
-    assert "Tr0ub4dor" not in system and key_id not in system
+    assert "Tr0ub4dor" not in system and key_id not in system and glued not in system
     stored = "".join(p.read_text() for p in (folder / ".ctx_magic" / "memory").glob("*.md"))
-    assert "Tr0ub4dor" not in stored and key_id not in stored
+    assert "Tr0ub4dor" not in stored and key_id not in stored and glued not in stored
 
 
 # -- 3. images the API refuses ------------------------------------------------------------------

@@ -1,0 +1,237 @@
+"""What a run's thread prints, displays and reads, and the subprocesses it starts: routed to
+that run, never to the cell that happens to be running.
+
+The agent's code runs in a thread of its own (runs.py) while the user's cells run on the
+kernel's main thread. Output is routed by thread: each routing point is wrapped once, and the
+wrapper asks whether the calling thread belongs to a run; every other thread goes through
+untouched, so the user's own cells print and display exactly as before.
+
+- `sys.stdout` / `sys.stderr`: their `write` (patched on the object, as IPython does, because
+  ipykernel checks the stream classes). IPython wraps `write` again for each cell and puts back
+  at the cell's end what was there at its start, so the wrapper is put in place between cells
+  (after each message the kernel handles, ipykernel's `post_handler_hook`) and again at each
+  cell's start, above IPython's own;
+- the shell's display publisher: `display()` and `clear_output()`;
+- `input()` and `getpass()`: ipykernel's own (`kernel.raw_input`, `kernel.getpass`, which it
+  puts in place at every cell) and, between cells, `sys.stdin` (the builtin `input()` reads it);
+- `subprocess.Popen`: a child started from a run without streams of its own gets the run's:
+  its output goes to the run's log and its stdin is the run's, so an answer can reach it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import getpass
+import io
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctx_magic.notebook.runs import Run
+
+POPEN_STREAM_ARGS = 3  # Popen(args, bufsize, executable, stdin, ...): stdin given by position is left alone
+
+
+class _StdinRouter:
+    """`sys.stdin` for the builtin `input()`: a run's thread reads its answers, others the real one.
+
+    `fileno()` fails for a run's thread, so `input()` takes its non-terminal path (it writes the
+    prompt to `sys.stdout` and reads a line from here) even where the kernel has a terminal."""
+
+    def __init__(self, original: Any, current: Callable[[], Run | None]) -> None:
+        self._original = original
+        self._current = current
+
+    def readline(self, size: int = -1) -> str:
+        run = self._current()
+        return run.read_line() if run is not None else self._original.readline(size)
+
+    def read(self, size: int = -1) -> str:
+        run = self._current()
+        return run.read_line() if run is not None else self._original.read(size)
+
+    def fileno(self) -> int:
+        if self._current() is not None:
+            raise io.UnsupportedOperation("a background run has no terminal")
+        return self._original.fileno()
+
+    def isatty(self) -> bool:
+        return False if self._current() is not None else bool(self._original.isatty())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.readline, "")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+
+class RunIO:
+    """The routing points of one kernel, wrapped while ctx_magic is loaded."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self._local = threading.local()
+        self._active = False
+        self._wrapped: dict[tuple[int, str], tuple[Any, str, Any, Any]] = {}
+        """(owner, attribute, original, wrapper) by owner and attribute: what `uninstall` puts back
+        (the latest wrapper of each; an older one was put back by whoever wrapped it)."""
+        self._lock = threading.Lock()
+
+    def current(self) -> Run | None:
+        """The run the calling thread belongs to, if any."""
+        return getattr(self._local, "run", None) if self._active else None
+
+    @contextlib.contextmanager
+    def bound(self, run: Run) -> Iterator[None]:
+        """The calling thread's output and input belong to `run` inside this block."""
+        previous = getattr(self._local, "run", None)
+        self._local.run = run
+        try:
+            yield
+        finally:
+            self._local.run = previous
+
+    def install(self) -> None:
+        """Wrap every routing point (once); `ensure` keeps the streams wrapped when they change."""
+        with self._lock:
+            if self._active:
+                return
+            self._active = True
+            kernel = getattr(self.shell, "kernel", None)
+            if kernel is not None:
+                self._wrap(kernel, "raw_input", self._input)
+                self._wrap(kernel, "getpass", self._getpass)
+                self._wrap(kernel, "post_handler_hook", self._after_message)
+            if kernel is None:  # a terminal or a test's shell: nothing swaps these per cell
+                self._wrap(builtins, "input", self._input)
+                self._wrap(getpass, "getpass", self._getpass)
+            if sys.stdin is not None and not isinstance(sys.stdin, _StdinRouter):
+                router = _StdinRouter(sys.stdin, self.current)
+                self._wrapped[(id(sys), "stdin")] = (sys, "stdin", sys.stdin, router)
+                sys.stdin = router  # type: ignore[assignment]
+            self._wrap(subprocess.Popen, "__init__", self._popen_init)
+        self.ensure()
+
+    def ensure(self) -> None:
+        """The current `sys.stdout`, `sys.stderr` and display publisher wrapped (a test's output
+        capture swaps them; a kernel keeps the same ones)."""
+        with self._lock:
+            if not self._active:
+                return
+            for name in ("stdout", "stderr"):
+                stream = getattr(sys, name)
+                if stream is not None and not self._is_ours(stream, "write"):
+                    self._wrap(stream, "write", lambda original, name=name: self._write(name, original))
+            publisher = getattr(self.shell, "display_pub", None)
+            if publisher is not None and not self._is_ours(publisher, "publish"):
+                self._wrap(publisher, "publish", self._publish)
+                self._wrap(publisher, "clear_output", self._clear_output)
+
+    def uninstall(self) -> None:
+        """Put back every original that is still ours; a wrapper something else wrapped since
+        stays in its chain and only passes through from now on."""
+        with self._lock:
+            self._active = False
+            for owner, name, original, wrapper in reversed(self._wrapped.values()):
+                if getattr(owner, "__dict__", {}).get(name) is wrapper:
+                    _restore(owner, name, original)
+            self._wrapped = {}
+
+    # -- wrapping ------------------------------------------------------------------------------
+
+    def _is_ours(self, owner: Any, name: str) -> bool:
+        entry = self._wrapped.get((id(owner), name))
+        return entry is not None and entry[0] is owner and getattr(owner, "__dict__", {}).get(name) is entry[3]
+
+    def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        had_own = name in getattr(owner, "__dict__", {})
+        original = getattr(owner, name)
+        wrapper = make(original)
+        try:
+            setattr(owner, name, wrapper)
+        except (AttributeError, TypeError):  # an object whose attribute cannot be replaced: not routed
+            return
+        self._wrapped[(id(owner), name)] = (owner, name, original if had_own else _NOT_OWN, wrapper)
+
+    def _after_message(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def post_handler_hook(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.ensure()  # between cells: what the last cell's end put back is wrapped again
+
+        return post_handler_hook
+
+    def _write(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def write(data: Any, *args: Any, **kwargs: Any) -> Any:
+            run = self.current()
+            if run is not None and isinstance(data, str):
+                if data:  # an empty write (a poll with nothing new) is not output: it must not end a silence
+                    run.printed(name, data)
+                return len(data)
+            return original(data, *args, **kwargs)
+
+        return write
+
+    def _publish(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def publish(data: Any, *args: Any, **kwargs: Any) -> Any:
+            run = self.current()
+            if run is not None and isinstance(data, dict):
+                run.displayed(data, update=bool(kwargs.get("update")),
+                              display_id=(kwargs.get("transient") or {}).get("display_id"))
+                return None
+            return original(data, *args, **kwargs)
+
+        return publish
+
+    def _clear_output(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def clear_output(*args: Any, **kwargs: Any) -> Any:
+            if self.current() is not None:
+                return None  # a run clearing output would clear the cell the user is running
+            return original(*args, **kwargs)
+
+        return clear_output
+
+    def _input(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def run_input(prompt: Any = "") -> str:
+            run = self.current()
+            return run.ask(str(prompt), password=False) if run is not None else original(prompt)
+
+        return run_input
+
+    def _getpass(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def run_getpass(prompt: str = "Password: ", *args: Any, **kwargs: Any) -> str:
+            run = self.current()
+            return run.ask(str(prompt), password=True) if run is not None else original(prompt, *args, **kwargs)
+
+        return run_getpass
+
+    def _popen_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def init(popen: Any, *args: Any, **kwargs: Any) -> None:
+            run = self.current()
+            if run is None or len(args) > POPEN_STREAM_ARGS:
+                original(popen, *args, **kwargs)
+                return
+            for name, fd in run.child_streams().items():
+                if kwargs.get(name) is None:
+                    kwargs[name] = fd
+            original(popen, *args, **kwargs)
+            run.adopt(popen)
+
+        return init
+
+
+_NOT_OWN = object()
+"""The attribute came from the object's class (a method): restoring it means deleting the wrapper."""
+
+
+def _restore(owner: Any, name: str, original: Any) -> None:
+    if original is _NOT_OWN:
+        with contextlib.suppress(AttributeError):
+            delattr(owner, name)
+    else:
+        setattr(owner, name, original)

@@ -1,0 +1,390 @@
+"""This kernel's runs of the agent's code: the foreground run the turn waits for, the
+background runs that go on beside the user's cells, the watch that notices a stall, and what
+the agent, `%ctx tasks` and the panel are told of them.
+
+The agent hears of a background run through its tools (the `python` call that started it, a
+`task` read) and, when a run's state changed since it was last told, through one short line
+before its next request (`news`): never the log itself, and nothing at all while nothing
+changed, so the requests' cached prefix is never disturbed by a run going on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ctx_magic.agent.tools import ToolError
+from ctx_magic.images import human_size
+from ctx_magic.notebook.config import CtxMagic
+from ctx_magic.notebook.outputs import KERNEL_RUN
+from ctx_magic.notebook.run_io import RunIO
+from ctx_magic.notebook.runs import (
+    CHECK_SECONDS,
+    INTERRUPT_GRACE,
+    LIVE,
+    RUN_ID,
+    Run,
+    RunInfo,
+    duration,
+    read_log,
+    stored_info,
+    write_info,
+)
+
+LAST_LINE_CHARS = 120
+
+
+class RunBoard:
+    """The runs of this kernel, and the session folder whose `tasks/` they are kept in."""
+
+    def __init__(self, shell: Any, settings: CtxMagic, folder: Callable[[], Path | None],
+                 clock: Callable[[], float]) -> None:
+        self.shell = shell
+        self._settings = settings
+        """`stall_seconds`, read at each look."""
+        self._folder = folder
+        """The current session's `tasks/` folder (None before the first turn)."""
+        self.clock = clock
+        """What runs are timed by (tests put a manual clock here)."""
+        self.io = RunIO(shell)
+        self.io.install()  # at load, below any cell's own capture: a run's output never reaches a cell
+        self.check_every = CHECK_SECONDS
+        self.stop_grace = INTERRUPT_GRACE
+        """Seconds a stopped run gets to end before it is said to be still stopping."""
+        self.runs: dict[Path, Run] = {}
+        """This kernel's runs that have a log, by its path."""
+        self.listeners: list[Callable[[], None]] = []
+        """Told when a run's state or last line changed (the panel), from the watch's thread."""
+        self._lock = threading.RLock()
+        self._watch: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._closed = False
+
+    def now(self) -> float:
+        return self.clock()
+
+    # -- starting and watching ---------------------------------------------------------------------
+
+    def start(self, code: str, *, background: bool, before: Callable[[Run], None] | None = None) -> Run:
+        """A run of `code` in a thread of its own; a background one gets its id and log first.
+        `before` is called with the run before its thread starts."""
+        self.io.install()
+        self.io.ensure()
+        run = Run(self.shell, self.io, code, self.now, background=background)
+        if background:
+            self._keep(run)
+        if before is not None:
+            before(run)
+        run.start()
+        if background:
+            self._watch_runs()
+        return run
+
+    def _keep(self, run: Run) -> None:
+        """An id and a log in the session's `tasks/` folder for `run`."""
+        folder = self._folder()
+        if folder is None:
+            raise ToolError("A background run needs a session folder, and there is none yet.")
+        with self._lock:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                run_id = self._next_id(folder)
+                path = folder / f"{run_id}.log"
+                run.go_background(path, run_id)
+            except OSError as error:
+                raise ToolError(f"A background run could not start its log in {folder}: {error}") from error
+            self.runs[path] = run
+
+    def _next_id(self, folder: Path) -> str:
+        taken = [int(m.group(1)) for p in folder.glob("t*.*") if (m := RUN_ID.match(p.stem))]
+        return f"t{max(taken, default=0) + 1}"
+
+    def supervise(self, run: Run, on_output: Callable[[str], None]) -> bool:
+        """Wait for a foreground run, passing on what it prints; True when it ended, False when it
+        stalled (it goes on as a background run). An interrupt stops it (KeyboardInterrupt)."""
+        emitted = [0, 0]
+        try:
+            while True:
+                with run.changed:
+                    if not run.done.is_set():
+                        run.changed.wait(self.check_every)
+                self._emit_new(run, emitted, on_output)
+                if run.done.is_set():
+                    self._emit_new(run, emitted, on_output)
+                    return True
+                if run.check(self.now(), self._settings.stall_seconds) and run.state == "stalled":
+                    with run.lock:
+                        run.reported = "stalled"  # the tool result tells the agent
+                    try:
+                        self._keep(run)
+                    except ToolError:
+                        run.stop()  # a run that can keep no log is not left waiting unseen
+                        raise
+                    self._watch_runs()
+                    self._changed()
+                    return False
+        except KeyboardInterrupt:
+            run.stop()
+            if not run.done.wait(self.stop_grace):
+                self._keep(run)  # inside a call Python cannot interrupt: it stops when that call returns
+                self._watch_runs()
+            raise
+
+    @staticmethod
+    def _emit_new(run: Run, emitted: list[int], on_output: Callable[[str], None]) -> None:
+        for index, pieces in enumerate((run.record.stdout, run.record.stderr)):
+            new = pieces[emitted[index]:]
+            emitted[index] += len(new)
+            if new:
+                try:
+                    on_output("".join(new))
+                except Exception:  # noqa: BLE001 - showing progress must never break the run
+                    pass
+
+    def _watch_runs(self) -> None:
+        """The watch thread: looks at the live runs every `check_every` seconds while any lives."""
+        with self._lock:
+            if self._watch is not None and self._watch.is_alive():
+                return
+            self._watch = threading.Thread(target=self._watching, name="ctx_magic run watch", daemon=True)
+            self._watch.start()
+
+    def _watching(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.check_every)
+            self._wake.clear()
+            try:
+                if not self.check():
+                    return
+            except Exception:  # noqa: BLE001 - the watch must never raise into the kernel
+                return
+
+    def check(self) -> bool:
+        """Look at every live run once (a stall, a resumed one, an end); True while any lives."""
+        live, changed = False, False
+        with self._lock:
+            runs = list(self.runs.values())
+        threshold = self._settings.stall_seconds
+        for run in runs:
+            moved = run.check(self.now(), threshold)
+            current = (run.state, run.size)
+            if moved or current != run.seen:
+                run.seen = current
+                run.save()
+                changed = True
+            live = live or run.live
+        if changed:
+            self._changed()
+        return live
+
+    def _changed(self) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a panel's failure must never stop the watch
+                pass
+
+    # -- what the agent and the user do ------------------------------------------------------------
+
+    def find(self, run_id: str) -> tuple[Run | None, RunInfo | None, Path | None]:
+        """(the live run, its info, its log) for an id of the current session's runs."""
+        folder = self._folder()
+        if folder is None or not RUN_ID.match(run_id):
+            return None, None, None
+        path = folder / f"{run_id}.log"
+        run = self.runs.get(path)
+        if run is not None:
+            return run, run.info(), path
+        info = self._stored(path.with_suffix(".json"))
+        return None, info, path if info is not None else None
+
+    def read(self, run_id: str, offset: int | None = None) -> str:
+        run, info, path = self.find(run_id)
+        if info is None or path is None:
+            return self._unknown(run_id)
+        start = info.read_to if offset is None else max(0, offset)
+        text, end, size = read_log(path, start)
+        self._told(run, info, read_to=max(info.read_to, end))
+        head = f"Run {run_id}: {info.words(self.now())}; its log has {human_size(size)}"
+        if end == start:
+            return f"{head}; no new output since offset {start:,}."
+        more = f"\n[more follows: read from offset {end:,}]" if end < size else f"\n[next offset: {end:,}]"
+        return f"{head}. Output from offset {start:,} to {end:,}:\n{text.rstrip()}{more}"
+
+    def stop(self, run_id: str) -> str:
+        run, info, _path = self.find(run_id)
+        if info is None:
+            return self._unknown(run_id)
+        if run is None or not run.stop():
+            return f"Run {run_id} is not running: it is {info.words(self.now())}."
+        run.done.wait(self.stop_grace)
+        self.check()
+        return (f"Run {run_id} stopped." if run.done.is_set() else
+                f"Run {run_id} is stopping: it is inside a call Python cannot interrupt and stops when it returns.")
+
+    def answer(self, run_id: str, text: str) -> str:
+        run, info, _path = self.find(run_id)
+        if info is None:
+            return self._unknown(run_id)
+        if run is None or not run.live:
+            return f"Run {run_id} is not running: it is {info.words(self.now())}."
+        where = run.answer(text)
+        if where is None:
+            return (f"Run {run_id} is not waiting for an answer it can be given: no input() or getpass() of its "
+                    "code waits, and no subprocess of it reads its stdin.")
+        self.check()
+        return f"Sent to {where} of run {run_id}."
+
+    def waiting(self, run_id: str) -> str:
+        """What the run waits in: 'input', 'password', or '' (a subprocess, or nothing)."""
+        run, _info, _path = self.find(run_id)
+        return run.waiting if run is not None else ""
+
+    def _unknown(self, run_id: str) -> NoReturn:
+        known = ", ".join(info.id for info in self.infos()) or "none yet"
+        raise ToolError(f"There is no background run {run_id!r} in this session (its runs: {known}).")
+
+    # -- what they are told --------------------------------------------------------------------------
+
+    def infos(self) -> list[RunInfo]:
+        """The current session's runs, oldest first: this kernel's live state, and what dead kernels left."""
+        folder = self._folder()
+        if folder is None or not folder.is_dir():
+            return []
+        found = []
+        for path in folder.glob("t*.json"):
+            run = self.runs.get(path.with_suffix(".log"))
+            info = run.info() if run is not None else self._stored(path)
+            if info is not None:
+                found.append(info)
+        return sorted(found, key=lambda info: int(info.id[1:]))
+
+    def _stored(self, path: Path) -> RunInfo | None:
+        """A run another kernel left: one that was running then ended with that kernel."""
+        info = stored_info(path)
+        if info is not None and info.state in LIVE and info.kernel != KERNEL_RUN:
+            info = replace(info, state="ended", detail="")
+            write_info(path, info)
+        return info
+
+    def _told(self, run: Run | None, info: RunInfo, *, read_to: int | None = None) -> None:
+        """The agent now knows the run's state (and has read its log up to `read_to`)."""
+        if run is not None:
+            with run.lock:
+                run.reported = run.state
+                run.read_to = read_to if read_to is not None else run.read_to
+            run.save()
+            return
+        folder = self._folder()
+        if folder is not None:
+            write_info(folder / f"{info.id}.json",
+                        replace(info, reported=info.state, read_to=read_to if read_to is not None else info.read_to))
+
+    def news(self) -> list[str]:
+        """One line per run whose state changed since the agent was last told; telling it counts."""
+        lines = []
+        now = self.now()
+        for info in self.infos():
+            if info.state == info.reported:
+                continue
+            run, _info, path = self.find(info.id)
+            size = path.stat().st_size if path is not None and path.exists() else 0
+            lines.append(news_line(info, now, unread=max(0, size - info.read_to)))
+            self._told(run, info)
+        return lines
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The runs as `%ctx tasks` and the panel show them."""
+        rows = []
+        now = self.now()
+        for info in self.infos():
+            run, _info, path = self.find(info.id)
+            size = path.stat().st_size if path is not None and path.exists() else 0
+            tail = run.tail if run is not None else _log_tail(path)
+            line = _last_printed_line(tail)
+            rows.append({"id": info.id, "state": info.state, "words": info.words(now), "size": size,
+                         "last_line": line, "log": str(path) if path is not None else "",
+                         "can_stop": run is not None and run.live})
+        return rows
+
+    def live_lines(self) -> list[str]:
+        """The live runs in one line each (said again after a compaction, which summarizes the news)."""
+        now = self.now()
+        return [f"Background run {info.id}: {info.words(now)}." for info in self.infos() if info.state in LIVE]
+
+    def close(self) -> None:
+        """The extension is unloaded: its runs are stopped and the routing put back."""
+        self._closed = True
+        self._wake.set()
+        for run in list(self.runs.values()):
+            run.stop()
+        for run in list(self.runs.values()):
+            run.done.wait(self.stop_grace)
+            run.save()
+            run.close_log()
+        self.io.uninstall()
+
+
+def news_line(info: RunInfo, now: float, *, unread: int) -> str:
+    """The one line the agent gets when a run's state changed."""
+    if info.state == "stalled":
+        line = (f"Background run {info.id} is {info.words(now)}: answer it (task, action 'answer'), stop it, "
+                "or ask the user")
+    elif info.state == "running":
+        line = f"Background run {info.id} is running again (its output resumed)"
+    else:
+        line = f"Background run {info.id} {info.words(now)}"
+    if unread and info.state != "stalled":
+        line += f"; {human_size(unread)} of its output not read yet (task, action 'read')"
+    return line + "."
+
+
+def runs_listing(rows: list[dict[str, Any]]) -> str:
+    """`%ctx tasks`: one line per run, then its last printed line and its log."""
+    if not rows:
+        return "No background runs in this session."
+    lines = []
+    for row in rows:
+        lines.append(f"{row['id']}  {row['words']}  ({human_size(row['size'])} of output)")
+        if row["last_line"]:
+            lines.append(f"    last line: {row['last_line']}")
+        lines.append(f"    log: {row['log']}")
+    return "\n".join(lines)
+
+
+def _log_tail(path: Path | None, size: int = 2_000) -> str:
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, path.stat().st_size - size))
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_printed_line(tail: str) -> str:
+    from ctx_magic.notebook.stall import last_line
+
+    line = last_line(tail).strip()
+    return line if len(line) <= LAST_LINE_CHARS else line[: LAST_LINE_CHARS - 1] + "…"
+
+
+def started_text(run: Run) -> str:
+    """The `python` tool's result for a background run."""
+    return (f"Started background run {run.id} (its log: {run.log_path}). It runs beside your next steps and the "
+            "user's cells; read its output with the task tool. You will be told when it ends or stalls.")
+
+
+def stalled_text(run: Run) -> str:
+    """The `python` tool's result for a foreground run that stalled: what it printed, then why."""
+    info = run.info()
+    so_far = run.record.text()
+    silence = f" (no output for {duration(info.silent_for)})" if info.silent_for else ""
+    stall = (f"stalled: waiting for input after '{info.detail}'{silence}. The run goes on in the background as "
+             f"{run.id}: answer it (task, action 'answer'), stop it (action 'stop'), or ask the user (they can "
+             f"answer with %ctx answer {run.id}).")
+    return stall if so_far == "(no output)" else f"{so_far}\n\n{stall}"

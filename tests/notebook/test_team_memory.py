@@ -1,0 +1,150 @@
+"""Team memory through the magics, offline, in a real IPython shell: one member's team memory
+reaches another member's next session (its system prompt says who added it and when), `%memory
+show` names each memory's scope, forgetting, extraction to the team, and the one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from notebook_rig import controller, offline_shell, run
+
+from ctx_magic.memory.shared_folder import LockSupport
+from ctx_magic.memory.store import Memory
+
+FACT = "The sales table's region column is free text; use region_code."
+
+
+def member(shell, name: str) -> None:  # type: ignore[no-untyped-def]
+    """This shell as one member of the team: a storage and user folder of their own, the shared one."""
+    for line in (f"CtxMagic.storage_dir = '{name}-store'", f"CtxMagic.user_memory_dir = '{name}-user'",
+                 f"CtxMagic.author = '{name}'", "CtxMagic.team = 'analytics'", "CtxMagic.team_memory_dir = 'shared'"):
+        shell.run_line_magic("config", line)
+
+
+def last_system(shell) -> str:  # type: ignore[no-untyped-def]
+    api = controller(shell).host.backend.stand_in
+    return json.dumps([r for r in api.requests if r.kind == "normal"][-1].body["system"])
+
+
+def team_files(root: Path) -> list[Memory]:
+    return [Memory.from_markdown(p.read_text()) for p in sorted((root / "shared" / "analytics").glob("*.md"))
+            if p.name != "MEMORY.md"]
+
+
+def test_one_members_team_memory_reaches_the_next_members_session_with_who_and_when(tmp_path, monkeypatch):
+    (tmp_path / "shared").mkdir()
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        _, shown = run(shell, f"%memory add --team {FACT}")
+        assert shown.strip().startswith("Remembered ") and "for the team (added by alice on " in shown
+        run(shell, "%memory add I like my charts in dark mode.")  # alice's own
+    [stored] = team_files(tmp_path)
+    when = stored.created.date().isoformat()
+    assert stored.author == "alice" and stored.type == "project"
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "bob")
+        run(shell, "%%agent\nWhich column holds the region?")
+        system = last_system(shell)
+        assert f"- [project, team, added by alice on {when}] {FACT}" in system
+        assert "dark mode" not in system  # alice's own memories stay hers
+        _, listing = run(shell, "%memory show")
+        assert f"[project, team, added by alice on {when}]" in listing
+        assert "Team memory: team 'analytics' in " in listing and "you add as 'bob'" in listing
+        rows = controller(shell).panel.widget.memories
+        assert [(r["scope"], r["added_by"]) for r in rows] == [("team", f"added by alice on {when}")]
+
+
+def test_show_names_every_scope_and_any_member_forgets_a_team_memory(tmp_path, monkeypatch):
+    (tmp_path / "shared").mkdir()
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        _, added = run(shell, f"%memory add --team {FACT}")
+        team_id = added.split("Remembered ")[1].split(" ")[0]
+        run(shell, "%memory add Reports go out on Mondays.")
+        (tmp_path / "alice-user" / "memory").mkdir(parents=True)
+        _, listing = run(shell, "%memory show")
+        assert "[project, team, added by alice on " in listing and "[user, project]" in listing
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "bob")
+        _, shown = run(shell, f"%memory forget {team_id}")
+        assert shown.strip().startswith(f"Forgot {team_id} from the team's memories, added by alice on ")
+        assert "no member's next session will see it" in shown
+        _, shown = run(shell, f"%memory forget --team {team_id}")
+        assert shown.strip() == f"No memory with id {team_id!r} in the team's memories (see %memory show)."
+    assert team_files(tmp_path) == []
+
+
+def test_extraction_sends_facts_about_the_shared_data_to_the_team_and_keeps_the_persons_own(tmp_path, monkeypatch):
+    (tmp_path / "shared").mkdir()
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        run(shell, f"%%agent\nRemember that {FACT[0].lower()}{FACT[1:]} I prefer plots in dark mode.")
+        _, shown = run(shell, "%memory extract")
+        assert "Extracted 2 memories" in shown
+    [shared] = team_files(tmp_path)
+    assert (shared.text, shared.author) == (FACT, "alice")
+    own = [Memory.from_markdown(p.read_text()) for p in (tmp_path / "alice-store" / "memory").glob("*.md")
+           if p.name != "MEMORY.md"]
+    assert [(m.text, m.type, m.author) for m in own] == [("I prefer plots in dark mode.", "user", "")]
+
+
+@pytest.mark.parametrize(
+    ("setup", "line"),
+    [
+        ([], "No team memory: team memory is off: set %config CtxMagic.team = 'NAME' and "
+             "%config CtxMagic.team_memory_dir = 'FOLDER' (a folder every member reaches)."),
+        (["CtxMagic.team = 'analytics'", "CtxMagic.team_memory_dir = 'not-mounted'"],
+         "No team memory: the team memory folder not-mounted does not exist (is the shared volume mounted?)."),
+    ],
+)
+def test_a_team_memory_without_a_team_folder_is_one_line(tmp_path, monkeypatch, setup, line):
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        for config in setup:
+            shell.run_line_magic("config", config)
+        result, shown = run(shell, f"%memory add --team {FACT}")
+        assert result.error_in_exec is None and line in shown and "Traceback" not in shown
+        _, shown = run(shell, "%memory add Reports go out on Mondays.")  # the session still works
+        assert shown.strip().startswith("Remembered ")
+    assert not (tmp_path / "not-mounted").exists()
+
+
+def test_a_secret_is_refused_before_it_reaches_the_team_folder(tmp_path, monkeypatch):
+    (tmp_path / "shared").mkdir()
+    key = "AKIA" + "IOSFODNN7EXAMPLE"
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        _, shown = run(shell, f"%memory add --team aws_key_id{key} for prod")
+        assert shown.strip() == ("Refused to store this memory: AKIA************… looks like an AWS access key id. "
+                                 "Memories are never secrets; keep credentials in environment variables or a "
+                                 "secrets manager.")
+    assert not any(key in p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_a_team_folder_without_locks_across_machines_is_said_once_after_a_turn(tmp_path, monkeypatch):
+    (tmp_path / "shared").mkdir()
+    degraded = LockSupport("local-only", "nfs", "the folder is on NFS mounted with nolock: its locks stay on each "
+                                                "machine")
+    monkeypatch.setattr("ctx_magic.memory.team.lock_support", lambda folder: degraded)
+    line = ("Team memory: the folder is on NFS mounted with nolock: its locks stay on each machine. Dreaming it "
+            "uses a lock file instead (a holder that died is taken over after an hour); memories are still "
+            "written safely, each to its own file.")
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        _, first = run(shell, "%%agent\nhello")
+        _, second = run(shell, "%%agent\nhello again")
+        assert first.count(line) == 1 and line not in second
+        _, listing = run(shell, "%memory show")
+        assert line in listing
+
+
+def test_an_unmounted_team_folder_is_said_once_and_the_session_works(tmp_path, monkeypatch):
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")  # team-share/ was never made: the volume "is not mounted"
+        _, first = run(shell, "%%agent\nhello")
+        _, second = run(shell, "%%agent\nhello again")
+        line = ("Team memory is not read: the team memory folder shared does not exist (is the shared volume "
+                "mounted?).")
+        assert first.count(line) == 1 and line not in second and "Done ·" in second
+    assert not (tmp_path / "shared").exists()
