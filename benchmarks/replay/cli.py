@@ -7,7 +7,10 @@
 One run prints every table: per window, each strategy against the reference (raw at an
 unlimited window), identifiers kept, by source; where ctx_magic's bill goes on the sessions that
 never near its threshold; the targets. Windows above a standard window are run only when some
-session grows past 200,000 tokens (otherwise they repeat the 200,000 run digit for digit).
+session grows past 200,000 tokens (otherwise they repeat the 200,000 run digit for digit). A
+session whose longest recorded reply is over a window's reply cap (a quarter of the window) is
+left out at that window for every strategy alike, and named with the reason: the API would cut
+that reply, and the replay would no longer be the recorded session.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import ctx_magic.context.decide as decide
 from benchmarks.replay.corpus import DEFAULT_CORPUS, Replay, load_corpus
 from benchmarks.replay.ctx_strategy import CtxOptions, thresholds_at
+from benchmarks.replay.harness import longest_reply, max_output, replies_fit
 from benchmarks.replay.results import REFERENCE, SIZES_MARK, RunResult, floor_of, reference_run, run_one
 from benchmarks.replay.side_output import STAND_IN, ReplySizes, p9999_sizes, real_sizes
 from benchmarks.replay.strategies import ABLATIONS, COMPACTION_SWITCHES, DEFAULT, FLOOR, strategy
@@ -111,33 +116,70 @@ def run_strategy(name: str, replays: list[Replay], window: int, results: list[Ru
     return [run_one(name, replay, window, sizes) for replay in replays], None
 
 
-def run_all(args: argparse.Namespace) -> tuple[list[RunResult], list[str], ReplySizes]:
-    """Every run: the reference first, then each strategy at each window worth running."""
+@dataclass(frozen=True)
+class LeftOut:
+    """A session left out at a window, for every strategy alike: a recorded reply is longer than
+    the window's reply cap, so the stand-in (like the API) would cut it and the replay would no
+    longer be the recorded session."""
+
+    session: str
+    longest_reply: int
+
+
+@dataclass
+class Runs:
+    """Every run of one benchmark, with what it noted and what it left out, per window."""
+
+    results: list[RunResult]
+    notes: list[str] = field(default_factory=list)
+    left_out: dict[int, list[LeftOut]] = field(default_factory=dict)
+
+
+def run_replays(replays: list[Replay], windows: list[int], strategies: list[str], sizes: ReplySizes) -> Runs:
+    """The reference first, then each strategy at each window worth running, each over the
+    sessions whose recorded replies fit that window's reply cap."""
+    started = time.perf_counter()
+    runs = Runs([reference_run(replay, sizes) for replay in replays])
+    print(f"reference (raw, unlimited window): {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    largest = max(r.largest_request for r in runs.results)
+    runs.notes += [f"window {w:,} not run: no session's largest request passes {STANDARD_WINDOW:,} tokens (the largest "
+                   f"is {largest:,}), so it would repeat the {STANDARD_WINDOW:,} run digit for digit"
+                   for w in windows if w > STANDARD_WINDOW and largest <= STANDARD_WINDOW]
+    for window in [w for w in windows if w <= STANDARD_WINDOW or largest > STANDARD_WINDOW]:
+        fitting = [r for r in replays if replies_fit(r, window)]
+        runs.left_out[window] = [LeftOut(r.name, longest_reply(r)) for r in replays
+                                 if not any(r is f for f in fitting)]
+        for name in strategies:
+            started = time.perf_counter()
+            done, note = run_strategy(name, fitting, window, runs.results, sizes)
+            runs.results += done
+            runs.notes += [note] if note else []
+            print(f"window {window:,} {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return runs
+
+
+def left_out_line(window: int, left_out: list[LeftOut], sessions: int) -> str:
+    """The sessions left out at `window`, by name, with the reason (empty when none is)."""
+    if not left_out:
+        return ""
+    names = ", ".join(f"{o.session} ({o.longest_reply:,})" for o in left_out)
+    return (f"{len(left_out)} of {sessions} sessions left out at {window:,} for every strategy: a recorded reply "
+            f"longer than the reply cap ({max_output(window):,} tokens, a quarter of the window), which the API "
+            f"would cut; longest reply in tokens: {names}")
+
+
+def run_all(args: argparse.Namespace) -> tuple[Runs, ReplySizes]:
+    """Every run the arguments ask for."""
     replays = load_corpus(args.corpus, quick=args.quick)
     if args.sources:
         keep = {s.strip() for s in args.sources.split(",")}
         replays = [r for r in replays if r.source in keep]
     sizes = real_sizes(args.corpus) if args.replies == "real" else STAND_IN
-    started = time.perf_counter()
-    results = [reference_run(replay, sizes) for replay in replays]
-    print(f"reference (raw, unlimited window): {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-    largest = max(r.largest_request for r in results)
-    notes = [f"window {w:,} not run: no session's largest request passes {STANDARD_WINDOW:,} tokens (the largest is "
-             f"{largest:,}), so it would repeat the {STANDARD_WINDOW:,} run digit for digit"
-             for w in args.windows if w > STANDARD_WINDOW and largest <= STANDARD_WINDOW]
-    windows = [w for w in args.windows if w <= STANDARD_WINDOW or largest > STANDARD_WINDOW]
-    for window in windows:
-        for name in args.strategies:
-            started = time.perf_counter()
-            runs, note = run_strategy(name, replays, window, results, sizes)
-            results += runs
-            notes += [note] if note else []
-            print(f"window {window:,} {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-    return results, notes, sizes
+    return run_replays(replays, args.windows, args.strategies, sizes), sizes
 
 
-def header(args: argparse.Namespace, argv: list[str] | None, results: list[RunResult], notes: list[str],
-           sizes: ReplySizes, elapsed: float) -> str:
+def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: ReplySizes, elapsed: float) -> str:
+    results, notes = runs.results, runs.notes
     command = "python -m benchmarks.replay " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None
                                                                                    else argv))
     sessions = {r.replay: r.source for r in results}
@@ -163,30 +205,42 @@ def header(args: argparse.Namespace, argv: list[str] | None, results: list[RunRe
         f"summary), each notes section written {sizes.notes_section:,}, a memory extraction {sizes.memory:,}: "
         f"{sizes.source}; rows `{SENSITIVITY}`: summaries {p9999.analysis:,} + {p9999.summary:,} ({p9999.source})",
         *(f"- {note}" for note in notes),
+        *(f"- {line}" for w, out in sorted(runs.left_out.items())
+          if (line := left_out_line(w, out, len(sessions)))),
     ]
     return "\n".join(lines) + "\n"
+
+
+def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8) -> str:
+    """Every window's tables (after the line naming the sessions it left out), the overhead of
+    `overhead_of` on the sessions that never near its threshold, then the targets."""
+    tables = grouped(runs.results)
+    sessions = len({r.replay for r in runs.results})
+    parts: list[str] = []
+    for window in sorted(tables):
+        by_strategy = tables[window]
+        parts.append(window_tables(window, by_strategy, left_out_line(window, runs.left_out.get(window, []), sessions))
+                     + "\n")
+        split = by_strategy.get(overhead_of)
+        if split and per_session:
+            quiet = overheads(split, by_strategy[REFERENCE], quiet_at(window))
+            parts.append(f"Where {overhead_of}'s bill goes on the sessions that never near its threshold (raw's "
+                         f"largest request under its warning level, {thresholds_at(window).warning:,} tokens), as a "
+                         f"share of raw's bill on each, the {per_session} highest:\n")
+            parts.append(overhead_table(quiet, per_session, overhead_of) + "\n")
+            names = [n for n in by_strategy if n == "ctx_magic" or n.startswith("ctx_magic+")]
+            parts += [f"- {overhead_summary(n, overheads(by_strategy[n], by_strategy[REFERENCE], quiet_at(window)))}"
+                      for n in names]
+            parts.append("")
+    lines = target_lines(tables, quiet_at)
+    if lines:
+        parts += ["## Targets\n", "\n".join(lines)]
+    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
-    results, notes, sizes = run_all(args)
-    print(header(args, argv, results, notes, sizes, time.perf_counter() - started))
-    tables = grouped(results)
-    for window in sorted(tables):
-        print(window_tables(window, tables[window]) + "\n")
-        runs = tables[window].get(args.overhead_of)
-        if runs and args.per_session:
-            quiet = overheads(runs, tables[window][REFERENCE], quiet_at(window))
-            print(f"Where {args.overhead_of}'s bill goes on the sessions that never near its threshold (raw's largest "
-                  f"request under its warning level, {thresholds_at(window).warning:,} tokens), as a share of raw's "
-                  f"bill on each, the {args.per_session} highest:\n")
-            print(overhead_table(quiet, args.per_session, args.overhead_of) + "\n")
-            for name in ("ctx_magic", *(n for n in tables[window] if n.startswith("ctx_magic+"))):
-                rows = overheads(tables[window][name], tables[window][REFERENCE], quiet_at(window))
-                print(f"- {overhead_summary(name, rows)}")
-            print()
-    lines = target_lines(tables, quiet_at)
-    if lines:
-        print("## Targets\n")
-        print("\n".join(lines))
+    runs, sizes = run_all(args)
+    print(header(args, argv, runs, sizes, time.perf_counter() - started))
+    print(report(runs, args.overhead_of, args.per_session))

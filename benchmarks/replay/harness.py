@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.replay.billing import MODEL, Bench, is_prompt_too_long
-from benchmarks.replay.corpus import TOOL_SECONDS, Action, Block, Cell
+from benchmarks.replay.corpus import TOOL_SECONDS, Action, Block, Cell, Replay
 from ctx_magic.agent.files import GREP_SPEC, LIST_FILES_SPEC, READ_FILE_SPEC
+from ctx_magic.offline.counting import fit_output, output_tokens
 
 MAX_OUTPUT = 16_384  # replies are capped like ctx_magic's (its default), and to a quarter of the window
 IMAGE_TOKENS = 2_000  # the flat figure both the stand-in and ctx_magic's estimate use
@@ -42,6 +43,19 @@ class ReplayDesync(Exception):
 
 def max_output(window: int) -> int:
     return max(256, min(MAX_OUTPUT, window // 4))
+
+
+def longest_reply(replay: Replay) -> int:
+    """Output tokens of the session's longest recorded reply, as the stand-in counts it."""
+    return max((output_tokens(a.content(), MODEL) for a in replay.actions()), default=0)
+
+
+def replies_fit(replay: Replay, window: int) -> bool:
+    """Whether every recorded reply fits the reply cap at `window` (a quarter of it, for every
+    strategy): one that does not is cut at `max_tokens` by the stand-in, as by the API, and the
+    replay would stop being the recorded session."""
+    cap = max_output(window)
+    return not any(fit_output(a.content(), cap, MODEL)[1] for a in replay.actions())
 
 
 @dataclass

@@ -116,15 +116,17 @@ def row(name: str, runs: Runs, reference: Runs) -> list[str]:
 
 
 def grouped(results: Iterable[RunResult]) -> Grouped:
-    """window -> strategy -> session -> result (the reference under every window)."""
+    """window -> strategy -> session -> result (under every window, the reference of the sessions
+    run at that window: a session left out there is left out of every ratio)."""
+    results = list(results)
     out: Grouped = defaultdict(lambda: defaultdict(dict))
     references = [r for r in results if r.strategy == REFERENCE]
-    windows = {r.window for r in results if r.strategy != REFERENCE}
     for r in results:
         if r.strategy != REFERENCE:
             out[r.window][r.strategy][r.replay] = r
-    for window in windows:
-        out[window][REFERENCE] = {r.replay: r for r in references}
+    for by_strategy in out.values():
+        run = {k for runs in by_strategy.values() for k in runs}
+        by_strategy[REFERENCE] = {r.replay: r for r in references if r.replay in run}
     return out
 
 
@@ -148,10 +150,12 @@ def source_table(by_strategy: dict[str, Runs]) -> str:
     return markdown(["strategy", *(f"{s} ({sessions[s]})" for s in sources)], rows)
 
 
-def window_tables(window: int, by_strategy: dict[str, Runs]) -> str:
+def window_tables(window: int, by_strategy: dict[str, Runs], left_out: str = "") -> str:
+    """The window's tables, after the line saying which sessions it left out (if any)."""
     reference = by_strategy[REFERENCE]
     main = markdown(HEADER, [row(name, runs, reference) for name, runs in by_strategy.items() if name != REFERENCE])
-    return (f"## Window {window:,}\n\n{main}\n\nBilled vs raw · identifiers kept, by source:\n\n"
+    intro = f"{left_out}.\n\n" if left_out else ""
+    return (f"## Window {window:,}\n\n{intro}{main}\n\nBilled vs raw · identifiers kept, by source:\n\n"
             f"{source_table(by_strategy)}")
 
 

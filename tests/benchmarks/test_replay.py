@@ -5,6 +5,7 @@ Fast: each test replays a few short sessions at most. Nothing here times anythin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a package of the repository, not of the installed ctx_magic
 
 from benchmarks.replay.billing import Call, Meter, new_bench, price  # noqa: E402
+from benchmarks.replay.cli import left_out_line, report, run_replays  # noqa: E402
 from benchmarks.replay.corpus import (  # noqa: E402
     BASH_TOOL,
     Action,
@@ -33,18 +35,19 @@ from benchmarks.replay.corpus import (  # noqa: E402
     swe_paths,
 )
 from benchmarks.replay.ctx_strategy import CtxOptions, run_ctx_magic  # noqa: E402
-from benchmarks.replay.harness import api_messages, cell_messages  # noqa: E402
+from benchmarks.replay.harness import ReplayDesync, api_messages, cell_messages, longest_reply, max_output  # noqa: E402
 from benchmarks.replay.identifiers import identifiers, kept, uses_by_action  # noqa: E402
 from benchmarks.replay.results import REFERENCE, RunResult, floor_of, reference_run, run_one  # noqa: E402
 from benchmarks.replay.side_output import (  # noqa: E402
     P9999_SUMMARY_TOKENS,
+    STAND_IN,
     ReplySizes,
     p9999_sizes,
     real_sizes,
     sized_reply,
 )
 from benchmarks.replay.strategies import strategy  # noqa: E402
-from benchmarks.replay.table import overhead_table, overheads, warm_misses  # noqa: E402
+from benchmarks.replay.table import grouped, overhead_table, overheads, warm_misses, window_tables  # noqa: E402
 from ctx_magic.context.tokens import count_text  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
 
@@ -190,6 +193,41 @@ def test_ctx_magic_ablations_send_fewer_side_calls() -> None:
     # At 10,000 it compacts once, so the extraction at its end runs; the ablation sends the summary only.
     assert full.side_calls() == {"compaction": 1, "memory": 1} and bare.side_calls() == {"compaction": 1}
     assert bare.cost < full.cost
+
+
+def test_a_session_whose_recorded_reply_outgrows_the_reply_cap_is_left_out_for_every_strategy() -> None:
+    """At 8,000 tokens the reply cap is 2,000: a recorded reply of about 3,000 tokens (text, then
+    its command) would be cut before its command, so that session is left out at that window for
+    every strategy, named with its longest reply, and out of the reference's totals there too; at
+    an unlimited window it runs."""
+    long_action = Action("word " * 3_000, (ToolRun("bash", {"command": "ls"}, "a.txt"),))
+    long = Replay("long-reply", "swe", LONG_SYSTEM, (BASH_TOOL,),
+                  (Turn("Look around.", (long_action, Action("Done."))),))
+    short = dataclasses.replace(three_turns(gap_before_third=10.0), source="swe")
+    window = 8_000
+    assert max_output(window) == 2_000 and longest_reply(long) > 2_000 > longest_reply(short)
+    with pytest.raises(ReplayDesync):  # replayed anyway, the cut reply loses its command
+        run_one("raw", long, window)
+    runs = run_replays([short, long], [window, 200_000], ["raw", "cc-default", "masking"], STAND_IN)
+    assert [o.session for o in runs.left_out[window]] == ["long-reply"] and runs.left_out[200_000] == []
+    assert {r.replay for r in runs.results if r.window == 200_000} == {"three-turns", "long-reply"}
+    at_window = [r for r in runs.results if r.window == window]
+    assert sorted((r.strategy, r.replay) for r in at_window) == [
+        ("cc-default", "three-turns"), ("masking", "three-turns"), ("raw", "three-turns")]
+    assert {r.replay for r in runs.results if r.strategy == REFERENCE} == {"three-turns", "long-reply"}
+    tables = grouped(runs.results)
+    assert set(tables[window][REFERENCE]) == {"three-turns"}
+    line = left_out_line(window, runs.left_out[window], 2)
+    assert line == (f"1 of 2 sessions left out at 8,000 for every strategy: a recorded reply longer than the reply cap "
+                    f"(2,000 tokens, a quarter of the window), which the API would cut; longest reply in tokens: "
+                    f"long-reply ({longest_reply(long):,})")
+    printed = window_tables(window, tables[window], line)
+    assert line in printed and "| strategy | swe (1) |" in printed
+    assert left_out_line(window, [], 2) == ""
+    whole = report(runs, overhead_of="masking")  # every window: its tables, then the overhead table
+    at_8k, at_200k = whole.split("## Window 200,000")
+    assert line in at_8k and "sessions left out" not in at_200k and "| strategy | swe (2) |" in at_200k
+    assert whole.count("Where masking's bill goes") == 2
 
 
 # -- the loaders -----------------------------------------------------------------------------------
