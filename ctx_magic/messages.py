@@ -245,6 +245,18 @@ def notebook_cell_id(execution_count: int | None, unique: str | None = None) -> 
     return f"cell_{execution_count or 0}_{unique or uuidlib.uuid4().hex[:12]}"
 
 
+def notebook_cell_code(tool_input: Mapping[str, Any]) -> str:
+    """What a notebook_cell call holds of the cell's code: its source; for a cell of the agent's own
+    code run again, the diff of the user's edit, or which call's code ran unchanged."""
+    if isinstance(tool_input.get("source"), str):
+        return tool_input["source"]
+    if isinstance(tool_input.get("diff"), str):
+        return tool_input["diff"]
+    if tool_input.get("ran_again"):
+        return f"(the code of call {tool_input['ran_again']}, run again unchanged)"
+    return ""
+
+
 def cell_of(tool_use_id: str) -> int | None:
     """The execution count a notebook_cell tool_use id was made from, else None."""
     match = _CELL_ID.match(tool_use_id)

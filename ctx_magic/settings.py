@@ -36,6 +36,8 @@ STRATEGY = "client"  # ctx_magic's own layers; 'server' hands clearing and compa
 CONTEXT_EDITS = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
 PIN_BUDGET_TOKENS = 2_000  # the size of one session-notes section (as in Claude Code): pins never crowd a summary
 KERNEL_INVENTORY_TOKENS = 500  # a dozen tables and arrays with their columns: under 10% of a summarized context
+AGENT_CELLS_MODES = ("off", "button", "insert")
+AGENT_CELLS = "button"  # offered, not imposed: cells appear only where the person asks for them
 STALL_SECONDS = 45.0  # silence after a prompt before a run counts as stalled: long enough for a compile's pauses
 MIN_STALL_SECONDS = 1.0  # below this a run between two prints would look stalled
 
@@ -111,6 +113,7 @@ class Settings:
     prices: str = ""
     pin_budget_tokens: int = PIN_BUDGET_TOKENS
     kernel_inventory_tokens: int = KERNEL_INVENTORY_TOKENS
+    agent_cells: str = AGENT_CELLS
     stall_seconds: float = STALL_SECONDS
     team: str = ""
     team_memory_dir: str = ""

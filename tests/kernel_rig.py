@@ -62,6 +62,24 @@ class Kernel:
         self.client.get_shell_msg(timeout=timeout)
         return found
 
+    def execute_with_reply(self, code: str, timeout: float = 120,
+                           silent: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Run `code`; its output messages' content and its execute_reply's content (the payloads)."""
+        msg_id = self.client.execute(code, silent=silent)
+        found: list[dict[str, Any]] = []
+        while True:
+            message = self.client.get_iopub_msg(timeout=timeout)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] in OUTPUT_TYPES:
+                found.append(message["content"])
+            elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                break
+        while True:
+            reply = self.client.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return found, reply["content"]
+
     def execute(self, code: str, *, when: Callable[[str], bool] | None = None,
                 then: Callable[[], None] | None = None, timeout: float = 120, msg_id: str | None = None) -> str:
         """Run `code` (or wait for the run `msg_id` submitted before); when an output satisfies

@@ -18,7 +18,7 @@ from typing import Any
 
 from ctx_magic.context.audit import REF_CHARS, SEARCH_TOOL
 from ctx_magic.context.span_facts import is_user_prompt
-from ctx_magic.messages import Message, cell_of, result_text
+from ctx_magic.messages import Message, cell_of, notebook_cell_code, result_text
 
 MAX_HITS = 20  # matches listed at once: enough to choose from, small beside the context
 READ_CHARS = 8_000  # one page of a message read by its ref (about 2,000 tokens)
@@ -41,7 +41,7 @@ class Entry:
 def _render_use(block: Mapping[str, Any]) -> str:
     tool_input = block.get("input") or {}
     if block.get("name") == "notebook_cell":
-        return f"[notebook cell {tool_input.get('execution_count')}]\n{tool_input.get('source', '')}"
+        return f"[notebook cell {tool_input.get('execution_count')}]\n{notebook_cell_code(tool_input)}"
     code = tool_input.get("code") if isinstance(tool_input, dict) else None
     body = code if isinstance(code, str) else str(tool_input)
     return f"[{block.get('name')} call]\n{body}"

@@ -1,5 +1,6 @@
 """The cells the user runs between agent turns: recorded by IPython's pre/post
-run-cell hooks, kept until the next turn, then added to the context as notebook_cell pairs.
+run-cell hooks, kept until the next turn, then added to the context as notebook_cell pairs (a
+cell of the agent's own code, named by its first line, as a re-run or a diff: agent_cells.py).
 
 Once a session has had a turn here, each recorded cell is also written to that session's
 pending-cells.jsonl as it finishes (store/pending.py), so a kernel restart does not lose it:
@@ -16,6 +17,7 @@ from typing import Any
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.messages import notebook_cell_id, user_text
+from ctx_magic.notebook.agent_cells import as_agent_cell
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import notice
 from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped, pinned_source
@@ -97,8 +99,9 @@ class CellCapture:
             session.append(user_text(CELLS_INTRO, timestamp=self._clock(), synthetic=True))
         for record in records:
             cell_id = notebook_cell_id(record.execution_count)
-            for message in cell_messages(record, cell_id, self._settings.image_max_bytes, self._clock(),
-                                         pending_id=record.pending_id):
+            pair = cell_messages(record, cell_id, self._settings.image_max_bytes, self._clock(),
+                                 pending_id=record.pending_id)
+            for message in as_agent_cell(pair, record.source, session.live.messages):  # the agent's own code
                 session.append(message)
             self._pin_if_marked(session, record)
         self.pending = []

@@ -12,6 +12,7 @@ from ctx_magic.agent.session import Session
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Event, Notice, Status
+from ctx_magic.notebook.agent_cells import AgentCells
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import TurnDisplay
@@ -50,6 +51,8 @@ class Commands:
     executor: KernelExecutor
     settings: CtxMagic
     """The settings in force (`show_tool_output` is read at each turn)."""
+    agent_cells: AgentCells
+    """Offers each block of the agent's code as a notebook cell."""
     turn_running: bool = field(default=False, init=False)
     """True while an agent turn runs: the agent's own code must not start another, or compact."""
 
@@ -78,10 +81,13 @@ class Commands:
             finally:
                 session.listeners.remove(before.append)
             self.memory.before_turn(session)
+            self.agent_cells.begin_turn()
             display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
-                                             record_for=lambda _id: self.executor.last_record,
+                                             record_for=self._record_of,
                                              output_path=lambda tool_use_id: str(session.store.tool_result_path(
-                                                 tool_use_id)))
+                                                 tool_use_id)),
+                                             offer=lambda call_id, code, record, ran: self.agent_cells.offer(
+                                                 session.session_id, call_id, code, record, ran=ran))
             for event in [*self.idle.take_unshown(), *before]:
                 display(event)
             self.panel.show_once()  # a turn may be the panel's first use in this kernel
@@ -99,6 +105,10 @@ class Commands:
                 display(Notice("warning", problem))
             self.idle.schedule(session)
             return result
+
+    def _record_of(self, tool_use_id: str) -> Any:
+        """What the agent's code printed and showed, when that call is the one that ran last."""
+        return self.executor.last_record if self.executor.last_call == tool_use_id else None
 
     def compact(self, instructions: str | None, *, direction: str = "full", index: int | None = None) -> Any:
         with self.lock:

@@ -16,6 +16,8 @@ from traitlets.config import Configurable
 from ctx_magic.memory.store import check_team_name
 from ctx_magic.prices import Prices
 from ctx_magic.settings import (
+    AGENT_CELLS,
+    AGENT_CELLS_MODES,
     CACHE_TTL,
     CACHE_TTL_SECONDS,
     DEFAULT_MAX_OUTPUT,
@@ -136,6 +138,9 @@ class CtxMagic(Configurable):
     kernel_inventory_tokens = Int(KERNEL_INVENTORY_TOKENS, min=0, help=(
         "Tokens of the kernel's live state (variables, shapes, columns) the agent gets after a compaction; "
         "0 = none.")).tag(config=True)
+    agent_cells = _choice(AGENT_CELLS, AGENT_CELLS_MODES, (
+        "The agent's code as notebook cells: 'button' puts an Insert as cell action beside each block it runs, "
+        "'insert' places each block as a cell below the %%agent cell by itself, 'off' neither."))
     stall_seconds = Float(STALL_SECONDS, min=MIN_STALL_SECONDS, help=(
         "Seconds without output after a line that looks like a prompt ([Y/n], Password:, Continue?) before the "
         "agent's running code counts as stalled; input() and getpass() count at once.")).tag(config=True)

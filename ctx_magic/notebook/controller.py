@@ -18,12 +18,14 @@ from typing import Any
 
 from ctx_magic.agent.session import Session
 from ctx_magic.events import Event, notify
+from ctx_magic.notebook.agent_cells import AgentCells
 from ctx_magic.notebook.backend import Backend
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.commands import Commands
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import notice
 from ctx_magic.notebook.executor import KernelExecutor
+from ctx_magic.notebook.history import KernelHistory, cells_held
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
@@ -49,7 +51,11 @@ class Controller:
         self.runs = RunBoard(shell, self.settings, self._tasks_folder, clock)
         """The agent's runs of code: foreground, background, their stalls (its own clock, for tests)."""
         output = OutputRecorder(shell, self.settings, owned_elsewhere=lambda: self.runs.io.current() is not None)
-        self.executor = KernelExecutor(shell, output, self.settings, self.workspace, self.runs)
+        history = KernelHistory(shell, self._cells_held)
+        self.executor = KernelExecutor(shell, output, self.settings, self.workspace, self.runs,
+                                       extra_tools=(history.tool(),))
+        self.agent_cells = AgentCells(shell, self.settings)
+        """The agent's code offered as notebook cells (the labextension's, or next-input)."""
         self.cells = CellCapture(output, self.settings, self.now)
         self.memory = MemoryLink(self.settings, self.workspace)
         self.panel = PanelLink(self.memory, self.workspace, runs=self.runs)
@@ -59,11 +65,16 @@ class Controller:
         self.idle = IdleWatch(self.lock, self.host)
         self.settings.observe(self.host.retries_changed, names="max_retries")
         self.commands = Commands(shell, self.lock, self.host, self.cells, self.idle, self.memory, self.panel,
-                                 self.executor, self.settings)
+                                 self.executor, self.settings, self.agent_cells)
         """Turns and the context commands (%%agent's message, %compact, %pin, %ctx count)."""
 
     def now(self) -> float:
         return self.clock()
+
+    def _cells_held(self) -> set[int]:
+        """The cells of this kernel the current session's live context holds (kernel_history leaves them out)."""
+        session = self.host.session
+        return cells_held(session.live.messages) if session is not None else set()
 
     def _tasks_folder(self) -> Any:
         """The current session's `tasks/` folder (where background runs keep their logs)."""
@@ -77,6 +88,7 @@ class Controller:
             return
         try:
             self.runs.io.ensure()  # above IPython's own wrapping of this cell's streams: a run's output stays its own
+            self.agent_cells.cell_started(info)
             if self.idle.check():
                 self.panel.refresh()
             self.cells.start(info)
@@ -85,7 +97,13 @@ class Controller:
             self.report_internal_error(error)
 
     def post_run_cell(self, result: Any) -> None:
-        if self.executor.running or not self.cells.recording:
+        if self.executor.running:
+            return
+        try:
+            self.agent_cells.cell_finished(getattr(getattr(result, "info", None), "raw_cell", "") or "")
+        except Exception as error:  # noqa: BLE001 - as below: one line, never our traceback
+            self.report_internal_error(error)
+        if not self.cells.recording:
             return
         try:
             self.cells.finish(result)

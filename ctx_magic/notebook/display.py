@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctx_magic.events import (
@@ -49,6 +49,13 @@ SHOWN_MAX_CHARS = EXTERNAL_MIN_CHARS
 SHOWN_HEAD_CHARS = 20_000  # the start of a longer output, where its headers and first rows are
 SHOWN_TAIL_CHARS = 5_000  # and its end, where the error or the final figures usually are
 SAVED_WHERE = "the session's tool-results folder"  # when the display is not told the file's path
+CodeOffer = Callable[[str, str, CellRecord | None, bool], tuple[Mapping[str, Any], str]]
+"""(tool_use_id, code, its run's record, whether it ran) -> what a block of the agent's code adds
+to its display: MIME entries, and a line for frontends without ctx_magic's labextension."""
+
+
+def no_offer(_call_id: str, _code: str, _record: CellRecord | None, _ran: bool) -> tuple[Mapping[str, Any], str]:
+    return {}, ""
 
 
 def shown_text(text: str, where: str | None = None) -> str:
@@ -113,11 +120,6 @@ def approval_request(code: str) -> dict[str, str]:
             "text/plain": f"The agent wants to run this code:\n{code}"}
 
 
-def show_approval_request(code: str) -> None:
-    """`ask` mode: the code on screen first; the question follows at the input prompt."""
-    show(approval_request(code))
-
-
 def record_html(record: CellRecord, where: str | None = None) -> str:
     """A python run's outputs as HTML: text, tracebacks, HTML tables and images, each text part
     capped by `shown_text` (`where` is the path of the full output)."""
@@ -147,13 +149,16 @@ class TurnDisplay:
 
     def __init__(self, *, show_tools: bool = True, clock: Callable[[], float] = time.monotonic,
                  record_for: Callable[[str], CellRecord | None] = lambda tool_use_id: None,
-                 output_path: Callable[[str], str | None] = lambda tool_use_id: None) -> None:
+                 output_path: Callable[[str], str | None] = lambda tool_use_id: None,
+                 offer: CodeOffer = no_offer) -> None:
         self.show_tools = show_tools
         self.clock = clock
         self.record_for = record_for
         self.output_path = output_path
         """Where a tool_use_id's full output is kept (the session's tool-results file), for the
         line that says what a long output's display leaves out."""
+        self.offer = offer
+        """Each block of the agent's code offered as a notebook cell (notebook/agent_cells.py)."""
         self.status: Output | None = None
         self.text_output: Output | None = None
         self.text = ""
@@ -246,7 +251,12 @@ class TurnDisplay:
         is shown, and the question follows at the input prompt."""
         self.status_line = "Waiting for your answer below…"
         self._show_status(self.status_line)
-        show_approval_request(event.code)
+        asking = [s for s in self.pending_tools.values() if s.tool == "python" and s.input.get("code") == event.code]
+        extra, hint = self.offer(asking[-1].tool_use_id, event.code, None, False) if asking else ({}, "")
+        request = approval_request(event.code)
+        if hint:
+            request = {**request, "text/markdown": f"{request['text/markdown']}\n\n*{hint}*"}
+        show({**request, **extra})
 
     def _show_status(self, line: str) -> None:
         data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(line)}</div>',
@@ -304,8 +314,14 @@ class TurnDisplay:
         opened = " open" if event.tool == "python" else ""
         summary = f"{event.tool}" + (" (error)" if event.is_error else "")
         plain = f"[{event.tool}{' error' if event.is_error else ''}]\n{output}"
-        show(rich(f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
-                  f"{head}{body}</details>", plain))
+        offer = self.offer if event.tool == "python" else no_offer  # only code can become a cell
+        extra, hint = offer(event.tool_use_id, str(tool_input.get("code", "")), record, record is not None)
+        shown = (f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
+                 f"{head}{body}</details>")
+        if hint:
+            shown += f'<div class="ctx-magic-cell-hint" style="{STATUS_STYLE}">{html.escape(hint)}</div>'
+            plain += f"\n{hint}"
+        show({**rich(shown, plain), **extra})
 
 
 def notice(text: str, level: str = "info", remedy: str = "") -> None:

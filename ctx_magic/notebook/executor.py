@@ -73,6 +73,13 @@ NOTEBOOK_CELL_TOOL = {"name": "notebook_cell"}
 """A cell the user ran, recorded as a tool call; never offered to the model."""
 NOTEBOOK_OUTPUT_CHARS = 500  # each cell's outputs, shortened: the notebook tool is for orientation
 NOTEBOOK_MAX_CELLS = 60
+TURNED_OFF = "Running code is turned off here (CtxMagic.permission = 'off')."
+NO_APPROVER = "Nobody can approve running code here"
+DECLINED = "The user chose not to run this code."
+NO_CODE = "The python tool needs a non-empty 'code' string."
+NO_AWAIT = "Top-level await cannot run here"
+NOT_RUN = (TURNED_OFF, NO_APPROVER, DECLINED, NO_CODE, NO_AWAIT)
+"""How the result of a python call whose code never ran begins (the export leaves such code unrun)."""
 RECENT_CODE_KEPT = 3  # the agent's most recent runs, re-announced after a compaction (rehydration)
 
 
@@ -80,7 +87,8 @@ class KernelExecutor:
     """Runs the agent's tools inside this kernel."""
 
     def __init__(self, shell: Any, recorder: OutputRecorder, settings: CtxMagic, workspace: Workspace,
-                 runs: RunBoard, *, ask: Callable[[str], str] | None = None) -> None:
+                 runs: RunBoard, *, ask: Callable[[str], str] | None = None,
+                 extra_tools: tuple[Tool, ...] = ()) -> None:
         self.shell = shell
         self.recorder = recorder
         self.runs = runs
@@ -93,19 +101,24 @@ class KernelExecutor:
         self.running = False
         self.recent_code: list[str] = []
         self.last_record: CellRecord | None = None
+        self.last_call: str | None = None
+        """The tool_use_id `last_record` ran for."""
+        self._extra_tools = extra_tools
+        """Tools of the kernel's own besides `python` and `notebook` (its input history)."""
 
     def tools(self) -> list[Tool]:
-        """`python`, and `notebook` when the notebook's path is known; cells the user runs are
-        recorded as `notebook_cell` results the model cannot call but that may be cleared."""
+        """`python`, `task`, and `notebook` when the notebook's path is known, and the extra tools;
+        cells the user runs are recorded as `notebook_cell` results the model cannot call but that
+        may be cleared."""
         tools = [Tool(KERNEL_PYTHON_TOOL, self._python), Tool(TASK_TOOL, self._task)]
         if self._workspace.notebook_path() is not None:
             tools.append(Tool(NOTEBOOK_TOOL, self._notebook))
-        return [*tools, Tool(NOTEBOOK_CELL_TOOL, _not_callable, offered=False)]
+        return [*tools, *self._extra_tools, Tool(NOTEBOOK_CELL_TOOL, _not_callable, offered=False)]
 
     def _allowed(self, code: str, context: ToolContext) -> ToolOutput | None:
         mode = self._settings.permission
         if mode == "off":
-            return ToolOutput("Running code is turned off here (CtxMagic.permission = 'off').", is_error=True)
+            return ToolOutput(TURNED_OFF, is_error=True)
         if mode == "auto":
             return None
         context.emit(ApprovalAsked(code))
@@ -113,16 +126,16 @@ class KernelExecutor:
             answer = self.ask("Run this code? [y]es / [n]o: ")
         except Exception:  # noqa: BLE001 - no stdin (headless runs): nobody can approve
             return ToolOutput(
-                "Nobody can approve running code here (no input prompt available). The user can allow it "
+                f"{NO_APPROVER} (no input prompt available). The user can allow it "
                 "with %config CtxMagic.permission = 'auto'.", is_error=True)
         if answer.strip().lower() not in ("y", "yes"):
-            return ToolOutput("The user chose not to run this code.", is_error=True)
+            return ToolOutput(DECLINED, is_error=True)
         return None
 
     def _python(self, call: ToolCall, context: ToolContext) -> ToolOutput:
         code = call.input.get("code")
         if not isinstance(code, str) or not code.strip():
-            return ToolOutput("The python tool needs a non-empty 'code' string.", is_error=True)
+            return ToolOutput(NO_CODE, is_error=True)
         refused = self._no_await_here(code) or self._allowed(code, context)  # never ask to approve what cannot run
         if refused is not None:
             return refused
@@ -133,7 +146,7 @@ class KernelExecutor:
         if not ended:
             return ToolOutput(stalled_text(run))
         record = self.recorder.finish(run.record, None)  # says in the cell which images the agent will not get
-        self.last_record = record
+        self.last_record, self.last_call = record, call.id
         if isinstance(run.outcome, KeyboardInterrupt):
             record.error = None  # the interrupt's own traceback says nothing the note does not
             printed = record.text() if (record.stdout or record.stderr or record.displays) else ""
@@ -204,7 +217,7 @@ class KernelExecutor:
         if not needs_loop:
             return None
         return ToolOutput(
-            "Top-level await cannot run here: the kernel's event loop is busy with this agent turn. Run the "
+            f"{NO_AWAIT}: the kernel's event loop is busy with this agent turn. Run the "
             "coroutine on a loop of its own instead, e.g. `import asyncio, concurrent.futures; "
             "concurrent.futures.ThreadPoolExecutor(1).submit(asyncio.run, main()).result()`.", is_error=True)
 

@@ -1,4 +1,5 @@
-"""`%ctx export`: the full transcript (everything, compacted or not) as a readable notebook."""
+"""`%ctx export`: the session as a notebook that runs again without ctx_magic (`session_notebook`),
+or, with `--transcript`, the full transcript (everything, compacted or not) as a readable notebook."""
 
 from __future__ import annotations
 
@@ -9,8 +10,19 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.errors import StorageError
 from ctx_magic.messages import Message, result_text
+from ctx_magic.notebook.agent_cells import (
+    AGENT_CALL_KEY,
+    AGENT_TAG,
+    EDITED,
+    EDITED_WHOLE,
+    RAN_AGAIN,
+    cell_code,
+    error_output,
+)
+from ctx_magic.notebook.executor import NOT_RUN
 from ctx_magic.notebook.wording import count
 from ctx_magic.store.files import describe_os_error
 
@@ -94,4 +106,153 @@ def export_transcript(records: list[Mapping[str, Any]], session_id: str, path: P
         nbformat.write(notebook, str(path))
     except OSError as error:
         raise StorageError(f"The transcript was not exported: {describe_os_error(error, path)}") from error
+    return path
+
+
+# -- the session as a notebook to run again ---------------------------------------------------------
+
+SUMMARIZED_TAG = "summarized"
+"""The tag of a cell whose run the agent's context later summarized."""
+SPAN_START = ("*From here to the next compaction note, the agent's context later kept only a summary "
+              "(these cells are tagged `summarized`).*")
+RAISES_TAG = "raises-exception"  # nbclient's own tag: the error is expected, the run goes on
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+OTHER_TOOL_CHARS = 2_000  # a file read or a search: enough to follow the conversation
+
+
+def _summarized(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The uuids of the messages a compaction replaced by its summary."""
+    return {uuid for r in records if r.get("type") == "event" and r.get("event") == "compacted"
+            for uuid in r.get("summarized_uuids") or ()}
+
+
+def _not_run(block: Mapping[str, Any] | None) -> bool:
+    """A python call whose code never ran: refused, declined, or interrupted (it may never end)."""
+    if block is None:
+        return True
+    text = result_text(dict(block))
+    return bool(block.get("is_error")) and (text.startswith(NOT_RUN) or text.startswith(INTERRUPTED_RESULT))
+
+
+def _outputs(block: Mapping[str, Any] | None, lead: str = "") -> list[Any]:
+    """A tool result as a cell's outputs: what it printed, its images, its error."""
+    if block is None:
+        return []
+    text = result_text(dict(block)).removeprefix(lead).lstrip("\n")
+    outputs = []
+    printed_part, _, error = text.partition("[error]\n") if block.get("is_error") else (text, "", "")
+    if printed_part.strip() and printed_part.strip() != "(no output)":
+        outputs.append(new_output("stream", name="stdout", text=printed_part.rstrip("\n") + "\n"))
+    content = block.get("content")
+    for image in content if isinstance(content, list) else []:
+        source = image.get("source") or {}
+        if image.get("type") == "image" and source.get("type") == "base64":
+            outputs.append(new_output("display_data", data={source.get("media_type", "image/png"): source.get("data")}))
+    if block.get("is_error"):
+        failure = error_output(error or text)
+        outputs.append(new_output("error", ename=failure["ename"], evalue=failure["evalue"],
+                                  traceback=failure["traceback"]))
+    return outputs
+
+
+def _code_cell(code: str, result: Mapping[str, Any] | None, meta: dict[str, Any], *, lead: str = "",
+               tags: tuple[str, ...] = ()) -> Any:
+    cell = new_code_cell(code, outputs=_outputs(result, lead))
+    cell.metadata["ctx_magic"] = meta
+    tags = (*tags, RAISES_TAG) if result is not None and result.get("is_error") else tags
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    return cell
+
+
+def _lead_of(call_input: Mapping[str, Any]) -> str:
+    """The line an agent cell's run opens its result with (agent_cells.py), left out of the outputs."""
+    if "ran_again" in call_input:
+        return RAN_AGAIN.format(call=call_input["ran_again"])
+    if "edited" in call_input:
+        return (EDITED_WHOLE if "source" in call_input else EDITED).format(call=call_input["edited"])
+    return ""
+
+
+def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str, Any] | None,
+                session_id: str) -> list[Any]:
+    """The cells of one tool call: code for code that ran, Markdown for the rest."""
+    name, call_input = block.get("name"), block.get("input") or {}
+    if name == "python":
+        code = str(call_input.get("code") or "")
+        if _not_run(result):
+            why = result_text(dict(result)).split("\n")[0] if result else "no result was recorded"
+            return [new_markdown_cell(f"*The agent's code, not run ({why}):*\n\n```python\n{code}\n```")]
+        return [_code_cell(code, result, {"agent": {"session": session_id, "tool_use_id": block.get("id")}},
+                           tags=(AGENT_TAG,))]
+    if name == "notebook_cell":
+        meta: dict[str, Any] = {"cell": call_input.get("execution_count")}
+        if message.meta.get(AGENT_CALL_KEY):
+            meta["agent_call"] = message.meta[AGENT_CALL_KEY]
+        return [_code_cell(cell_code(call_input, message.meta), result, meta, lead=_lead_of(call_input))]
+    args = ", ".join(f"{k}={v!r}" for k, v in call_input.items())
+    output = result_text(dict(result)) if result else "(no result recorded)"
+    cut = output[:OTHER_TOOL_CHARS] + ("\n…" if len(output) > OTHER_TOOL_CHARS else "")
+    return [new_markdown_cell(f"*The agent called `{name}`({args}):*\n\n```\n{cut}\n```")]
+
+
+def _conversation_cells(message: Message, results: Mapping[str, Mapping[str, Any]], session_id: str) -> list[Any]:
+    if message.kind == "boundary":
+        meta = message.meta
+        return [new_markdown_cell(
+            f"---\n**The agent's context was compacted here** ({meta.get('trigger')}): the cells and messages "
+            f"marked *summarized* above were replaced by the summary below ({meta.get('tokens_before', 0):,} → "
+            f"{meta.get('tokens_after', 0):,} tokens).")]
+    if message.kind == "summary":
+        return [new_markdown_cell(f"**The summary the agent kept:**\n\n{_quote(message.text)}")]
+    if message.kind != "normal" or message.meta.get("synthetic"):
+        return []  # what ctx_magic attached (notes, the kernel's state, pins): not the conversation
+    cells = []
+    if message.text.strip():
+        who = "You" if message.role == "user" else "Agent"
+        cells.append(new_markdown_cell(f"**{who}:**\n\n{message.text}"))
+    for block in message.blocks("tool_use"):
+        cells.extend(_call_cells(block, message, results.get(block["id"]), session_id))
+    return cells
+
+
+def session_notebook(records: list[Mapping[str, Any]], session_id: str) -> Any:
+    """The session as a notebook to read and run again: the user's cells and the agent's code as
+    code cells with their outputs, the conversation as Markdown between them, the cells a
+    compaction summarized tagged `summarized`. Nothing in it needs ctx_magic."""
+    notebook = new_notebook()
+    notebook.metadata["kernelspec"] = dict(KERNELSPEC)
+    notebook.metadata["language_info"] = {"name": "python"}
+    notebook.metadata["ctx_magic"] = {"session_id": session_id}
+    notebook.cells.append(new_markdown_cell(
+        f"# ctx_magic session `{session_id}`\n\nYour cells and the agent's code as they ran, the conversation "
+        "between them. It runs top to bottom without ctx_magic; cells run before the session are not in it."))
+    results, summarized = _results(records), _summarized(records)
+    in_span = False
+    for record in records:
+        if record.get("type") != "message":
+            continue
+        message = Message.from_json(record)
+        cells = _conversation_cells(message, results, session_id)
+        if cells and (message.uuid in summarized) != in_span:
+            in_span = not in_span
+            if in_span:  # visible in any viewer; the tags say it cell by cell
+                notebook.cells.append(new_markdown_cell(SPAN_START))
+        for cell in cells:
+            if in_span:
+                cell.metadata.setdefault("ctx_magic", {})["summarized"] = True
+                cell.metadata["tags"] = [*cell.metadata.get("tags", []), SUMMARIZED_TAG]
+            notebook.cells.append(cell)
+    return notebook
+
+
+def export_notebook(records: list[Mapping[str, Any]], session_id: str, path: Path) -> Path:
+    if path.is_dir():
+        raise StorageError(f"{path} is a folder: give the path of the .ipynb file to write")
+    notebook = session_notebook(records, session_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, str(path))
+    except OSError as error:
+        raise StorageError(f"The session was not exported: {describe_os_error(error, path)}") from error
     return path

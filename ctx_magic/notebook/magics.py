@@ -19,12 +19,13 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, magic_arguments, parse_argstring
+from IPython.utils.process import arg_split
 
 from ctx_magic.agent.tools import ToolError
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
-from ctx_magic.notebook.export import export_transcript
+from ctx_magic.notebook.export import export_notebook, export_transcript
 from ctx_magic.notebook.tasks import runs_listing
 from ctx_magic.notebook.wording import error_line, pins_listing, status_text
 
@@ -41,6 +42,12 @@ class HelpFormatter(MagicHelpFormatter):
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         return argparse.RawDescriptionHelpFormatter._format_action_invocation(self, action)
+
+
+def parse_intermixed(magic: Callable[..., Any], line: str) -> argparse.Namespace:
+    """A magic's arguments with its options anywhere among the positionals (`%ctx export --transcript
+    PATH` as well as `%ctx export PATH --transcript`), which argparse's default parse refuses."""
+    return magic.parser.parse_intermixed_args(arg_split(line))  # type: ignore[attr-defined]
 
 
 def agent_line_with_question(lines: list[str]) -> list[str]:
@@ -227,19 +234,30 @@ class AgentMagics(Magics):
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
     @argument("command", nargs="?", default="status",
-              choices=["status", "config", "export", "sidebar", "count", "tasks", "answer", "stop"],
-              help="status (--json), config, export [PATH], sidebar, count, tasks, answer ID [TEXT], stop ID.")
+              choices=["status", "config", "export", "sidebar", "count", "cell", "tasks", "answer", "stop"],
+              help=("status (--json), config, export [PATH] (--transcript), sidebar, count, cell [ID], tasks, "
+                    "answer ID [TEXT], stop ID."))
     @argument("rest", nargs="*", help=(
-        "With export: where to write the .ipynb. With answer: a background run's id and the line to send (none: "
-        "asked at the input prompt, hidden for a password). With stop: a background run's id."))
+        "With export: where to write the .ipynb. With cell: the id of the agent's python call. With answer: a "
+        "background run's id and the line to send (none: asked at the input prompt, hidden for a password). "
+        "With stop: a background run's id."))
     @argument("--json", action="store_true", help="With status: one JSON object.")
+    @argument("--transcript", action="store_true",
+              help="With export: every message as it was first written, not a notebook to run again.")
     @argument("--inline", action="store_true", help="With sidebar: show the panel in the cell, not the sidebar.")
     @line_magic
     @one_line_errors
     def ctx(self, line: str) -> None:
-        """The agent's context: status, settings, an export of the full transcript, the panel, and
-        the agent's background runs (list, answer, stop)."""
-        args = parse_argstring(self.ctx, line)
+        """The agent's context: status, settings, an export as a notebook, the panel, the agent's code
+        as a cell, and the agent's background runs (list, answer, stop).
+
+        `%ctx export` writes a notebook that runs top to bottom without ctx_magic: the agent's code and
+        your cells as code cells with their outputs, the conversation as Markdown between them
+        (`--transcript`: every message as first written instead). `%ctx cell ID` turns the cell that
+        runs it into the code of the agent's call ID (without an ID: the next block of the last turn
+        not placed yet, else the latest), for frontends without ctx_magic's JupyterLab extension.
+        """
+        args = parse_intermixed(self.ctx, line)
         if args.command == "config":
             plain_or_rich({"text/plain": json.dumps(self.controller.settings.describe(), indent=1)})
             return
@@ -254,9 +272,24 @@ class AgentMagics(Magics):
             else:
                 plain_or_rich({"text/plain": status_text(status)})
         elif args.command == "export":
-            target = Path(" ".join(args.rest)) if args.rest else session.store.root / "transcript.ipynb"
-            written = export_transcript(session.store.load_transcript().records, session.session_id, target)
-            notice(f"Wrote the full transcript to {written}.")
+            records = session.store.load_transcript().records
+            if args.transcript:
+                target = Path(" ".join(args.rest)) if args.rest else session.store.root / "transcript.ipynb"
+                written = export_transcript(records, session.session_id, target)
+                notice(f"Wrote the full transcript to {written}.")
+            else:
+                target = Path(" ".join(args.rest)) if args.rest else session.store.root / "notebook.ipynb"
+                written = export_notebook(records, session.session_id, target)
+                notice(f"Wrote the session as a notebook to {written}; it runs without ctx_magic.")
+        elif args.command == "cell":
+            self.commands.refuse_inside_turn("%ctx cell")
+            try:
+                placed = self.controller.agent_cells.place(session.store.load_transcript().messages(),
+                                                         args.rest[0] if args.rest else None)
+            except LookupError as missing:
+                raise CtxMagicError(str(missing)) from None
+            notice(f"The code of call {placed} replaces this cell's source (where the frontend takes IPython's "
+                   "next input).")
         elif args.command == "count":
             notice(self.commands.count_line())
         elif args.command == "sidebar":

@@ -16,12 +16,15 @@ match wins:
 4. python code: the last user text holds ```python fences, a `python` tool is offered and
    tool_choice allows it -> one `python` tool call per fence (```python background: with
    `background: true`);
-5. tool results: the last user message is only tool results (and context the client added
+5. the kernel's history: the last user text asks to go on from earlier work ("where I was",
+   "where I left off", "what I did before", "my earlier cells"), and a `kernel_history` tool is
+   offered and allowed -> one `kernel_history` call with no arguments;
+6. tool results: the last user message is only tool results (and context the client added
    beside them) -> a short note of what came back;
-6. anything else -> a short reply saying what the stand-in saw.
+7. anything else -> a short reply saying what the stand-in saw.
 
 Lines the client tells the agent about its background runs (a `<background-runs>` block) are
-context, not a request: the notes of rules 5 and 6 quote them, and nothing else reads them.
+context, not a request: the notes of rules 6 and 7 quote them, and nothing else reads them.
 
 `tool_choice: {"type": "none"}` always wins: no answer then carries a tool call.
 """
@@ -63,12 +66,14 @@ from ctx_magic.offline.notes_rules import is_notes_request, notes_answer
 RequestKind = Literal["normal", "compaction", "memory"]
 QUOTE_CHARS = 200  # how much of the latest user text the fallback reply quotes
 PYTHON_TOOL = "python"
+HISTORY_TOOL = "kernel_history"
 TASK_TOOL = "task"
 STAND_IN = "Offline stand-in (a deterministic policy, not a model)"
 
 _PYTHON_FENCE = re.compile(r"```(?:python|py)([ \t]+background)?[ \t]*\n(.*?)```", re.DOTALL)
 _TASK_LINE = re.compile(r"^[ \t]*task[ \t]+(read|stop|answer)[ \t]+(t\d+)(?:[ \t]+(.*?))?[ \t]*$", re.MULTILINE)
 _NEWS_BLOCK = re.compile(r"<background-runs>\n(.*?)\n</background-runs>", re.DOTALL)
+_HISTORY_ASK = re.compile(r"\bwhere I (?:was|left off)\b|\bwhat I (?:did|ran) before\b|\bmy earlier cells\b", re.I)
 _MEMORY_WORDS = re.compile(r"\b(session[ -]memory|long[- ]term memor|memories|memory file|notes file)", re.I)
 _MEMORY_VERBS = re.compile(r"\b(extract|update|consolidat|record|remember|save)", re.I)
 
@@ -128,6 +133,15 @@ def _answer_python(request: Request) -> Answer:
     lead = f"{STAND_IN}: running the {len(fences)} python block(s) from your message."
     calls = [{"type": "tool_use", "name": PYTHON_TOOL, "input": _python_input(match)} for match in fences]
     return Answer(({"type": "text", "text": lead}, *calls), "tool_use")
+
+
+def _wants_history(request: Request) -> bool:
+    return bool(_HISTORY_ASK.search(asked_text(request))) and tools_allowed(request, HISTORY_TOOL)
+
+
+def _answer_history(_request: Request) -> Answer:
+    lead = f"{STAND_IN}: reading the kernel's history of cells run before this conversation."
+    return Answer(({"type": "text", "text": lead}, {"type": "tool_use", "name": HISTORY_TOOL, "input": {}}), "tool_use")
 
 
 def _task_input(match: re.Match[str]) -> dict[str, Any]:
@@ -265,6 +279,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     *MEMORY_RULES,
     Rule("task", "normal", _wants_task, _answer_task),
     Rule("python-code", "normal", _wants_python, _answer_python),
+    Rule("kernel-history", "normal", _wants_history, _answer_history),
     Rule("tool-results", "normal", _wants_result_note, _answer_results),
     Rule("fallback", "normal", lambda _request: True, _answer_default),
 )

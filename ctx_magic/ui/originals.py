@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ctx_magic.messages import Message, result_text
+from ctx_magic.messages import Message, notebook_cell_code, result_text
 
 PREVIEW_CHARS = 1_500  # of one block: the transcript holds the rest
 MAX_BLOCKS = 200  # a compaction of a very long session: the first ones, then a count
@@ -54,7 +54,7 @@ def render_block(block: Mapping[str, Any], message: Message, calls: Mapping[str,
     if kind == "tool_use":
         tool_input = block.get("input") or {}
         if block.get("name") == "notebook_cell":
-            return _entry("user", f"You ran {_cell_label(tool_input)}", _pre(str(tool_input.get("source", "")), "code"))
+            return _entry("user", f"You ran {_cell_label(tool_input)}", _pre(notebook_cell_code(tool_input), "code"))
         return _entry("agent", f"Agent called {block.get('name')}", _pre(_input_text(tool_input), "code"))
     if kind == "tool_result":
         call = calls.get(block.get("tool_use_id", ""), {})

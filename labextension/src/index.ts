@@ -6,9 +6,11 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { agentCodeFactory, followAgentCells } from './agentcells';
 import { SidebarAnchorModel, SidebarAnchorView, setSidebarHost } from './anchor';
 import { watchPrompts } from './ask';
 import { listenToMarkers, openCard } from './cards';
@@ -46,14 +48,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'The agent context panel of ctx_magic in the right sidebar, following the notebook.',
   autoStart: true,
   requires: [IJupyterWidgetRegistry],
-  optional: [INotebookTracker, ILabShell, IStatusBar, ICommandPalette],
+  optional: [INotebookTracker, ILabShell, IStatusBar, ICommandPalette, IRenderMimeRegistry],
   activate: (
     app: JupyterFrontEnd,
     registry: IJupyterWidgetRegistry,
     tracker: INotebookTracker | null,
     labShell: ILabShell | null,
     statusBar: IStatusBar | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    rendermime: IRenderMimeRegistry | null
   ): void => {
     registry.registerWidget({
       name: MODULE_NAME,
@@ -62,6 +65,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     listenToMarkers(document);
     watchPrompts(document.body);
+    // The agent's code blocks with their "Insert as cell" button (notebooks clone this registry).
+    rendermime?.addFactory(agentCodeFactory(tracker));
     if (!tracker) {
       return; // no notebooks to follow: anchors render the panel inline
     }
@@ -72,6 +77,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     sidebar.title.caption = 'Agent context: what the ctx_magic agent can still see';
     app.shell.add(sidebar, 'right', { rank: 650 });
     tracker.currentChanged.connect((_, notebook) => sidebar.follow(notebook));
+    followAgentCells(tracker);
     sidebar.follow(tracker.currentWidget);
 
     let revealed = false;

@@ -273,7 +273,7 @@ def test_ctx_export_writes_a_readable_notebook(shell, tmp_path):
     cell(shell, "y = 5")
     run(shell, "%%agent\ncompute\n```python\nprint(y + 1)\n```")
     run(shell, "%compact")
-    _, shown = run(shell, f"%ctx export {tmp_path / 'out.ipynb'}")
+    _, shown = run(shell, f"%ctx export --transcript {tmp_path / 'out.ipynb'}")
     import nbformat
 
     notebook = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
@@ -401,7 +401,7 @@ def test_a_storage_dir_that_is_a_file_and_a_bad_export_path_are_one_clear_line(s
     assert run(shell, "%%agent\nhello")[0].error_in_exec is None
     (tmp_path / "adir").mkdir()
     for target, said in ((tmp_path / "adir", "is a folder: give the path of the .ipynb file to write"),
-                         (tmp_path / "afile" / "x.ipynb", "The transcript was not exported: could not write")):
+                         (tmp_path / "afile" / "x.ipynb", "The session was not exported: could not write")):
         with captured() as out:
             shell.run_line_magic("ctx", f"export {target}")
         shown = texts(out)

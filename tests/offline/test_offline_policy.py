@@ -48,6 +48,23 @@ def test_fences_inside_tool_results_are_not_run() -> None:
     assert "python returned: Run these:" in answer.content[0]["text"]
 
 
+HISTORY_TOOL = {**PYTHON_TOOL, "name": "kernel_history"}
+
+
+def test_asking_to_go_on_from_earlier_work_reads_the_kernels_history() -> None:
+    for ask in ("Continue from where I was.", "Pick up where I left off", "What did I do? Look at my earlier cells"):
+        answer = Policy().answer(_request(ask, tools=[PYTHON_TOOL, HISTORY_TOOL]))
+        assert answer.stop_reason == "tool_use"
+        assert [(b["name"], b["input"]) for b in answer.content if b["type"] == "tool_use"] == [("kernel_history", {})]
+
+
+def test_no_history_call_without_the_tool_or_the_ask() -> None:
+    assert Policy().answer(_request("Continue from where I was.", tools=[PYTHON_TOOL])).stop_reason == "end_turn"
+    assert Policy().answer(_request("Tell me a story.", tools=[HISTORY_TOOL])).stop_reason == "end_turn"
+    fenced = Policy().answer(_request(f"From where I was: {TWO_BLOCKS}", tools=[PYTHON_TOOL, HISTORY_TOOL]))
+    assert {b["name"] for b in fenced.content if b["type"] == "tool_use"} == {"python"}  # fences come first
+
+
 def test_memory_request_gets_generic_answer_with_requested_headings() -> None:
     prompt = "Update the session memory notes file with what happened.\n\n# Session Title\n# Current State\n"
     request = _request("ignored")

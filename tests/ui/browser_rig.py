@@ -110,9 +110,10 @@ APPS = {"lab": ("lab", "LabApp", "lab/tree"), "notebook": ("notebook", "JupyterN
 class JupyterLab:
     """`jupyter lab` (or `jupyter notebook`, Notebook 7) serving `root` on a free port with a
     token; ours alone (own config and data dirs, no news, no update check), loading the
-    labextension from `extension_dir`."""
+    labextension from `extension_dir`; `env` adds to the environment it and its kernels get."""
 
-    def __init__(self, root: Path, home: Path, extension_dir: Path, app: str = "lab") -> None:
+    def __init__(self, root: Path, home: Path, extension_dir: Path, app: str = "lab",
+                 env: dict[str, str] | None = None) -> None:
         self.root = root
         self.app = app
         command, app_class, self.open_path = APPS[app]
@@ -130,6 +131,7 @@ class JupyterLab:
         (settings / "notification.jupyterlab-settings").write_text(
             json.dumps({"fetchNews": "false", "checkForUpdates": False}))
         self.env = {k: v for k, v in tool_env().items() if not k.startswith("ANTHROPIC_")}
+        self.env.update(env or {})  # e.g. a stand-in served over HTTP, whose requests the test reads
         self.env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(home / "data"),
                         JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"),
                         JUPYTER_PATH=os.pathsep.join(filter(None, [str(jupyter_path),

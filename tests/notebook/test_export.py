@@ -1,0 +1,73 @@
+"""`%ctx export`: the session as a notebook that runs top to bottom without ctx_magic (executed
+with nbclient in a fresh kernel), the agent's code and the user's cells as code cells with their
+outputs, the conversation as Markdown between them, what a compaction summarized tagged."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from notebook_rig import cell, controller, offline_shell, run
+
+from ctx_magic.notebook.agent_cells import marked
+
+USER = "import statistics\nvalues = [3, 5, 7]"
+MEAN = "mean = statistics.mean(values)\nprint('mean', mean)"
+RAISES = "values[10]"
+REFUSED = "open('never-written.txt', 'w').write('no')"
+AFTER = "print('after the compaction', mean * 2)"
+
+
+def fence(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+@pytest.fixture
+def exported(tmp_path, monkeypatch):
+    """A session with the user's cells, the agent's code (one block raising, one refused), an
+    agent cell run again and a compaction, exported to out.ipynb."""
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        cell(shell, USER)
+        run(shell, f"%%agent\nThe mean, please.\n{fence(MEAN)}\n{fence(RAISES)}")
+        run(shell, f"%%agent --permission off\nWrite a file.\n{fence(REFUSED)}")
+        shell.run_line_magic("config", "CtxMagic.permission = 'auto'")
+        [call] = [b["id"] for m in controller(shell).host.session.live.messages for b in m.blocks("tool_use")
+                  if b["name"] == "python" and b["input"]["code"] == MEAN]
+        cell(shell, marked(call, MEAN))  # the agent's cell, run again
+        run(shell, "%compact")
+        run(shell, f"%%agent\nDouble it.\n{fence(AFTER)}")
+        _, shown = run(shell, f"%ctx export {tmp_path / 'out.ipynb'}")
+        assert f"Wrote the session as a notebook to {tmp_path / 'out.ipynb'}" in shown
+    return nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+
+
+def test_the_export_holds_the_code_as_cells_and_the_conversation_between_them(exported):
+    nbformat.validate(exported)
+    code = [c for c in exported.cells if c.cell_type == "code"]
+    assert [c.source for c in code] == [USER, MEAN, RAISES, MEAN, AFTER]
+    assert code[1].outputs[0].text == "mean 5\n" and code[1].metadata["ctx_magic"]["agent"]["tool_use_id"]
+    assert code[3].outputs[0].text == "mean 5\n"  # the run again, without the line that told the agent
+    assert code[2].metadata["tags"] == ["ctx-agent", "raises-exception", "summarized"]
+    assert code[0].metadata["tags"] == ["summarized"]  # the user's own cell
+    assert code[2].outputs[-1].output_type == "error" and code[2].outputs[-1].ename == "IndexError"
+    markdown = "\n\n".join(c.source for c in exported.cells if c.cell_type == "markdown")
+    assert "**You:**\n\nThe mean, please." in markdown and "**Agent:**" in markdown
+    assert "*The agent's code, not run (Running code is turned off here" in markdown and REFUSED in markdown
+    assert "**The agent's context was compacted here** (manual)" in markdown
+    assert "**The summary the agent kept:**" in markdown
+    assert markdown.count("the agent's context later kept only a summary") == 1
+    summarized = [c.source for c in code if "summarized" in c.metadata.get("tags", [])]
+    assert summarized == [USER, MEAN, RAISES, MEAN]  # everything before the compaction, nothing after
+    assert not any("ctx_magic" in c.source or c.source.startswith("%") for c in code)
+
+
+@pytest.mark.slow  # a real kernel
+def test_the_export_runs_top_to_bottom_in_a_kernel_without_ctx_magic(exported, tmp_path):
+    exported.cells.append(nbformat.v4.new_code_cell("import sys\nprint('ctx_magic' in sys.modules)"))
+    NotebookClient(exported, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    code = [c for c in exported.cells if c.cell_type == "code"]
+    assert [c.outputs[0].text for c in code if c.source in (MEAN, AFTER)] == [
+        "mean 5\n", "mean 5\n", "after the compaction 10\n"]
+    assert code[-1].outputs[0].text == "False\n"
+    assert not (tmp_path / "never-written.txt").exists()  # the code that was refused stays unrun
