@@ -42,6 +42,14 @@ class TextModel(Protocol):
 
 
 @dataclass(frozen=True)
+class TeamShare:
+    """Where extraction sends a fact about the shared work: the team's store, signed by `author`."""
+
+    store: MemoryStore
+    author: str
+
+
+@dataclass(frozen=True)
 class Candidate:
     """A memory the model proposed, not yet checked or stored."""
 
@@ -128,8 +136,7 @@ def extract_memories(
     session_id: str,
     already_extracted: int = 0,
     refused: list[str] | None = None,
-    team: MemoryStore | None = None,
-    author: str = "",
+    team: TeamShare | None = None,
 ) -> list[Memory]:
     """Ask the model for the session's durable facts and store the new ones.
 
@@ -137,14 +144,14 @@ def extract_memories(
     memories stored now (the caller adds their number to its count). Secrets and duplicates
     of stored memories (in any scope) are dropped, each secret's kind and masked value added to
     `refused` (for one line to the user, never the text); a reply without a `<memories>` block
-    stores nothing. With a `team` store, what `belongs_to_team` says is about the shared work goes
-    there, signed by `author`. Model errors propagate to the caller, which runs this in the
+    stores nothing. With a `team`, what `belongs_to_team` says is about the shared work goes to
+    its store, signed by its author. Model errors propagate to the caller, which runs this in the
     background.
     """
     room = MAX_PER_SESSION - already_extracted
     if room <= 0:
         return []
-    existing = [*store.all(), *(team.all() if team is not None else [])]
+    existing = [*store.all(), *(team.store.all() if team is not None else [])]
     reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room, team=team is not None))
     added: list[Memory] = []
     for candidate in parse_candidates(reply) or []:
@@ -157,9 +164,9 @@ def extract_memories(
             continue
         if store.find_duplicate(candidate.text, [*existing, *added]) is not None:
             continue
-        shared = team is not None and belongs_to_team(candidate)
-        target = team if shared and team is not None else store
+        shared = team if team is not None and belongs_to_team(candidate) else None
+        target = shared.store if shared is not None else store
         memory = target.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay,
-                            source_session=session_id, author=author if shared else "")
+                            source_session=session_id, author=shared.author if shared is not None else "")
         added.append(memory)
     return added

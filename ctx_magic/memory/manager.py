@@ -18,7 +18,7 @@ from ctx_magic.agent.session import Session
 from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
-from ctx_magic.memory.longterm import extract_memories
+from ctx_magic.memory.longterm import TeamShare, extract_memories
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
 from ctx_magic.memory.secrets import refusal_line
 from ctx_magic.memory.store import (
@@ -176,9 +176,10 @@ class MemoryManager:
             return []
         already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
         refused: list[str] = []
+        team = self.team
         added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
                                  now=self.clock(), session_id=session.session_id, already_extracted=already,
-                                 refused=refused, team=self.team, author=self.member)
+                                 refused=refused, team=TeamShare(team, self.member) if team is not None else None)
         session.plugins.remember(EXTRACTED_KEY, already + len(added))
         self.last_refused = refusal_line(refused, "extracted memory")
         return added
