@@ -77,6 +77,32 @@ def test_what_a_run_prints_while_the_user_runs_a_cell_stays_out_of_that_cell(rig
     assert only_run(board).done.wait(20)
 
 
+def test_what_a_run_prints_while_the_users_cell_redirects_stdout_stays_in_its_log(rig):
+    shell, board, _clock = rig
+    gate, said = paced(shell)
+    run(shell, f"%%agent\nstart it\n{PACED}")
+    _, shown = run(shell, "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()) as mine:\n"
+                          "    gate.release(); said.acquire(timeout=20)\n    print('my own line')\n"
+                          "print('mine:', repr(mine.getvalue()))")
+    assert shown.startswith("mine: 'my own line\\n'\n")
+    assert log_text(board, "t1") == "step 0\n"
+    gate.release(2)
+    assert only_run(board).done.wait(20)
+
+
+def test_a_runs_own_redirection_of_stdout_takes_nothing_of_the_users_cell(rig):
+    shell, board, _clock = rig
+    gate, said = paced(shell)
+    code = ("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()) as kept:\n    gate.acquire()\n"
+            "    print('kept')\n    said.release()\n    gate.acquire()\nprint('kept:', repr(kept.getvalue()))")
+    run(shell, f"%%agent\nstart it\n```python background\n{code}\n```")
+    _, shown = run(shell, "gate.release(); said.acquire(timeout=20); print('my own line')")
+    assert shown.startswith("my own line\n")
+    gate.release()
+    assert only_run(board).done.wait(20)
+    assert log_text(board, "t1") == "kept: 'kept\\n'\n"
+
+
 def test_the_agent_reads_a_run_incrementally_by_offset(rig):
     shell, board, _clock = rig
     gate, said = paced(shell)
