@@ -8,7 +8,7 @@ import json
 
 import pytest
 from notebook_rig import controller, run
-from tasks_rig import board_shell, log_text, only_run, wait_for
+from tasks_rig import WAIT, board_shell, log_text, only_run, wait_for
 
 from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.runs import read_log
@@ -353,12 +353,26 @@ def test_ctx_answer_without_text_asks_at_the_input_prompt(rig, monkeypatch):
 def test_a_run_interrupted_in_the_foreground_is_stopped(rig):
     shell, board, _clock = rig
     import _thread
+    import signal
+    import threading
 
+    # As a kernel's cell runs: SIGINT raises KeyboardInterrupt. Whatever an earlier test left there
+    # (asyncio's no-op handler, after a kernel that failed to start) would swallow interrupt_main.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    board.stop_grace = WAIT  # a bound for a loaded machine: the stop is awaited, not raced against 2 s
     started = board.start("import time\nprint('working', flush=True)\nwhile True:\n    time.sleep(0.01)",
                           background=False)
-    with pytest.raises(KeyboardInterrupt):  # the kernel's interrupt reaches the turn while it waits
-        board.supervise(started, lambda text: _thread.interrupt_main())
+    # A bound, never a pace: if the interrupt is lost the run is ended, supervise returns and the
+    # test fails on pytest.raises instead of waiting for ever.
+    bound = threading.Thread(target=lambda: started.done.wait(WAIT) or started.stop(), daemon=True)
+    bound.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):  # the kernel's interrupt reaches the turn while it waits
+            board.supervise(started, lambda text: _thread.interrupt_main())
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert started.done.is_set() and started.state == "stopped"
+    bound.join(WAIT)
 
 
 def test_a_long_log_reads_back_whole_in_pieces_never_cutting_a_character(rig):
