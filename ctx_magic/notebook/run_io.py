@@ -83,31 +83,31 @@ class _StreamRouter:
         self.own = threading.local()
         """`stream`: what a run's own code set `sys.<name>` to (its `redirect_stdout`), in its thread only."""
 
-    def current(self) -> Any:
-        """The stream a write of the calling thread goes to (None: the calling thread's run)."""
+    def current(self) -> tuple[Any, Run | None]:
+        """(the stream, None) a write of the calling thread goes to, or (None, its run)."""
         own = getattr(self.own, "stream", None)
         if own is not None:
-            return own
-        return None if _running() is not None else self.target
+            return own, None
+        run = _running()
+        return (None, run) if run is not None else (self.target, None)
 
     def write(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-        stream = self.current()
-        if stream is not None:
-            return stream.write(data, *args, **kwargs)
-        run = _running()
-        if run is None or not isinstance(data, str):  # a run's thread whose run just ended, or bytes
-            return self.target.write(data, *args, **kwargs) if self.target is not None else None
+        stream, run = self.current()
+        if run is None or not isinstance(data, str):  # bytes from a run go where they went before
+            stream = stream if stream is not None else self.target
+            return stream.write(data, *args, **kwargs) if stream is not None else None
         if data:  # an empty write (a poll with nothing new) is not output: it must not end a silence
             run.printed(self.name, data)
         return len(data)
 
     def flush(self) -> None:
-        stream = self.current()
+        stream, _run = self.current()
         if stream is not None:
             stream.flush()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.current() or self.target, name)
+        stream, _run = self.current()
+        return getattr(stream if stream is not None else self.target, name)
 
 
 class RunIO:
