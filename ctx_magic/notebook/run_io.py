@@ -6,11 +6,13 @@ kernel's main thread. Output is routed by thread: each routing point is wrapped 
 wrapper asks whether the calling thread belongs to a run; every other thread goes through
 untouched, so the user's own cells print and display exactly as before.
 
-- `sys.stdout` / `sys.stderr`: their `write` (patched on the object, as IPython does, because
-  ipykernel checks the stream classes). IPython wraps `write` again for each cell and puts back
-  at the cell's end what was there at its start, so the wrapper is put in place between cells
-  (after each message the kernel handles, ipykernel's `post_handler_hook`) and again at each
-  cell's start, above IPython's own;
+- `sys.stdout` / `sys.stderr`: routed where the calling thread looks them up, not on whichever
+  stream is current, because the main thread swaps them at any moment (IPython around each cell,
+  `%%capture`, `redirect_stdout`, a test's capture) and a run's line written in such a gap would
+  miss its log. The `sys` module holds one router per stream for the code that reads it directly
+  (`print()`, tracebacks) and, as a module may, gets a class whose `stdout`/`stderr` properties
+  give every other thread the stream last set (the one IPython and ipykernel patch), a run's
+  thread the router (or what its own code set, which stays its own);
 - the shell's display publisher: `display()` and `clear_output()`;
 - `input()` and `getpass()`: ipykernel's own (`kernel.raw_input`, `kernel.getpass`, which it
   puts in place at every cell) and, between cells, `sys.stdin` (the builtin `input()` reads it);
@@ -27,6 +29,7 @@ import io
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +70,44 @@ class _StdinRouter:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._original, name)
+
+
+class _StreamRouter:
+    """What `sys.stdout` or `sys.stderr` holds for the code that reads it directly (`print()`): a
+    run's thread writes to its run (or to what its own code set), every other thread to `target`,
+    the stream last set."""
+
+    def __init__(self, name: str, target: Any) -> None:
+        self.name = name
+        self.target = target
+        self.own = threading.local()
+        """`stream`: what a run's own code set `sys.<name>` to (its `redirect_stdout`), in its thread only."""
+
+    def current(self) -> tuple[Any, Run | None]:
+        """(the stream, None) a write of the calling thread goes to, or (None, its run)."""
+        own = getattr(self.own, "stream", None)
+        if own is not None:
+            return own, None
+        run = _running()
+        return (None, run) if run is not None else (self.target, None)
+
+    def write(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        stream, run = self.current()
+        if run is None or not isinstance(data, str):  # bytes from a run go where they went before
+            stream = stream if stream is not None else self.target
+            return stream.write(data, *args, **kwargs) if stream is not None else None
+        if data:  # an empty write (a poll with nothing new) is not output: it must not end a silence
+            run.printed(self.name, data)
+        return len(data)
+
+    def flush(self) -> None:
+        stream, _run = self.current()
+        if stream is not None:
+            stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        stream, _run = self.current()
+        return getattr(stream if stream is not None else self.target, name)
 
 
 class RunIO:
@@ -114,18 +155,15 @@ class RunIO:
                 self._wrapped[(id(sys), "stdin")] = (sys, "stdin", sys.stdin, router)
                 sys.stdin = router  # type: ignore[assignment]
             self._wrap(subprocess.Popen, "__init__", self._popen_init)
+            _route_streams(self)
         self.ensure()
 
     def ensure(self) -> None:
-        """The current `sys.stdout`, `sys.stderr` and display publisher wrapped (a test's output
-        capture swaps them; a kernel keeps the same ones)."""
+        """The current display publisher wrapped (a test's output capture swaps it; a kernel keeps
+        the same one)."""
         with self._lock:
             if not self._active:
                 return
-            for name in ("stdout", "stderr"):
-                stream = getattr(sys, name)
-                if stream is not None and not self._is_ours(stream, "write"):
-                    self._wrap(stream, "write", lambda original, name=name: self._write(name, original))
             publisher = getattr(self.shell, "display_pub", None)
             if publisher is not None and not self._is_ours(publisher, "publish"):
                 self._wrap(publisher, "publish", self._publish)
@@ -136,6 +174,7 @@ class RunIO:
         stays in its chain and only passes through from now on."""
         with self._lock:
             self._active = False
+            _unroute_streams(self)
             for owner, name, original, wrapper in reversed(self._wrapped.values()):
                 if getattr(owner, "__dict__", {}).get(name) is wrapper:
                     _restore(owner, name, original)
@@ -165,17 +204,6 @@ class RunIO:
                 self.ensure()  # between cells: what the last cell's end put back is wrapped again
 
         return post_handler_hook
-
-    def _write(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        def write(data: Any, *args: Any, **kwargs: Any) -> Any:
-            run = self.current()
-            if run is not None and isinstance(data, str):
-                if data:  # an empty write (a poll with nothing new) is not output: it must not end a silence
-                    run.printed(name, data)
-                return len(data)
-            return original(data, *args, **kwargs)
-
-        return write
 
     def _publish(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def publish(data: Any, *args: Any, **kwargs: Any) -> Any:
@@ -235,3 +263,76 @@ def _restore(owner: Any, name: str, original: Any) -> None:
             delattr(owner, name)
     else:
         setattr(owner, name, original)
+
+
+# -- sys.stdout and sys.stderr -------------------------------------------------------------------
+
+_STREAMS = ("stdout", "stderr")
+_routing: list[RunIO] = []
+"""The RunIOs installed (one per loaded shell); the streams are routed while any is."""
+_routing_lock = threading.Lock()
+
+
+def _running() -> Run | None:
+    """The run the calling thread belongs to, for any installed RunIO."""
+    for run_io in list(_routing):
+        run = run_io.current()
+        if run is not None:
+            return run
+    return None
+
+
+def _stream_property(name: str) -> property:
+    def get(module: types.ModuleType) -> Any:
+        held = module.__dict__.get(name)
+        if not isinstance(held, _StreamRouter):
+            return held
+        own = getattr(held.own, "stream", None)
+        if own is not None:
+            return own
+        return held if _running() is not None else held.target
+
+    def assign(module: types.ModuleType, value: Any) -> None:
+        held = module.__dict__.get(name)
+        if not isinstance(held, _StreamRouter):
+            module.__dict__[name] = value
+        elif _running() is not None:  # a run's own redirection: its thread only
+            held.own.stream = None if value is held else value
+        elif value is not held:
+            held.target = value
+
+    def remove(module: types.ModuleType) -> None:
+        module.__dict__.pop(name, None)
+
+    return property(get, assign, remove)
+
+
+class _RoutedSys(types.ModuleType):
+    """The class of `sys` while streams are routed: its streams as every thread should see them."""
+
+    stdout = _stream_property("stdout")
+    stderr = _stream_property("stderr")
+
+
+def _route_streams(run_io: RunIO) -> None:
+    with _routing_lock:
+        if run_io not in _routing:
+            _routing.append(run_io)
+        if type(sys) is types.ModuleType:
+            for name in _STREAMS:
+                sys.__dict__[name] = _StreamRouter(name, sys.__dict__.get(name))
+            sys.__class__ = _RoutedSys
+
+
+def _unroute_streams(run_io: RunIO) -> None:
+    """The streams last set put back in `sys` once no RunIO is installed."""
+    with _routing_lock:
+        if run_io in _routing:
+            _routing.remove(run_io)
+        if _routing or type(sys) is not _RoutedSys:
+            return
+        sys.__class__ = types.ModuleType
+        for name in _STREAMS:
+            held = sys.__dict__.get(name)
+            if isinstance(held, _StreamRouter):
+                sys.__dict__[name] = held.target

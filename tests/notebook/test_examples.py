@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def execute(name: str, workdir: Path) -> list:
     notebook = nbformat.read(str(EXAMPLES / f"{name}.ipynb"), as_version=4)
-    NotebookClient(notebook, timeout=180, kernel_name="python3",
-                   resources={"metadata": {"path": str(workdir)}}).execute()
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        NotebookClient(notebook, timeout=180, kernel_name="python3",
+                       resources={"metadata": {"path": str(workdir)}}).execute()
+    finally:  # a kernel that fails to start leaves nbclient's no-op SIGINT handler in this process
+        signal.signal(signal.SIGINT, handler)
     return [c for c in notebook.cells if c.cell_type == "code"]
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from notebook_rig import controller, run
-from tasks_rig import board_shell, log_text, only_run, wait_for
+from tasks_rig import WAIT, board_shell, log_text, only_run, wait_for
 
 from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.runs import read_log
@@ -75,6 +75,32 @@ def test_what_a_run_prints_while_the_user_runs_a_cell_stays_out_of_that_cell(rig
     assert log_text(board, "t1") == "step 0\n"
     gate.release(2)
     assert only_run(board).done.wait(20)
+
+
+def test_what_a_run_prints_while_the_users_cell_redirects_stdout_stays_in_its_log(rig):
+    shell, board, _clock = rig
+    gate, said = paced(shell)
+    run(shell, f"%%agent\nstart it\n{PACED}")
+    _, shown = run(shell, "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()) as mine:\n"
+                          "    gate.release(); said.acquire(timeout=20)\n    print('my own line')\n"
+                          "print('mine:', repr(mine.getvalue()))")
+    assert shown.startswith("mine: 'my own line\\n'\n")
+    assert log_text(board, "t1") == "step 0\n"
+    gate.release(2)
+    assert only_run(board).done.wait(20)
+
+
+def test_a_runs_own_redirection_of_stdout_takes_nothing_of_the_users_cell(rig):
+    shell, board, _clock = rig
+    gate, said = paced(shell)
+    code = ("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()) as kept:\n    gate.acquire()\n"
+            "    print('kept')\n    said.release()\n    gate.acquire()\nprint('kept:', repr(kept.getvalue()))")
+    run(shell, f"%%agent\nstart it\n```python background\n{code}\n```")
+    _, shown = run(shell, "gate.release(); said.acquire(timeout=20); print('my own line')")
+    assert shown.startswith("my own line\n")
+    gate.release()
+    assert only_run(board).done.wait(20)
+    assert log_text(board, "t1") == "kept: 'kept\\n'\n"
 
 
 def test_the_agent_reads_a_run_incrementally_by_offset(rig):
@@ -327,12 +353,26 @@ def test_ctx_answer_without_text_asks_at_the_input_prompt(rig, monkeypatch):
 def test_a_run_interrupted_in_the_foreground_is_stopped(rig):
     shell, board, _clock = rig
     import _thread
+    import signal
+    import threading
 
+    # As a kernel's cell runs: SIGINT raises KeyboardInterrupt. Whatever an earlier test left there
+    # (asyncio's no-op handler, after a kernel that failed to start) would swallow interrupt_main.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    board.stop_grace = WAIT  # a bound for a loaded machine: the stop is awaited, not raced against 2 s
     started = board.start("import time\nprint('working', flush=True)\nwhile True:\n    time.sleep(0.01)",
                           background=False)
-    with pytest.raises(KeyboardInterrupt):  # the kernel's interrupt reaches the turn while it waits
-        board.supervise(started, lambda text: _thread.interrupt_main())
+    # A bound, never a pace: if the interrupt is lost the run is ended, supervise returns and the
+    # test fails on pytest.raises instead of waiting for ever.
+    bound = threading.Thread(target=lambda: started.done.wait(WAIT) or started.stop(), daemon=True)
+    bound.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):  # the kernel's interrupt reaches the turn while it waits
+            board.supervise(started, lambda text: _thread.interrupt_main())
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert started.done.is_set() and started.state == "stopped"
+    bound.join(WAIT)
 
 
 def test_a_long_log_reads_back_whole_in_pieces_never_cutting_a_character(rig):
