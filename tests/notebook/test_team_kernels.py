@@ -95,9 +95,15 @@ def test_two_kernels_write_fifty_team_memories_each_at_once_and_none_is_lost(tmp
     assert sorted(line.split("]")[0][3:] for line in listed) == sorted(m.id for m in memories)
     assert "Unreadable" not in index
 
+    # The 100 memories do not all fit the prompt's budget, and which fit depends on who wrote last;
+    # one memory from each member that does not decay is the most relevant of the folder, so both
+    # members' next prompts must carry both of them.
+    for name in MEMBERS:
+        added = members[name].execute(f"%memory add --team --no-decay The {name} dashboard reads the exports.")
+        assert "for the team (added by " in added, added
     for name, other in (("alice", "bob"), ("bob", "alice")):
         members[name].execute("%%agent --new\nWhich tables hold the exports?")
         system = json.dumps([r for r in offline.requests if r.kind == "normal"][-1].body["system"])
         when = memories[0].created.date().isoformat()
-        assert f"[project, team, added by {other} on {when}] Table {other}_t" in system
-        assert f"[project, team, added by {name} on {when}] Table {name}_t" in system
+        assert f"[project, team, added by {other} on {when}] The {other} dashboard reads the exports." in system
+        assert f"[project, team, added by {name} on {when}] The {name} dashboard reads the exports." in system
