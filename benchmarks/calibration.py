@@ -79,7 +79,8 @@ def table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> N
 
 # -- 1. exact requests -----------------------------------------------------------------------
 
-def _blocks(request: Any) -> Iterable[dict[str, Any]]:
+def request_blocks(request: Any) -> Iterable[dict[str, Any]]:
+    """Every content block of a request's messages, and the blocks inside tool results."""
     for message in request.get("messages") or []:
         content = message.get("content")
         for block in content if isinstance(content, list) else []:
@@ -100,7 +101,7 @@ def request_class(exchange: Exchange) -> str:
         return "server tool ran (usage adds its rounds)"
     if any(api_count.is_server_tool(t) for t in tools) or request.get("mcp_servers"):
         return "server tools (hidden prompts by kind)"
-    if any(b.get("type") in ("image", "document") for b in _blocks(request)):
+    if any(b.get("type") in ("image", "document") for b in request_blocks(request)):
         return "images and documents"
     if (request.get("thinking") or {}).get("type") in ("enabled", "adaptive"):
         return "thinking"

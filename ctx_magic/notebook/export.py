@@ -3,7 +3,7 @@ or, with `--transcript`, the full transcript (everything, compacted or not) as a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,14 +98,19 @@ def transcript_notebook(records: list[Mapping[str, Any]], session_id: str) -> An
 
 
 def export_transcript(records: list[Mapping[str, Any]], session_id: str, path: Path) -> Path:
+    return _write(lambda: transcript_notebook(records, session_id), path, "transcript")
+
+
+def _write(make: Callable[[], nbformat.NotebookNode], path: Path, what: str) -> Path:
+    """Write the notebook `make` builds to `path`; a folder or a failed write is one clear error."""
     if path.is_dir():
         raise StorageError(f"{path} is a folder: give the path of the .ipynb file to write")
-    notebook = transcript_notebook(records, session_id)
+    notebook = make()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, str(path))
     except OSError as error:
-        raise StorageError(f"The transcript was not exported: {describe_os_error(error, path)}") from error
+        raise StorageError(f"The {what} was not exported: {describe_os_error(error, path)}") from error
     return path
 
 
@@ -247,12 +252,4 @@ def session_notebook(records: list[Mapping[str, Any]], session_id: str) -> Any:
 
 
 def export_notebook(records: list[Mapping[str, Any]], session_id: str, path: Path) -> Path:
-    if path.is_dir():
-        raise StorageError(f"{path} is a folder: give the path of the .ipynb file to write")
-    notebook = session_notebook(records, session_id)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, str(path))
-    except OSError as error:
-        raise StorageError(f"The session was not exported: {describe_os_error(error, path)}") from error
-    return path
+    return _write(lambda: session_notebook(records, session_id), path, "session")

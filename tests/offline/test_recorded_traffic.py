@@ -5,7 +5,6 @@ them the way it did."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -13,7 +12,7 @@ import anthropic
 import pytest
 from corpus_rig import require_corpus
 
-from benchmarks.calibration import COUNTABLE, request_class
+from benchmarks.calibration import COUNTABLE, request_blocks, request_class
 from benchmarks.calibration_corpus import Exchange, load_exchanges
 from ctx_magic.context import api_count
 from ctx_magic.offline import OfflineAPI, OfflineConfig, offline_client
@@ -31,18 +30,8 @@ def exchanges() -> tuple[Exchange, ...]:
     return tuple(load_exchanges(require_corpus("claude-api-real").parent))
 
 
-def _blocks(request: Any) -> Iterator[dict[str, Any]]:
-    for message in request.get("messages") or []:
-        content = message.get("content")
-        for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict):
-                yield block
-                inner = block.get("content")
-                yield from (b for b in inner if isinstance(b, dict)) if isinstance(inner, list) else ()
-
-
 def _signed(request: Any) -> bool:
-    return any(b.get("type") in SIGNED for b in _blocks(request))
+    return any(b.get("type") in SIGNED for b in request_blocks(request))
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +95,7 @@ def test_held_out_files_count_as_well_as_the_files_the_counter_was_fitted_on() -
 def test_an_image_the_recorded_api_counted_is_counted_by_its_size() -> None:
     """Base64 images: width x height / 750 (the vision docs), within 5 % of the recorded request."""
     def base64_images_only(request: Any) -> bool:
-        media = [b for b in _blocks(request) if b.get("type") in ("image", "document")]
+        media = [b for b in request_blocks(request) if b.get("type") in ("image", "document")]
         return bool(media) and all(b["type"] == "image" and b["source"].get("type") == "base64" for b in media)
 
     with_images = [e for e in exchanges() if e.status == 200 and request_class(e) == "images and documents"
