@@ -23,6 +23,7 @@ from ctx_magic.notebook.agent_cells import (
     error_output,
 )
 from ctx_magic.notebook.executor import NOT_RUN
+from ctx_magic.notebook.tasks import STALLED
 from ctx_magic.notebook.wording import count
 from ctx_magic.store.files import describe_os_error
 
@@ -121,6 +122,7 @@ SUMMARIZED_TAG = "summarized"
 SPAN_START = ("*From here to the next compaction note, the agent's context later kept only a summary "
               "(these cells are tagged `summarized`).*")
 RAISES_TAG = "raises-exception"  # nbclient's own tag: the error is expected, the run goes on
+BACKGROUND_NOTE = "*The agent ran the next cell as a background run: what it printed went to the run's log.*"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 OTHER_TOOL_CHARS = 2_000  # a file read or a search: enough to follow the conversation
 
@@ -188,8 +190,12 @@ def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str,
         if _not_run(result):
             why = result_text(dict(result)).split("\n")[0] if result else "no result was recorded"
             return [new_markdown_cell(f"*The agent's code, not run ({why}):*\n\n```python\n{code}\n```")]
-        return [_code_cell(code, result, {"agent": {"session": session_id, "tool_use_id": block.get("id")}},
-                           tags=(AGENT_TAG,))]
+        meta = {"agent": {"session": session_id, "tool_use_id": block.get("id")}}
+        if call_input.get("background") is True:  # its output went to its log: the cell shows none
+            return [new_markdown_cell(BACKGROUND_NOTE), _code_cell(code, None, meta, tags=(AGENT_TAG,))]
+        # Code that waited for an answer stops at input() where nobody types (nbclient has no stdin).
+        waited = result is not None and STALLED in result_text(dict(result))
+        return [_code_cell(code, result, meta, tags=(AGENT_TAG, RAISES_TAG) if waited else (AGENT_TAG,))]
     if name == "notebook_cell":
         meta: dict[str, Any] = {"cell": call_input.get("execution_count")}
         if message.meta.get(AGENT_CALL_KEY):

@@ -373,6 +373,10 @@ def _last_printed_line(tail: str) -> str:
     return line if len(line) <= LAST_LINE_CHARS else line[: LAST_LINE_CHARS - 1] + "…"
 
 
+STALLED = "stalled: waiting for input after"
+"""How the `python` tool's result says a foreground run waits for an answer (and went on in the background)."""
+
+
 def started_text(run: Run) -> str:
     """The `python` tool's result for a background run."""
     return (f"Started background run {run.id} (its log: {run.log_path}). It runs beside your next steps and the "
@@ -384,7 +388,7 @@ def stalled_text(run: Run) -> str:
     info = run.info()
     so_far = run.record.text()
     silence = f" (no output for {duration(info.silent_for)})" if info.silent_for else ""
-    stall = (f"stalled: waiting for input after '{info.detail}'{silence}. The run goes on in the background as "
+    stall = (f"{STALLED} '{info.detail}'{silence}. The run goes on in the background as "
              f"{run.id}: answer it (task, action 'answer'), stop it (action 'stop'), or ask the user (they can "
              f"answer with %ctx answer {run.id}).")
     return stall if so_far == "(no output)" else f"{so_far}\n\n{stall}"

@@ -10,6 +10,7 @@ from nbclient import NotebookClient
 from notebook_rig import cell, controller, offline_shell, run
 
 from ctx_magic.notebook.agent_cells import marked
+from ctx_magic.notebook.export import BACKGROUND_NOTE
 
 USER = "import statistics\nvalues = [3, 5, 7]"
 MEAN = "mean = statistics.mean(values)\nprint('mean', mean)"
@@ -71,3 +72,42 @@ def test_the_export_runs_top_to_bottom_in_a_kernel_without_ctx_magic(exported, t
         "mean 5\n", "mean 5\n", "after the compaction 10\n"]
     assert code[-1].outputs[0].text == "False\n"
     assert not (tmp_path / "never-written.txt").exists()  # the code that was refused stays unrun
+
+
+BACKGROUND = "print('in the background')"
+ASKS = "answer = input('Go on? [y/N] ')\nprint('answered', answer)"
+
+
+@pytest.fixture
+def exported_runs(tmp_path, monkeypatch):
+    """A session with a background run and a foreground run that waited for input, exported."""
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        run(shell, f"%%agent\nIn the background, please.\n```python background\n{BACKGROUND}\n```")
+        _, asked = run(shell, f"%%agent\nAsk first.\n{fence(ASKS)}")
+        assert "waiting for input after 'Go on? [y/N]'" in asked
+        _, stopped = run(shell, "%ctx stop t2")
+        assert "t2" in stopped
+        run(shell, f"%ctx export {tmp_path / 'out.ipynb'}")
+    return nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+
+
+def test_a_background_run_and_a_run_that_waited_for_input_export_as_cells_a_kernel_can_run(exported_runs):
+    exported = exported_runs
+    code = [c for c in exported.cells if c.cell_type == "code"]
+    assert [c.source for c in code] == [BACKGROUND, ASKS]
+    # The background run's output went to its log: the cell shows none, a note above says why.
+    assert code[0].outputs == [] and code[0].metadata["tags"] == ["ctx-agent"]
+    assert exported.cells[exported.cells.index(code[0]) - 1].source == BACKGROUND_NOTE
+    # input() stops where nobody can type: the cell's error is expected, and the run goes on past it.
+    assert code[1].metadata["tags"] == ["ctx-agent", "raises-exception"]
+
+
+@pytest.mark.slow  # a real kernel
+def test_an_export_with_a_run_that_waited_for_input_runs_to_its_end(exported_runs, tmp_path):
+    exported_runs.cells.append(nbformat.v4.new_code_cell("print('the end')"))
+    NotebookClient(exported_runs, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    code = [c for c in exported_runs.cells if c.cell_type == "code"]
+    assert code[0].outputs[0].text == "in the background\n"
+    assert code[1].outputs[-1].ename == "StdinNotImplementedError"  # nobody can type here
+    assert code[-1].outputs[0].text == "the end\n"
