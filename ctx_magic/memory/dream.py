@@ -175,6 +175,18 @@ def save_state(folder: Path, state: DreamState, *, shared: bool = False) -> None
     atomic_write_json(folder / STATE_NAME, state.to_json(), mode=SHARED_FILE_MODE if shared else None)
 
 
+def open_gates(folder: Path, now: datetime, *, shared: bool = False) -> tuple[DreamState, str | None]:
+    """The cheapest gates (the time since the last dream, then the interval between checks): the
+    folder's state and why they are closed, or None; a check that passes them is recorded."""
+    state = load_state(folder)
+    closed = time_gate(state, now) or check_interval_gate(state, now)
+    if closed:
+        return state, closed
+    state = dataclasses.replace(state, last_check=now)
+    save_state(folder, state, shared=shared)
+    return state, None
+
+
 # -- the phases -----------------------------------------------------------------------------
 
 
@@ -425,14 +437,9 @@ def dream(
     put back on any failure; the lock is released in every case.
     """
     store = store or MemoryStore.for_project(storage_dir)
-    folder = store.folder
-    state = load_state(folder)
-    if not force:
-        closed = time_gate(state, now) or check_interval_gate(state, now)
-        if closed:
-            return DreamResult("skipped", closed)
-        state = dataclasses.replace(state, last_check=now)
-        save_state(folder, state)
+    state, closed = (load_state(store.folder), None) if force else open_gates(store.folder, now)
+    if closed:
+        return DreamResult("skipped", closed)
     recent = sessions_since(storage_dir, state.last_dream, current_session)
     closed = None if force else sessions_gate(len(recent))
     if closed:

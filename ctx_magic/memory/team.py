@@ -10,7 +10,6 @@ filesystem lets it (`lock.py`, `shared_folder.py`).
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import os
 from datetime import datetime
@@ -19,12 +18,9 @@ from pathlib import Path
 from ctx_magic.memory.dream import (
     MIN_SESSIONS_SINCE_DREAM,
     DreamResult,
-    check_interval_gate,
-    load_state,
+    open_gates,
     run_locked,
     run_phases,
-    save_state,
-    time_gate,
 )
 from ctx_magic.memory.longterm import TextModel
 from ctx_magic.memory.shared_folder import lock_support
@@ -78,14 +74,10 @@ def dream_team(store: MemoryStore, model: TextModel, *, now: datetime, force: bo
     (by any member: the state is in the folder), checked at most every 10 minutes, and at least 5
     memories added or changed since. Then the phases run on the folder's memories alone, under the
     dream lock: a second member who tries meanwhile is told who dreams, and skips."""
-    folder = store.folder
-    state = load_state(folder)
     if not force:
-        closed = time_gate(state, now) or check_interval_gate(state, now)
+        state, closed = open_gates(store.folder, now, shared=True)
         if closed:
             return DreamResult("skipped", closed)
-        state = dataclasses.replace(state, last_check=now)
-        save_state(folder, state, shared=True)
         last = state.last_dream
         closed = changes_gate(sum(1 for m in store.all() if last is None or m.updated > last))
         if closed:
