@@ -137,7 +137,7 @@ class RequestFrame:
         """Whether requests offer the context tools (compact, snip, search_transcript). Not until
         something was first taken out of the live context: before that they have nothing to act
         on or find, and their definitions in every request cost a session that never nears its
-        threshold up to 14 % of its bill (the replay benchmark, at 200,000). Once offered they
+        threshold up to 5 % of its bill (the replay benchmark, at 200,000). Once offered they
         stay, so the cached prefix keeps them."""
         self._sent_signature: str | None = None
         """The system prompt and tools of the last main call (`CallSetup.signature`)."""
