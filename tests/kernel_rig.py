@@ -49,18 +49,7 @@ class Kernel:
 
     def outputs(self, code: str, timeout: float = 120) -> list[dict[str, Any]]:
         """Run `code`; the content of every output message it sent (what the .ipynb would keep)."""
-        msg_id = self.client.execute(code)
-        found: list[dict[str, Any]] = []
-        while True:
-            message = self.client.get_iopub_msg(timeout=timeout)
-            if message["parent_header"].get("msg_id") != msg_id:
-                continue
-            if message["msg_type"] in OUTPUT_TYPES:
-                found.append(message["content"])
-            elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
-                break
-        self.client.get_shell_msg(timeout=timeout)
-        return found
+        return self.execute_with_reply(code, timeout)[0]
 
     def execute_with_reply(self, code: str, timeout: float = 120,
                            silent: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:

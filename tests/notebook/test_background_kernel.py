@@ -47,14 +47,6 @@ def let_it_print(lines: int) -> str:
             "total = sum(range(10))\nprint('my own result', total)")
 
 
-@pytest.fixture
-def kernels():
-    started: list[Kernel] = []
-    yield started
-    for kernel in started:
-        kernel.close()
-
-
 def start(kernels: list[Kernel], folder, setup: str = SETUP) -> Kernel:
     kernel = Kernel(folder, kernel_env())
     kernels.append(kernel)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kernel_rig import SETUP, Kernel, kernel_env, session_id, start
+from kernel_rig import SETUP, kernel_env, session_id, start
 
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
@@ -28,14 +28,6 @@ def server() -> Iterator[tuple[OfflineAPI, dict[str, str]]]:
     offline = OfflineAPI(OfflineConfig())
     with serve_in_thread(offline) as (url, _stop):
         yield offline, kernel_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=url)
-
-
-@pytest.fixture
-def kernels() -> Iterator[list[Kernel]]:
-    started: list[Kernel] = []
-    yield started
-    for kernel in started:
-        kernel.close()
 
 
 

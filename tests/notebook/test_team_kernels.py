@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_rig import SETUP, Kernel, kernel_env, start
+from kernel_rig import SETUP, kernel_env, start
 
 from ctx_magic.memory.store import INDEX_NAME, Memory
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
@@ -41,14 +41,6 @@ def server() -> Iterator[tuple[OfflineAPI, dict[str, str]]]:
     offline = OfflineAPI(OfflineConfig(window=200_000))
     with serve_in_thread(offline) as (url, _stop):
         yield offline, kernel_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=url)
-
-
-@pytest.fixture
-def kernels() -> Iterator[list[Kernel]]:
-    started: list[Kernel] = []
-    yield started
-    for kernel in started:
-        kernel.close()
 
 
 def member_setup(name: str, shared: Path) -> str:
