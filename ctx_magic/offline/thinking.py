@@ -93,10 +93,6 @@ def thinking_mode(request: Request) -> str:
     return str(thinking.get("type")) if isinstance(thinking, Mapping) else "disabled"
 
 
-def thinking_on(request: Request) -> bool:
-    return thinking_mode(request) in ("enabled", "adaptive")
-
-
 # --- the parameter ---
 
 

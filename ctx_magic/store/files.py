@@ -8,7 +8,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +115,3 @@ def snapshot_folder(folder: Path, *, skip: Callable[[str], bool] = lambda name: 
     if not folder.is_dir():
         return {}
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not skip(p.name)}
-
-
-def restore_folder(folder: Path, snapshot: Mapping[str, bytes], *,
-                   skip: Callable[[str], bool] = lambda name: False) -> None:
-    """Put `folder` back as the snapshot saw it: new files removed, changed ones rewritten."""
-    for path in list(folder.iterdir()) if folder.is_dir() else []:
-        if path.is_file() and not skip(path.name) and path.name not in snapshot:
-            path.unlink(missing_ok=True)
-    for name, data in snapshot.items():
-        path = folder / name
-        if not path.is_file() or path.read_bytes() != data:
-            atomic_write_bytes(path, data)
