@@ -17,7 +17,7 @@ from typing import Any
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.memory.dream import DreamResult, dream, maybe_dream
+from ctx_magic.memory.dream import DreamResult, dream
 from ctx_magic.memory.longterm import TeamShare, extract_memories
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
 from ctx_magic.memory.secrets import refusal_line
@@ -217,10 +217,8 @@ class MemoryManager:
     # -- dreaming ------------------------------------------------------------------------------
 
     def dream(self, session: Session, *, force: bool) -> DreamResult:
-        run = dream if force else maybe_dream
-        kwargs = {"force": True} if force else {}
-        return run(self.storage_dir, SessionTextModel(session), now=self.clock(),
-                   current_session=session.session_id, holder=self.member, **kwargs)
+        return dream(self.storage_dir, SessionTextModel(session), now=self.clock(), force=force,
+                     current_session=session.session_id, holder=self.member)
 
     def dream_team(self, session: Session, *, force: bool) -> DreamResult | None:
         """The team folder's dream (None without team memory): a second member dreaming it at the
