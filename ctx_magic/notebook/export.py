@@ -24,8 +24,8 @@ from ctx_magic.notebook.agent_cells import (
 )
 from ctx_magic.notebook.executor import NOT_RUN
 from ctx_magic.notebook.tasks import STALLED
-from ctx_magic.notebook.wording import count
 from ctx_magic.store.files import describe_os_error
+from ctx_magic.ui.cards import count
 
 CODE_TOOLS = ("python", "notebook_cell")
 

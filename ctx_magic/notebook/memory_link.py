@@ -13,8 +13,8 @@ from ctx_magic.agent.session import Session
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.store import added_by
 from ctx_magic.notebook.config import CtxMagic
-from ctx_magic.notebook.wording import count
 from ctx_magic.notebook.workspace import Workspace
+from ctx_magic.ui.cards import count
 
 INJECTED_KEY = "memory_injected"
 

@@ -19,7 +19,8 @@ from ctx_magic.events import (
     Snipped,
     ThinkingCleared,
 )
-from ctx_magic.notebook.wording import count, with_remedy
+from ctx_magic.notebook.wording import with_remedy
+from ctx_magic.ui.cards import count
 
 # Readable on a light and on a dark theme alike: quiet lines keep the theme's own text colour,
 # dimmed; warnings and errors use mid-tone colours that stand out on white and on black.

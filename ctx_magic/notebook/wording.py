@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ctx_magic.context.pins import pins_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.prices import format_usd
+from ctx_magic.ui.cards import count
 
 if TYPE_CHECKING:
     from ctx_magic.agent.loop import TurnResult
@@ -34,11 +35,6 @@ def with_remedy(text: str, remedy: str = "") -> str:
 
 def error_line(error: CtxMagicError) -> str:
     return with_remedy(str(error), error.remedy)
-
-
-def count(n: int, one: str, many: str | None = None) -> str:
-    """'1 model call', '3 model calls'."""
-    return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
 def summary_line(status: StatusSnapshot, result: TurnResult) -> str:

@@ -32,6 +32,7 @@ CLEARED_WHY = {"idle": "after an idle gap (the prompt cache had expired, so clea
 
 
 def count(n: int, one: str, many: str | None = None) -> str:
+    """'1 model call', '3 model calls'."""
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
