@@ -15,9 +15,10 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from ctx_magic.offline.app import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineAPI, OfflineConfig
+from ctx_magic.offline.app import OfflineAPI
 from ctx_magic.offline.counting import UNIT_VARIABLE, UNITS
 from ctx_magic.offline.server import start_server
+from ctx_magic.offline.shapes import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineConfig
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

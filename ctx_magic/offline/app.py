@@ -40,31 +40,13 @@ from ctx_magic.offline.faults import ApiError, RandomFaults, check_faults
 from ctx_magic.offline.messages_endpoint import MessagesEndpoint
 from ctx_magic.offline.policy import Policy
 from ctx_magic.offline.shapes import (
-    DEFAULT_MAX_OUTPUT as DEFAULT_MAX_OUTPUT,
-)
-from ctx_magic.offline.shapes import (
-    DEFAULT_WINDOW as DEFAULT_WINDOW,
-)
-from ctx_magic.offline.shapes import (
-    HttpReply as HttpReply,
-)
-from ctx_magic.offline.shapes import (
-    OfflineConfig as OfflineConfig,
-)
-from ctx_magic.offline.shapes import (
-    Outcome as _Outcome,
-)
-from ctx_magic.offline.shapes import (
-    RecordedRequest as RecordedRequest,
-)
-from ctx_magic.offline.shapes import (
-    error_reply as _error_reply,
-)
-from ctx_magic.offline.shapes import (
-    json_reply as _json_reply,
-)
-from ctx_magic.offline.shapes import (
-    provider_error as _provider_error,
+    HttpReply,
+    OfflineConfig,
+    Outcome,
+    RecordedRequest,
+    error_reply,
+    json_reply,
+    provider_error,
 )
 
 
@@ -177,48 +159,48 @@ class OfflineAPI:
     def _control(self, method: str, route: str, body: bytes) -> HttpReply:
         if route == "/_offline/requests" and method == "GET":
             records = [r.to_json() for r in self._records]
-            return _json_reply(200, {"requests": records, "counts": dict(_kinds(self._records))})
+            return json_reply(200, {"requests": records, "counts": dict(_kinds(self._records))})
         if route == "/_offline/requests" and method == "DELETE":
             self._records.clear()
-            return _json_reply(200, {"cleared": True})
+            return json_reply(200, {"cleared": True})
         if route == "/_offline/faults" and method == "POST":
             try:
                 faults = tuple(json.loads(body or b"{}").get("faults", []))
                 check_faults(faults)
             except (ValueError, AttributeError, TypeError) as error:
-                return _error_reply(ApiError(400, "invalid_request_error", str(error)))
+                return error_reply(ApiError(400, "invalid_request_error", str(error)))
             self._faults.extend(faults)
-            return _json_reply(200, {"queued": list(self._faults)})
-        return _error_reply(ApiError(404, "not_found_error", f"no offline control endpoint {method} {route}"))
+            return json_reply(200, {"queued": list(self._faults)})
+        return error_reply(ApiError(404, "not_found_error", f"no offline control endpoint {method} {route}"))
 
-    def _api(self, method: str, route: str, headers: Mapping[str, str], body: bytes) -> _Outcome:
+    def _api(self, method: str, route: str, headers: Mapping[str, str], body: bytes) -> Outcome:
         where = providers.route(method, route)
         if where is not None:
             return self._provider(where, headers, body)
         auth_error = _check_auth(headers, self.config.credential)
         if auth_error is not None:
-            return _Outcome(_error_reply(auth_error))
+            return Outcome(error_reply(auth_error))
         if method == "POST" and route == "/v1/messages":
             return self.endpoint.messages(body, self.config, self.policy, betas=_betas(headers))
         if method == "POST" and route == "/v1/messages/count_tokens":
             return self.endpoint.count_tokens(body, self.config)
         if method == "GET" and route == "/v1/models":
-            return _Outcome(models.models_page(self.config))
+            return Outcome(models.models_page(self.config))
         if method == "GET" and route.startswith("/v1/models/"):
             model_id = urllib.parse.unquote(route.removeprefix("/v1/models/"))
-            return _Outcome(models.model_reply(self.config, model_id))
-        return _Outcome(_error_reply(ApiError(404, "not_found_error", f"Not found: {method} {route}")))
+            return Outcome(models.model_reply(self.config, model_id))
+        return Outcome(error_reply(ApiError(404, "not_found_error", f"Not found: {method} {route}")))
 
-    def _provider(self, where: providers.Route, headers: Mapping[str, str], body: bytes) -> _Outcome:
+    def _provider(self, where: providers.Route, headers: Mapping[str, str], body: bytes) -> Outcome:
         """A request as Bedrock's or Vertex's SDK client sends it (providers.py)."""
         auth_error = providers.auth_error(where.provider, headers)
         if auth_error is not None:
-            return _Outcome(_provider_error(where.provider, auth_error), provider=where.provider)
+            return Outcome(provider_error(where.provider, auth_error), provider=where.provider)
         try:
             body, body_betas = providers.first_party_body(where, body)
         except ValueError as error:
             failed = ApiError(400, "invalid_request_error", str(error))
-            return _Outcome(_provider_error(where.provider, failed), provider=where.provider)
+            return Outcome(provider_error(where.provider, failed), provider=where.provider)
         if where.operation == "count":
             return self.endpoint.count_tokens(body, self.config, provider=where.provider)
         return self.endpoint.messages(body, self.config, self.policy, betas=body_betas or _betas(headers),
