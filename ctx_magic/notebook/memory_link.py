@@ -6,7 +6,6 @@ at its first turn, extracted when it ends, consolidated when the dream's gates o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
@@ -75,9 +74,6 @@ class MemoryLink:
 
     def notes_text(self) -> str:
         return self.notes.text() if self.notes is not None else ""
-
-    def rows(self) -> list[dict[str, Any]]:
-        return self.manager.rows()
 
     # -- %memory -------------------------------------------------------------------------------------
 

@@ -111,7 +111,7 @@ class PanelLink:
         """The session's current status into the panel (turn ends, %compact, idle checks)."""
         if self.widget is not None and self._session is not None:
             self.widget.load(self._session.status(), notes=self._memory.notes_text(),
-                             memories=self._memory.rows())
+                             memories=self._memory.manager.rows())
         self.runs_changed()
 
     def runs_changed(self) -> None:
