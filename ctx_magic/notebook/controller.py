@@ -149,7 +149,7 @@ class Controller:
 
     def carry_on(self, session_id: str | None, pending: list[Any]) -> None:
         """After `%reload_ext`: resume this session at the next turn, with the cells recorded before."""
-        self.host.carry(session_id)
+        self.host.carried = session_id
         self.cells.carry(pending)
 
     def show_sidebar(self, *, inline: bool = False) -> None:

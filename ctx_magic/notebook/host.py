@@ -36,10 +36,6 @@ class SessionHost:
         self.carried: str | None = None
         """The session of this kernel before the extension was reloaded: the next turn resumes it."""
 
-    def carry(self, session_id: str | None) -> None:
-        """After `%reload_ext`: the session this kernel had before; the next turn resumes it."""
-        self.carried = session_id
-
     def _backend(self) -> Backend:
         """The backend; chosen again when the `provider` setting changed (unless one was given)."""
         settings = self._settings
