@@ -14,9 +14,11 @@ clicked.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import time
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from typing import Any
 
 import ipywidgets as widgets
@@ -29,7 +31,6 @@ from ctx_magic.ui.fold import EventFold, context_traits
 from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.picture import chart_html, composition_html, headline_html
 from ctx_magic.ui.runs import RunRows
-from ctx_magic.ui.style import panel_style
 
 FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn streams
 # Everything that describes one session (all synced traits but the status line).
@@ -38,6 +39,16 @@ PER_SESSION_TRAITS = ("tokens", "threshold", "warning", "blocking", "window", "z
                       "spend", "timeline", "persisted", "session_notes", "memories", "cell_marks", "breaker_open",
                       "session_id", "model", "calls", "composition", "cost")
 STATE_WORDS = {"thinking": "thinking…", "running": "running code…", "compacting": "compacting…"}
+
+
+@functools.cache
+def panel_style() -> str:
+    """panel.css beside this file, shipped inside the panel as a `<style>` element so that every
+    frontend (the JupyterLab sidebar, Notebook 7, VS Code, a cell inline) shows the same panel.
+    Every rule is scoped to `.ctx-magic-panel`; colours come from JupyterLab's theme variables
+    (with fallbacks for frontends that define none)."""
+    css = resources.files("ctx_magic.ui").joinpath("panel.css").read_text(encoding="utf-8")
+    return f'<style class="ctx-magic-style">{css}</style>'
 
 
 class ContextPanel(widgets.VBox):
