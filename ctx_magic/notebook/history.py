@@ -19,7 +19,7 @@ from typing import Any
 
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.messages import Message
-from ctx_magic.notebook.outputs import KERNEL_RUN, display_text, is_own_or_skipped, printed
+from ctx_magic.notebook.outputs import KERNEL_RUN, as_text, display_text, is_own_or_skipped, printed
 
 HISTORY_TOOL = {
     "name": "kernel_history",
@@ -67,7 +67,7 @@ def _kept_output(history: Any, count: int, out: Mapping[int, Any]) -> str:
             text = printed([str(piece) for piece in bundle.get("stream", [])]).rstrip("\n")
             parts.append(text if kind == "out_stream" else f"[stderr]\n{text}")
         elif kind == "execute_result":
-            parts.append(f"[Out[{count}]]\n{_joined(bundle.get('text/plain', ''))}")
+            parts.append(f"[Out[{count}]]\n{as_text(bundle.get('text/plain', ''))}")
         elif kind == "display_data":
             shown = display_text(bundle)
             images = [mime for mime in bundle if mime.startswith("image/")]
@@ -77,10 +77,6 @@ def _kept_output(history: Any, count: int, out: Mapping[int, Any]) -> str:
     if isinstance(error, Mapping):
         parts.append(f"[error]\n{error.get('ename')}: {error.get('evalue')}")
     return "\n".join(p for p in parts if p)
-
-
-def _joined(value: Any) -> str:
-    return "".join(value) if isinstance(value, list) else str(value)
 
 
 def _plain(value: Any) -> str:

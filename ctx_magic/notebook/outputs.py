@@ -97,11 +97,11 @@ def html_text(markup: str) -> str:
 def display_text(data: dict[str, Any]) -> tuple[str, str] | None:
     """(mime type, text) the model gets for one display: markdown or plain text, or the text of
     the HTML when the plain text is only an object's default repr (an HTML-only display)."""
-    plain = _as_text(data.get("text/plain", ""))
+    plain = as_text(data.get("text/plain", ""))
     if "text/markdown" in data:
-        return "text/markdown", _as_text(data["text/markdown"])
+        return "text/markdown", as_text(data["text/markdown"])
     if "text/html" in data and (not plain or _DEFAULT_REPR.match(plain.strip())):
-        return "text/html", html_text(_as_text(data["text/html"]))
+        return "text/html", html_text(as_text(data["text/html"]))
     return ("text/plain", plain) if "text/plain" in data else None
 
 
@@ -155,7 +155,7 @@ class CellRecord:
                 parts.append(f"[displayed {shown[0]}]\n{shown[1]}")
         if self.result is not None:
             label = f"Out[{self.execution_count}]" if self.execution_count else "result"
-            parts.append(f"[{label}]\n{_as_text(self.result.get('text/plain', ''))}")
+            parts.append(f"[{label}]\n{as_text(self.result.get('text/plain', ''))}")
         if self.error:
             parts.append("[error]\n" + strip_ansi(self.error).rstrip("\n"))
         return decode_output("\n\n".join(parts)) if parts else "(no output)"
@@ -210,7 +210,8 @@ def left_out_line(checks: list[ImageCheck]) -> str | None:
     return f"ctx_magic: {what} of this output will not be sent to the agent: {'; '.join(reasons)}."
 
 
-def _as_text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A mime bundle's value as one string (nbformat keeps multi-line text as a list of lines)."""
     return "".join(value) if isinstance(value, list) else str(value)
 
 
