@@ -15,6 +15,7 @@ started, and wakes an `input()` it waits in.
 from __future__ import annotations
 
 import ast
+import codecs
 import contextlib
 import ctypes
 import dataclasses
@@ -468,17 +469,7 @@ def read_log(path: Path, offset: int, limit: int = READ_MAX_BYTES) -> tuple[str,
     except OSError:
         return "", offset, 0
     start = min(offset, size)
-    if start + len(data) < size:  # a character cut in two waits for the next read
-        data = data[:_whole_characters(data)]
-    end = start + len(data)
-    return printed([data.decode("utf-8", "replace")]), end, size
-
-
-def _whole_characters(data: bytes) -> int:
-    """The length of `data` without a UTF-8 character cut at its end."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # the first byte of the last character
-            need = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return len(data) if need <= back else len(data) - back
-    return len(data)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data, final=start + len(data) >= size)  # a character cut in two waits for the next read
+    end = start + len(data) - len(decoder.getstate()[0])
+    return printed([text]), end, size
