@@ -174,8 +174,7 @@ def _random_letters(value: str) -> bool:
 def _looks_random(token: str) -> bool:
     if len(token) < HIGH_ENTROPY_MIN_CHARS or _is_path(token) or _reads_as_words(token):
         return False
-    classes = (any(c.islower() for c in token), any(c.isupper() for c in token), any(c.isdigit() for c in token))
-    return all(classes) and shannon_bits(token) >= HIGH_ENTROPY_BITS_PER_CHAR
+    return _mixed_kinds(token) and shannon_bits(token) >= HIGH_ENTROPY_BITS_PER_CHAR
 
 
 def _is_password_name(name: str) -> bool:
@@ -266,9 +265,7 @@ def _format_found(match: re.Match[str], text: str) -> bool:
     if start == 0 or not text[start - 1].isalnum():
         return True
     found = match.group(0)
-    if found.upper() == found:
-        return True  # an upper-case format (AKIA + 16): no word is spelt that way
-    return any(c.isdigit() for c in found) and any(c.isupper() for c in found) and any(c.islower() for c in found)
+    return found.upper() == found or _mixed_kinds(found)  # upper case (AKIA + 16): no word is spelt that way
 
 
 def _format_value(kind: str, match: re.Match[str]) -> str | None:
