@@ -50,10 +50,6 @@ def compaction_line(event: Compacted) -> str:
             f"{event.tokens_after:,} tokens ({event.trigger})")
 
 
-def compaction_notice(event: Compacted) -> dict[str, str]:
-    return summary_block(compaction_line(event), event.summary)
-
-
 def server_compaction_line(event: ServerCompacted) -> str:
     return (f"The API compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
             f"{event.tokens_after:,} tokens (server)")
@@ -85,12 +81,12 @@ def notice_for(event: Event) -> dict[str, str] | None:
     """What the cell shows for `event`, or None when it shows nothing (a failed compaction among
     them: the loop's Notice says it in one line)."""
     if isinstance(event, Compacted):
-        return compaction_notice(event)
+        return summary_block(compaction_line(event), event.summary)
     if isinstance(event, ServerCompacted):
         return summary_block(server_compaction_line(event), event.summary)
     if isinstance(event, Notice):
         return notice_line(with_remedy(event.text, event.remedy),
-                           NOTICE_STYLES.get(event.level, NOTICE_STYLES["info"]))
+                           NOTICE_STYLES.get(event.level, INFO_STYLE))
     if isinstance(event, Cleared):
         return notice_line(cleared_line(event))
     if isinstance(event, Persisted):
