@@ -62,10 +62,8 @@ MIN_CACHEABLE_BY_MODEL: tuple[tuple[str, int], ...] = (
 
 def minimum_cacheable_tokens(model: str) -> int:
     """The shortest prefix `model` caches, in tokens."""
-    for prefix, minimum in MIN_CACHEABLE_BY_MODEL:
-        if model.startswith(prefix):
-            return minimum
-    return DEFAULT_MIN_CACHEABLE
+    return next((minimum for prefix, minimum in MIN_CACHEABLE_BY_MODEL if model.startswith(prefix)),
+                DEFAULT_MIN_CACHEABLE)
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,7 @@ def message_text(message: Mapping[str, Any]) -> str:
 
 
 def latest_user(request: Request) -> Mapping[str, Any] | None:
-    for message in reversed(messages(request)):
-        if message.get("role") == "user":
-            return message
-    return None
+    return next((m for m in reversed(messages(request)) if m.get("role") == "user"), None)
 
 
 def latest_user_text(request: Request) -> str:

@@ -299,10 +299,7 @@ class Policy:
     rules: tuple[Rule, ...] = DEFAULT_RULES
 
     def rule_for(self, request: Request) -> Rule:
-        for rule in self.rules:
-            if rule.applies(request):
-                return rule
-        return DEFAULT_RULES[-1]
+        return next((rule for rule in self.rules if rule.applies(request)), DEFAULT_RULES[-1])
 
     def kind(self, request: Request) -> RequestKind:
         return self.rule_for(request).kind
