@@ -11,7 +11,6 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ctx_magic.events import AuditReport
 from ctx_magic.prices import format_usd
 from ctx_magic.ui.picture import CHANGE_GLYPHS, pct
 
@@ -47,11 +46,6 @@ def markdown_output(text: str) -> widgets.Output:
     out.add_class("ctx-magic-markdown")
     out.outputs = markdown_outputs(text)
     return out
-
-
-def audit_text(audit: AuditReport | None) -> str:
-    """What a compaction's coverage audit appended after the summary ('' when nothing was)."""
-    return audit.text if audit is not None else ""
 
 
 def facts_html(rows: Sequence[tuple[str, str]]) -> str:

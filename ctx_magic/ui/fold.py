@@ -28,7 +28,6 @@ from ctx_magic.events import (
     UsageUpdated,
 )
 from ctx_magic.figures import ContextFigures
-from ctx_magic.ui.cards import audit_text
 from ctx_magic.ui.marks import CellIndex, CellRef, with_marks
 
 CLEARING_TRIGGERS = ("idle", "pressure")  # a Cleared of the model or the user is a snip of results
@@ -122,7 +121,7 @@ class EventFold:
                  "trigger": trigger, "reason": reason, "tokens_before": event.tokens_before,
                  "tokens_after": event.tokens_after, "messages": event.messages_summarized, "summary": event.summary,
                  "boundary_uuid": boundary, "replaced": list(event.summarized_uuids),
-                 "rebound": rebound, "audit": audit_text(event.audit)}
+                 "rebound": rebound, "audit": event.audit.text if event.audit is not None else ""}
         refs = self.cells.in_messages(event.summarized_uuids)
         why = f"it was summarized by {TRIGGER_MARK_WORDS.get(trigger, 'a')} compaction"
         return {"timeline": [*self._now("timeline"), entry], "tokens": event.tokens_after, "breaker_open": False,
