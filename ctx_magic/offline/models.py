@@ -4,20 +4,16 @@ else is reported as unsupported), and the context window in force for a request.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ctx_magic.offline.faults import ApiError
-from ctx_magic.offline.shapes import (
-    LONG_CONTEXT_BETA,
-    MODEL_CREATED_AT,
-    STANDARD_WINDOW,
-    STANDARD_WINDOW_MODELS,
-    HttpReply,
-    OfflineConfig,
-    error_reply,
-    json_reply,
-    known_model,
-)
+from ctx_magic.offline.shapes import HttpReply, OfflineConfig, error_reply, json_reply, known_model
+
+STANDARD_WINDOW = 200_000
+LONG_CONTEXT_BETA = "context-1m-2025-08-07"
+STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M only with the beta header
+MODEL_CREATED_AT = "1970-01-01T00:00:00Z"  # the SDK's epoch value for "release date unknown"
 
 
 def _support(flag: bool) -> dict[str, bool]:

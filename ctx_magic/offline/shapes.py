@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +15,6 @@ from ctx_magic.offline.faults import ApiError
 from ctx_magic.offline.wire import error_json
 
 DEFAULT_WINDOW = 200_000  # the API's standard context window
-STANDARD_WINDOW = 200_000
-LONG_CONTEXT_BETA = "context-1m-2025-08-07"
-STANDARD_WINDOW_MODELS = re.compile(r"^claude-sonnet-4(-5)?(-\d{8})?$")  # 1M only with the beta header
 DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
 MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
 KNOWN_MODEL_PREFIX = "claude-"
@@ -31,7 +27,6 @@ def known_model(model_id: str) -> bool:
     return model_id.startswith(TEST_MODEL_PREFIX) or (
         model_id.startswith(KNOWN_MODEL_PREFIX) and api_count.names_a_family(model_id))
 LISTED_MODELS = ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5")
-MODEL_CREATED_AT = "1970-01-01T00:00:00Z"  # the SDK's epoch value for "release date unknown"
 JSON_HEADERS = (("content-type", "application/json"),)
 HTML_HEADERS = (("content-type", "text/html; charset=utf-8"),)
 SSE_HEADERS = (("content-type", "text/event-stream"), ("cache-control", "no-cache"))
