@@ -29,7 +29,7 @@ import random
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from ctx_magic.offline.conversation import Block
 from ctx_magic.offline.wire import error_event
@@ -38,10 +38,7 @@ Fault = Literal[
     "ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall", "empty_reply", "whitespace_reply",
     "overloaded_midstream", "early_close", "early_close_tool", "html_body", "redacted_thinking",
 ]
-FAULTS: frozenset[str] = frozenset({
-    "ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall", "empty_reply", "whitespace_reply",
-    "overloaded_midstream", "early_close", "early_close_tool", "html_body", "redacted_thinking",
-})
+FAULTS: frozenset[str] = frozenset(get_args(Fault))
 # What a soak draws from: every fault a session must come through on its own ("stall" waits for a
 # release no soak gives, "redacted_thinking" is an answer, not a failure).
 SURVIVABLE_FAULTS: tuple[str, ...] = (
