@@ -21,6 +21,7 @@ from typing import Any
 
 from ctx_magic.errors import StorageError
 from ctx_magic.store.files import atomic_write_bytes, describe_os_error
+from ctx_magic.store.transcript import encode_record
 
 PENDING_ID_KEY = "pending_id"
 """Meta key, on the notebook_cell tool_use message, naming the pending cell it came from."""
@@ -45,14 +46,6 @@ class LoadedPending:
     problems: list[str] = field(default_factory=list)
 
 
-def _line(data: dict[str, Any]) -> bytes:
-    """One JSON line; a value JSON cannot hold is kept as its str() rather than failing the cell."""
-    try:
-        return (json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: \u escapes keep them exactly
-        return (json.dumps(data, ensure_ascii=True, separators=(",", ":"), default=str) + "\n").encode("ascii")
-
-
 class PendingCells:
     """Append-only file of one session's pending cells."""
 
@@ -62,7 +55,7 @@ class PendingCells:
     def add(self, cell: dict[str, Any], *, now: float) -> PendingCell:
         """Record one cell now (a partial line a crash left is closed first, so it stays alone)."""
         pending = PendingCell(uuid.uuid4().hex, cell, now)
-        data = _line(pending.to_json())
+        data = encode_record(pending.to_json(), default=str)  # a value JSON cannot hold: its str(), not a failure
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "ab") as handle:

@@ -28,13 +28,14 @@ DAMAGED_SUFFIX = ".damaged"  # transcript.jsonl -> transcript.damaged: the bytes
 TAIL_CHUNK = 1 << 16  # read backwards this much at a time to find where the last line starts
 
 
-def encode_record(record: dict[str, Any]) -> bytes:
+def encode_record(record: dict[str, Any], default: Callable[[Any], Any] | None = None) -> bytes:
+    """One JSON line; `default` makes a value JSON cannot hold into one it can (as json.dumps's)."""
     try:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=default)
         return (line + "\n").encode("utf-8")
     except UnicodeEncodeError:
         # Lone surrogates cannot be UTF-8; \u escapes round-trip them exactly through json.
-        return (json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+        return (json.dumps(record, ensure_ascii=True, separators=(",", ":"), default=default) + "\n").encode("ascii")
 
 
 @dataclass
