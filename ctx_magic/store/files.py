@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -39,7 +40,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
     try:
         with os.fdopen(fd, "wb") as handle:
             if mode is not None:
-                _chmod_quietly(tmp, mode)
+                with contextlib.suppress(OSError):  # some shares (SMB) refuse or ignore permission bits
+                    os.chmod(tmp, mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -95,19 +97,9 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
-def _chmod_quietly(path: str, mode: int) -> None:
-    """Some shares (SMB) refuse or ignore permission bits; the write goes on regardless."""
-    try:
-        os.chmod(path, mode)
-    except OSError:
-        pass
-
-
 def _remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def snapshot_folder(folder: Path, *, skip: Callable[[str], bool] = lambda name: False) -> dict[str, bytes]:
