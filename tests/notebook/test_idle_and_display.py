@@ -8,6 +8,7 @@ import pytest
 from builders import ManualClock
 from notebook_rig import captured, cell, clocked_shell, controller, run, texts
 
+from ctx_magic.agent.tools import ToolCall
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.events import (
     Cleared,
@@ -108,6 +109,9 @@ def test_old_cells_fold_after_an_idle_gap_and_the_next_turn_says_so(shell):
     assert "Folded 3 old notebook cells to a line each after an idle gap" in shown
     marker = next(m for m in controller(shell).host.session.live.messages if "notebook cells ran here" in m.text)
     assert re.search(r"^In\[\d+\]: values_0 = list\(range\(0\)\)  \(defines values_0\)$", marker.text, re.MULTILINE)
+    [history] = [t for t in controller(shell).executor.tools() if t.spec["name"] == "kernel_history"]
+    whole = str(history.run(ToolCall("toolu_test", "kernel_history", {}), None).content)
+    assert "values_0 = list(range(0))\nprint(" in whole  # a folded cell's whole source is one call away
 
 
 # -- the display ------------------------------------------------------------------------------
