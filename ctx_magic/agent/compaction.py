@@ -195,11 +195,8 @@ def server_compacted(session: Session, answer: Message) -> list[Message] | None:
     audit = audit_summary([*before, *first_written(session, before)], str(first.get("content") or ""),
                           transcript_path=str(session.store.transcript_path),
                           message_budget=int(setup.context.thresholds.autocompact * MESSAGES_SHARE_OF_THRESHOLD))
-    compacted = server_compaction(live, answer, session.clock(), audit=audit.report, pins=[p.id for p in pins],
-                                  carried=[(m.uuid, m.text) for m in audit.carried])
-    if compacted is None:
-        return None
-    marker, kept, event = compacted
+    marker, kept, event = server_compaction(live, at, session.clock(), audit=audit.report, pins=[p.id for p in pins],
+                                            carried=[(m.uuid, m.text) for m in audit.carried])
     session.recorder.message(marker)
     session.record(event)
     session.live.replace(kept)
