@@ -214,10 +214,6 @@ class RequestFrame:
             context_management=server.context_management if server is not None else None,
             betas=tuple(dict.fromkeys([*window.betas, *(server.betas if server is not None else ())])))
 
-    def resume_tail(self, cached_tail: str | None) -> None:
-        """At resume: the message the cache held last (state.json), so the breakpoints are the same."""
-        self.cached_tail = cached_tail
-
     def sent(self, messages: Sequence[Message], signature: str) -> bool:
         """A main call went out with `messages` and a system prompt and tools of `signature`: the
         cache now holds the prefix ending with them. Whether the system prompt or the tools

@@ -240,7 +240,7 @@ class Session:
         self.compaction = saved.compaction
         self.meter.restore(saved.usage)
         self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before
-        self.frame.resume_tail(saved.cached_tail)  # and the same breakpoints
+        self.frame.cached_tail = saved.cached_tail  # and the same breakpoints
         if saved.state.cleared or saved.compaction.boundaries or any(
                 m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in saved.messages):
             self.frame.offer_context_tools()  # and the same tools, once the context was cut
