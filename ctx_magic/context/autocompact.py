@@ -23,11 +23,12 @@ from ctx_magic.context.prompts import (
     extract_summary,
     summary_message_text,
 )
+from ctx_magic.context.reactive import without_media
 from ctx_magic.context.snip import safe_cuts, snipped_count
 from ctx_magic.context.tokens import Correction, count_context, message_tokens
 from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong, Remedy
 from ctx_magic.events import Compacted
-from ctx_magic.messages import Block, Message, text_block, user_text
+from ctx_magic.messages import Message, text_block, user_text
 
 MAX_PTL_RETRIES = 3  # Claude Code: give up on the summary after three truncations
 PTL_FALLBACK_DROP_SHARE = 0.2  # when the error gives no token gap, drop a fifth of the groups
@@ -53,15 +54,6 @@ class CompactionResult:
 # -- what the summarizer sees -----------------------------------------------------------------
 
 
-def _text_only(block: Block) -> Block:
-    kind = block.get("type")
-    if kind in ("image", "document"):
-        return text_block(f"[{kind}]")
-    if kind == "tool_result" and isinstance(block.get("content"), list):
-        return {**block, "content": [_text_only(b) for b in block["content"]]}
-    return block
-
-
 def summary_input(messages: Sequence[Message]) -> list[Message]:
     """Sent messages only, images and documents as [image]/[document].
 
@@ -71,7 +63,7 @@ def summary_input(messages: Sequence[Message]) -> list[Message]:
     loop's cached prefix (benchmarks/cache.py measured 74.6% -> 82.5% cache reads keeping them).
     The prompt tells the model to leave them out of the summary instead.
     """
-    return [m.with_content(_text_only(b) for b in m.content) for m in messages if m.sent]
+    return [m.with_content(without_media(b, "[{}]".format) for b in m.content) for m in messages if m.sent]
 
 
 # -- head truncation when the compaction request itself is too long --------------------------
