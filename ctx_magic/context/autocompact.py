@@ -48,7 +48,6 @@ class CompactionResult:
     new_messages: list[Message]
     """Messages this compaction created (boundary, summary, attachments, extra): for the transcript."""
     event: Compacted
-    summary: str
 
 
 # -- what the summarizer sees -----------------------------------------------------------------
@@ -262,4 +261,4 @@ def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] 
         audit=audit.report,
         pins=tuple(p.id for p in job.pins),
     )
-    return CompactionResult(live, [boundary, summary, *pinned, *extra], event, summary_text)
+    return CompactionResult(live, [boundary, summary, *pinned, *extra], event)
