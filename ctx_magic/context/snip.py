@@ -8,9 +8,9 @@ tool_result.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Collection, Sequence
 
+from ctx_magic.context.span_facts import defined_names
 from ctx_magic.context.thinking import has_thinking, is_prompt
 from ctx_magic.context.tokens import message_tokens
 from ctx_magic.events import FOLD_TRIGGER, Snipped
@@ -95,24 +95,6 @@ MIN_FOLDED_CELLS = 2  # one cell's pair is hardly larger than the line that stan
 FOLD_LINE_CHARS = 100  # a folded cell's first line, cut past this
 FOLD_OUTPUT_CHARS = 120  # an output this short is kept on its cell's line; longer ones were cleared
 FOLD_NAMES = 12  # names a folded cell defines, listed at most
-
-
-def defined_names(source: str) -> list[str]:
-    """The names a cell's top level binds (assignments, imports, functions, classes), in order."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):  # IPython magics and shell escapes are not Python
-        return []
-    names: list[str] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names += [(alias.asname or alias.name).split(".")[0] for alias in node.names]
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-    return list(dict.fromkeys(names))
 
 
 def folded_line(count: object, source: str, output: str | None) -> str:

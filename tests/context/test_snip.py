@@ -130,7 +130,7 @@ def test_after_an_idle_gap_old_cells_fold_into_one_marker_with_a_line_each():
     assert (event.trigger, event.count) == (FOLD_TRIGGER, 6)  # the three oldest cells; five results stay whole
     marker = next(m for m in out.messages if m.uuid == event.marker_uuid)
     assert marker.text.splitlines()[1:] == [
-        "In[1]: import pandas as pd  (defines pd, df)",
+        "In[1]: import pandas as pd  (defines df)",
         "In[2]: df.head()",
         "In[3]: x_train, y_train = split(df)  (defines x_train, y_train)]",
     ]
