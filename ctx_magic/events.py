@@ -61,6 +61,10 @@ class Persisted(Event):
     content: str = transient(default="")
 
 
+FOLD_TRIGGER = "cells"
+"""The trigger of a snip that folded old notebook cells to a line each (not the middle cut)."""
+
+
 @dataclass(frozen=True)
 class Snipped(Event):
     """Snip removed a middle run of messages and put one marker in their place."""

@@ -42,7 +42,7 @@ from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.context.thresholds import Thresholds, compute_thresholds
-from ctx_magic.events import Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
+from ctx_magic.events import FOLD_TRIGGER, Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.outputs import cell_messages
@@ -206,7 +206,7 @@ def count_event(events: Counter[str], event: Event) -> None:
     elif isinstance(event, Persisted):
         events["persist"] += 1
     elif isinstance(event, Snipped):
-        events["snip"] += 1
+        events["fold" if event.trigger == FOLD_TRIGGER else "snip"] += 1
     elif isinstance(event, CompactionFailedEvent):
         events["compaction-failed"] += 1
 

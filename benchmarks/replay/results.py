@@ -30,7 +30,7 @@ UNLIMITED_WINDOW = 100_000_000  # no session comes near it: raw finishes every o
 SIZES_MARK = "@"  # `cc-default@p99.99`: a strategy with other side-call reply lengths
 TAIL_OUTPUTS = 5  # the last tool outputs that should still be intact at the end
 SUMMARY_KINDS = ("auto", "session-memory", "reactive", "manual", "model")  # compactions (a summary replaces)
-REWRITE_KINDS = ("clear", "snip", "persist")  # zero-call rewrites of the context
+REWRITE_KINDS = ("clear", "fold", "snip", "persist")  # zero-call rewrites of the context
 
 
 @dataclass

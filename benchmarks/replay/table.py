@@ -281,7 +281,7 @@ def target_lines(tables: Grouped, quiet_at: Callable[[int], Callable[[RunResult]
             notebooks = [k for k, r in runs.items() if r.source == "notebook"]
             if notebooks:
                 ratio = _bill(runs, notebooks) / _bill(reference, notebooks)
-                lines.append(f"  - notebooks with breaks: {ratio:.2f} of raw (bar ≤ 0.55): "
+                lines.append(f"  - notebooks with breaks: {ratio:.3f} of raw (bar ≤ 0.55): "
                              f"{'met' if ratio <= 0.55 else 'not met'}")
         notebooks_runs = [r for r in runs.values() if r.source == "notebook"]
         if notebooks_runs:

@@ -48,11 +48,9 @@ MIN_TOKENS_PER_FILE = 200  # the re-read budgets shrink with the window, never b
 def rehydration(session: Session, setup: CallSetup, kept: Sequence[Message]) -> list[Message]:
     """Attachments after a compaction: recent files re-read fresh, within budget, and a note of
     the tools and the session's files."""
-    visible = {
-        str(session.files.resolve(b["input"].get("path", ""), must_exist=False))
-        for m in kept for b in m.blocks("tool_use")
-        if b.get("name") == "read_file" and isinstance(b.get("input"), dict) and _safe_path(session, b)
-    }
+    calls = [b["input"] for m in kept for b in m.blocks("tool_use")
+             if b.get("name") == "read_file" and isinstance(b.get("input"), dict)]
+    visible = {path for path in (_resolved(session, call) for call in calls) if path is not None}
     attachments: list[Message] = []
     # 50,000 tokens of files would overflow a small window at once: they scale with it.
     scale = setup.context.thresholds.scale
@@ -84,12 +82,12 @@ def rehydration(session: Session, setup: CallSetup, kept: Sequence[Message]) -> 
     return attachments
 
 
-def _safe_path(session: Session, block: dict) -> bool:
+def _resolved(session: Session, tool_input: dict) -> str | None:
+    """Where a read_file call's path leads (None: outside the session's folders)."""
     try:
-        session.files.resolve(block["input"].get("path", ""), must_exist=False)
+        return str(session.files.resolve(tool_input.get("path", ""), must_exist=False))
     except ToolError:
-        return False
-    return True
+        return None
 
 
 def _read_within(path: Path, max_tokens: int) -> str | None:
@@ -195,11 +193,8 @@ def server_compacted(session: Session, answer: Message) -> list[Message] | None:
     audit = audit_summary([*before, *first_written(session, before)], str(first.get("content") or ""),
                           transcript_path=str(session.store.transcript_path),
                           message_budget=int(setup.context.thresholds.autocompact * MESSAGES_SHARE_OF_THRESHOLD))
-    compacted = server_compaction(live, answer, session.clock(), audit=audit.report, pins=[p.id for p in pins],
-                                  carried=[(m.uuid, m.text) for m in audit.carried])
-    if compacted is None:
-        return None
-    marker, kept, event = compacted
+    marker, kept, event = server_compaction(live, at, session.clock(), audit=audit.report, pins=[p.id for p in pins],
+                                            carried=[(m.uuid, m.text) for m in audit.carried])
     session.recorder.message(marker)
     session.record(event)
     session.live.replace(kept)

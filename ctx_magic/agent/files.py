@@ -8,6 +8,7 @@ after a compaction (rehydration).
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -51,6 +52,9 @@ class FileTools:
     reads: dict[str, FileRead] = field(default_factory=dict)
     """Most recent read of each file, insertion-ordered oldest first."""
 
+    def _roots(self) -> list[Path]:
+        return [self.root.resolve(), *(r.resolve() for r in self.extra_roots)]
+
     def resolve(self, raw: str | None, *, must_exist: bool = True) -> Path:
         """The absolute path for `raw`, refused when it (or a symlink in it) leaves the roots."""
         text = (raw or ".").strip() or "."
@@ -61,8 +65,7 @@ class FileTools:
             resolved = candidate.resolve()
         except (OSError, RuntimeError, ValueError) as error:  # symlink loop, NUL byte
             raise ToolError(f"{text} cannot be resolved: {error}") from error
-        allowed = [self.root.resolve(), *(r.resolve() for r in self.extra_roots)]
-        if not any(resolved == r or r in resolved.parents for r in allowed):
+        if not any(resolved.is_relative_to(r) for r in self._roots()):
             raise ToolError(
                 f"{text} is outside the session folder ({self.root}); only files under it can be read."
             )
@@ -112,7 +115,7 @@ class FileTools:
         return "\n".join(out)
 
     def _walk(self, base: Path) -> Iterator[Path]:
-        root_allowed = [self.root.resolve(), *(r.resolve() for r in self.extra_roots)]
+        roots = self._roots()
         for folder, dirs, files in os.walk(base, followlinks=False):
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
             for name in sorted(files):
@@ -121,13 +124,14 @@ class FileTools:
                     real = path.resolve()
                 except (OSError, RuntimeError):  # a symlink loop: nothing to list or search
                     continue
-                if any(real == r or r in real.parents for r in root_allowed):
+                if any(real.is_relative_to(r) for r in roots):
                     yield path
 
     def list_files(self, path: str | None = None, pattern: str | None = None) -> str:
         base = self.resolve(path)
         if base.is_file():
-            return str(base.relative_to(self.root.resolve())) if self._under_root(base) else str(base)
+            root = self.root.resolve()
+            return str(base.relative_to(root)) if base.is_relative_to(root) else str(base)
         entries = []
         for file in self._walk(base):
             rel = file.relative_to(base).as_posix()
@@ -168,10 +172,6 @@ class FileTools:
                         return "\n".join(matches) + f"\n[stopped at {GREP_MAX_MATCHES} matches]"
         return "\n".join(matches) if matches else "(no matches)"
 
-    def _under_root(self, path: Path) -> bool:
-        root = self.root.resolve()
-        return path == root or root in path.parents
-
     def recent_reads(self, count: int) -> list[FileRead]:
         return list(self.reads.values())[-count:][::-1]
 
@@ -181,7 +181,7 @@ class FileTools:
         The reads themselves stay, most recent last, so the next compaction can still
         rehydrate the files the work is about.
         """
-        self.reads = {k: FileRead(r.path, r.mtime_ns, r.size, r.offset, r.limit, "") for k, r in self.reads.items()}
+        self.reads = {k: dataclasses.replace(r, tool_use_id="") for k, r in self.reads.items()}
 
 
 READ_FILE_SPEC = {

@@ -156,9 +156,5 @@ class LiveContext:
 
     def result_counts(self) -> tuple[int, int, int]:
         """(live, cleared, persisted) tool results, from the index or, before one, the messages."""
-        if self.state.indexed:
-            return result_counts(self.state)
-        ids = [i for m in self.messages for i in m.tool_result_ids]
-        cleared = sum(1 for i in ids if i in self.state.cleared)
-        persisted = sum(1 for i in ids if i in self.state.persisted and i not in self.state.cleared)
-        return len(ids) - cleared - persisted, cleared, persisted
+        ids = None if self.state.indexed else [i for m in self.messages for i in m.tool_result_ids]
+        return result_counts(self.state, ids)

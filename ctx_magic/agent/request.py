@@ -32,6 +32,7 @@ from ctx_magic.context.composition import compose
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
+from ctx_magic.context.thinking import is_thinking
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
@@ -102,8 +103,7 @@ class CallSetup:
 
 def uses_thinking(window: Window, messages: Sequence[Message]) -> bool:
     """Whether a request carries thinking: the setting, or thinking blocks earlier models wrote."""
-    return window.thinking != "off" or any(
-        b.get("type") in ("thinking", "redacted_thinking") for m in messages for b in m.content)
+    return window.thinking != "off" or any(is_thinking(b) for m in messages for b in m.content)
 
 
 def _server_plan(window: Window, context: ContextSettings, tools: ToolRegistry, supported: Sequence[str],
@@ -213,10 +213,6 @@ class RequestFrame:
             request, purpose=purpose, thinking=thinking_param(window),
             context_management=server.context_management if server is not None else None,
             betas=tuple(dict.fromkeys([*window.betas, *(server.betas if server is not None else ())])))
-
-    def resume_tail(self, cached_tail: str | None) -> None:
-        """At resume: the message the cache held last (state.json), so the breakpoints are the same."""
-        self.cached_tail = cached_tail
 
     def sent(self, messages: Sequence[Message], signature: str) -> bool:
         """A main call went out with `messages` and a system prompt and tools of `signature`: the

@@ -38,25 +38,21 @@ class ServerEdits:
                             reply.api_id)
 
 
-def server_compaction(live: Sequence[Message], answer: Message, now: float, *, audit: AuditReport | None = None,
+def server_compaction(live: Sequence[Message], at: int, now: float, *, audit: AuditReport | None = None,
                       carried: Sequence[tuple[str, str]] = (),
-                      pins: Sequence[str] = ()) -> tuple[Message, list[Message], ServerCompacted] | None:
-    """An answer that opens with the API's compaction block: the live context now starts there
-    (behind a user marker, as the first message must be a user's); the messages before it leave
-    the live context, the transcript keeps them. The marker carries the user's messages the
+                      pins: Sequence[str] = ()) -> tuple[Message, list[Message], ServerCompacted]:
+    """The answer `live[at]` opens with the API's compaction block: the live context now starts
+    there (behind a user marker, as the first message must be a user's); the messages before it
+    leave the live context, the transcript keeps them. The marker carries the user's messages the
     API's summary now answers for (`carried`, audited again next time). Returns the marker, the
-    new live context and the event; None when `answer` is not live or holds no compaction."""
-    block = answer.content[0] if answer.content else {}
-    at = next((i for i, m in enumerate(live) if m.uuid == answer.uuid), None)
-    if block.get("type") != "compaction" or at is None:
-        return None
-    before = live[:at]
+    new live context and the event."""
+    answer, before = live[at], live[:at]
     marker = user_text(SERVER_COMPACTION_MARKER, kind="normal", timestamp=now, server_compaction=True,
                        **({"user_messages": [list(pair) for pair in carried]} if carried else {}))
     kept = [marker, *live[at:]]
     tokens_before = sum(message_tokens(m) for m in live if m.sent)
     tokens_after = sum(message_tokens(m) for m in kept if m.sent)
-    event = ServerCompacted(answer.uuid, tuple(m.uuid for m in kept), str(block.get("content") or ""),
+    event = ServerCompacted(answer.uuid, tuple(m.uuid for m in kept), str(answer.content[0].get("content") or ""),
                             tokens_before, tokens_after, sum(1 for m in before if m.sent),
                             tuple(m.uuid for m in before if m.sent), audit, tuple(pins))
     return marker, kept, event

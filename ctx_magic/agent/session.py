@@ -18,13 +18,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.agent.files import FileTools
+from ctx_magic.agent.files import FileRead, FileTools
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.request import CallSetup, RequestFrame
-from ctx_magic.agent.restore import load_saved
 from ctx_magic.agent.server_side import ServerEdits
 from ctx_magic.agent.side_calls import SideCalls
 from ctx_magic.agent.status import StatusSnapshot
@@ -36,7 +35,9 @@ from ctx_magic.context.decide import SessionFacts
 from ctx_magic.context.engine import Prepared, figures
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
+from ctx_magic.context.resume import compactions, fold_transcript
 from ctx_magic.context.server import cleared_tokens
+from ctx_magic.context.state import ContextState
 from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import Compacted, Event, Notice, ThinkingCleared, UsageUpdated, notify
@@ -224,7 +225,7 @@ class Session:
         self.recorder.end_turn(self.state_json())
 
     def state_json(self) -> dict[str, Any]:
-        """What state.json keeps of the session (read back by restore.load_saved)."""
+        """What state.json keeps of the session (read back by `resume`)."""
         return {
             "session_id": self.session_id, "model": self.frame.settings.model, **self.compaction.to_json(),
             "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
@@ -234,19 +235,22 @@ class Session:
         }
 
     def resume(self) -> list[str]:
-        """Rebuild the live context from transcript and state; returns problems."""
-        saved = load_saved(self.store)
-        self.live.restore(saved.messages, saved.state)
-        self.compaction = saved.compaction
-        self.meter.restore(saved.usage)
-        self.frame.set_memory_section(saved.memory_section)  # the same system prompt as before
-        self.frame.resume_tail(saved.cached_tail)  # and the same breakpoints
-        if saved.state.cleared or saved.compaction.boundaries or any(
-                m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in saved.messages):
+        """Rebuild the live context from the transcript and what state.json kept beside it (engine
+        decisions, compaction state, usage, plug-in state); returns problems."""
+        loaded, saved = self.store.load_transcript(), self.store.load_state()
+        messages, state, problems = fold_transcript(loaded.records, ContextState.from_json(saved.get("engine") or {}))
+        self.live.restore(messages, state)
+        self.compaction = CompactionState.from_json(saved, compactions(loaded.records))
+        self.meter.restore(saved.get("usage") or {})
+        self.frame.set_memory_section(str(saved.get("system_extra") or ""))  # the same system prompt as before
+        self.frame.cached_tail = saved.get("cached_tail")  # and the same breakpoints
+        if state.cleared or self.compaction.boundaries or any(
+                m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages):
             self.frame.offer_context_tools()  # and the same tools, once the context was cut
-        self.plugins.restore(saved.plugin_state)
-        self.files.reads.update({r.path: r for r in saved.reads})
-        problems = list(saved.problems)
+        self.plugins.restore(saved.get("extra") or {})
+        reads = [FileRead(**read) for read in saved.get("reads") or []]
+        self.files.reads.update({r.path: r for r in reads})
+        problems = loaded.problems + problems
         closing = close_dangling_tool_uses(self.live.messages, self.clock())
         if closing is not None:
             self.append(closing)

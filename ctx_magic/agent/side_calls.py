@@ -47,28 +47,30 @@ class SideCalls:
              max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> str:
         """A text-only answer to `prompt` after `messages`. Safe from any thread: it reads the
         given messages, never the live context."""
-        setup = self._frame.setup(messages, self._store)
-        reply_tokens = min(max_tokens, setup.window.reply_cap)
-        reply = self._stream(self._request(setup, messages, prompt, reply_tokens, purpose))
-        self._meter.add(reply.usage)
-        return _text(reply.content)
+        return _text(self._ask(messages, prompt, max_tokens, purpose).content)
 
     def summarize(self, messages: Sequence[Message], prompt: str) -> str:
         """The compaction call (the engine's summarizer); a reply with a tool call and no text is a
         failure (with text, the tool call is dropped and the text must hold the summary)."""
-        setup = self._frame.setup(messages, self._store)
-        reply_tokens = min(MAX_OUTPUT_TOKENS_FOR_SUMMARY, setup.window.reply_cap)
-        request = self._request(setup, messages, prompt, reply_tokens, "compact")
         self.busy = True
         try:
-            reply = self._stream(request)
+            reply = self._ask(messages, prompt, MAX_OUTPUT_TOKENS_FOR_SUMMARY, "compact")
         finally:
             self.busy = False
-        self._meter.add(reply.usage)
         text = _text(reply.content)
         if reply.tool_uses and not text.strip():
             raise CompactionFailed("The summary reply called a tool instead of writing the summary.")
         return text
+
+    def _ask(self, messages: Sequence[Message], prompt: str, max_tokens: int, purpose: str) -> ModelReply:
+        """One whole reply (a stream that broke off is asked for again, as in the main loop), its
+        usage added to the session's totals."""
+        setup = self._frame.setup(messages, self._store)
+        reply_tokens = min(max_tokens, setup.window.reply_cap)
+        request = self._request(setup, messages, prompt, reply_tokens, purpose)
+        reply = stream_reply(self._frame.model, request, sleep=self._sleep)
+        self._meter.add(reply.usage)
+        return reply
 
     def _request(self, setup: CallSetup, messages: Sequence[Message], prompt: str, reply_tokens: int,
                  purpose: str) -> ModelRequest:
@@ -92,10 +94,6 @@ class SideCalls:
         if measured + count_text(prompt) * max(1.0, correction.ratio) <= free:
             return sendable
         return fit_messages(sendable, room(setup, reply_tokens, prompt, correction.ratio))
-
-    def _stream(self, request: ModelRequest) -> ModelReply:
-        """A whole reply; a stream that broke off is asked for again, as in the main loop."""
-        return stream_reply(self._frame.model, request, sleep=self._sleep)
 
 
 def room(setup: CallSetup, reply_tokens: int, prompt: str, ratio: float) -> int:

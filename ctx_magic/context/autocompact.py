@@ -23,11 +23,12 @@ from ctx_magic.context.prompts import (
     extract_summary,
     summary_message_text,
 )
+from ctx_magic.context.reactive import without_media
 from ctx_magic.context.snip import safe_cuts, snipped_count
 from ctx_magic.context.tokens import Correction, count_context, message_tokens
 from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong, Remedy
 from ctx_magic.events import Compacted
-from ctx_magic.messages import Block, Message, text_block, user_text
+from ctx_magic.messages import Message, text_block, user_text
 
 MAX_PTL_RETRIES = 3  # Claude Code: give up on the summary after three truncations
 PTL_FALLBACK_DROP_SHARE = 0.2  # when the error gives no token gap, drop a fifth of the groups
@@ -47,19 +48,9 @@ class CompactionResult:
     new_messages: list[Message]
     """Messages this compaction created (boundary, summary, attachments, extra): for the transcript."""
     event: Compacted
-    summary: str
 
 
 # -- what the summarizer sees -----------------------------------------------------------------
-
-
-def _text_only(block: Block) -> Block:
-    kind = block.get("type")
-    if kind in ("image", "document"):
-        return text_block(f"[{kind}]")
-    if kind == "tool_result" and isinstance(block.get("content"), list):
-        return {**block, "content": [_text_only(b) for b in block["content"]]}
-    return block
 
 
 def summary_input(messages: Sequence[Message]) -> list[Message]:
@@ -71,7 +62,7 @@ def summary_input(messages: Sequence[Message]) -> list[Message]:
     loop's cached prefix (benchmarks/cache.py measured 74.6% -> 82.5% cache reads keeping them).
     The prompt tells the model to leave them out of the summary instead.
     """
-    return [m.with_content(_text_only(b) for b in m.content) for m in messages if m.sent]
+    return [m.with_content(without_media(b, "[{}]".format) for b in m.content) for m in messages if m.sent]
 
 
 # -- head truncation when the compaction request itself is too long --------------------------
@@ -270,4 +261,4 @@ def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] 
         audit=audit.report,
         pins=tuple(p.id for p in job.pins),
     )
-    return CompactionResult(live, [boundary, summary, *pinned, *extra], event, summary_text)
+    return CompactionResult(live, [boundary, summary, *pinned, *extra], event)

@@ -22,7 +22,7 @@ from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, de
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
 from ctx_magic.context.notes import tail_limits
-from ctx_magic.context.snip import KEEP_HEAD, snip_middle
+from ctx_magic.context.snip import KEEP_HEAD, fold_cells, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
 from ctx_magic.context.thinking import clear_old_thinking
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
@@ -199,20 +199,37 @@ def _budget(messages: list[Message], state: ContextState, settings: ContextSetti
 
 def _snip(messages: list[Message], state: ContextState, settings: ContextSettings, now: float,
           max_messages: int, trigger: str = "auto", target: int | None = None):
-    anchor_before = find_anchor(messages)
     snipped, events = snip_middle(
         messages, max_messages, transcript_path=settings.transcript_path, now=now, trigger=trigger, target=target
     )
     if not events:
         return messages, state, []
-    removed = set(events[0].removed_uuids)
-    freed = sum(message_tokens(m) for m in messages[:anchor_before] if m.uuid in removed and m.sent)
-    marker = next(m for m in snipped if m.uuid == events[0].marker_uuid)
-    if snipped.index(marker) < find_anchor(snipped):
-        freed -= message_tokens(marker)
-    snipped, state, _ = sync_index(snipped, dataclasses.replace(state, indexed=0),
-                                   compactable_tools=settings.compactable_tools)
-    return snipped, _with_freed(state, snipped, freed), events
+    return _after_cut(messages, snipped, state, settings, events)
+
+
+def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, settings: ContextSettings,
+               events: Sequence[Snipped]):
+    """Index the context again after markers replaced runs of messages, and count what that freed
+    in front of the last response (the anchored count still holds it)."""
+    removed = {u for e in events for u in e.removed_uuids}
+    markers = {e.marker_uuid for e in events}
+    freed = sum(message_tokens(m) for m in old[:find_anchor(old)] if m.uuid in removed and m.sent)
+    freed -= sum(message_tokens(m) for m in new[:find_anchor(new)] if m.uuid in markers)
+    new, state, _ = sync_index(new, dataclasses.replace(state, indexed=0), compactable_tools=settings.compactable_tools)
+    return new, _with_freed(state, new, freed), list(events)
+
+
+def _fold_cells(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
+    """After an idle gap (the prompt cache has expired, so the rewrite costs nothing) runs of old
+    notebook cells (older than the most recent results clearing keeps) fold into a line each."""
+    gap = idle_gap(messages, now)
+    if gap is None or gap <= settings.idle_seconds:
+        return messages, state, []
+    foldable = {*state.cleared, *clearable(state.compactable, settings.keep_recent)}
+    folded, events = fold_cells(messages, foldable, state.cleared, transcript_path=settings.transcript_path, now=now)
+    if not events:
+        return messages, state, []
+    return _after_cut(messages, folded, state, settings, events)
 
 
 def _clear_thinking(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
@@ -348,10 +365,14 @@ def prepare(
     count = measure(msgs, state, overhead_tokens)
     seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens, may_clear=False,
                                clearable_tokens=0 if cleared else seen.clearable_tokens)
-    if cleared:  # what follows the clearing is decided on the context as it now is
+    msgs, state, folded = _fold_cells(msgs, state, settings, now) if may_clear else (msgs, state, [])
+    if folded:
+        count = measure(msgs, state, overhead_tokens)
+        seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens)
+    if cleared or folded:  # what follows the clearing is decided on the context as it now is
         plan = decide(seen).after(plan)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
-    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, measured]
+    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, *folded, measured]
     return Prepared(msgs, state, events, count, seen, plan)
 
 

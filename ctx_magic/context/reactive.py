@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from ctx_magic.context.budget import MAX_RESULT_CHARS, PREVIEW_CHARS, persist_result
 from ctx_magic.context.snip import safe_cuts
 from ctx_magic.events import Persisted
-from ctx_magic.messages import Message, result_text
+from ctx_magic.messages import Block, Message, result_text, text_block
 
 REACTIVE_KEEP_MESSAGES = 5  # the tail the model needs to carry on after the summary
 IMAGE_REMOVED = "[image removed: the request was larger than the API accepts]"
@@ -28,30 +28,27 @@ def reactive_split(messages: Sequence[Message], keep: int = REACTIVE_KEEP_MESSAG
     return cut
 
 
+def without_media(block: Block, note: Callable[[str], str]) -> Block:
+    """The block with every image and document in it (in a tool result too) replaced by the
+    text `note(kind)`."""
+    kind = block.get("type")
+    if kind in ("image", "document"):
+        return text_block(note(str(kind)))
+    if kind == "tool_result" and isinstance(block.get("content"), list):
+        return {**block, "content": [without_media(b, note) for b in block["content"]]}
+    return block
+
+
 def strip_images(messages: Sequence[Message], note: str = IMAGE_REMOVED) -> tuple[list[Message], list[str]]:
     """Messages with every image and document replaced by a short note (for a 413), plus
     the uuids of the messages that changed."""
     out: list[Message] = []
     changed: list[str] = []
     for message in messages:
-        new_blocks, touched = [], False
-        for block in message.content:
-            kind = block.get("type")
-            if kind in ("image", "document"):
-                new_blocks.append({"type": "text", "text": note})
-                touched = True
-            elif kind == "tool_result" and isinstance(block.get("content"), list):
-                inner = [
-                    {"type": "text", "text": note} if b.get("type") in ("image", "document") else b
-                    for b in block["content"]
-                ]
-                touched = touched or inner != block["content"]
-                new_blocks.append({**block, "content": inner})
-            else:
-                new_blocks.append(block)
-        if touched:
+        blocks = [without_media(b, lambda _kind: note) for b in message.content]
+        if blocks != list(message.content):
             changed.append(message.uuid)
-            message = message.with_content(new_blocks)
+            message = message.with_content(blocks)
         out.append(message)
     return out, changed
 

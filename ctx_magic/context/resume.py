@@ -109,3 +109,18 @@ def _apply_snip(
     kept = [m for m in live if m.uuid not in removed and m.uuid != marker.uuid]
     head = [m for m in live[:first] if m.uuid != marker.uuid]
     return [*head, marker, *kept[len(head):]]
+
+
+def compactions(records: Iterable[Mapping[str, Any]]) -> list[Compacted]:
+    """The compactions a transcript records (the boundaries the status lists, at resume)."""
+    found = []
+    for record in records:
+        if record.get("type") != "event" or record.get("event") != "compacted":
+            continue
+        try:
+            event = event_from_json(record)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(event, Compacted):
+            found.append(event)
+    return found

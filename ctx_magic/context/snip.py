@@ -8,12 +8,13 @@ tool_result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
+from ctx_magic.context.span_facts import defined_names
 from ctx_magic.context.thinking import has_thinking, is_prompt
 from ctx_magic.context.tokens import message_tokens
-from ctx_magic.events import Snipped
-from ctx_magic.messages import Message, user_text
+from ctx_magic.events import FOLD_TRIGGER, Snipped
+from ctx_magic.messages import Message, notebook_cell_code, result_text, user_text
 
 KEEP_HEAD = 3  # the opening request and the first exchange carry the task's setting
 # Cutting back to half the limit, not to the limit itself, means the next snip is far away:
@@ -86,3 +87,91 @@ def snip_middle(
         return list(messages), []  # a marker bigger than what it replaces would grow the context
     event = Snipped(count, tuple(m.uuid for m in removed), marker.uuid, freed, trigger)
     return [*messages[:head_end], marker, *messages[tail_start:]], [event]
+
+
+# -- folding old notebook cells ----------------------------------------------------------------------
+
+MIN_FOLDED_CELLS = 2  # one cell's pair is hardly larger than the line that stands for it
+FOLD_LINE_CHARS = 100  # a folded cell's first line, cut past this
+FOLD_OUTPUT_CHARS = 120  # an output this short is kept on its cell's line; longer ones were cleared
+FOLD_NAMES = 12  # names a folded cell defines, listed at most
+
+
+def folded_line(count: object, source: str, output: str | None) -> str:
+    """One folded cell: its number, its first line, what it defines and its output if short."""
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "(empty)")
+    if len(first) > FOLD_LINE_CHARS:
+        first = first[:FOLD_LINE_CHARS] + " …"
+    names = defined_names(source)
+    line = f"In[{count}]: {first}"
+    if names:
+        line += f"  (defines {', '.join(names[:FOLD_NAMES])}{' …' if len(names) > FOLD_NAMES else ''})"
+    if output is not None:
+        line += f"  → {' '.join(output.split()) or '(no output)'}"
+    return line
+
+
+def fold_text(lines: Sequence[str], transcript_path: str) -> str:
+    return (
+        f"[{len(lines):,} notebook cells ran here, each folded to its first line (outputs longer than a line were "
+        "cleared earlier). The session transcript keeps them in full (search_transcript with a cell number reads "
+        f"one; {transcript_path}):\n" + "\n".join(lines) + "]"
+    )
+
+
+def _folded_cell(use: Message, result: Message, foldable: Collection[str], cleared: Collection[str]) -> str | None:
+    """The line for one notebook cell's call/result pair, if the pair is one and may fold."""
+    if use.role != "assistant" or result.role != "user" or len(use.content) != 1 or len(result.content) != 1:
+        return None
+    block, answer = use.content[0], result.content[0]
+    if (block.get("type") != "tool_use" or block.get("name") != "notebook_cell" or block["id"] not in foldable
+            or answer.get("type") != "tool_result" or answer.get("tool_use_id") != block["id"]):
+        return None
+    output = None if block["id"] in cleared else result_text(answer)
+    if output is not None and (len(output) > FOLD_OUTPUT_CHARS or not isinstance(answer.get("content"), str)):
+        return None  # an output worth keeping, or an image: only a clearing may take it
+    tool_input = block.get("input") or {}
+    count = use.meta.get("cell") or tool_input.get("execution_count") or "?"
+    return folded_line(count, notebook_cell_code(tool_input), output)
+
+
+def fold_cells(
+    messages: Sequence[Message], foldable: Collection[str], cleared: Collection[str], *,
+    transcript_path: str, now: float,
+) -> tuple[list[Message], list[Snipped]]:
+    """Fold each run of old notebook cells into one marker with a line per cell.
+
+    `foldable`: the cells that may fold (old ones: their outputs cleared, or too short to clear);
+    `cleared`: those whose output was cleared. A cell still costs its code and the API's wrapper
+    on a call and a result, cleared or not; a run of them folds into one message. Only cells the
+    model has answered after fold (it saw them whole once), and a run is cut only where snip may
+    cut. The caller folds when the prompt cache has expired, so the rewrite costs nothing.
+    """
+    answered = max((i for i, m in enumerate(messages) if m.role == "assistant" and m.api_id), default=-1)
+    safe = safe_cuts(messages)
+    runs: list[tuple[int, int, list[str]]] = []
+    start, lines = -1, []
+    index = 0
+    while index <= len(messages):
+        line = (_folded_cell(messages[index], messages[index + 1], foldable, cleared)
+                if index + 1 < answered else None)
+        if line is not None:
+            start = index if not lines else start
+            lines.append(line)
+            index += 2
+            continue
+        if len(lines) >= MIN_FOLDED_CELLS and safe[start] and safe[index]:
+            runs.append((start, index, lines))
+        lines = []
+        index += 1
+    out: list[Message] = list(messages)
+    events: list[Snipped] = []
+    for start, end, lines in reversed(runs):
+        removed = out[start:end]
+        marker = user_text(fold_text(lines, transcript_path), timestamp=now, snipped_count=len(removed))
+        freed = sum(message_tokens(m) for m in removed) - message_tokens(marker)
+        if freed <= 0:
+            continue
+        out[start:end] = [marker]
+        events.append(Snipped(len(removed), tuple(m.uuid for m in removed), marker.uuid, freed, FOLD_TRIGGER))
+    return out, events[::-1]

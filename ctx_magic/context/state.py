@@ -5,7 +5,7 @@ already checked, and the learned estimate correction. A frozen value, saved in s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctx_magic.context.budget import replace_result
@@ -98,8 +98,9 @@ def apply_decisions(message: Message, state: ContextState) -> Message:
     return message.with_content(blocks) if changed else message
 
 
-def result_counts(state: ContextState) -> tuple[int, int, int]:
-    """(live, cleared, persisted) tool results in the live context."""
-    cleared = sum(1 for i in state.positions if i in state.cleared)
-    persisted = sum(1 for i in state.positions if i in state.persisted and i not in state.cleared)
-    return len(state.positions) - cleared - persisted, cleared, persisted
+def result_counts(state: ContextState, ids: Collection[str] | None = None) -> tuple[int, int, int]:
+    """(live, cleared, persisted) tool results in the live context: `ids`, else the indexed ones."""
+    ids = state.positions if ids is None else ids
+    cleared = sum(1 for i in ids if i in state.cleared)
+    persisted = sum(1 for i in ids if i in state.persisted and i not in state.cleared)
+    return len(ids) - cleared - persisted, cleared, persisted

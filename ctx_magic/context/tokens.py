@@ -14,9 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctx_magic.context import api_count
-from ctx_magic.context.o200k import EXACT_COUNT_CHARS as EXACT_COUNT_CHARS
-from ctx_magic.context.o200k import encoding as encoding
-from ctx_magic.context.o200k import looks_like_json as looks_like_json
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.messages import Block, Message, Usage
 from ctx_magic.settings import DEFAULT_MODEL

@@ -1,11 +1,12 @@
 """`kernel_history`: what the kernel ran before the conversation could see it.
 
 Cells run before `%load_ext ctx_magic`, or before this session started (`%agent --new`), never
-entered the context. IPython keeps them: every cell's source (`In`), the value of its last line
-(`Out`), and from IPython 9 on also what it printed, displayed and raised (its history manager's
-`outputs` and `exceptions`). The tool reads that history, leaves out the cells the live context
-already holds and ctx_magic's own, and returns a page at a time, so "continue from where I was"
-works in a notebook that already has work in it.
+entered the context; old cells folded to their first line after an idle gap left it. IPython
+keeps them: every cell's source (`In`), the value of its last line (`Out`), and from IPython 9 on
+also what it printed, displayed and raised (its history manager's `outputs` and `exceptions`).
+The tool reads that history, leaves out the cells the live context already holds and ctx_magic's
+own, and returns a page at a time, so "continue from where I was" works in a notebook that
+already has work in it.
 
 Not recoverable here: anything from before a kernel restart (the history is the process's), the
 printed output of cells under IPython 8 (only `Out` is kept; the `notebook` tool reads the saved
@@ -24,9 +25,10 @@ from ctx_magic.notebook.outputs import KERNEL_RUN, as_text, display_text, is_own
 HISTORY_TOOL = {
     "name": "kernel_history",
     "description": (
-        "The cells run in this kernel that the conversation does not hold: those run before ctx_magic was "
-        "loaded or before this session started. Each cell's source (In[n]) with what the kernel kept of its "
-        "output. Optional start/end (execution counts) or a search string; a long history comes a page at a time."
+        "The cells run in this kernel that the conversation does not hold in full: those run before ctx_magic "
+        "was loaded or before this session started, and old cells folded to their first line. Each cell's "
+        "source (In[n]) with what the kernel kept of its output. Optional start/end (execution counts) or a "
+        "search string; a long history comes a page at a time."
     ),
     "input_schema": {
         "type": "object",

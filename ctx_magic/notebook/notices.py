@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from ctx_magic.events import (
+    FOLD_TRIGGER,
     Cleared,
     Compacted,
     Event,
@@ -92,6 +93,9 @@ def notice_for(event: Event) -> dict[str, str] | None:
     if isinstance(event, Persisted):
         return notice_line(f"Saved a {event.original_chars:,}-character output to {event.path} "
                            "(a preview stays in context)")
+    if isinstance(event, Snipped) and event.trigger == FOLD_TRIGGER:
+        return notice_line(f"Folded {event.count // 2:,} old notebook cells to a line each after an idle gap "
+                           "(the transcript keeps them)")
     if isinstance(event, Snipped):
         return notice_line(f"Snipped {event.count:,} messages from the middle of the conversation "
                            "(the transcript keeps them)")

@@ -11,6 +11,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ctx_magic.events import FOLD_TRIGGER
 from ctx_magic.prices import format_usd
 from ctx_magic.ui.picture import CHANGE_GLYPHS, pct
 
@@ -84,6 +85,8 @@ def change_title(entry: Mapping[str, Any]) -> str:
         what = [count(entry[k], one) for k, one in (("results", "tool result"), ("thinking", "thinking block"))
                 if entry.get(k)]
         return f"{CHANGE_GLYPHS['clearing']} Cleared {' and '.join(what) or 'nothing'}{freed}"
+    if "messages" in entry and entry.get("trigger") == FOLD_TRIGGER:
+        return f"{CHANGE_GLYPHS['snip']} Folded {count(entry['messages'] // 2, 'old cell')} to a line each{freed}"
     if "messages" in entry:
         return f"{CHANGE_GLYPHS['snip']} Snipped {count(entry['messages'], 'message')}{freed}"
     return f"{CHANGE_GLYPHS['snip']} The agent snipped {count(entry.get('results', 0), 'tool result')}{freed}"

