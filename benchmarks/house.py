@@ -136,6 +136,23 @@ def forwarding_properties(files: list[Path], root: Path) -> list[str]:
     return found
 
 
+def line_kinds(source: str) -> Counter[str]:
+    """A file's lines by kind: code, docstring, comment, blank."""
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            docstrings.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    kinds: Counter[str] = Counter()
+    for number, line in enumerate(source.splitlines(), 1):
+        text = line.strip()
+        kinds["blank" if not text else "docstring" if number in docstrings else
+              "comment" if text.startswith("#") else "code"] += 1
+    return kinds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--package", default="ctx_magic", help="the package folder to count")
@@ -146,14 +163,18 @@ def main() -> None:
     files = python_files(Path(options.package).resolve())
 
     lines: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
     for path in files:
         rel = path.relative_to(root)
         folder = str(rel.parent) if len(rel.parts) > 2 else str(rel.parts[0])
-        lines[folder] += len(path.read_text(encoding="utf-8").splitlines())
+        source = path.read_text(encoding="utf-8")
+        lines[folder] += len(source.splitlines())
+        kinds += line_kinds(source)
     print("## Lines\n\n| folder | lines |\n| --- | --- |")
     for folder, count in sorted(lines.items()):
         print(f"| {folder} | {count:,} |")
     print(f"| **total** | **{sum(lines.values()):,}** |\n")
+    print("By kind: " + ", ".join(f"{kind} {kinds[kind]:,}" for kind in ("code", "docstring", "comment", "blank")) + "\n")
 
     found = classes(files, root)
     concrete = [c for c in found if not c.protocol]
