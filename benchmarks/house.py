@@ -174,7 +174,8 @@ def main() -> None:
     for folder, count in sorted(lines.items()):
         print(f"| {folder} | {count:,} |")
     print(f"| **total** | **{sum(lines.values()):,}** |\n")
-    print("By kind: " + ", ".join(f"{kind} {kinds[kind]:,}" for kind in ("code", "docstring", "comment", "blank")) + "\n")
+    by_kind = ", ".join(f"{kind} {kinds[kind]:,}" for kind in ("code", "docstring", "comment", "blank"))
+    print(f"By kind: {by_kind}\n")
 
     found = classes(files, root)
     concrete = [c for c in found if not c.protocol]
