@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctx_magic.events import (
+    FOLD_TRIGGER,
     ApprovalAsked,
     Compacted,
     Event,
@@ -21,6 +22,7 @@ from ctx_magic.events import (
     ReplyRestarted,
     ReplyWithdrawn,
     ServerCompacted,
+    Snipped,
     Status,
     TextDelta,
     ThinkingDelta,
@@ -29,7 +31,7 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.images import human_size
-from ctx_magic.notebook.notices import NOTICE_STYLES, notice_for, notice_line, rich
+from ctx_magic.notebook.notices import NOTICE_STYLES, folded_notice, notice_for, notice_line, rich
 from ctx_magic.notebook.outputs import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 from ctx_magic.store.external import EXTERNAL_MIN_CHARS
 
@@ -168,6 +170,8 @@ class TurnDisplay:
         self.last_update = 0.0
         self.pending_tools: dict[str, ToolStarted] = {}
         self.status_line = ""
+        self.folded = 0
+        self.folded_output: Output | None = None
         self.printed_tail = ""
         self.last_progress = float("-inf")  # the first line shows at once
 
@@ -237,6 +241,19 @@ class TurnDisplay:
         self.text_output, self.text = None, ""
 
     # -- status -------------------------------------------------------------------------------
+
+    def _on_snipped(self, event: Snipped) -> None:
+        """A snip has its notice; old cells folded at one idle break (a fold per run of cells)
+        share one line that counts them all."""
+        if event.trigger != FOLD_TRIGGER:
+            show(notice_for(event))
+            return
+        self.folded += event.count // 2
+        line = folded_notice(self.folded)
+        if self.folded_output is None:
+            self.folded_output = Output(line)
+        else:
+            self.folded_output.update(line)
 
     def _on_status(self, event: Status) -> None:
         self.printed_tail = ""

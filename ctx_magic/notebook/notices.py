@@ -78,6 +78,11 @@ def thinking_cleared_line(event: ThinkingCleared) -> str:
             "(the transcript keeps them)")
 
 
+def folded_notice(cells: int) -> dict[str, str]:
+    return notice_line(f"Folded {cells:,} old notebook cells to a line each after an idle gap (the transcript "
+                       "keeps them)")
+
+
 def notice_for(event: Event) -> dict[str, str] | None:
     """What the cell shows for `event`, or None when it shows nothing (a failed compaction among
     them: the loop's Notice says it in one line)."""
@@ -94,8 +99,7 @@ def notice_for(event: Event) -> dict[str, str] | None:
         return notice_line(f"Saved a {event.original_chars:,}-character output to {event.path} "
                            "(a preview stays in context)")
     if isinstance(event, Snipped) and event.trigger == FOLD_TRIGGER:
-        return notice_line(f"Folded {event.count // 2:,} old notebook cells to a line each after an idle gap "
-                           "(the transcript keeps them)")
+        return folded_notice(event.count // 2)
     if isinstance(event, Snipped):
         return notice_line(f"Snipped {event.count:,} messages from the middle of the conversation "
                            "(the transcript keeps them)")

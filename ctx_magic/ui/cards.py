@@ -108,6 +108,13 @@ def change_body(entry: Mapping[str, Any]) -> str:
             ("Now", "each result is a one-line stub (with the saved file's path when there is one); the "
                     "transcript keeps the full text"),
         ])
+    if entry.get("trigger") == FOLD_TRIGGER:
+        return facts_html([
+            ("When", "after an idle gap, when the prompt cache had expired"),
+            ("What", "each run of old notebook cells became one message with a line per cell: its number, first "
+                     "line, the names it defines and a short output; the transcript keeps every cell whole, and "
+                     "the agent can read them back (search_transcript, kernel_history)"),
+        ])
     return facts_html([("What", "the middle of the conversation was cut and one marker, naming the transcript, "
                                 "stands in its place; the transcript keeps every message")])
 

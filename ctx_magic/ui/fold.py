@@ -85,11 +85,11 @@ class EventFold:
                                 f"cleared {event.blocks} thinking block{'' if event.blocks == 1 else 's'}")
         if isinstance(event, Cleared):
             return self._cleared(event)
+        if isinstance(event, Snipped) and event.trigger == FOLD_TRIGGER:
+            return self._folded(event)
         if isinstance(event, Snipped):
-            label = (f"folded {count(event.count // 2, 'old cell')}" if event.trigger == FOLD_TRIGGER
-                     else f"snipped {event.count:,} messages")
             return self._change({"kind": "snip", "trigger": event.trigger, "messages": event.count,
-                                 "tokens_freed": event.tokens_freed}, label)
+                                 "tokens_freed": event.tokens_freed}, f"snipped {event.count:,} messages")
         if isinstance(event, Persisted):
             return self._persisted(event)
         if isinstance(event, CompactionFailedEvent):
@@ -112,6 +112,18 @@ class EventFold:
         timeline = self._now("timeline")
         entry = {**entry, "key": f"{entry['kind']}-{len(timeline)}", "at": len(self._now("calls")),
                  "label": label}
+        return {"timeline": [*timeline, entry]}
+
+    def _folded(self, event: Snipped) -> dict[str, Any]:
+        """Cells folded at one idle break come as a fold per run of cells: one change shows them all."""
+        timeline = self._now("timeline")
+        last = timeline[-1] if timeline else {}
+        messages, freed = event.count, event.tokens_freed
+        if last.get("trigger") == FOLD_TRIGGER and last.get("at") == len(self._now("calls")):
+            messages, freed, timeline = messages + last["messages"], freed + last["tokens_freed"], timeline[:-1]
+        entry = {"kind": "snip", "trigger": FOLD_TRIGGER, "messages": messages, "tokens_freed": freed,
+                 "key": f"snip-{len(timeline)}", "at": len(self._now("calls")),
+                 "label": f"folded {count(messages // 2, 'old cell')}"}
         return {"timeline": [*timeline, entry]}
 
     def _compacted(self, event: Compacted | ServerCompacted) -> dict[str, Any]:

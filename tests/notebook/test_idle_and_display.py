@@ -11,10 +11,12 @@ from notebook_rig import captured, cell, clocked_shell, controller, run, texts
 from ctx_magic.agent.tools import ToolCall
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.events import (
+    FOLD_TRIGGER,
     Cleared,
     Compacted,
     Notice,
     ReplyRestarted,
+    Snipped,
     Status,
     TextDelta,
     ToolFinished,
@@ -128,6 +130,18 @@ def test_streaming_text_updates_in_place_at_most_ten_times_a_second(shell):
     text_outputs = [o.data["text/plain"] for o in out.outputs if "text/markdown" in o.data]
     assert 9 <= len(text_outputs) <= 12  # first display, ~10 updates over 1 s, the final flush
     assert text_outputs[-1].strip().endswith("word29")
+
+
+def test_cells_folded_at_one_break_share_one_notice_that_counts_them_all(shell):
+    with captured() as out:
+        display = TurnDisplay()
+        display(Snipped(4, ("a", "b", "c", "d"), "m1", 300, FOLD_TRIGGER))
+        display(Snipped(6, ("e", "f", "g", "h", "i", "j"), "m2", 500, FOLD_TRIGGER))
+        display(Snipped(40, ("k",) * 40, "m3", 900))  # a snip of the middle keeps its own notice
+        display.finish("done")
+    folds = [(o.data["text/plain"][:27], o.update) for o in out.outputs if "old notebook cells" in o.data["text/plain"]]
+    assert folds == [("Folded 2 old notebook cells", False), ("Folded 5 old notebook cells", True)]  # one line, updated
+    assert [o.data["text/plain"][:19] for o in out.outputs].count("Snipped 40 messages") == 1
 
 
 def test_a_restarted_reply_withdraws_what_the_broken_stream_showed(shell):

@@ -9,12 +9,14 @@ from builders import ManualClock
 from notebook_rig import cell, clocked_shell, controller, run
 
 from ctx_magic.events import (
+    FOLD_TRIGGER,
     AuditReport,
     CacheBroke,
     Cleared,
     Compacted,
     ContextMeasured,
     Persisted,
+    Snipped,
     Status,
     TextDelta,
     UsageUpdated,
@@ -224,3 +226,14 @@ def test_a_state_change_shows_at_once_even_inside_the_throttle_interval():
     panel.handle(ContextMeasured(ContextFigures(5, 100, 80, 90, 120, "ok", 95.0, 1, 0, 0, 0)))
     panel.handle(Status("running", "python"))  # then nothing while the code runs or ask waits
     assert panel.status == "running" and "running code" in panel.header.value
+
+
+def test_cells_folded_at_one_break_are_one_change_with_one_card():
+    panel = ContextPanel(clock=ManualClock())
+    panel.handle(Snipped(4, ("a", "b", "c", "d"), "m1", 300, FOLD_TRIGGER))
+    panel.handle(Snipped(6, ("e", "f", "g", "h", "i", "j"), "m2", 500, FOLD_TRIGGER))
+    panel.flush()
+    assert [(e["kind"], e["messages"], e["tokens_freed"]) for e in panel.timeline] == [("snip", 10, 800)]
+    assert panel.chart.value.count('class="ctx-magic-marker"') == 1
+    assert 'title="folded 5 old cells (click for details)"' in panel.chart.value
+    assert "a line per cell" in "".join(getattr(w, "value", "") for w in widget_tree(panel.cards.box))
