@@ -77,6 +77,11 @@ class Snipped(Event):
     tokens_freed: int
     trigger: str = "auto"
 
+    @property
+    def cells(self) -> int:
+        """The notebook cells a fold of cells stands for (each a call and its result)."""
+        return self.count // 2 if self.trigger == FOLD_TRIGGER else 0
+
 
 @dataclass(frozen=True)
 class Cleared(Event):

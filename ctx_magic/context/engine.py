@@ -220,11 +220,8 @@ def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, 
 
 
 def _fold_cells(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
-    """After an idle gap (the prompt cache has expired, so the rewrite costs nothing) runs of old
-    notebook cells (older than the most recent results clearing keeps) fold into a line each."""
-    gap = idle_gap(messages, now)
-    if gap is None or gap <= settings.idle_seconds:
-        return messages, state, []
+    """Runs of old notebook cells (older than the most recent results clearing keeps) fold into a
+    line each; the caller folds after an idle gap, when the rewrite costs nothing."""
     foldable = {*state.cleared, *clearable(state.compactable, settings.keep_recent)}
     folded, events = fold_cells(messages, foldable, state.cleared, transcript_path=settings.transcript_path, now=now)
     if not events:
@@ -362,13 +359,12 @@ def prepare(
     cleared: list[Cleared] = []
     if plan.clear:
         msgs, state, cleared = _clear(msgs, state, list(sizes), plan.clear, freed=sizes)
+    folded: list[Snipped] = []
+    if may_clear and seen.idle:  # the cache has expired: folding old cells costs nothing either
+        msgs, state, folded = _fold_cells(msgs, state, settings, now)
     count = measure(msgs, state, overhead_tokens)
     seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens, may_clear=False,
                                clearable_tokens=0 if cleared else seen.clearable_tokens)
-    msgs, state, folded = _fold_cells(msgs, state, settings, now) if may_clear else (msgs, state, [])
-    if folded:
-        count = measure(msgs, state, overhead_tokens)
-        seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens)
     if cleared or folded:  # what follows the clearing is decided on the context as it now is
         plan = decide(seen).after(plan)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))

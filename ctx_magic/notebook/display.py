@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctx_magic.events import (
-    FOLD_TRIGGER,
     ApprovalAsked,
     Compacted,
     Event,
@@ -245,10 +244,10 @@ class TurnDisplay:
     def _on_snipped(self, event: Snipped) -> None:
         """A snip has its notice; old cells folded at one idle break (a fold per run of cells)
         share one line that counts them all."""
-        if event.trigger != FOLD_TRIGGER:
+        if not event.cells:
             show(notice_for(event))
             return
-        self.folded += event.count // 2
+        self.folded += event.cells
         line = folded_notice(self.folded)
         if self.folded_output is None:
             self.folded_output = Output(line)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 
 from ctx_magic.events import (
-    FOLD_TRIGGER,
     Cleared,
     Compacted,
     Event,
@@ -98,8 +97,8 @@ def notice_for(event: Event) -> dict[str, str] | None:
     if isinstance(event, Persisted):
         return notice_line(f"Saved a {event.original_chars:,}-character output to {event.path} "
                            "(a preview stays in context)")
-    if isinstance(event, Snipped) and event.trigger == FOLD_TRIGGER:
-        return folded_notice(event.count // 2)
+    if isinstance(event, Snipped) and event.cells:
+        return folded_notice(event.cells)
     if isinstance(event, Snipped):
         return notice_line(f"Snipped {event.count:,} messages from the middle of the conversation "
                            "(the transcript keeps them)")

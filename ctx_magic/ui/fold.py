@@ -85,7 +85,7 @@ class EventFold:
                                 f"cleared {event.blocks} thinking block{'' if event.blocks == 1 else 's'}")
         if isinstance(event, Cleared):
             return self._cleared(event)
-        if isinstance(event, Snipped) and event.trigger == FOLD_TRIGGER:
+        if isinstance(event, Snipped) and event.cells:
             return self._folded(event)
         if isinstance(event, Snipped):
             return self._change({"kind": "snip", "trigger": event.trigger, "messages": event.count,
@@ -108,8 +108,10 @@ class EventFold:
             changes.update(spend=dict(event.totals), cache_hit_ratio=event.cache_hit_ratio, cost=cost)
         return changes
 
-    def _change(self, entry: dict[str, Any], label: str) -> dict[str, Any]:
-        timeline = self._now("timeline")
+    def _change(self, entry: dict[str, Any], label: str, timeline: list[dict[str, Any]] | None = None
+                ) -> dict[str, Any]:
+        """The timeline (the panel's, unless given) with one more change, at the current call."""
+        timeline = self._now("timeline") if timeline is None else timeline
         entry = {**entry, "key": f"{entry['kind']}-{len(timeline)}", "at": len(self._now("calls")),
                  "label": label}
         return {"timeline": [*timeline, entry]}
@@ -117,14 +119,13 @@ class EventFold:
     def _folded(self, event: Snipped) -> dict[str, Any]:
         """Cells folded at one idle break come as a fold per run of cells: one change shows them all."""
         timeline = self._now("timeline")
+        cells, messages, freed = event.cells, event.count, event.tokens_freed
         last = timeline[-1] if timeline else {}
-        messages, freed = event.count, event.tokens_freed
-        if last.get("trigger") == FOLD_TRIGGER and last.get("at") == len(self._now("calls")):
-            messages, freed, timeline = messages + last["messages"], freed + last["tokens_freed"], timeline[:-1]
-        entry = {"kind": "snip", "trigger": FOLD_TRIGGER, "messages": messages, "tokens_freed": freed,
-                 "key": f"snip-{len(timeline)}", "at": len(self._now("calls")),
-                 "label": f"folded {count(messages // 2, 'old cell')}"}
-        return {"timeline": [*timeline, entry]}
+        if last.get("cells") and last.get("at") == len(self._now("calls")):
+            cells, messages, freed = cells + last["cells"], messages + last["messages"], freed + last["tokens_freed"]
+            timeline = timeline[:-1]
+        return self._change({"kind": "snip", "trigger": FOLD_TRIGGER, "cells": cells, "messages": messages,
+                             "tokens_freed": freed}, f"folded {count(cells, 'old cell')}", timeline)
 
     def _compacted(self, event: Compacted | ServerCompacted) -> dict[str, Any]:
         if isinstance(event, ServerCompacted):
