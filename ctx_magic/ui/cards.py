@@ -84,8 +84,8 @@ def change_title(entry: Mapping[str, Any]) -> str:
         what = [count(entry[k], one) for k, one in (("results", "tool result"), ("thinking", "thinking block"))
                 if entry.get(k)]
         return f"{CHANGE_GLYPHS['clearing']} Cleared {' and '.join(what) or 'nothing'}{freed}"
-    if entry.get("cells"):
-        return f"{CHANGE_GLYPHS['snip']} Folded {count(entry['cells'], 'old cell')} to a line each{freed}"
+    if entry.get("folded_cells"):
+        return f"{CHANGE_GLYPHS['snip']} Folded {count(entry['folded_cells'], 'old cell')} to a line each{freed}"
     if "messages" in entry:
         return f"{CHANGE_GLYPHS['snip']} Snipped {count(entry['messages'], 'message')}{freed}"
     return f"{CHANGE_GLYPHS['snip']} The agent snipped {count(entry.get('results', 0), 'tool result')}{freed}"
@@ -107,7 +107,7 @@ def change_body(entry: Mapping[str, Any]) -> str:
             ("Now", "each result is a one-line stub (with the saved file's path when there is one); the "
                     "transcript keeps the full text"),
         ])
-    if entry.get("cells"):
+    if entry.get("folded_cells"):
         return facts_html([
             ("When", "after an idle gap, when the prompt cache had expired"),
             ("What", "each run of old notebook cells became one message with a line per cell: its number, first "

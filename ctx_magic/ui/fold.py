@@ -121,10 +121,10 @@ class EventFold:
         timeline = self._now("timeline")
         cells, messages, freed = event.cells, event.count, event.tokens_freed
         last = timeline[-1] if timeline else {}
-        if last.get("cells") and last.get("at") == len(self._now("calls")):
-            cells, messages, freed = cells + last["cells"], messages + last["messages"], freed + last["tokens_freed"]
-            timeline = timeline[:-1]
-        return self._change({"kind": "snip", "trigger": FOLD_TRIGGER, "cells": cells, "messages": messages,
+        if last.get("folded_cells") and last.get("at") == len(self._now("calls")):
+            cells, messages = cells + last["folded_cells"], messages + last["messages"]
+            freed, timeline = freed + last["tokens_freed"], timeline[:-1]
+        return self._change({"kind": "snip", "trigger": FOLD_TRIGGER, "folded_cells": cells, "messages": messages,
                              "tokens_freed": freed}, f"folded {count(cells, 'old cell')}", timeline)
 
     def _compacted(self, event: Compacted | ServerCompacted) -> dict[str, Any]:

@@ -230,10 +230,12 @@ def test_a_state_change_shows_at_once_even_inside_the_throttle_interval():
 
 def test_cells_folded_at_one_break_are_one_change_with_one_card():
     panel = ContextPanel(clock=ManualClock())
+    panel.handle(Cleared("idle", {notebook_cell_id(4, "9"): "[cleared]"}, 2_000))  # the same break's clearing
     panel.handle(Snipped(4, ("a", "b", "c", "d"), "m1", 300, FOLD_TRIGGER))
     panel.handle(Snipped(6, ("e", "f", "g", "h", "i", "j"), "m2", 500, FOLD_TRIGGER))
     panel.flush()
-    assert [(e["kind"], e["messages"], e["tokens_freed"]) for e in panel.timeline] == [("snip", 10, 800)]
-    assert panel.chart.value.count('class="ctx-magic-marker"') == 1
+    assert [(e["kind"], e.get("messages"), e["tokens_freed"]) for e in panel.timeline] == [
+        ("clearing", None, 2_000), ("snip", 10, 800)]
+    assert panel.chart.value.count('class="ctx-magic-marker"') == 2
     assert 'title="folded 5 old cells (click for details)"' in panel.chart.value
     assert "a line per cell" in "".join(getattr(w, "value", "") for w in widget_tree(panel.cards.box))
