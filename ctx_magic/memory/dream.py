@@ -445,16 +445,3 @@ def dream(
     if closed:
         return DreamResult("skipped", closed)
     return run_locked(store, now, holder, lambda touched: run_phases(store, recent, model, now, touched))
-
-
-def maybe_dream(
-    storage_dir: Path,
-    model: TextModel,
-    *,
-    now: datetime,
-    current_session: str | None = None,
-    store: MemoryStore | None = None,
-    holder: str = "",
-) -> DreamResult:
-    """Dream only if the gates open (the cheap check to run after each model response)."""
-    return dream(storage_dir, model, now=now, current_session=current_session, store=store, holder=holder)

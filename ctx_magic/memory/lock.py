@@ -210,8 +210,3 @@ def _held_reason(info: Mapping[str, Any]) -> str:
     pid = f"pid {info.get('pid', '?')}"
     since = f" since {info['time']}" if info.get("time") else ""
     return f"another dream is running ({who + ', ' if who else ''}{pid}{since})"
-
-
-def release_lock(folder: Path, lock: DreamLock) -> None:
-    """Release a lock `acquire_lock` gave (the lock file only if it is still ours)."""
-    lock.release()

@@ -29,13 +29,12 @@ from ctx_magic.memory.dream import (
     dream,
     gather,
     load_state,
-    maybe_dream,
     plan_consolidation,
     save_state,
     sessions_gate,
     time_gate,
 )
-from ctx_magic.memory.lock import DreamLock, acquire_lock, release_lock
+from ctx_magic.memory.lock import DreamLock, acquire_lock
 from ctx_magic.memory.longterm import Candidate
 from ctx_magic.memory.prompts import CONSOLIDATE_HEADING, GATHER_HEADING
 from ctx_magic.memory.store import Memory, MemoryStore, format_time, memory_id
@@ -135,18 +134,18 @@ def test_state_round_trips_and_garbage_reads_as_empty(tmp_path: Path) -> None:
     assert load_state(tmp_path) == DreamState()
 
 
-# --- the gates in maybe_dream, with an injected clock ----------------------------------------
+# --- the gates in dream, with an injected clock ----------------------------------------
 
 
 def test_time_gate_holds_the_dream_for_24_hours(storage: Path, store: MemoryStore) -> None:
     save_state(store.folder, DreamState(last_dream=T0))
     add_sessions(storage, 5, hours(1))
     model = ScriptedModel()
-    assert maybe_dream(storage, model, now=hours(23)) == DreamResult(
+    assert dream(storage, model, now=hours(23)) == DreamResult(
         "skipped", "the last dream was 23.0 hours ago (24 needed)"
     )
     assert model.prompts == []
-    assert maybe_dream(storage, model, now=hours(24)).status == "dreamed"
+    assert dream(storage, model, now=hours(24)).status == "dreamed"
     assert load_state(store.folder).last_dream == hours(24)
 
 
@@ -154,26 +153,26 @@ def test_sessions_gate_counts_only_sessions_after_the_last_dream(storage: Path, 
     add_sessions(storage, 3, T0 - timedelta(days=2))  # before the last dream: not counted
     save_state(store.folder, DreamState(last_dream=T0 - timedelta(days=1)))
     add_sessions(storage, 4, T0 - timedelta(hours=5))
-    result = maybe_dream(storage, ScriptedModel(), now=T0)
+    result = dream(storage, ScriptedModel(), now=T0)
     assert result == DreamResult("skipped", "4 sessions since the last dream (5 needed)")
     add_sessions(storage, 1, T0 - timedelta(hours=1))
-    assert maybe_dream(storage, ScriptedModel(), now=T0 + timedelta(minutes=10)).status == "dreamed"
+    assert dream(storage, ScriptedModel(), now=T0 + timedelta(minutes=10)).status == "dreamed"
 
 
 def test_the_current_session_does_not_count(storage: Path) -> None:
     ids = add_sessions(storage, 5, T0 - timedelta(hours=5))
-    assert maybe_dream(storage, ScriptedModel(), now=T0, current_session=ids[-1]).reason.startswith("4 sessions")
+    assert dream(storage, ScriptedModel(), now=T0, current_session=ids[-1]).reason.startswith("4 sessions")
 
 
 def test_sessions_are_checked_at_most_every_10_minutes(storage: Path, store: MemoryStore) -> None:
     add_sessions(storage, 4, T0 - timedelta(hours=5))
-    assert maybe_dream(storage, ScriptedModel(), now=T0).reason.startswith("4 sessions")
+    assert dream(storage, ScriptedModel(), now=T0).reason.startswith("4 sessions")
     assert load_state(store.folder).last_check == T0
     add_sessions(storage, 1, T0 - timedelta(hours=1))
-    too_soon = maybe_dream(storage, ScriptedModel(), now=T0 + timedelta(minutes=9))
+    too_soon = dream(storage, ScriptedModel(), now=T0 + timedelta(minutes=9))
     assert too_soon == DreamResult("skipped", "sessions were checked 9 minutes ago (every 10 at most)")
     assert load_state(store.folder).last_check == T0  # a skipped check does not restart the interval
-    assert maybe_dream(storage, ScriptedModel(), now=T0 + timedelta(minutes=10)).status == "dreamed"
+    assert dream(storage, ScriptedModel(), now=T0 + timedelta(minutes=10)).status == "dreamed"
 
 
 def test_force_ignores_the_gates_but_still_records_the_dream(storage: Path, store: MemoryStore) -> None:
@@ -228,7 +227,7 @@ def test_release_never_removes_a_lock_that_is_not_ours(store: MemoryStore) -> No
     lock = acquire_lock(store.folder, T0)
     assert isinstance(lock, DreamLock)
     body = write_lock(store, T0)
-    release_lock(store.folder, lock)
+    lock.release()
     assert lock_path(store).read_bytes() == body
 
 
@@ -315,7 +314,7 @@ def test_a_failure_after_writing_is_rolled_back_too(storage: Path, store: Memory
 
 def test_a_failed_gated_dream_keeps_the_last_dream_time(storage: Path, store: MemoryStore) -> None:
     seed_store(storage, store)
-    result = maybe_dream(storage, ScriptedModel(gather=ModelError("overloaded")), now=T0)
+    result = dream(storage, ScriptedModel(gather=ModelError("overloaded")), now=T0)
     assert result.status == "failed"
     assert load_state(store.folder) == DreamState(last_dream=T0 - timedelta(days=2), last_check=T0)
 
@@ -338,7 +337,7 @@ def test_dream_against_the_offline_stand_in_merges_adds_and_prunes(storage: Path
     api = OfflineAPI(OfflineConfig(window=200_000))
     model = SdkTextModel(AnthropicModel(offline_client(api, max_retries=0), name="claude-offline-test"))
 
-    result = maybe_dream(storage, model, now=T0)
+    result = dream(storage, model, now=T0)
 
     assert result == DreamResult("dreamed", "", added=1, merged=1, pruned=1)
     assert api.model_calls("memory") == 2  # gather, consolidate
