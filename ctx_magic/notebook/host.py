@@ -17,7 +17,7 @@ from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.prompts import JUPYTER_SYSTEM_PROMPT
 from ctx_magic.notebook.workspace import Workspace
-from ctx_magic.store.session import latest_session
+from ctx_magic.store.session import latest_session, list_sessions
 
 
 class SessionHost:
@@ -106,7 +106,7 @@ class SessionHost:
             if found is None:
                 raise CtxMagicError(f"No stored session to resume in {storage}.")
             return found.session_id
-        if not (storage / "sessions" / resume).is_dir():
+        if resume not in {stored.session_id for stored in list_sessions(storage)}:  # an id, never a path
             raise CtxMagicError(f"No session {resume!r} in {storage / 'sessions'}.")
         return resume
 

@@ -221,6 +221,17 @@ def test_new_and_resume_sessions(shell):
     assert "No session 'nope'" in shown
 
 
+@pytest.mark.parametrize("target", [".", "..", "../sessions", "/"])
+def test_resume_takes_only_the_id_of_a_stored_session_never_a_folder_path(shell, tmp_path, target):
+    run(shell, "%%agent\nremember the number 7")
+    first = status(shell)["session_id"]
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name == "transcript.jsonl")
+    _, shown = run(shell, f"%agent --resume {target}")
+    assert f"No session '{target}'" in shown
+    assert status(shell)["session_id"] == first
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name == "transcript.jsonl") == before
+
+
 def test_unknown_model_is_one_clear_line(shell):
     result, shown = run(shell, "%%agent --model gpt-4\nhello")
     assert result.error_in_exec is None
