@@ -80,11 +80,14 @@ class SessionHost:
         settings = self._settings.to_settings()
         model = self._model(settings.model)
         model.limits()
-        if self.session is not None:
-            self.end(extract=sid != self.session.session_id)  # the same session resumed: nothing to extract yet
+        if self.session is not None and sid == self.session.session_id:
+            self.end(extract=False)  # the same session resumed: its hold is let go to be taken again
+        # The next session is opened before the current one ends: one that cannot be opened (held by
+        # another kernel, an unwritable folder) leaves this kernel's conversation where it was.
         session, problems = open_session(model, self._executor, storage, settings, session_id=sid,
                                          resume=sid is not None, system_prompt=JUPYTER_SYSTEM_PROMPT,
                                          root=self._workspace.root(), clock=self._clock)
+        self.end()
         self.session = session
         notes += problems
         if sid is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import anthropic
 import pytest
@@ -230,6 +232,37 @@ def test_resume_takes_only_the_id_of_a_stored_session_never_a_folder_path(shell,
     assert f"No session '{target}'" in shown
     assert status(shell)["session_id"] == first
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name == "transcript.jsonl") == before
+
+
+HOLD_SESSION = """
+import sys
+from pathlib import Path
+from ctx_magic.store.session import SessionDir
+SessionDir(Path(sys.argv[1]), sys.argv[2]).claim()
+print("held", flush=True)
+sys.stdin.read()
+"""
+"""Another kernel's process holding a session until its stdin closes."""
+
+
+def test_a_resume_refused_because_another_kernel_holds_the_session_keeps_the_current_one(shell, tmp_path):
+    run(shell, "%%agent\nthe first session")
+    other = status(shell)["session_id"]
+    run(shell, "%agent --new")
+    run(shell, "%%agent\nthe second session")
+    mine = status(shell)["session_id"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SESSION, str(tmp_path / ".ctx_magic"), other],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        _, shown = run(shell, f"%agent --resume {other}")
+        assert f"Session {other} is open in another kernel" in shown
+        assert status(shell)["session_id"] == mine
+        run(shell, "%%agent\nand on")
+        assert status(shell)["turns"] == 2
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
 
 
 def test_unknown_model_is_one_clear_line(shell):
