@@ -304,15 +304,15 @@ class AgentMagics(Magics):
         if not words:
             raise UsageError(f"%ctx {command} needs the id of a background run (see %ctx tasks).")
         run_id = words[0]
+
+        def ask(waiting: str) -> str:  # no TEXT: asked at the input prompt, hidden for a password
+            return (getpass.getpass if waiting == "password" else input)(f"Answer for run {run_id}: ")
+
         try:
             if command == "stop":
                 notice(runs.stop(run_id))
                 return
-            text = " ".join(words[1:])
-            if not text:
-                ask = getpass.getpass if runs.waiting(run_id) == "password" else input
-                text = ask(f"Answer for run {run_id}: ")
-            notice(runs.answer(run_id, text))
+            notice(runs.answer(run_id, " ".join(words[1:]) or ask))
         except ToolError as error:
             raise CtxMagicError(str(error)) from None
         self.controller.panel.runs_changed()

@@ -225,23 +225,20 @@ class RunBoard:
         return (f"Run {run_id} stopped." if run.done.is_set() else
                 f"Run {run_id} is stopping: it is inside a call Python cannot interrupt and stops when it returns.")
 
-    def answer(self, run_id: str, text: str) -> str:
+    def answer(self, run_id: str, text: str | Callable[[str], str]) -> str:
+        """Send `text` to what the run waits in; a callable is asked for the text (given 'input',
+        'password' or '') only once the run is known to be live, so the user is never prompted in vain."""
         run, info, _path = self.find(run_id)
         if info is None:
             return self._unknown(run_id)
         if run is None or not run.live:
             return f"Run {run_id} is not running: it is {info.words(self.now())}."
-        where = run.answer(text)
+        where = run.answer(text if isinstance(text, str) else text(run.waiting))
         if where is None:
             return (f"Run {run_id} is not waiting for an answer it can be given: no input() or getpass() of its "
                     "code waits, and no subprocess of it reads its stdin.")
         self.check()
         return f"Sent to {where} of run {run_id}."
-
-    def waiting(self, run_id: str) -> str:
-        """What the run waits in: 'input', 'password', or '' (a subprocess, or nothing)."""
-        run, _info, _path = self.find(run_id)
-        return run.waiting if run is not None else ""
 
     def _unknown(self, run_id: str) -> NoReturn:
         known = ", ".join(info.id for info in self.infos()) or "none yet"

@@ -350,6 +350,19 @@ def test_ctx_answer_without_text_asks_at_the_input_prompt(rig, monkeypatch):
     assert only_run(board).done.wait(20) and shell.user_ns["answer"] == "blue"
 
 
+def test_ctx_answer_without_text_asks_nothing_of_a_run_that_is_unknown_or_over(rig, monkeypatch):
+    shell, board, _clock = rig
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "blue")
+    run(shell, "%%agent\ngo\n```python background\nprint('done')\n```")
+    assert only_run(board).done.wait(20)
+    _, unknown = run(shell, "%ctx answer t9")
+    assert "There is no background run 't9' in this session (its runs: t1)." in unknown
+    _, over = run(shell, "%ctx answer t1")
+    assert "Run t1 is not running: it is finished after 0 s." in over
+    assert asked == []
+
+
 def test_a_run_interrupted_in_the_foreground_is_stopped(rig):
     shell, board, _clock = rig
     import _thread
