@@ -18,7 +18,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, magic_arguments
 from IPython.utils.process import arg_split
 
 from ctx_magic.agent.tools import ToolError
@@ -44,10 +44,21 @@ class HelpFormatter(MagicHelpFormatter):
         return argparse.RawDescriptionHelpFormatter._format_action_invocation(self, action)
 
 
+def words(line: str) -> list[str]:
+    """A magic's line split as IPython splits it, except that a quote left open (`%compact keep 'the
+    plots`, `%memory add the 'sales table...`) stays in the last word as typed instead of raising."""
+    return arg_split(line, strict=False)
+
+
+def parse(magic: Callable[..., Any], line: str) -> argparse.Namespace:
+    """A magic's arguments (a bad option is a one-line UsageError from magic_arguments' parser)."""
+    return magic.parser.parse_args(words(line))  # type: ignore[attr-defined]
+
+
 def parse_intermixed(magic: Callable[..., Any], line: str) -> argparse.Namespace:
     """A magic's arguments with its options anywhere among the positionals (`%ctx export --transcript
     PATH` as well as `%ctx export PATH --transcript`), which argparse's default parse refuses."""
-    return magic.parser.parse_intermixed_args(arg_split(line))  # type: ignore[attr-defined]
+    return magic.parser.parse_intermixed_args(words(line))  # type: ignore[attr-defined]
 
 
 def agent_line_with_question(lines: list[str]) -> list[str]:
@@ -105,7 +116,7 @@ class AgentMagics(Magics):
         """
         if cell is None and line.strip() and not line.lstrip().startswith("-"):
             raise UsageError(MESSAGE_IN_LINE)
-        args = parse_argstring(self.agent, line)
+        args = parse(self.agent, line)
         self.commands.refuse_inside_turn("%%agent")
         if args.new and args.resume is not None:
             raise UsageError("Use either --new or --resume, not both.")
@@ -137,7 +148,7 @@ class AgentMagics(Magics):
     @one_line_errors
     def compact(self, line: str) -> None:
         """Compact the agent's context now (optionally with instructions for the summary)."""
-        args = parse_argstring(self.compact, line)
+        args = parse(self.compact, line)
         self.commands.refuse_inside_turn("%compact")
         chosen = [name for name in ("up_to", "from_", "snip") if getattr(args, name) is not None]
         if len(chosen) > 1:
@@ -170,7 +181,7 @@ class AgentMagics(Magics):
     def memory(self, line: str) -> None:
         """Long-term memory across sessions: show, add [--no-decay] [--team] TEXT, forget [--team] ID,
         extract, dream."""
-        args = parse_argstring(self.memory, line)
+        args = parse(self.memory, line)
         # What follows the command is its text, taken as typed; the flags may sit anywhere in it.
         no_decay = args.no_decay or "--no-decay" in args.rest
         team = args.team or "--team" in args.rest
@@ -216,7 +227,7 @@ class AgentMagics(Magics):
             pin = self.commands.pin(stripped)  # the text as typed: no shell-style unquoting
             notice(f"Pinned {pin.id}: it stays in the agent's context after every summary.")
             return
-        args = parse_argstring(self.pin, line)
+        args = parse(self.pin, line)
         chosen = [name for name in ("cell", "remove") if getattr(args, name) is not None] + (["list"] if args.list
                                                                                               else [])
         if len(chosen) > 1 or (chosen and args.text):

@@ -302,6 +302,16 @@ def test_compact_magic_variants(shell):
     assert [b["trigger"] for b in status(shell)["boundaries"]] == ["manual"] * 3
 
 
+def test_an_unclosed_quote_in_free_text_is_taken_as_typed(shell):
+    run(shell, "%%agent\nhello")
+    _, shown = run(shell, "%compact keep 'the plots")
+    assert "Compacted" in shown and "internal error" not in shown
+    api = controller(shell).host.backend.stand_in
+    assert "keep 'the plots" in json.dumps([r for r in api.requests if r.kind == "compaction"][-1].body)
+    _, shown = run(shell, "%memory add the 'sales table is in /data")
+    assert "Remembered" in shown and ": the 'sales table is in /data" in shown
+
+
 def test_compact_before_any_session_says_so(shell):
     _, shown = run(shell, "%compact")
     assert "run a %%agent cell first" in shown
