@@ -223,13 +223,14 @@ class AgentMagics(Magics):
             for line_ in self.controller.ensure_session()[1]:
                 notice(line_)
         stripped = line.strip()
-        if stripped and not stripped.startswith("-"):
-            pin = self.commands.pin(stripped)  # the text as typed: no shell-style unquoting
-            notice(f"Pinned {pin.id}: it stays in the agent's context after every summary.")
-            return
-        args = parse(self.pin, line)
+        options = stripped.startswith("-")  # else the whole line is the text, as typed: no shell-style unquoting
+        args = parse(self.pin, line if options else "")
         chosen = [name for name in ("cell", "remove") if getattr(args, name) is not None] + (["list"] if args.list
                                                                                               else [])
+        if stripped and not chosen and (args.text or not options):  # text that only starts like an option: `- a rule`
+            pin = self.commands.pin(stripped)
+            notice(f"Pinned {pin.id}: it stays in the agent's context after every summary.")
+            return
         if len(chosen) > 1 or (chosen and args.text):
             raise UsageError("Use one of TEXT, --cell N, --list and --remove ID.")
         if args.cell is not None:

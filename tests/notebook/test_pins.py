@@ -90,3 +90,10 @@ def test_pin_cells_of_our_own_are_not_recorded_and_a_bad_cell_number_is_one_line
     sources = [b["input"]["source"] for m in controller(shell).host.session.live.messages for b in m.blocks("tool_use")
                if b["name"] == "notebook_cell"]
     assert sources == []
+
+
+@pytest.mark.parametrize("text", ["- always plot in UTC", "-1 marks a missing value, never a real one"])
+def test_a_pin_that_starts_with_a_dash_is_pinned_as_typed(shell, text):
+    _, shown = run(shell, f"%pin {text}")
+    assert "Pinned p1" in shown
+    assert f"p1: {text}" in run(shell, "%pin --list")[1]
