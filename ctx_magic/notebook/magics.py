@@ -285,12 +285,15 @@ class AgentMagics(Magics):
                 plain_or_rich({"text/plain": status_text(status)})
         elif args.command == "export":
             records = session.store.load_transcript().records
+            named = " ".join(args.rest)  # a path with spaces, typed bare or in one pair of quotes as in a shell
+            if len(named) > 1 and named[0] == named[-1] and named[0] in "'\"":
+                named = named[1:-1]
             if args.transcript:
-                target = Path(" ".join(args.rest)) if args.rest else session.store.root / "transcript.ipynb"
+                target = Path(named) if named else session.store.root / "transcript.ipynb"
                 written = export_transcript(records, session.session_id, target)
                 notice(f"Wrote the full transcript to {written}.")
             else:
-                target = Path(" ".join(args.rest)) if args.rest else session.store.root / "notebook.ipynb"
+                target = Path(named) if named else session.store.root / "notebook.ipynb"
                 written = export_notebook(records, session.session_id, target)
                 notice(f"Wrote the session as a notebook to {written}; it runs without ctx_magic.")
         elif args.command == "cell":

@@ -336,6 +336,16 @@ def test_ctx_export_writes_a_readable_notebook(shell, tmp_path):
     assert "Compaction" in sources and "Summary that replaced them" in sources
 
 
+@pytest.mark.parametrize("typed", ['"my notebook.ipynb"', "'my notebook.ipynb'", "my notebook.ipynb"])
+def test_ctx_export_takes_a_path_with_spaces_quoted_or_not(shell, tmp_path, typed):
+    run(shell, "%%agent\nhello")
+    _, shown = run(shell, f"%ctx export {typed}")
+    assert "Wrote the session as a notebook to my notebook.ipynb" in shown
+    assert (tmp_path / "my notebook.ipynb").is_file()
+    _, shown = run(shell, f"%ctx export --transcript {typed}")
+    assert "Wrote the full transcript to my notebook.ipynb." in shown
+
+
 def test_ctx_count(shell):
     run(shell, "%%agent\nhello")
     _, shown = run(shell, "%ctx count")
