@@ -18,6 +18,7 @@ from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.prompts import JUPYTER_SYSTEM_PROMPT
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.store.session import latest_session, list_sessions
+from ctx_magic.ui.cards import count
 
 
 class SessionHost:
@@ -91,7 +92,8 @@ class SessionHost:
         self.session = session
         notes += problems
         if sid is not None:
-            notes.append(f"Resumed session {sid}: {sum(1 for m in session.live.messages if m.sent)} live messages.")
+            live = sum(1 for m in session.live.messages if m.sent)
+            notes.append(f"Resumed session {sid}: {count(live, 'live message')}.")
         return session, notes
 
     def require(self) -> Session:

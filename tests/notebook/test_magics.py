@@ -218,7 +218,13 @@ def test_new_and_resume_sessions(shell):
     _, shown = run(shell, "%agent --new")
     assert "New session" in shown and status(shell)["session_id"] != first
     _, shown = run(shell, f"%agent --resume {first}")
-    assert f"Resumed session {first}" in shown and status(shell)["session_id"] == first
+    assert f"Resumed session {first}: 2 live messages." in shown and status(shell)["session_id"] == first
+    run(shell, "%agent --new")
+    run(shell, "%pin Plot in UTC.")  # a session whose only message is its pins
+    second = status(shell)["session_id"]
+    run(shell, f"%agent --resume {first}")
+    _, shown = run(shell, f"%agent --resume {second}")
+    assert f"Resumed session {second}: 1 live message." in shown
     _, shown = run(shell, "%agent --resume nope")
     assert "No session 'nope'" in shown
 
