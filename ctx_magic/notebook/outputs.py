@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 import sys
 import threading
@@ -95,13 +96,19 @@ def html_text(markup: str) -> str:
 
 
 def display_text(data: dict[str, Any]) -> tuple[str, str] | None:
-    """(mime type, text) the model gets for one display: markdown or plain text, or the text of
-    the HTML when the plain text is only an object's default repr (an HTML-only display)."""
+    """(mime type, text) the model gets for one display: markdown or plain text, or, when the plain
+    text is only an object's default repr (an HTML-, JSON- or LaTeX-only display), the text of the
+    HTML, the JSON or the LaTeX source."""
     plain = as_text(data.get("text/plain", ""))
     if "text/markdown" in data:
         return "text/markdown", as_text(data["text/markdown"])
-    if "text/html" in data and (not plain or _DEFAULT_REPR.match(plain.strip())):
-        return "text/html", html_text(as_text(data["text/html"]))
+    if not plain or _DEFAULT_REPR.match(plain.strip()):
+        if "text/html" in data:
+            return "text/html", html_text(as_text(data["text/html"]))
+        if "application/json" in data:
+            return "application/json", json.dumps(data["application/json"], indent=1, ensure_ascii=False, default=str)
+        if "text/latex" in data:
+            return "text/latex", as_text(data["text/latex"])
     return ("text/plain", plain) if "text/plain" in data else None
 
 

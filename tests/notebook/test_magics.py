@@ -106,6 +106,17 @@ def test_user_cells_enter_the_context_as_notebook_cell_pairs(shell):
     assert "not for the agent" not in json.dumps([m.to_json() for m in session.live.messages])
 
 
+def test_json_and_latex_displays_reach_the_agent_as_their_data_not_an_object_repr(shell):
+    cell(shell, "from IPython.display import JSON, Latex, display\n"
+                "display(JSON({'rows': 120, 'columns': ['id', 'churn']}))\ndisplay(Latex(r'$\\bar{x} = 4.2$'))")
+    run(shell, "%%agent\nWhat did it show?")
+    session = controller(shell).host.session
+    [result] = [b for m in session.live.messages for b in m.blocks("tool_result")]
+    assert "[displayed text/plain]" not in result["content"]  # never the object's repr in place of its data
+    assert '[displayed application/json]\n{\n "rows": 120,\n "columns": [\n  "id",\n  "churn"' in result["content"]
+    assert "[displayed text/latex]\n$\\bar{x} = 4.2$" in result["content"]
+
+
 def test_own_magic_cells_are_not_recorded(shell):
     run(shell, "%%agent\nhello")
     run(shell, "%ctx status")
