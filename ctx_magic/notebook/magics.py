@@ -120,11 +120,11 @@ class AgentMagics(Magics):
         self.commands.refuse_inside_turn("%%agent")
         if args.new and args.resume is not None:
             raise UsageError("Use either --new or --resume, not both.")
-        if args.permission:
-            self.controller.settings.permission = args.permission
         text = (cell or "").strip()
         if not text and not (args.new or args.resume is not None):
             raise UsageError("%%agent needs your message in the cell body (or --new / --resume).")
+        if args.permission:  # only once the line is accepted: a refused one changes nothing
+            self.controller.settings.permission = args.permission
         session, notes = self.controller.ensure_session(new=args.new, resume=args.resume, model=args.model)
         for line_ in notes:
             notice(line_)

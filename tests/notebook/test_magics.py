@@ -52,6 +52,16 @@ def test_agent_help_documents_the_options(shell):
     assert "status" in shell.find_line_magic("ctx").__doc__
 
 
+@pytest.mark.parametrize("source", ["%agent --permission auto", "%%agent --permission auto\n   \n",
+                                    "%agent --permission auto --model claude-haiku-5-5"])
+def test_a_refused_agent_line_changes_no_setting(shell, source):
+    run(shell, "%config CtxMagic.permission = 'ask'")
+    result, _ = run(shell, source)
+    assert isinstance(result.error_in_exec, UsageError)
+    assert controller(shell).settings.permission == "ask"
+    assert controller(shell).settings.model != "claude-haiku-5-5"
+
+
 @pytest.mark.parametrize("source, message", [
     ("%%agent --bogus\nhi", "unrecognized arguments: --bogus"),
     ("%%agent --permission maybe\nhi", "invalid choice: 'maybe'"),
