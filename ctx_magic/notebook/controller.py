@@ -130,11 +130,15 @@ class Controller:
                        model: str | None = None) -> tuple[Session, list[str]]:
         """The current session, a new one, or a stored one resumed; `model` switches the model
         for the next turns (after checking the API knows it) and the conversation goes on."""
+        current, model_before = self.host.session, self.settings.model
         if model:
             self.host.check_model(model)
             self.settings.model = model
-        current = self.host.session
-        session, notes = self.host.ensure(new=new, resume=resume)
+        try:
+            session, notes = self.host.ensure(new=new, resume=resume)
+        except BaseException:
+            self.settings.model = model_before  # a session that could not be opened changes no setting
+            raise
         if session is not current:
             session.listeners.append(self._heard)
             self.cells.attach(session.store)  # cells run from now on survive a kernel restart

@@ -285,6 +285,9 @@ def test_a_resume_refused_because_another_kernel_holds_the_session_keeps_the_cur
         _, shown = run(shell, f"%agent --resume {other}")
         assert f"Session {other} is open in another kernel" in shown
         assert status(shell)["session_id"] == mine
+        _, shown = run(shell, f"%%agent --resume {other} --model claude-haiku-5-5\nhi")
+        assert f"Session {other} is open in another kernel" in shown
+        assert controller(shell).settings.model != "claude-haiku-5-5"
         run(shell, "%%agent\nand on")
         assert status(shell)["turns"] == 2
     finally:
