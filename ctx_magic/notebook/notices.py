@@ -46,12 +46,12 @@ def summary_block(line: str, summary: str) -> dict[str, str]:
 
 
 def compaction_line(event: Compacted) -> str:
-    return (f"Compacted {event.messages_summarized:,} messages: {event.tokens_before:,} → "
+    return (f"Compacted {count(event.messages_summarized, 'message')}: {event.tokens_before:,} → "
             f"{event.tokens_after:,} tokens ({event.trigger})")
 
 
 def server_compaction_line(event: ServerCompacted) -> str:
-    return (f"The API compacted {event.messages_summarized:,} messages: {event.tokens_before:,} -> "
+    return (f"The API compacted {count(event.messages_summarized, 'message')}: {event.tokens_before:,} -> "
             f"{event.tokens_after:,} tokens (server)")
 
 

@@ -10,10 +10,10 @@ import pytest
 from IPython.core.error import UsageError
 from notebook_rig import captured, cell, controller, offline_shell, run
 
-from ctx_magic.events import Compacted
+from ctx_magic.events import Compacted, ServerCompacted
 from ctx_magic.notebook.display import approval_request
 from ctx_magic.notebook.magics import MESSAGE_IN_LINE
-from ctx_magic.notebook.notices import compaction_line
+from ctx_magic.notebook.notices import compaction_line, server_compaction_line
 
 
 @pytest.fixture
@@ -44,6 +44,13 @@ def test_a_line_agent_question_mark_alone_is_still_help(shell):
 def test_cells_and_panel_use_the_same_arrow():
     event = Compacted("auto", 12_000, 3_000, 40, "b", ("b",), "s")
     assert compaction_line(event) == "Compacted 40 messages: 12,000 → 3,000 tokens (auto)"
+
+
+def test_one_message_compacted_is_said_in_the_singular():
+    event = Compacted("manual", 2_019, 2_560, 1, "b", ("b",), "s")
+    assert compaction_line(event) == "Compacted 1 message: 2,019 → 2,560 tokens (manual)"
+    server = ServerCompacted("m", ("m",), "s", 1_000, 400, 1)
+    assert server_compaction_line(server) == "The API compacted 1 message: 1,000 -> 400 tokens (server)"
 
 
 def test_approval_request_highlights_the_code_even_when_it_holds_a_fence():
