@@ -64,6 +64,8 @@ class Controller:
         self.host = SessionHost(self.settings, self.workspace, self.executor, self.memory, self.now, backend=backend)
         self.idle = IdleWatch(self.lock, self.host)
         self.settings.observe(self.host.retries_changed, names="max_retries")
+        self._running_cell: Any = None
+        """The ExecutionInfo of the notebook cell the kernel runs now (the cells it runs inside it are its own)."""
         self.commands = Commands(shell, self.lock, self.host, self.cells, self.idle, self.memory, self.panel,
                                  self.executor, self.settings, self.agent_cells)
         """Turns and the context commands (%%agent's message, %compact, %pin, %ctx count)."""
@@ -86,6 +88,9 @@ class Controller:
     def pre_run_cell(self, info: Any) -> None:
         if self.executor.running:
             return
+        if self._running_cell is not None and not getattr(info, "store_history", True):
+            return  # run from inside the running cell (%%capture, get_ipython().run_cell): a part of that cell
+        self._running_cell = info
         try:
             self.runs.io.ensure()  # above IPython's own wrapping of this cell's streams: a run's output stays its own
             self.agent_cells.cell_started(info)
@@ -99,6 +104,9 @@ class Controller:
     def post_run_cell(self, result: Any) -> None:
         if self.executor.running:
             return
+        if self._running_cell is not None and getattr(result, "info", None) is not self._running_cell:
+            return  # the end of a cell run from inside the running one
+        self._running_cell = None
         try:
             self.agent_cells.cell_finished(getattr(getattr(result, "info", None), "raw_cell", "") or "")
         except Exception as error:  # noqa: BLE001 - as below: one line, never our traceback

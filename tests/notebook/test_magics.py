@@ -135,6 +135,21 @@ def test_own_magic_cells_are_not_recorded(shell):
     assert "notebook_cell" not in names
 
 
+def test_a_cell_that_runs_another_inside_it_enters_once_as_typed_with_its_own_number(shell):
+    cell(shell, "%%capture quiet\nprint('installing')")
+    first = shell.execution_count - 1
+    cell(shell, "get_ipython().run_cell('inner = 1')\nouter = 2")
+    cell(shell, "after = 3")
+    run(shell, "%%agent\nWhat did I run?")
+    calls = [b["input"] for m in controller(shell).host.session.live.messages for b in m.blocks("tool_use")
+             if b["name"] == "notebook_cell"]
+    assert [(c["execution_count"], c["source"]) for c in calls] == [
+        (first, "%%capture quiet\nprint('installing')"),
+        (first + 1, "get_ipython().run_cell('inner = 1')\nouter = 2"),
+        (first + 2, "after = 3"),
+    ]
+
+
 def test_cell_images_become_image_blocks_within_the_cap(shell):
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
     shell.run_line_magic("config", "CtxMagic.image_max_bytes = 200")
