@@ -74,8 +74,8 @@ class SessionHost:
         if self.session is None and backend.offline and not self.carried:
             notes.append(backend.notice)
         sid = self._resume_target(resume) if resume is not None else None
-        carried, self.carried = self.carried, None
         storage = self._workspace.storage_dir()
+        carried = self.carried
         if sid is None and not new and carried and (storage / "sessions" / carried).is_dir():
             sid = carried  # the extension was reloaded in this kernel: the same conversation goes on
         settings = self._settings.to_settings()
@@ -88,6 +88,7 @@ class SessionHost:
         session, problems = open_session(model, self._executor, storage, settings, session_id=sid,
                                          resume=sid is not None, system_prompt=JUPYTER_SYSTEM_PROMPT,
                                          root=self._workspace.root(), clock=self._clock)
+        self.carried = None  # taken up, or set aside for a session asked for by name
         self.end()
         self.session = session
         notes += problems

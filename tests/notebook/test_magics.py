@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anthropic
 import pytest
@@ -287,16 +289,26 @@ sys.stdin.read()
 """Another kernel's process holding a session until its stdin closes."""
 
 
+@contextmanager
+def held_elsewhere(storage, session_id: str) -> Iterator[None]:
+    """The session held by another process (as another kernel holds it) while the block runs."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SESSION, str(storage), session_id],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
 def test_a_resume_refused_because_another_kernel_holds_the_session_keeps_the_current_one(shell, tmp_path):
     run(shell, "%%agent\nthe first session")
     other = status(shell)["session_id"]
     run(shell, "%agent --new")
     run(shell, "%%agent\nthe second session")
     mine = status(shell)["session_id"]
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_SESSION, str(tmp_path / ".ctx_magic"), other],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert holder.stdout.readline() == b"held\n"
+    with held_elsewhere(tmp_path / ".ctx_magic", other):
         _, shown = run(shell, f"%agent --resume {other}")
         assert f"Session {other} is open in another kernel" in shown
         assert status(shell)["session_id"] == mine
@@ -305,9 +317,20 @@ def test_a_resume_refused_because_another_kernel_holds_the_session_keeps_the_cur
         assert controller(shell).settings.model != "claude-haiku-5-5"
         run(shell, "%%agent\nand on")
         assert status(shell)["turns"] == 2
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=60)
+
+
+def test_a_resume_refused_right_after_a_reload_leaves_the_reloaded_session_to_go_on(shell, tmp_path):
+    run(shell, "%%agent\nthe first session")
+    other = status(shell)["session_id"]
+    run(shell, "%agent --new")
+    run(shell, "%%agent\nthe second session")
+    mine = status(shell)["session_id"]
+    shell.run_line_magic("reload_ext", "ctx_magic")
+    with held_elsewhere(tmp_path / ".ctx_magic", other):
+        _, shown = run(shell, f"%agent --resume {other}")
+        assert f"Session {other} is open in another kernel" in shown
+    _, shown = run(shell, "%%agent\nand on")
+    assert f"Resumed session {mine}" in shown and status(shell)["session_id"] == mine
 
 
 def test_unknown_model_is_one_clear_line(shell):
