@@ -29,8 +29,9 @@ from ctx_magic.store.pending import PENDING_ID_KEY
 SKIP_MARKER = "# ctx: skip"
 PIN_MARKER = "# ctx: pin"
 """A cell whose first line is this is pinned when it runs (its source, kept after every summary)."""
-OWN_MAGICS = ("%%agent", "%agent", "%compact", "%memory", "%ctx", "%%ctx", "%pin", "%load_ext ctx_magic",
-              "%reload_ext ctx_magic", "%unload_ext ctx_magic", "%config CtxMagic")
+OWN_MAGICS = re.compile(r"(?:%%?(?:agent|compact|memory|ctx|pin)|%(?:load|reload|unload)_ext\s+ctx_magic"
+                        r"|%config\s+CtxMagic)(?!\w)")
+"""A first line that runs one of ctx_magic's magics (`%pinfo`, another extension's `%agentx`, are not ours)."""
 IMAGE_TYPES = SUPPORTED_TYPES
 CELL_FIELDS = ("source", "execution_count", "cell_id", "kernel", "stdout", "stderr", "displays", "result", "error")
 _DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-f]+)?>$")
@@ -127,7 +128,7 @@ def is_own_or_skipped(source: str) -> bool:
         return True
     if lines[0].lower().startswith(SKIP_MARKER):
         return True
-    return lines[0].startswith(OWN_MAGICS)
+    return OWN_MAGICS.match(lines[0]) is not None
 
 
 @dataclass

@@ -152,6 +152,15 @@ def test_a_cell_that_runs_another_inside_it_enters_once_as_typed_with_its_own_nu
     ]
 
 
+def test_a_cell_of_another_magic_whose_name_starts_like_ours_is_recorded(shell):
+    cell(shell, "values = [1, 2]")
+    cell(shell, "%pinfo values\ntotal = sum(values)")
+    run(shell, "%%agent\nWhat did I run?")
+    sources = [b["input"]["source"] for m in controller(shell).host.session.live.messages for b in m.blocks("tool_use")
+               if b["name"] == "notebook_cell"]
+    assert sources == ["values = [1, 2]", "%pinfo values\ntotal = sum(values)"]
+
+
 def test_cell_images_become_image_blocks_within_the_cap(shell):
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
     shell.run_line_magic("config", "CtxMagic.image_max_bytes = 200")
