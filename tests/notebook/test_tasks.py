@@ -121,6 +121,17 @@ def test_the_agent_reads_a_run_incrementally_by_offset(rig):
     assert "Output from offset 0 to 21:\nstep 0\nstep 1\nstep 2" in whole
 
 
+def test_an_offset_past_the_end_of_the_log_says_so_and_keeps_where_the_agent_read_to(rig):
+    shell, board, _clock = rig
+    run(shell, "%%agent\ngo\n```python background\nprint('step 0')\n```")
+    assert only_run(board).done.wait(20)
+    _, shown = run(shell, "%%agent\nfurther on\ntask read t1 5000")
+    assert "Run t1: finished after 0 s; its log has 7 bytes; offset 5,000 is past its end: nothing there." in shown
+    assert "Output from offset 5,000" not in shown
+    _, rest = run(shell, "%%agent\nfrom where I was\ntask read t1")
+    assert "Output from offset 0 to 7:\nstep 0\n[next offset: 7]" in rest
+
+
 def test_input_in_the_agents_code_ends_the_turns_wait_at_once_and_the_answer_reaches_it(rig):
     shell, board, _clock = rig
     _, shown = run(shell, "%%agent\nask me\n```python\nname = input('Name? ')\nprint('hi', name)\n```")
