@@ -100,6 +100,7 @@ _PLACEHOLDER = re.compile(
 MIN_ASSIGNED_CHARS = 3  # "pw=1" is noise; "pw=abc" may already be someone's password
 MIN_NUMERIC_PASSWORD = 4  # "the password is 12 characters long" is a length; "the pin is 4711" a secret
 MIN_KEY_CHARS = 8  # a token or key id shorter than this is a count, a flag, a column name
+_CALL = re.compile(r"^[A-Za-z_][\w.]*\(")  # getpass(), secrets.token_hex(8), os.getenv(...): where it comes from
 _ENV_NAME = re.compile(r"^\$?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # DB_PASSWORD names where a secret is, not it
 # settings.py, config/db.yaml, os.environ, /home/jane/project, ~/data: where something is, not it
 _DOTTED = re.compile(r"^(?:(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?|[A-Za-z_][\w-]*(?:[./][A-Za-z_][\w-]*)+/?)$")
@@ -191,17 +192,18 @@ def _key_like(value: str) -> bool:
     return _looks_random(value) or _random_letters(value)
 
 
-def _reference(value: str) -> bool:
+def _reference(value: str, *, quoted: bool = False) -> bool:
     """Values that name where a secret comes from instead of holding it: placeholders, variables
-    (DB_PASSWORD), calls (getpass(), secrets.token_hex(8))."""
+    (DB_PASSWORD), calls (getpass(), secrets.token_hex(8)). A quoted value is a literal, never a
+    call: generated keys hold "(" too (Django's draw from !@#$%^&*(-_=+)."""
     return (len(value) < MIN_ASSIGNED_CHARS or bool(_PLACEHOLDER.match(value)) or bool(_ENV_NAME.match(value))
-            or "(" in value)
+            or (not quoted and bool(_CALL.match(value))))
 
 
-def _assigned(name: str, value: str) -> bool:
+def _assigned(name: str, value: str, quoted: bool) -> bool:
     """A value given to a credential's name in code or config is the credential itself."""
     value = value.rstrip(_TRAILING)
-    if _reference(value):
+    if _reference(value, quoted=quoted):
         return False
     return True if _is_password_name(name) else _key_like(value)
 
@@ -209,7 +211,7 @@ def _assigned(name: str, value: str) -> bool:
 def _said(name: str, value: str, quoted: bool) -> bool:
     """A value after "the password is": a credential unless it reads as ordinary English."""
     value = value.rstrip(_TRAILING)
-    if _reference(value):
+    if _reference(value, quoted=quoted):
         return False
     if not _is_password_name(name):
         return _key_like(value)
@@ -300,7 +302,7 @@ def detect_secret(text: str) -> SecretFinding | None:
         if _url_param(match.group("name"), match.group("value")):
             return SecretFinding(f"a credential in a URL ({match.group('name')}=)", match.group("value"))
     for match in _ASSIGNMENT.finditer(text):
-        if _assigned(match.group("name"), match.group("value")):
+        if _assigned(match.group("name"), match.group("value"), bool(match.group("quote"))):
             return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
     for match in _SAID.finditer(text):
         if _said(match.group("name"), match.group("value"), bool(match.group("quote"))):

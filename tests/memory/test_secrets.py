@@ -29,6 +29,9 @@ REALISTIC_SECRETS = [
     f"aws_secret_access_key = {AWS_SECRET}",
     "DB_PASSWORD=s3cr3t!",
     "SECRET_KEY = 'django-insecure-" + BODY + "'",
+    # Django's generated keys draw from letters, digits and !@#$%^&*(-_=+): a "(" is not a call.
+    "SECRET_KEY = 'django-insecure--cejy0z&5w^nhg(n^p+dl@hb^8xu80$vz3f$tam__s*!8$m&33'",
+    'the django secret key is "k3(x!v@q9#w$e%r^t&y*u-i_o=p+a"',
     "client_secret: " + HEX_40[:32],
     "the api secret is " + HEX_40,
     "export OPENAI_API_KEY=sk-proj-" + BODY,
@@ -80,6 +83,7 @@ REALISTIC_NON_SECRETS = [
     "Use the sk-learn style API for estimators.",
     "The model id is claude-sonnet-4-5 and the region is eu-west-1.",
     "token = secrets.token_hex(8) makes a fresh one; password = getpass.getpass() asks for it.",
+    "password = getpass() asks for it, and api_key = os.getenv('API_KEY') reads it.",
 ]
 
 
