@@ -99,6 +99,8 @@ _PLACEHOLDER = re.compile(
 )
 MIN_ASSIGNED_CHARS = 3  # "pw=1" is noise; "pw=abc" may already be someone's password
 MIN_NUMERIC_PASSWORD = 4  # "the password is 12 characters long" is a length; "the pin is 4711" a secret
+# A figure in words: a share (3.2%), a decimal (0.032), a count with thousands separators (4,512).
+_FIGURE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d*\.\d+|\d+(?:\.\d+)?)%?$")
 MIN_KEY_CHARS = 8  # a token or key id shorter than this is a count, a flag, a column name
 _CALL = re.compile(r"^[A-Za-z_][\w.]*\(")  # getpass(), secrets.token_hex(8), os.getenv(...): where it comes from
 _ENV_NAME = re.compile(r"^\$?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # DB_PASSWORD names where a secret is, not it
@@ -219,6 +221,8 @@ def _said(name: str, value: str, quoted: bool) -> bool:
         return True
     if value.isdigit():
         return len(value) >= MIN_NUMERIC_PASSWORD
+    if _FIGURE.match(value):
+        return False  # "the password reset rate is 3.2%", "password resets were 4,512": a measurement
     if _DOTTED.match(value):
         return False
     if any(c.isdigit() for c in value) or any(not (c.isalnum() or c in "-'") for c in value):

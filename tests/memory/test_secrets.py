@@ -83,6 +83,10 @@ REALISTIC_NON_SECRETS = [
     "Use the sk-learn style API for estimators.",
     "The model id is claude-sonnet-4-5 and the region is eu-west-1.",
     "token = secrets.token_hex(8) makes a fresh one; password = getpass.getpass() asks for it.",
+    # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
+    "The password reset rate is 3.2% of logins.",
+    "Password resets were 4,512 in Q3.",
+    "The passcode failure rate was 0.032 in March.",
     "password = getpass() asks for it, and api_key = os.getenv('API_KEY') reads it.",
 ]
 
