@@ -104,6 +104,7 @@ _FIGURE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d*\.\d+|\d+(?:\.\d
 MIN_KEY_CHARS = 8  # a token or key id shorter than this is a count, a flag, a column name
 _CALL = re.compile(r"^[A-Za-z_][\w.]*\(")  # getpass(), secrets.token_hex(8), os.getenv(...): where it comes from
 _ENV_NAME = re.compile(r"^\$?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # DB_PASSWORD names where a secret is, not it
+_PATH = re.compile(r"^(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)+/?$")  # pwd: /home/jane/project names a folder
 # settings.py, config/db.yaml, os.environ, /home/jane/project, ~/data: where something is, not it
 _DOTTED = re.compile(r"^(?:(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?|[A-Za-z_][\w-]*(?:[./][A-Za-z_][\w-]*)+/?)$")
 # Words that follow "the password is" in prose about passwords, not in a password.
@@ -205,7 +206,7 @@ def _reference(value: str, *, quoted: bool = False) -> bool:
 def _assigned(name: str, value: str, quoted: bool) -> bool:
     """A value given to a credential's name in code or config is the credential itself."""
     value = value.rstrip(_TRAILING)
-    if _reference(value, quoted=quoted):
+    if _reference(value, quoted=quoted) or _PATH.match(value):
         return False
     return True if _is_password_name(name) else _key_like(value)
 

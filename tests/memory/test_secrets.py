@@ -83,6 +83,10 @@ REALISTIC_NON_SECRETS = [
     "Use the sk-learn style API for estimators.",
     "The model id is claude-sonnet-4-5 and the region is eu-west-1.",
     "token = secrets.token_hex(8) makes a fresh one; password = getpass.getpass() asks for it.",
+    # A path given to pwd (the working folder) or to a passphrase says where something is.
+    "pwd: /home/jane/notebooks when the kernel starts.",
+    "The kernel's pwd=/srv/data/churn after the restart.",
+    "passphrase: ~/keys/id_ed25519.pass is read by the deploy job.",
     # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
     "The password reset rate is 3.2% of logins.",
     "Password resets were 4,512 in Q3.",
@@ -140,6 +144,7 @@ def test_one_refusal_line_names_the_kinds() -> None:
         ("postgres://admin:s3cretpw@db.internal:5432/sales", "credentials in a URL"),
         ("password = 'tr0ub4dor'", "a value assigned to password"),
         ("PASSWD: letmein", "a value assigned to passwd"),
+        ("password: /x9Kq!", "a value assigned to password"),
         ('api_key="abcdef123"', "a value assigned to api_key"),
         ("client_secret: abc.def.ghi", "a value assigned to client_secret"),
         ("the salt 7Hq2LmZ9xR4tVb8NwK3pYc6FjD1sGa5E here", "a long random-looking string (a key or token?)"),
