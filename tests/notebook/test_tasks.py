@@ -132,6 +132,16 @@ def test_an_offset_past_the_end_of_the_log_says_so_and_keeps_where_the_agent_rea
     assert "Output from offset 0 to 7:\nstep 0\n[next offset: 7]" in rest
 
 
+def test_what_a_script_magic_prints_reaches_the_run_not_the_cell(rig):
+    shell, board, _clock = rig
+    _, shown = run(shell, "%%agent\nin bash\n```python\n%%bash\necho hi from bash\n```")
+    result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]
+    assert result["content"] == "hi from bash"  # its output is written by IPython's script-magic thread
+    run(shell, "%%agent\nin the background\n```python background\n%%bash\necho hi again\n```")
+    assert only_run(board).done.wait(20)
+    assert log_text(board, "t1") == "hi again\n"
+
+
 def test_input_in_the_agents_code_ends_the_turns_wait_at_once_and_the_answer_reaches_it(rig):
     shell, board, _clock = rig
     _, shown = run(shell, "%%agent\nask me\n```python\nname = input('Name? ')\nprint('hi', name)\n```")
