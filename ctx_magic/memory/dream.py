@@ -113,9 +113,10 @@ class DreamState:
             return cls()
         found: dict[str, datetime | None] = {}
         for name in ("last_dream", "last_check"):
-            try:
-                found[name] = parse_time(data[name]) if data.get(name) else None
-            except (TypeError, ValueError):
+            value = data.get(name)
+            try:  # a time we wrote is a string; a number or a list is someone else's edit
+                found[name] = parse_time(value) if isinstance(value, str) and value else None
+            except ValueError:
                 found[name] = None
         return cls(**found)
 

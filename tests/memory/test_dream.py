@@ -132,6 +132,8 @@ def test_state_round_trips_and_garbage_reads_as_empty(tmp_path: Path) -> None:
     assert load_state(tmp_path) == DreamState(last_dream=T0, last_check=hours(1))
     (tmp_path / STATE_NAME).write_text('{"last_dream": "soon"}')
     assert load_state(tmp_path) == DreamState()
+    (tmp_path / STATE_NAME).write_text('{"last_dream": 1764201600, "last_check": ["2026-11-27"]}')
+    assert load_state(tmp_path) == DreamState()  # a timestamp as a number, a list: not a time we wrote
 
 
 # --- the gates in dream, with an injected clock ----------------------------------------
