@@ -39,11 +39,18 @@ class CellCapture:
         self.pending: list[CellRecord] = []
         """Cells run since the last turn, oldest first."""
         self._cell: CellRecord | None = None
+        self._nested = 0
+        """Cells run from inside the one being recorded (`%%capture` runs its body as a cell): they
+        are part of it, not cells of their own."""
         self._store: SessionDir | None = None
         """The session recorded cells are kept on disk for: the last one they entered."""
 
     def start(self, info: Any) -> None:
         """pre_run_cell: record this cell unless it is ours or marked `# ctx: skip`."""
+        if self._cell is not None and not getattr(info, "store_history", True):
+            self._nested += 1  # a cell the recorded one runs; a cell of the user's own is always in the history
+            return
+        self._nested = 0
         source = getattr(info, "raw_cell", "") or ""
         self._cell = None if is_own_or_skipped(source) else self.recorder.start(source)
         if self._cell is not None:
@@ -51,6 +58,9 @@ class CellCapture:
 
     def finish(self, result: Any) -> None:
         """post_run_cell: the recorded cell waits for the next turn."""
+        if self._nested:
+            self._nested -= 1
+            return
         record, self._cell = self._cell, None
         if record is None:
             return
@@ -78,6 +88,7 @@ class CellCapture:
         """A hook failed: stop recording, leave this cell out."""
         self.recorder.stop()
         self._cell = None
+        self._nested = 0
 
     @property
     def recording(self) -> bool:
