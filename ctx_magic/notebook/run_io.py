@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import getpass
 import io
+import os
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ctx_magic.notebook.runs import Run
 
+_GROUPS = hasattr(os, "killpg")  # POSIX: a run's subprocesses are killed with everything they started
 POPEN_STREAM_ARGS = 3  # Popen(args, bufsize, executable, stdin, ...): stdin given by position is left alone
 
 
@@ -252,8 +254,13 @@ class RunIO:
             for name, fd in run.child_streams().items():
                 if kwargs.get(name) is None:
                     kwargs[name] = fd
+            # A process group of its own: stopping the run kills what the child started too (a shell's
+            # command, a training script's workers), and the kernel's interrupt of a cell spares it.
+            grouped = _GROUPS and not {"start_new_session", "process_group"} & kwargs.keys()
+            if grouped:
+                kwargs["start_new_session"] = True
             original(popen, *args, **kwargs)
-            run.adopt(popen)
+            run.adopt(popen, grouped=grouped)
 
         return init
 

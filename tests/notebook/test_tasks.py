@@ -5,6 +5,7 @@ stopped, stalled or not, and what the agent is told before its next request."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from notebook_rig import controller, run
@@ -244,6 +245,22 @@ def test_stopping_a_run_kills_its_subprocess_and_ends_it(rig):
     assert "Run t1 stopped." in shown
     assert started.state == "stopped"
     assert shell.user_ns["child"].poll() is not None  # killed (its status went to the interrupted wait)
+
+
+def test_stopping_a_run_kills_what_its_subprocess_started_too(rig, tmp_path):
+    shell, board, _clock = rig
+    pid_file = tmp_path / "training.pid"
+    script = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+              "print('training', flush=True); time.sleep(600)")
+    run(shell, f"%%agent\ntrain\n```python background\nimport shlex, subprocess, sys\nscript = {script!r}\n"
+               "subprocess.run(sys.executable + ' -c ' + shlex.quote(script) + ' && echo done', shell=True)\n```")
+    started = only_run(board)
+    wait_for(started, lambda: "training" in started.tail)  # the shell's child, not the shell, prints it
+    assert board.stop("t1") == "Run t1 stopped."
+    started._pump_thread.join(WAIT)
+    assert not started._pump_thread.is_alive()  # nothing holds the run's output pipe any more
+    stat = Path(f"/proc/{pid_file.read_text()}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or dead unreaped
 
 
 def test_stopping_a_busy_python_loop_ends_it(rig):
