@@ -58,6 +58,12 @@ _HEX_40 = re.compile(r"[0-9a-f]{40}")  # a git commit id: "the AWS fix is commit
 # scheme://user:password@host, the password part captured to tell a real one from a template.
 _URL_CREDENTIALS = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<value>[^\s/@]{3,})@", re.IGNORECASE)
 
+# A password given on a command line: `mysql -pS3cret` (glued to -p: a bare -p asks for it), `curl -u name:S3cret`.
+_COMMAND_LINE = (
+    re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n]*?\s-p(?P<value>[^\s'\"`]+)"),
+    re.compile(r"\bcurl\b[^\n]*?\s(?:-u|--user)(?:\s+|=)['\"]?[^\s:'\"]+:(?P<value>[^\s'\"`]+)"),
+)
+
 # 2-3. Names of credentials. Any value given to a password-like name is one; a key-like name
 # (token, key id) is also a counter or a column name, so its value must look like a credential.
 _PASSWORD_NAMES = (r"password|passwd|pwd|passphrase|passcode|secret(?:[ _-]?(?:access[ _-]?)?key)?"
@@ -303,6 +309,10 @@ def detect_secret(text: str) -> SecretFinding | None:
     for match in _URL_CREDENTIALS.finditer(text):
         if not _PLACEHOLDER.match(match.group("value")):
             return SecretFinding("credentials in a URL", match.group("value"))
+    for pattern in _COMMAND_LINE:
+        for match in pattern.finditer(text):
+            if not _reference(match.group("value").rstrip(_TRAILING)):
+                return SecretFinding("a password on a command line", match.group("value"))
     for match in _URL_PARAM.finditer(text):
         if _url_param(match.group("name"), match.group("value")):
             return SecretFinding(f"a credential in a URL ({match.group('name')}=)", match.group("value"))

@@ -48,6 +48,10 @@ REALISTIC_SECRETS = [
     "Storage: DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=" + BODY + RANDOM_32,
     f"the signing salt is {RANDOM_32}",
     "Authorization: Bearer " + BODY,
+    # A password on a command line.
+    "Load it with mysql -u root -pS3cr3tPw sales < dump.sql",
+    "mysqldump -uadmin -phunter22 warehouse > backup.sql",
+    "curl -u admin:S3cr3tPw https://api.example.com/v1/export",
 ]
 
 # Realistic memories that mention credentials, hashes, ids, paths and numbers without holding a secret.
@@ -87,6 +91,10 @@ REALISTIC_NON_SECRETS = [
     "pwd: /home/jane/notebooks when the kernel starts.",
     "The kernel's pwd=/srv/data/churn after the restart.",
     "passphrase: ~/keys/id_ed25519.pass is read by the deploy job.",
+    # Command lines that ask for the password or read it from a variable.
+    "Connect with mysql -u root -p sales (it asks for the password).",
+    "mysql -h db.internal -P 3306 -u analyst -p",
+    "curl -u admin https://api.example.com asks for the password.",
     # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
     "The password reset rate is 3.2% of logins.",
     "Password resets were 4,512 in Q3.",
