@@ -95,6 +95,8 @@ REALISTIC_NON_SECRETS = [
     "Connect with mysql -u root -p sales (it asks for the password).",
     "mysql -h db.internal -P 3306 -u analyst -p",
     "curl -u admin https://api.example.com asks for the password.",
+    "curl -u $API_USER:$API_TOKEN https://api.example.com/v1/export",
+    "Request a session token https://auth.example.com/v2/login issues them.",
     # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
     "The password reset rate is 3.2% of logins.",
     "Password resets were 4,512 in Q3.",
