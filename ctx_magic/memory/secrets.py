@@ -108,6 +108,7 @@ MIN_NUMERIC_PASSWORD = 4  # "the password is 12 characters long" is a length; "t
 # A figure in words: a share (3.2%), a decimal (0.032), a count with thousands separators (4,512).
 _FIGURE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d*\.\d+|\d+(?:\.\d+)?)%?$")
 MIN_KEY_CHARS = 8  # a token or key id shorter than this is a count, a flag, a column name
+_SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
 _URL_START = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _CALL = re.compile(r"^[A-Za-z_][\w.]*\(")  # getpass(), secrets.token_hex(8), os.getenv(...): where it comes from
 _ENV_NAME = re.compile(r"^\$?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # DB_PASSWORD names where a secret is, not it
@@ -197,6 +198,8 @@ def _key_like(value: str) -> bool:
     random letters of both cases."""
     if len(value) < MIN_KEY_CHARS or _ENV_NAME.match(value) or _DOTTED.match(value) or _URL_START.match(value):
         return False  # a URL after "token" is where tokens come from; one carrying a credential is caught as a URL
+    if _SNAKE_CASE.match(value) and _reads_as_words(value):
+        return False  # session_20241127, customer_id2: a snake_case identifier made of words
     if any(c.isalpha() for c in value) and any(c.isdigit() for c in value):
         return True
     return _looks_random(value) or _random_letters(value)

@@ -97,6 +97,9 @@ REALISTIC_NON_SECRETS = [
     "curl -u admin https://api.example.com asks for the password.",
     "curl -u $API_USER:$API_TOKEN https://api.example.com/v1/export",
     "Request a session token https://auth.example.com/v2/login issues them.",
+    # Identifiers named as keys: words and a date or a number, not random characters.
+    "The session key is session_20241127 in the events table.",
+    "The join key is customer_id2, not customer_id.",
     # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
     "The password reset rate is 3.2% of logins.",
     "Password resets were 4,512 in Q3.",
