@@ -196,8 +196,10 @@ def _is_password_name(name: str) -> bool:
 def _key_like(value: str) -> bool:
     """A token's or key id's value: long enough, letters and digits both, random-looking, or
     random letters of both cases."""
-    if len(value) < MIN_KEY_CHARS or _ENV_NAME.match(value) or _DOTTED.match(value) or _URL_START.match(value):
-        return False  # a URL after "token" is where tokens come from; one carrying a credential is caught as a URL
+    if (len(value) < MIN_KEY_CHARS or _ENV_NAME.match(value) or _DOTTED.match(value) or _URL_START.match(value)
+            or value.startswith("arn:")):
+        return False  # a URL after "token" is where tokens come from (one carrying a credential is caught as a
+        # URL); an AWS resource name (arn:aws:kms:...:key/...) says which key, not the key
     if _SNAKE_CASE.match(value) and _reads_as_words(value):
         return False  # session_20241127, customer_id2: a snake_case identifier made of words
     if any(c.isalpha() for c in value) and any(c.isdigit() for c in value):

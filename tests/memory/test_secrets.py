@@ -100,6 +100,8 @@ REALISTIC_NON_SECRETS = [
     # Identifiers named as keys: words and a date or a number, not random characters.
     "The session key is session_20241127 in the events table.",
     "The join key is customer_id2, not customer_id.",
+    # An AWS resource name says which key, never the key itself.
+    "Encryption key id: arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
     # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
     "The password reset rate is 3.2% of logins.",
     "Password resets were 4,512 in Q3.",
