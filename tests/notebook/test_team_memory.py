@@ -122,6 +122,28 @@ def test_a_secret_is_refused_before_it_reaches_the_team_folder(tmp_path, monkeyp
     assert not any(key in p.read_text() for p in tmp_path.rglob("*") if p.is_file())
 
 
+def test_a_team_folder_this_member_cannot_write_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    (tmp_path / "shared" / "analytics").mkdir(parents=True)
+    made = tempfile.mkstemp
+
+    def outside_the_group(*args, **kwargs):  # as the folder answers a member outside its Unix group
+        if "shared" in str(kwargs.get("dir", "")):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return made(*args, **kwargs)
+
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "bob")
+        monkeypatch.setattr(tempfile, "mkstemp", outside_the_group)
+        result, shown = run(shell, f"%memory add --team {FACT}")
+        assert result.error_in_exec is None
+        assert shown.strip().startswith("permission denied writing ") and "internal error" not in shown
+        _, shown = run(shell, "%memory add Reports go out on Mondays.")  # the session still works
+        assert shown.strip().startswith("Remembered ")
+
+
 def test_a_team_folder_without_locks_across_machines_is_said_once_after_a_turn(tmp_path, monkeypatch):
     (tmp_path / "shared").mkdir()
     degraded = LockSupport("local-only", "nfs", "the folder is on NFS mounted with nolock: its locks stay on each "
