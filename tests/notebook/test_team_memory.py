@@ -144,6 +144,27 @@ def test_a_team_folder_this_member_cannot_write_is_one_line(tmp_path, monkeypatc
         assert shown.strip().startswith("Remembered ")
 
 
+def test_forgetting_a_team_memory_in_a_folder_this_member_cannot_write_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    (tmp_path / "shared").mkdir()
+    removes = Path.unlink
+
+    def outside_the_group(path, *args, **kwargs):  # as the folder answers a member outside its Unix group
+        if "shared" in str(path):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return removes(path, *args, **kwargs)
+
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        _, shown = run(shell, f"%memory add --team {FACT}")
+        team_id = shown.split("Remembered ")[1].split(":")[0]
+        monkeypatch.setattr(Path, "unlink", outside_the_group)
+        result, shown = run(shell, f"%memory forget --team {team_id}")
+        assert result.error_in_exec is None
+        assert shown.strip().startswith("permission denied writing ") and "internal error" not in shown
+
+
 def test_a_team_folder_without_locks_across_machines_is_said_once_after_a_turn(tmp_path, monkeypatch):
     (tmp_path / "shared").mkdir()
     degraded = LockSupport("local-only", "nfs", "the folder is on NFS mounted with nolock: its locks stay on each "
