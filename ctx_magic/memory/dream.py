@@ -53,7 +53,13 @@ from ctx_magic.memory.store import (
     parse_time,
     sort_by_relevance,
 )
-from ctx_magic.store.files import atomic_write_bytes, atomic_write_json, read_json, snapshot_folder
+from ctx_magic.store.files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    describe_os_error,
+    read_json,
+    snapshot_folder,
+)
 from ctx_magic.store.session import SessionDir, list_sessions
 
 MIN_HOURS_SINCE_DREAM = 24  # Claude Code: time gate, minHours = 24
@@ -399,7 +405,11 @@ def run_locked(store: MemoryStore, now: datetime, holder: str,
                phases: Callable[[set[str]], DreamResult]) -> DreamResult:
     """`phases` under the dream lock (a second dreamer is told who holds it and skips), with every
     file they touch put back on any failure; the lock is released in every case."""
-    lock = acquire_lock(store.folder, now, holder=holder)
+    try:
+        lock = acquire_lock(store.folder, now, holder=holder)
+    except OSError as error:  # a folder this member may not write (a team's, of a Unix group they are not in)
+        return DreamResult("skipped", f"the dream lock could not be taken: "
+                                      f"{describe_os_error(error, store.folder / LOCK_NAME)}")
     if isinstance(lock, Held):
         return DreamResult("locked", lock.reason)
     touched: set[str] = {STATE_NAME}

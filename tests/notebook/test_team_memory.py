@@ -165,6 +165,28 @@ def test_forgetting_a_team_memory_in_a_folder_this_member_cannot_write_is_one_li
         assert shown.strip().startswith("permission denied writing ") and "internal error" not in shown
 
 
+def test_dreaming_a_team_folder_this_member_cannot_write_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    (tmp_path / "shared").mkdir()
+    opens = os.open
+
+    def outside_the_group(path, *args, **kwargs):  # as the folder answers a member outside its Unix group
+        if "shared" in str(path) and str(path).endswith("lock"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return opens(path, *args, **kwargs)
+
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        run(shell, "%%agent\nhello")
+        monkeypatch.setattr(os, "open", outside_the_group)
+        result, shown = run(shell, "%memory dream")
+        assert result.error_in_exec is None and "internal error" not in shown
+        assert shown.strip().endswith(f"Team memory: No dream: the dream lock could not be taken: permission denied "
+                                      f"writing {Path('shared', 'analytics', 'dream.lock')}")
+
+
 def test_a_team_folder_without_locks_across_machines_is_said_once_after_a_turn(tmp_path, monkeypatch):
     (tmp_path / "shared").mkdir()
     degraded = LockSupport("local-only", "nfs", "the folder is on NFS mounted with nolock: its locks stay on each "
