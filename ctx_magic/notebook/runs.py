@@ -83,7 +83,7 @@ def error_text(shell: Any, error: BaseException) -> str:
             lines = shell.SyntaxTB.structured_traceback(type(error), error, [])
         else:
             tb = error.__traceback__
-            while tb is not None and tb.tb_frame.f_code is run_source.__code__:
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:  # the run's thread, run_source
                 tb = tb.tb_next
             lines = shell.InteractiveTB.structured_traceback(type(error), error, tb)
         return strip_ansi("\n".join(lines))

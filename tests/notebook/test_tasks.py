@@ -304,6 +304,18 @@ def test_a_failed_run_says_its_error_and_keeps_the_traceback_in_its_log(rig):
     assert board.news() == []  # told once
 
 
+def test_the_traceback_of_the_agents_code_starts_at_its_code_as_a_cells_does(rig):
+    shell, _board, _clock = rig
+    run(shell, "%%agent\ndivide\n```python\nx = 1\nx / 0\n```")
+    result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]
+    error = result["content"].split("[error]\n", 1)[1]
+    assert "runs.py" not in error and "_main" not in error  # nothing of ctx_magic's own frames
+    assert error.splitlines()[:4] == [
+        "-" * 75, "ZeroDivisionError                         Traceback (most recent call last)",
+        error.splitlines()[2], "      1 x = 1"]
+    assert error.splitlines()[2].startswith("Cell In[")
+
+
 def test_what_a_background_run_displays_goes_to_its_log_and_it_cannot_clear_a_cell(rig):
     shell, board, _clock = rig
     code = ("from IPython.display import display, clear_output\nimport pandas as pd\n"
