@@ -131,7 +131,7 @@ def time_gate(state: DreamState, now: datetime) -> str | None:
     """Why the time gate is closed, or None when at least 24 hours passed since the last dream."""
     if state.last_dream is None:
         return None
-    hours = (now - state.last_dream).total_seconds() / 3600
+    hours = max(0.0, (now - state.last_dream).total_seconds() / 3600)  # a clock ahead of ours stamped it: just now
     if hours >= MIN_HOURS_SINCE_DREAM:
         return None
     return f"the last dream was {hours:.1f} hours ago ({MIN_HOURS_SINCE_DREAM} needed)"
