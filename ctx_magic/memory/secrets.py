@@ -71,9 +71,10 @@ _PASSWORD_NAMES = (r"password|passwd|pwd|passphrase|passcode|secret(?:[ _-]?(?:a
 _KEY_NAMES = (r"(?:api|access|auth|refresh|session|bearer|signing|encryption|account|master)[ _-]?(?:token|key)"
               r"|token|key[ _-]?id|access[ _-]?key[ _-]?id")
 _NAME = rf"(?P<name>{_PASSWORD_NAMES}|{_KEY_NAMES})"
-# In code or config: an identifier ending in a credential name (any prefix: DB_, aws_, MY_), `=` or `:`.
+# In code or config: an identifier ending in a credential name (any prefix: DB_, aws_, MY_), `=` or `:`;
+# or a mapping's entry (os.environ['DB_PASSWORD'] = ...), given a literal: df['password'] = ... is a column.
 _ASSIGNMENT = re.compile(
-    rf"(?<![A-Za-z0-9])(?P<ident>(?:[A-Za-z0-9]+[_.-])*{_NAME})(?![A-Za-z0-9_])[\"']?\s*(?:=>|->|[=:])\s*"
+    rf"(?<![A-Za-z0-9])(?P<ident>(?:[A-Za-z0-9]+[_.-])*{_NAME})(?![A-Za-z0-9_])[\"']?(?P<bracket>\]?)\s*(?:=>|->|[=:])\s*"
     r"(?P<quote>[\"'`]?)(?P<value>[^\s\"'`,;)}\]]+)",
     re.IGNORECASE,
 )
@@ -323,6 +324,8 @@ def detect_secret(text: str) -> SecretFinding | None:
         if _url_param(match.group("name"), match.group("value")):
             return SecretFinding(f"a credential in a URL ({match.group('name')}=)", match.group("value"))
     for match in _ASSIGNMENT.finditer(text):
+        if match.group("bracket") and not match.group("quote"):
+            continue
         if _assigned(match.group("name"), match.group("value"), bool(match.group("quote"))):
             return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
     for match in _SAID.finditer(text):

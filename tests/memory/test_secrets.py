@@ -48,6 +48,10 @@ REALISTIC_SECRETS = [
     "Storage: DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=" + BODY + RANDOM_32,
     f"the signing salt is {RANDOM_32}",
     "Authorization: Bearer " + BODY,
+    # Set through a mapping, as notebooks set credentials.
+    "os.environ['DB_PASSWORD'] = 'hunter22'",
+    'os.environ["API_TOKEN"] = "abc123def456ghi789"',
+    "config['password'] = 'Tr0ub4dor'",
     # A password on a command line.
     "Load it with mysql -u root -pS3cr3tPw sales < dump.sql",
     "mysqldump -uadmin -phunter22 warehouse > backup.sql",
@@ -102,6 +106,9 @@ REALISTIC_NON_SECRETS = [
     "The join key is customer_id2, not customer_id.",
     # An AWS resource name says which key, never the key itself.
     "Encryption key id: arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+    # A column named password is data, not a credential.
+    "df['password'] = df['password'].str.strip() before hashing.",
+    "df['password'] = hashed for every row.",
     # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
     "The password reset rate is 3.2% of logins.",
     "Password resets were 4,512 in Q3.",
