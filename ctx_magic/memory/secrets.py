@@ -71,10 +71,13 @@ _PASSWORD_NAMES = (r"password|passwd|pwd|passphrase|passcode|secret(?:[ _-]?(?:a
 _KEY_NAMES = (r"(?:api|access|auth|refresh|session|bearer|signing|encryption|account|master)[ _-]?(?:token|key)"
               r"|token|key[ _-]?id|access[ _-]?key[ _-]?id")
 _NAME = rf"(?P<name>{_PASSWORD_NAMES}|{_KEY_NAMES})"
+# A service's key in an environment variable (KAGGLE_KEY, OPENWEATHER_KEY): capitals only, so that
+# sort_key or key= in code stays a column's or a function's.
+_ENV_KEY = r"(?-i:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_KEY)"
 # In code or config: an identifier ending in a credential name (any prefix: DB_, aws_, MY_), `=` or `:`;
 # or a mapping's entry (os.environ['DB_PASSWORD'] = ...), given a literal: df['password'] = ... is a column.
 _ASSIGNMENT = re.compile(
-    rf"(?<![A-Za-z0-9])(?P<ident>(?:[A-Za-z0-9]+[_.-])*{_NAME})(?![A-Za-z0-9_])[\"']?(?P<bracket>\]?)\s*(?:=>|->|[=:])\s*"
+    rf"(?<![A-Za-z0-9])(?P<ident>(?:[A-Za-z0-9]+[_.-])*{_NAME}|{_ENV_KEY})(?![A-Za-z0-9_])[\"']?(?P<bracket>\]?)\s*(?:=>|->|[=:])\s*"
     r"(?P<quote>[\"'`]?)(?P<value>[^\s\"'`,;)}\]]+)",
     re.IGNORECASE,
 )
@@ -109,6 +112,7 @@ MIN_NUMERIC_PASSWORD = 4  # "the password is 12 characters long" is a length; "t
 # A figure in words: a share (3.2%), a decimal (0.032), a count with thousands separators (4,512).
 _FIGURE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d*\.\d+|\d+(?:\.\d+)?)%?$")
 MIN_KEY_CHARS = 8  # a token or key id shorter than this is a count, a flag, a column name
+MIN_ENV_KEY_CHARS = 20  # a service's generated key (Kaggle's: 32); SORT_KEY = 'model_v2' is a constant
 _SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
 _URL_START = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _CALL = re.compile(r"^[A-Za-z_][\w.]*\(")  # getpass(), secrets.token_hex(8), os.getenv(...): where it comes from
@@ -325,6 +329,12 @@ def detect_secret(text: str) -> SecretFinding | None:
             return SecretFinding(f"a credential in a URL ({match.group('name')}=)", match.group("value"))
     for match in _ASSIGNMENT.finditer(text):
         if match.group("bracket") and not match.group("quote"):
+            continue
+        if match.group("name") is None:  # an environment variable's key: a key's value, not a path
+            value = match.group("value").rstrip(_TRAILING)
+            if (len(value) >= MIN_ENV_KEY_CHARS and not _SNAKE_CASE.match(value) and not _is_path(value)
+                    and _key_like(value) and not _reference(value, quoted=bool(match.group("quote")))):
+                return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
             continue
         if _assigned(match.group("name"), match.group("value"), bool(match.group("quote"))):
             return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))

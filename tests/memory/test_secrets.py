@@ -52,6 +52,9 @@ REALISTIC_SECRETS = [
     "os.environ['DB_PASSWORD'] = 'hunter22'",
     'os.environ["API_TOKEN"] = "abc123def456ghi789"',
     "config['password'] = 'Tr0ub4dor'",
+    # A service's key in its environment variable (Kaggle's is 32 hex characters).
+    "export KAGGLE_KEY=f3a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6",
+    "os.environ['KAGGLE_KEY'] = '0123456789abcdef0123456789abcdef'",
     # A password on a command line.
     "Load it with mysql -u root -pS3cr3tPw sales < dump.sql",
     "mysqldump -uadmin -phunter22 warehouse > backup.sql",
@@ -106,6 +109,11 @@ REALISTIC_NON_SECRETS = [
     "The join key is customer_id2, not customer_id.",
     # An AWS resource name says which key, never the key itself.
     "Encryption key id: arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+    # Other keys: a path, a column, a constant.
+    "S3_KEY = 'raw/2024/11/events.parquet' is where the events land.",
+    "SORT_KEY = 'created_at' orders the export.",
+    "CACHE_KEY = 'model_v2_20240101' names the cached features.",
+    "sorted(rows, key=df.columns[0]) keeps the date order.",
     # A column named password is data, not a credential.
     "df['password'] = df['password'].str.strip() before hashing.",
     "df['password'] = hashed for every row.",
