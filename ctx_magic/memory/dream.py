@@ -53,7 +53,13 @@ from ctx_magic.memory.store import (
     parse_time,
     sort_by_relevance,
 )
-from ctx_magic.store.files import atomic_write_bytes, atomic_write_json, read_json, snapshot_folder
+from ctx_magic.store.files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    describe_os_error,
+    read_json,
+    snapshot_folder,
+)
 from ctx_magic.store.session import SessionDir, list_sessions
 
 MIN_HOURS_SINCE_DREAM = 24  # Claude Code: time gate, minHours = 24
@@ -113,9 +119,10 @@ class DreamState:
             return cls()
         found: dict[str, datetime | None] = {}
         for name in ("last_dream", "last_check"):
-            try:
-                found[name] = parse_time(data[name]) if data.get(name) else None
-            except (TypeError, ValueError):
+            value = data.get(name)
+            try:  # a time we wrote is a string; a number or a list is someone else's edit
+                found[name] = parse_time(value) if isinstance(value, str) and value else None
+            except ValueError:
                 found[name] = None
         return cls(**found)
 
@@ -124,7 +131,7 @@ def time_gate(state: DreamState, now: datetime) -> str | None:
     """Why the time gate is closed, or None when at least 24 hours passed since the last dream."""
     if state.last_dream is None:
         return None
-    hours = (now - state.last_dream).total_seconds() / 3600
+    hours = max(0.0, (now - state.last_dream).total_seconds() / 3600)  # a clock ahead of ours stamped it: just now
     if hours >= MIN_HOURS_SINCE_DREAM:
         return None
     return f"the last dream was {hours:.1f} hours ago ({MIN_HOURS_SINCE_DREAM} needed)"
@@ -398,7 +405,11 @@ def run_locked(store: MemoryStore, now: datetime, holder: str,
                phases: Callable[[set[str]], DreamResult]) -> DreamResult:
     """`phases` under the dream lock (a second dreamer is told who holds it and skips), with every
     file they touch put back on any failure; the lock is released in every case."""
-    lock = acquire_lock(store.folder, now, holder=holder)
+    try:
+        lock = acquire_lock(store.folder, now, holder=holder)
+    except OSError as error:  # a folder this member may not write (a team's, of a Unix group they are not in)
+        return DreamResult("skipped", f"the dream lock could not be taken: "
+                                      f"{describe_os_error(error, store.folder / LOCK_NAME)}")
     if isinstance(lock, Held):
         return DreamResult("locked", lock.reason)
     touched: set[str] = {STATE_NAME}

@@ -25,6 +25,7 @@ from ctx_magic.memory.store import (
     Memory,
     MemoryStore,
     Scope,
+    Unreadable,
     added_by,
     shown_text,
     sort_by_relevance,
@@ -128,6 +129,10 @@ class MemoryManager:
 
     def all(self) -> list[Memory]:
         return sort_by_relevance([m for store in self.stores() for m in store.all()], self.clock())
+
+    def problems(self) -> list[Unreadable]:
+        """The memory files of every scope that could not be read (and so reach no prompt)."""
+        return [problem for store in self.stores() for problem in store.problems()]
 
     def prompt_section(self) -> str:
         """The most relevant memories of every scope within the one budget, shared fairly between

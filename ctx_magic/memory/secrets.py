@@ -58,6 +58,12 @@ _HEX_40 = re.compile(r"[0-9a-f]{40}")  # a git commit id: "the AWS fix is commit
 # scheme://user:password@host, the password part captured to tell a real one from a template.
 _URL_CREDENTIALS = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<value>[^\s/@]{3,})@", re.IGNORECASE)
 
+# A password given on a command line: `mysql -pS3cret` (glued to -p: a bare -p asks for it), `curl -u name:S3cret`.
+_COMMAND_LINE = (
+    re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n]*?\s-p(?P<value>[^\s'\"`]+)"),
+    re.compile(r"\bcurl\b[^\n]*?\s(?:-u|--user)(?:\s+|=)['\"]?[^\s:'\"]+:(?P<value>[^\s'\"`]+)"),
+)
+
 # 2-3. Names of credentials. Any value given to a password-like name is one; a key-like name
 # (token, key id) is also a counter or a column name, so its value must look like a credential.
 _PASSWORD_NAMES = (r"password|passwd|pwd|passphrase|passcode|secret(?:[ _-]?(?:access[ _-]?)?key)?"
@@ -65,9 +71,13 @@ _PASSWORD_NAMES = (r"password|passwd|pwd|passphrase|passcode|secret(?:[ _-]?(?:a
 _KEY_NAMES = (r"(?:api|access|auth|refresh|session|bearer|signing|encryption|account|master)[ _-]?(?:token|key)"
               r"|token|key[ _-]?id|access[ _-]?key[ _-]?id")
 _NAME = rf"(?P<name>{_PASSWORD_NAMES}|{_KEY_NAMES})"
-# In code or config: an identifier ending in a credential name (any prefix: DB_, aws_, MY_), `=` or `:`.
+# A service's key in an environment variable (KAGGLE_KEY, OPENWEATHER_KEY): capitals only, so that
+# sort_key or key= in code stays a column's or a function's.
+_ENV_KEY = r"(?-i:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_KEY)"
+# In code or config: an identifier ending in a credential name (any prefix: DB_, aws_, MY_), `=` or `:`;
+# or a mapping's entry (os.environ['DB_PASSWORD'] = ...), given a literal: df['password'] = ... is a column.
 _ASSIGNMENT = re.compile(
-    rf"(?<![A-Za-z0-9])(?P<ident>(?:[A-Za-z0-9]+[_.-])*{_NAME})(?![A-Za-z0-9_])[\"']?\s*(?:=>|->|[=:])\s*"
+    rf"(?<![A-Za-z0-9])(?P<ident>(?:[A-Za-z0-9]+[_.-])*{_NAME}|{_ENV_KEY})(?![A-Za-z0-9_])[\"']?(?P<bracket>\]?)\s*(?:=>|->|[=:])\s*"
     r"(?P<quote>[\"'`]?)(?P<value>[^\s\"'`,;)}\]]+)",
     re.IGNORECASE,
 )
@@ -99,8 +109,15 @@ _PLACEHOLDER = re.compile(
 )
 MIN_ASSIGNED_CHARS = 3  # "pw=1" is noise; "pw=abc" may already be someone's password
 MIN_NUMERIC_PASSWORD = 4  # "the password is 12 characters long" is a length; "the pin is 4711" a secret
+# A figure in words: a share (3.2%), a decimal (0.032), a count with thousands separators (4,512).
+_FIGURE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d*\.\d+|\d+(?:\.\d+)?)%?$")
 MIN_KEY_CHARS = 8  # a token or key id shorter than this is a count, a flag, a column name
+MIN_ENV_KEY_CHARS = 20  # a service's generated key (Kaggle's: 32); SORT_KEY = 'model_v2' is a constant
+_SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
+_URL_START = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+_CALL = re.compile(r"^[A-Za-z_][\w.]*\(")  # getpass(), secrets.token_hex(8), os.getenv(...): where it comes from
 _ENV_NAME = re.compile(r"^\$?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # DB_PASSWORD names where a secret is, not it
+_PATH = re.compile(r"^(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)+/?$")  # pwd: /home/jane/project names a folder
 # settings.py, config/db.yaml, os.environ, /home/jane/project, ~/data: where something is, not it
 _DOTTED = re.compile(r"^(?:(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?|[A-Za-z_][\w-]*(?:[./][A-Za-z_][\w-]*)+/?)$")
 # Words that follow "the password is" in prose about passwords, not in a password.
@@ -184,24 +201,29 @@ def _is_password_name(name: str) -> bool:
 def _key_like(value: str) -> bool:
     """A token's or key id's value: long enough, letters and digits both, random-looking, or
     random letters of both cases."""
-    if len(value) < MIN_KEY_CHARS or _ENV_NAME.match(value) or _DOTTED.match(value):
-        return False
+    if (len(value) < MIN_KEY_CHARS or _ENV_NAME.match(value) or _DOTTED.match(value) or _URL_START.match(value)
+            or value.startswith("arn:")):
+        return False  # a URL after "token" is where tokens come from (one carrying a credential is caught as a
+        # URL); an AWS resource name (arn:aws:kms:...:key/...) says which key, not the key
+    if _SNAKE_CASE.match(value) and _reads_as_words(value):
+        return False  # session_20241127, customer_id2: a snake_case identifier made of words
     if any(c.isalpha() for c in value) and any(c.isdigit() for c in value):
         return True
     return _looks_random(value) or _random_letters(value)
 
 
-def _reference(value: str) -> bool:
+def _reference(value: str, *, quoted: bool = False) -> bool:
     """Values that name where a secret comes from instead of holding it: placeholders, variables
-    (DB_PASSWORD), calls (getpass(), secrets.token_hex(8))."""
+    (DB_PASSWORD), calls (getpass(), secrets.token_hex(8)). A quoted value is a literal, never a
+    call: generated keys hold "(" too (Django's draw from !@#$%^&*(-_=+)."""
     return (len(value) < MIN_ASSIGNED_CHARS or bool(_PLACEHOLDER.match(value)) or bool(_ENV_NAME.match(value))
-            or "(" in value)
+            or (not quoted and bool(_CALL.match(value))))
 
 
-def _assigned(name: str, value: str) -> bool:
+def _assigned(name: str, value: str, quoted: bool) -> bool:
     """A value given to a credential's name in code or config is the credential itself."""
     value = value.rstrip(_TRAILING)
-    if _reference(value):
+    if _reference(value, quoted=quoted) or _PATH.match(value):
         return False
     return True if _is_password_name(name) else _key_like(value)
 
@@ -209,7 +231,7 @@ def _assigned(name: str, value: str) -> bool:
 def _said(name: str, value: str, quoted: bool) -> bool:
     """A value after "the password is": a credential unless it reads as ordinary English."""
     value = value.rstrip(_TRAILING)
-    if _reference(value):
+    if _reference(value, quoted=quoted):
         return False
     if not _is_password_name(name):
         return _key_like(value)
@@ -217,6 +239,8 @@ def _said(name: str, value: str, quoted: bool) -> bool:
         return True
     if value.isdigit():
         return len(value) >= MIN_NUMERIC_PASSWORD
+    if _FIGURE.match(value):
+        return False  # "the password reset rate is 3.2%", "password resets were 4,512": a measurement
     if _DOTTED.match(value):
         return False
     if any(c.isdigit() for c in value) or any(not (c.isalnum() or c in "-'") for c in value):
@@ -296,11 +320,23 @@ def detect_secret(text: str) -> SecretFinding | None:
     for match in _URL_CREDENTIALS.finditer(text):
         if not _PLACEHOLDER.match(match.group("value")):
             return SecretFinding("credentials in a URL", match.group("value"))
+    for pattern in _COMMAND_LINE:
+        for match in pattern.finditer(text):
+            if not _reference(match.group("value").rstrip(_TRAILING)):
+                return SecretFinding("a password on a command line", match.group("value"))
     for match in _URL_PARAM.finditer(text):
         if _url_param(match.group("name"), match.group("value")):
             return SecretFinding(f"a credential in a URL ({match.group('name')}=)", match.group("value"))
     for match in _ASSIGNMENT.finditer(text):
-        if _assigned(match.group("name"), match.group("value")):
+        if match.group("bracket") and not match.group("quote"):
+            continue
+        if match.group("name") is None:  # an environment variable's key: a key's value, not a path
+            value = match.group("value").rstrip(_TRAILING)
+            if (len(value) >= MIN_ENV_KEY_CHARS and not _SNAKE_CASE.match(value) and not _is_path(value)
+                    and _key_like(value) and not _reference(value, quoted=bool(match.group("quote")))):
+                return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
+            continue
+        if _assigned(match.group("name"), match.group("value"), bool(match.group("quote"))):
             return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
     for match in _SAID.finditer(text):
         if _said(match.group("name"), match.group("value"), bool(match.group("quote"))):

@@ -24,10 +24,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, get_args
 
-from ctx_magic.errors import CtxMagicError
+from ctx_magic.errors import CtxMagicError, StorageError
 from ctx_magic.memory.secrets import detect_secret, find_secret
 from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, index_lock, lock_support
-from ctx_magic.store.files import atomic_write_text
+from ctx_magic.store.files import atomic_write_text, describe_os_error
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
 Scope = Literal["project", "user", "team"]
@@ -402,7 +402,11 @@ class MemoryStore:
         for memory in write:
             atomic_write_text(self.path_of(memory.id), memory.to_markdown(), mode=mode)
         for memory_id in remove:
-            self.path_of(memory_id).unlink(missing_ok=True)
+            path = self.path_of(memory_id)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as error:  # a team folder of a Unix group this member is not in
+                raise StorageError(describe_os_error(error, path)) from error
         self.rebuild_index(now)
 
     def rebuild_index(self, now: datetime | None = None) -> Scan:

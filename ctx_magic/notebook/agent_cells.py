@@ -64,6 +64,15 @@ def agent_call_of(source: str) -> tuple[str, str] | None:
     return (match.group(1), rest.strip("\n")) if match else None
 
 
+def marker_before_cell_magic(lines: list[str]) -> list[str]:
+    """An input transformer: an agent cell whose code is a cell magic (`%%bash`, `%%time`) has the
+    marker line above it, where IPython would take the magic for an unknown line magic (a cell
+    magic must open its cell). The marker is a comment: it goes, and the magic opens the cell."""
+    if len(lines) > 1 and _MARKER_LINE.match(lines[0].strip()) and lines[1].startswith("%%"):
+        return lines[1:]
+    return lines
+
+
 # -- the block as a cell: its nbformat outputs and the MIME payload -------------------------------
 
 

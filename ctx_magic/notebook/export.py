@@ -3,6 +3,7 @@ or, with `--transcript`, the full transcript (everything, compacted or not) as a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,13 @@ RAISES_TAG = "raises-exception"  # nbclient's own tag: the error is expected, th
 BACKGROUND_NOTE = "*The agent ran the next cell as a background run: what it printed went to the run's log.*"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 OTHER_TOOL_CHARS = 2_000  # a file read or a search: enough to follow the conversation
+_STARTED = re.compile(r"^Started background run (t\d+)\b")  # the python tool's result for a background run
+RunState = Callable[[str], "str | None"]
+"""A background run's last state ('finished', 'failed', 'stopped', ...) by its id; None if unknown."""
+
+
+def _no_state(_run_id: str) -> str | None:
+    return None
 
 
 def _summarized(records: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -181,8 +189,23 @@ def _lead_of(call_input: Mapping[str, Any]) -> str:
     return ""
 
 
+def _background_cells(code: str, result: Mapping[str, Any] | None, meta: dict[str, Any],
+                      run_state: RunState) -> list[Any]:
+    """A background run's code, by how the run ended (its state is in its json, not the transcript):
+    failed, it is tagged like any code that raised; stopped or ended with the kernel, it did not end
+    by itself and may never end, so it is shown like an interrupted call."""
+    found = _STARTED.match(result_text(dict(result))) if result else None
+    state = run_state(found.group(1)) if found else None
+    if state in ("stopped", "ended"):
+        how = "stopped" if state == "stopped" else "ended with the kernel"
+        return [new_markdown_cell(f"*The agent's code, run in the background and {how} (a run that did not end "
+                                  f"by itself is not a cell here):*\n\n```python\n{code}\n```")]
+    tags = (AGENT_TAG, RAISES_TAG) if state in ("failed", "stalled") else (AGENT_TAG,)
+    return [new_markdown_cell(BACKGROUND_NOTE), _code_cell(code, None, meta, tags=tags)]
+
+
 def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str, Any] | None,
-                session_id: str) -> list[Any]:
+                session_id: str, run_state: RunState) -> list[Any]:
     """The cells of one tool call: code for code that ran, Markdown for the rest."""
     name, call_input = block.get("name"), block.get("input") or {}
     if name == "python":
@@ -192,7 +215,7 @@ def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str,
             return [new_markdown_cell(f"*The agent's code, not run ({why}):*\n\n```python\n{code}\n```")]
         meta = {"agent": {"session": session_id, "tool_use_id": block.get("id")}}
         if call_input.get("background") is True:  # its output went to its log: the cell shows none
-            return [new_markdown_cell(BACKGROUND_NOTE), _code_cell(code, None, meta, tags=(AGENT_TAG,))]
+            return _background_cells(code, result, meta, run_state)
         # Code that waited for an answer stops at input() where nobody types (nbclient has no stdin).
         waited = result is not None and STALLED in result_text(dict(result))
         return [_code_cell(code, result, meta, tags=(AGENT_TAG, RAISES_TAG) if waited else (AGENT_TAG,))]
@@ -207,7 +230,8 @@ def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str,
     return [new_markdown_cell(f"*The agent called `{name}`({args}):*\n\n```\n{cut}\n```")]
 
 
-def _conversation_cells(message: Message, results: Mapping[str, Mapping[str, Any]], session_id: str) -> list[Any]:
+def _conversation_cells(message: Message, results: Mapping[str, Mapping[str, Any]], session_id: str,
+                        run_state: RunState) -> list[Any]:
     if message.kind == "boundary":
         meta = message.meta
         return [new_markdown_cell(
@@ -223,14 +247,15 @@ def _conversation_cells(message: Message, results: Mapping[str, Mapping[str, Any
         who = "You" if message.role == "user" else "Agent"
         cells.append(new_markdown_cell(f"**{who}:**\n\n{message.text}"))
     for block in message.blocks("tool_use"):
-        cells.extend(_call_cells(block, message, results.get(block["id"]), session_id))
+        cells.extend(_call_cells(block, message, results.get(block["id"]), session_id, run_state))
     return cells
 
 
-def session_notebook(records: list[Mapping[str, Any]], session_id: str) -> Any:
+def session_notebook(records: list[Mapping[str, Any]], session_id: str, run_state: RunState = _no_state) -> Any:
     """The session as a notebook to read and run again: the user's cells and the agent's code as
     code cells with their outputs, the conversation as Markdown between them, the cells a
-    compaction summarized tagged `summarized`. Nothing in it needs ctx_magic."""
+    compaction summarized tagged `summarized`. Nothing in it needs ctx_magic. `run_state` gives a
+    background run's last state by its id."""
     notebook = new_notebook()
     notebook.metadata["kernelspec"] = dict(KERNELSPEC)
     notebook.metadata["language_info"] = {"name": "python"}
@@ -244,7 +269,7 @@ def session_notebook(records: list[Mapping[str, Any]], session_id: str) -> Any:
         if record.get("type") != "message":
             continue
         message = Message.from_json(record)
-        cells = _conversation_cells(message, results, session_id)
+        cells = _conversation_cells(message, results, session_id, run_state)
         if cells and (message.uuid in summarized) != in_span:
             in_span = not in_span
             if in_span:  # visible in any viewer; the tags say it cell by cell
@@ -257,5 +282,6 @@ def session_notebook(records: list[Mapping[str, Any]], session_id: str) -> Any:
     return notebook
 
 
-def export_notebook(records: list[Mapping[str, Any]], session_id: str, path: Path) -> Path:
-    return _write(lambda: session_notebook(records, session_id), path, "session")
+def export_notebook(records: list[Mapping[str, Any]], session_id: str, path: Path,
+                    run_state: RunState = _no_state) -> Path:
+    return _write(lambda: session_notebook(records, session_id, run_state), path, "session")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import atexit
 from typing import Any
 
+from ctx_magic.notebook.agent_cells import marker_before_cell_magic
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.magics import AgentMagics, agent_line_with_question
 
+_TRANSFORMERS = (agent_line_with_question, marker_before_cell_magic)
+"""IPython input transformers of ours, run before IPython looks for magics."""
 _CONTROLLER_ATTR = "_ctx_magic_controller"
 _CARRIED_ATTR = "_ctx_magic_carried"
 """What an unload leaves on the shell for the next load in this kernel: the session id and the
@@ -28,8 +31,9 @@ def load(shell: Any) -> Controller:
     shell.events.register("pre_run_cell", controller.pre_run_cell)
     shell.events.register("post_run_cell", controller.post_run_cell)
     cleanup = getattr(shell, "input_transformers_cleanup", None)
-    if cleanup is not None and agent_line_with_question not in cleanup:
-        cleanup.append(agent_line_with_question)
+    for transformer in _TRANSFORMERS:
+        if cleanup is not None and transformer not in cleanup:
+            cleanup.append(transformer)
     setattr(shell, _CONTROLLER_ATTR, controller)
     atexit.register(controller.close)  # a clean kernel exit ends the session (memories extracted)
     return controller
@@ -47,8 +51,9 @@ def unload(shell: Any) -> None:
     if controller.settings in shell.configurables:
         shell.configurables.remove(controller.settings)
     cleanup = getattr(shell, "input_transformers_cleanup", None)
-    if cleanup is not None and agent_line_with_question in cleanup:
-        cleanup.remove(agent_line_with_question)
+    for transformer in _TRANSFORMERS:
+        if cleanup is not None and transformer in cleanup:
+            cleanup.remove(transformer)
     magics = shell.magics_manager.magics
     for kind, names in (("cell", ["agent"]), ("line", ["agent", "compact", "memory", "ctx", "pin"])):
         for name in names:

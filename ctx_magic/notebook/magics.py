@@ -294,7 +294,7 @@ class AgentMagics(Magics):
                 notice(f"Wrote the full transcript to {written}.")
             else:
                 target = Path(named) if named else session.store.root / "notebook.ipynb"
-                written = export_notebook(records, session.session_id, target)
+                written = export_notebook(records, session.session_id, target, self._run_state)
                 notice(f"Wrote the session as a notebook to {written}; it runs without ctx_magic.")
         elif args.command == "cell":
             self.commands.refuse_inside_turn("%ctx cell")
@@ -309,6 +309,11 @@ class AgentMagics(Magics):
             notice(self.commands.count_line())
         elif args.command == "sidebar":
             self.controller.show_sidebar(inline=args.inline)
+
+    def _run_state(self, run_id: str) -> str | None:
+        """A background run's last state, as `%ctx tasks` shows it (a dead kernel's run has ended)."""
+        _run, info, _path = self.controller.runs.find(run_id)
+        return info.state if info is not None else None
 
     def _runs(self, command: str, words: list[str]) -> None:
         """`%ctx tasks`, `%ctx answer ID [TEXT]`, `%ctx stop ID`: the agent's background runs."""

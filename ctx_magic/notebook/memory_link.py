@@ -117,12 +117,25 @@ class MemoryLink:
             by = f", {row['added_by']}" if row["added_by"] else ""
             lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{by}{decay}] relevance {row['relevance']:.2f}, "
                          f"{row['age_days']} days old: {row['text']}")
+        lines += self._unreadable_lines()
         team = self.team_line()
         if team:
             lines.append(team)
         if self.notes is not None and self.notes.text():
             lines.append(f"Session notes: {self.notes.path} ({len(self.notes.text()):,} characters)")
         return "\n".join(lines)
+
+    def _unreadable_lines(self) -> list[str]:
+        """The memory files skipped as unreadable (a hand edit gone wrong): otherwise a memory
+        would vanish from every prompt without a word."""
+        problems = self.manager.problems()
+        if len(problems) == 1:
+            return [f"Skipped 1 memory file that could not be read (fix or delete it): {problems[0].path}: "
+                    f"{problems[0].reason}"]
+        if not problems:
+            return []
+        return [f"Skipped {len(problems)} memory files that could not be read (fix or delete them):",
+                *(f"- {problem.path}: {problem.reason}" for problem in problems)]
 
     def team_line(self) -> str | None:
         """Where the team's memories are, or why they are not read; "" without team memory."""

@@ -3,8 +3,9 @@ that run, never to the cell that happens to be running.
 
 The agent's code runs in a thread of its own (runs.py) while the user's cells run on the
 kernel's main thread. Output is routed by thread: each routing point is wrapped once, and the
-wrapper asks whether the calling thread belongs to a run; every other thread goes through
-untouched, so the user's own cells print and display exactly as before.
+wrapper asks whether the calling thread belongs to a run (or runs an asyncio task the run
+scheduled there); every other thread goes through untouched, so the user's own cells print and
+display exactly as before.
 
 - `sys.stdout` / `sys.stderr`: routed where the calling thread looks them up, not on whichever
   stream is current, because the main thread swaps them at any moment (IPython around each cell,
@@ -24,8 +25,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import contextvars
 import getpass
 import io
+import os
 import subprocess
 import sys
 import threading
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ctx_magic.notebook.runs import Run
 
+_GROUPS = hasattr(os, "killpg")  # POSIX: a run's subprocesses are killed with everything they started
 POPEN_STREAM_ARGS = 3  # Popen(args, bufsize, executable, stdin, ...): stdin given by position is left alone
 
 
@@ -115,7 +119,11 @@ class RunIO:
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell
-        self._local = threading.local()
+        self._run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(f"ctx_magic_run_{id(self)}",
+                                                                             default=None)
+        """The run of the calling thread: a context variable, not a thread-local, because asyncio
+        copies it into what the run schedules on another thread's event loop (IPython's `%%bash`
+        and other script magics read the process's output there and print it)."""
         self._active = False
         self._wrapped: dict[tuple[int, str], tuple[Any, str, Any, Any]] = {}
         """(owner, attribute, original, wrapper) by owner and attribute: what `uninstall` puts back
@@ -124,17 +132,16 @@ class RunIO:
 
     def current(self) -> Run | None:
         """The run the calling thread belongs to, if any."""
-        return getattr(self._local, "run", None) if self._active else None
+        return self._run.get() if self._active else None
 
     @contextlib.contextmanager
     def bound(self, run: Run) -> Iterator[None]:
         """The calling thread's output and input belong to `run` inside this block."""
-        previous = getattr(self._local, "run", None)
-        self._local.run = run
+        token = self._run.set(run)
         try:
             yield
         finally:
-            self._local.run = previous
+            self._run.reset(token)
 
     def install(self) -> None:
         """Wrap every routing point (once); `ensure` keeps the streams wrapped when they change."""
@@ -247,8 +254,13 @@ class RunIO:
             for name, fd in run.child_streams().items():
                 if kwargs.get(name) is None:
                     kwargs[name] = fd
+            # A process group of its own: stopping the run kills what the child started too (a shell's
+            # command, a training script's workers), and the kernel's interrupt of a cell spares it.
+            grouped = _GROUPS and not {"start_new_session", "process_group"} & kwargs.keys()
+            if grouped:
+                kwargs["start_new_session"] = True
             original(popen, *args, **kwargs)
-            run.adopt(popen)
+            run.adopt(popen, grouped=grouped)
 
         return init
 

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import queue
 import re
+import signal
 import subprocess
 import threading
 from collections.abc import Callable
@@ -82,7 +83,7 @@ def error_text(shell: Any, error: BaseException) -> str:
             lines = shell.SyntaxTB.structured_traceback(type(error), error, [])
         else:
             tb = error.__traceback__
-            while tb is not None and tb.tb_frame.f_code is run_source.__code__:
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:  # the run's thread, run_source
                 tb = tb.tb_next
             lines = shell.InteractiveTB.structured_traceback(type(error), error, tb)
         return strip_ansi("\n".join(lines))
@@ -162,6 +163,8 @@ class Run:
         self.stopping = False
         self._answers: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._children: list[subprocess.Popen[Any]] = []
+        self._groups: set[int] = set()
+        """The pids of its children that lead a process group of their own."""
         self._child_in: tuple[int, int] | None = None
         self._child_out: tuple[int, int] | None = None
         self._pump_thread: threading.Thread | None = None
@@ -316,9 +319,12 @@ class Run:
                 self._child_in = os.pipe()
             return {"stdin": self._child_in[0], "stdout": self._child_out[1], "stderr": self._child_out[1]}
 
-    def adopt(self, child: subprocess.Popen[Any]) -> None:
+    def adopt(self, child: subprocess.Popen[Any], *, grouped: bool = False) -> None:
+        """A subprocess of its code; `grouped`: it leads a process group of its own, killed whole."""
         with self.lock:
             self._children.append(child)
+            if grouped:
+                self._groups.add(child.pid)
 
     def _pump(self, fd: int) -> None:
         """Its subprocesses' output into its own, until the last of them closes it."""
@@ -397,7 +403,10 @@ class Run:
                 return False
             self.stopping = True
             for child in self._children:
-                if child.poll() is None:
+                if child.pid in self._groups and child.returncode is None:  # not reaped: its pid is not reused
+                    with contextlib.suppress(OSError):  # one that exited may have left what it started
+                        os.killpg(child.pid, signal.SIGKILL)
+                elif child.poll() is None:
                     with contextlib.suppress(OSError):
                         child.kill()
             self._answers.put(None)

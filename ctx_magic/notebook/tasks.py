@@ -207,8 +207,11 @@ class RunBoard:
             return self._unknown(run_id)
         start = info.read_to if offset is None else max(0, offset)
         text, end, size = read_log(path, start)
-        self._told(run, info, read_to=max(info.read_to, end))
         head = f"Run {run_id}: {info.words(self.now())}; its log has {human_size(size)}"
+        if start > size:  # nothing was read: where the agent read to stays where it was
+            self._told(run, info)
+            return f"{head}; offset {start:,} is past its end: nothing there."
+        self._told(run, info, read_to=max(info.read_to, end))
         if end == start:
             return f"{head}; no new output since offset {start:,}."
         more = f"\n[more follows: read from offset {end:,}]" if end < size else f"\n[next offset: {end:,}]"

@@ -35,8 +35,11 @@ def describe_os_error(error: OSError, path: Path | str) -> str:
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Replace `path` with `data` so that a reader sees the old file or the new one, never half.
     `mode` replaces the temporary file's owner-only permissions (a folder other people read)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:  # a folder this user may not write (a team's, of a group they are not in) is one clear error too
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise StorageError(describe_os_error(error, path)) from error
     try:
         with os.fdopen(fd, "wb") as handle:
             if mode is not None:

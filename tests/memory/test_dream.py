@@ -114,6 +114,8 @@ def test_time_gate_opens_after_24_hours_and_when_there_was_no_dream() -> None:
     assert time_gate(DreamState(), T0) is None
     assert time_gate(DreamState(last_dream=T0), hours(23.9)) == "the last dream was 23.9 hours ago (24 needed)"
     assert time_gate(DreamState(last_dream=T0), hours(24)) is None
+    # another member's clock a little ahead stamped it: not "-0.5 hours ago"
+    assert time_gate(DreamState(last_dream=hours(0.5)), T0) == "the last dream was 0.0 hours ago (24 needed)"
 
 
 def test_check_interval_gate_opens_after_10_minutes() -> None:
@@ -132,6 +134,8 @@ def test_state_round_trips_and_garbage_reads_as_empty(tmp_path: Path) -> None:
     assert load_state(tmp_path) == DreamState(last_dream=T0, last_check=hours(1))
     (tmp_path / STATE_NAME).write_text('{"last_dream": "soon"}')
     assert load_state(tmp_path) == DreamState()
+    (tmp_path / STATE_NAME).write_text('{"last_dream": 1764201600, "last_check": ["2026-11-27"]}')
+    assert load_state(tmp_path) == DreamState()  # a timestamp as a number, a list: not a time we wrote
 
 
 # --- the gates in dream, with an injected clock ----------------------------------------

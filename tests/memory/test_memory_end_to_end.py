@@ -85,6 +85,17 @@ def test_memory_magics_add_show_forget_and_refuse_secrets(shell):
     assert "No memory with id 'nope'" in shown
 
 
+def test_memory_show_names_a_memory_file_it_cannot_read(shell):
+    _, shown = run(shell, "%memory add The team calls the sales table `fact_sales`.")
+    memory_id = shown.split("Remembered ")[1].split(":")[0]
+    path = controller(shell).memory.manager.project.path_of(memory_id)
+    path.write_text(path.read_text().replace("type: user", "type: usr"))  # a hand edit gone wrong
+    _, shown = run(shell, "%memory show")
+    assert shown.strip() == (f"No long-term memories yet (%memory add TEXT stores one).\n"
+                             f"Skipped 1 memory file that could not be read (fix or delete it): {path}: "
+                             "unknown type or scope: 'usr', 'project'")
+
+
 def test_memory_extract_and_dream_on_demand(shell):
     run(shell, "%%agent\nRemember that we use UTC timestamps everywhere. Never drop duplicate rows silently.")
     _, shown = run(shell, "%memory extract")

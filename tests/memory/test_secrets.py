@@ -29,6 +29,9 @@ REALISTIC_SECRETS = [
     f"aws_secret_access_key = {AWS_SECRET}",
     "DB_PASSWORD=s3cr3t!",
     "SECRET_KEY = 'django-insecure-" + BODY + "'",
+    # Django's generated keys draw from letters, digits and !@#$%^&*(-_=+): a "(" is not a call.
+    "SECRET_KEY = 'django-insecure--cejy0z&5w^nhg(n^p+dl@hb^8xu80$vz3f$tam__s*!8$m&33'",
+    'the django secret key is "k3(x!v@q9#w$e%r^t&y*u-i_o=p+a"',
     "client_secret: " + HEX_40[:32],
     "the api secret is " + HEX_40,
     "export OPENAI_API_KEY=sk-proj-" + BODY,
@@ -45,6 +48,17 @@ REALISTIC_SECRETS = [
     "Storage: DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=" + BODY + RANDOM_32,
     f"the signing salt is {RANDOM_32}",
     "Authorization: Bearer " + BODY,
+    # Set through a mapping, as notebooks set credentials.
+    "os.environ['DB_PASSWORD'] = 'hunter22'",
+    'os.environ["API_TOKEN"] = "abc123def456ghi789"',
+    "config['password'] = 'Tr0ub4dor'",
+    # A service's key in its environment variable (Kaggle's is 32 hex characters).
+    "export KAGGLE_KEY=f3a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6",
+    "os.environ['KAGGLE_KEY'] = '0123456789abcdef0123456789abcdef'",
+    # A password on a command line.
+    "Load it with mysql -u root -pS3cr3tPw sales < dump.sql",
+    "mysqldump -uadmin -phunter22 warehouse > backup.sql",
+    "curl -u admin:S3cr3tPw https://api.example.com/v1/export",
 ]
 
 # Realistic memories that mention credentials, hashes, ids, paths and numbers without holding a secret.
@@ -80,6 +94,34 @@ REALISTIC_NON_SECRETS = [
     "Use the sk-learn style API for estimators.",
     "The model id is claude-sonnet-4-5 and the region is eu-west-1.",
     "token = secrets.token_hex(8) makes a fresh one; password = getpass.getpass() asks for it.",
+    # A path given to pwd (the working folder) or to a passphrase says where something is.
+    "pwd: /home/jane/notebooks when the kernel starts.",
+    "The kernel's pwd=/srv/data/churn after the restart.",
+    "passphrase: ~/keys/id_ed25519.pass is read by the deploy job.",
+    # Command lines that ask for the password or read it from a variable.
+    "Connect with mysql -u root -p sales (it asks for the password).",
+    "mysql -h db.internal -P 3306 -u analyst -p",
+    "curl -u admin https://api.example.com asks for the password.",
+    "curl -u $API_USER:$API_TOKEN https://api.example.com/v1/export",
+    "Request a session token https://auth.example.com/v2/login issues them.",
+    # Identifiers named as keys: words and a date or a number, not random characters.
+    "The session key is session_20241127 in the events table.",
+    "The join key is customer_id2, not customer_id.",
+    # An AWS resource name says which key, never the key itself.
+    "Encryption key id: arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+    # Other keys: a path, a column, a constant.
+    "S3_KEY = 'raw/2024/11/events.parquet' is where the events land.",
+    "SORT_KEY = 'created_at' orders the export.",
+    "CACHE_KEY = 'model_v2_20240101' names the cached features.",
+    "sorted(rows, key=df.columns[0]) keeps the date order.",
+    # A column named password is data, not a credential.
+    "df['password'] = df['password'].str.strip() before hashing.",
+    "df['password'] = hashed for every row.",
+    # Figures about passwords (a rate, a share, a count) are measurements, not passwords.
+    "The password reset rate is 3.2% of logins.",
+    "Password resets were 4,512 in Q3.",
+    "The passcode failure rate was 0.032 in March.",
+    "password = getpass() asks for it, and api_key = os.getenv('API_KEY') reads it.",
 ]
 
 
@@ -132,6 +174,7 @@ def test_one_refusal_line_names_the_kinds() -> None:
         ("postgres://admin:s3cretpw@db.internal:5432/sales", "credentials in a URL"),
         ("password = 'tr0ub4dor'", "a value assigned to password"),
         ("PASSWD: letmein", "a value assigned to passwd"),
+        ("password: /x9Kq!", "a value assigned to password"),
         ('api_key="abcdef123"', "a value assigned to api_key"),
         ("client_secret: abc.def.ghi", "a value assigned to client_secret"),
         ("the salt 7Hq2LmZ9xR4tVb8NwK3pYc6FjD1sGa5E here", "a long random-looking string (a key or token?)"),

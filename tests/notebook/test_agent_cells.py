@@ -153,6 +153,18 @@ def test_an_agent_cell_run_again_unchanged_sends_only_its_new_output(shell):
     assert sent.count("globals().get('n', 0)") == 2  # the user's fence and the agent's call: no third copy
 
 
+def test_an_agent_cell_of_a_cell_magic_runs_with_its_marker_line_above_the_magic(shell):
+    code = "%%time\nkept = 6 * 7\nprint('kept', kept)"
+    turn(shell, f"%%agent\ngo\n{fence(code)}")
+    [call] = python_calls(shell)
+    result = cell(shell, marked(call, code))
+    assert result.success  # a cell magic must open its cell: the marker line is a comment IPython drops
+    assert shell.user_ns["kept"] == 42
+    turn(shell, "%%agent\nand now?")
+    [(tool_input, _meta, _text)] = cell_pairs(shell)
+    assert tool_input["ran_again"] == call
+
+
 def test_an_edited_agent_cell_sends_a_diff_against_the_version_the_agent_last_saw(shell):
     turn(shell, f"%%agent\ngo\n{fence(TWO_LINES)}")
     [call] = python_calls(shell)

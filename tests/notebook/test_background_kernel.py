@@ -146,3 +146,16 @@ def test_a_subprocess_prompt_is_a_stall_at_the_threshold_and_a_silent_loop_never
     kernel.execute("# ctx: skip\nquiet.set()")
     done = kernel.execute("%%agent\nAnd now?\ntask read t1\ntask read t2")
     assert "answered y" in done and "epoch 2/50 loss 0.6012" in done
+
+
+def test_interrupting_a_users_cell_spares_the_subprocess_of_a_background_run(kernels, tmp_path):
+    kernel = start(kernels, tmp_path)
+    started = kernel.execute("%%agent\nIn the background.\n```python background\nimport subprocess, sys\n"
+                             "child = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'])\n"
+                             "child.wait()\n```")
+    assert "Started background run t1" in started
+    interrupted = kernel.execute("import threading\nprint('waiting', flush=True)\nthreading.Event().wait()",
+                                 when=lambda text: "waiting" in text, then=kernel.interrupt)
+    assert "KeyboardInterrupt" in interrupted  # the kernel's interrupt reaches the user's cell...
+    assert kernel.execute("print(child.poll())") == "None\n"  # ...and not the agent's subprocess
+    assert "Run t1 stopped." in kernel.execute("%ctx stop t1")

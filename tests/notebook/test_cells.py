@@ -69,3 +69,15 @@ def test_a_cell_already_in_the_transcript_is_not_taken_again(shell):
     session.store.pending_cells().path.write_text(json.dumps(waiting.to_json()) + "\n")  # consume() never ran
     run(shell, "%%agent\nagain")
     assert sum("once" in r for r in cell_results(shell)) == 1
+
+
+def test_a_cell_that_runs_its_body_as_a_cell_is_recorded_as_the_user_wrote_it(shell):
+    run(shell, "%%agent\nhello")
+    cell(shell, "%%capture cap\nx = 5\nprint('captured, never shown')")  # %%capture runs its body as a cell
+    cell(shell, "y = x + 1")
+    run(shell, "%%agent\nwhat changed?")
+    session = controller(shell).host.session
+    inputs = [b["input"] for m in session.live.messages for b in m.blocks("tool_use") if b["name"] == "notebook_cell"]
+    assert inputs == [{"execution_count": 2, "source": "%%capture cap\nx = 5\nprint('captured, never shown')"},
+                      {"execution_count": 3, "source": "y = x + 1"}]
+    assert not any("captured, never shown" in r for r in cell_results(shell))  # the user saw none of it

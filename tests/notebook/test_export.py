@@ -111,3 +111,41 @@ def test_an_export_with_a_run_that_waited_for_input_runs_to_its_end(exported_run
     assert code[0].outputs[0].text == "in the background\n"
     assert code[1].outputs[-1].ename == "StdinNotImplementedError"  # nobody can type here
     assert code[-1].outputs[0].text == "the end\n"
+
+
+FAILS = "print('loading')\n1 / 0"
+LOOPS = "import time\nwhile True:\n    time.sleep(0.05)"
+
+
+@pytest.fixture
+def exported_ended_runs(tmp_path, monkeypatch):
+    """A session with a background run that failed and one the user stopped, exported."""
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        run(shell, f"%%agent\nIn the background, please.\n```python background\n{FAILS}\n```")
+        run(shell, f"%%agent\nWatch it in the background.\n```python background\n{LOOPS}\n```")
+        runs = controller(shell).runs
+        assert runs.find("t1")[0].done.wait(20)
+        _, stopped = run(shell, "%ctx stop t2")
+        assert "Run t2 stopped." in stopped
+        run(shell, f"%ctx export {tmp_path / 'out.ipynb'}")
+    return nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+
+
+def test_a_background_run_that_failed_is_tagged_and_one_stopped_is_not_a_cell(exported_ended_runs):
+    exported = exported_ended_runs
+    code = [c for c in exported.cells if c.cell_type == "code"]
+    assert [c.source for c in code] == [FAILS]
+    assert code[0].metadata["tags"] == ["ctx-agent", "raises-exception"]
+    markdown = "\n\n".join(c.source for c in exported.cells if c.cell_type == "markdown")
+    assert ("*The agent's code, run in the background and stopped (a run that did not end by itself is not a "
+            f"cell here):*\n\n```python\n{LOOPS}\n```") in markdown
+
+
+@pytest.mark.slow  # a real kernel
+def test_an_export_with_background_runs_that_failed_or_were_stopped_runs_to_its_end(exported_ended_runs, tmp_path):
+    exported_ended_runs.cells.append(nbformat.v4.new_code_cell("print('the end')"))
+    NotebookClient(exported_ended_runs, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    code = [c for c in exported_ended_runs.cells if c.cell_type == "code"]
+    assert code[0].outputs[-1].ename == "ZeroDivisionError"
+    assert code[-1].outputs[0].text == "the end\n"

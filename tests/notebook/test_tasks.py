@@ -5,6 +5,7 @@ stopped, stalled or not, and what the agent is told before its next request."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from notebook_rig import controller, run
@@ -121,6 +122,27 @@ def test_the_agent_reads_a_run_incrementally_by_offset(rig):
     assert "Output from offset 0 to 21:\nstep 0\nstep 1\nstep 2" in whole
 
 
+def test_an_offset_past_the_end_of_the_log_says_so_and_keeps_where_the_agent_read_to(rig):
+    shell, board, _clock = rig
+    run(shell, "%%agent\ngo\n```python background\nprint('step 0')\n```")
+    assert only_run(board).done.wait(20)
+    _, shown = run(shell, "%%agent\nfurther on\ntask read t1 5000")
+    assert "Run t1: finished after 0 s; its log has 7 bytes; offset 5,000 is past its end: nothing there." in shown
+    assert "Output from offset 5,000" not in shown
+    _, rest = run(shell, "%%agent\nfrom where I was\ntask read t1")
+    assert "Output from offset 0 to 7:\nstep 0\n[next offset: 7]" in rest
+
+
+def test_what_a_script_magic_prints_reaches_the_run_not_the_cell(rig):
+    shell, board, _clock = rig
+    _, shown = run(shell, "%%agent\nin bash\n```python\n%%bash\necho hi from bash\n```")
+    result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]
+    assert result["content"] == "hi from bash"  # its output is written by IPython's script-magic thread
+    run(shell, "%%agent\nin the background\n```python background\n%%bash\necho hi again\n```")
+    assert only_run(board).done.wait(20)
+    assert log_text(board, "t1") == "hi again\n"
+
+
 def test_input_in_the_agents_code_ends_the_turns_wait_at_once_and_the_answer_reaches_it(rig):
     shell, board, _clock = rig
     _, shown = run(shell, "%%agent\nask me\n```python\nname = input('Name? ')\nprint('hi', name)\n```")
@@ -225,6 +247,22 @@ def test_stopping_a_run_kills_its_subprocess_and_ends_it(rig):
     assert shell.user_ns["child"].poll() is not None  # killed (its status went to the interrupted wait)
 
 
+def test_stopping_a_run_kills_what_its_subprocess_started_too(rig, tmp_path):
+    shell, board, _clock = rig
+    pid_file = tmp_path / "training.pid"
+    script = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+              "print('training', flush=True); time.sleep(600)")
+    run(shell, f"%%agent\ntrain\n```python background\nimport shlex, subprocess, sys\nscript = {script!r}\n"
+               "subprocess.run(sys.executable + ' -c ' + shlex.quote(script) + ' && echo done', shell=True)\n```")
+    started = only_run(board)
+    wait_for(started, lambda: "training" in started.tail)  # the shell's child, not the shell, prints it
+    assert board.stop("t1") == "Run t1 stopped."
+    started._pump_thread.join(WAIT)
+    assert not started._pump_thread.is_alive()  # nothing holds the run's output pipe any more
+    stat = Path(f"/proc/{pid_file.read_text()}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or dead unreaped
+
+
 def test_stopping_a_busy_python_loop_ends_it(rig):
     shell, board, _clock = rig
     run(shell, "%%agent\nspin\n```python background\nn = 0\nwhile True:\n    n += 1\n```")
@@ -264,6 +302,18 @@ def test_a_failed_run_says_its_error_and_keeps_the_traceback_in_its_log(rig):
     assert line.endswith("of its output not read yet (task, action 'read').")
     assert "ZeroDivisionError" in log_text(board, "t1")
     assert board.news() == []  # told once
+
+
+def test_the_traceback_of_the_agents_code_starts_at_its_code_as_a_cells_does(rig):
+    shell, _board, _clock = rig
+    run(shell, "%%agent\ndivide\n```python\nx = 1\nx / 0\n```")
+    result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]
+    error = result["content"].split("[error]\n", 1)[1]
+    assert "runs.py" not in error and "_main" not in error  # nothing of ctx_magic's own frames
+    assert error.splitlines()[:4] == [
+        "-" * 75, "ZeroDivisionError                         Traceback (most recent call last)",
+        error.splitlines()[2], "      1 x = 1"]
+    assert error.splitlines()[2].startswith("Cell In[")
 
 
 def test_what_a_background_run_displays_goes_to_its_log_and_it_cannot_clear_a_cell(rig):

@@ -122,6 +122,71 @@ def test_a_secret_is_refused_before_it_reaches_the_team_folder(tmp_path, monkeyp
     assert not any(key in p.read_text() for p in tmp_path.rglob("*") if p.is_file())
 
 
+def test_a_team_folder_this_member_cannot_write_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    (tmp_path / "shared" / "analytics").mkdir(parents=True)
+    made = tempfile.mkstemp
+
+    def outside_the_group(*args, **kwargs):  # as the folder answers a member outside its Unix group
+        if "shared" in str(kwargs.get("dir", "")):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return made(*args, **kwargs)
+
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "bob")
+        monkeypatch.setattr(tempfile, "mkstemp", outside_the_group)
+        result, shown = run(shell, f"%memory add --team {FACT}")
+        assert result.error_in_exec is None
+        assert shown.strip().startswith("permission denied writing ") and "internal error" not in shown
+        _, shown = run(shell, "%memory add Reports go out on Mondays.")  # the session still works
+        assert shown.strip().startswith("Remembered ")
+
+
+def test_forgetting_a_team_memory_in_a_folder_this_member_cannot_write_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    (tmp_path / "shared").mkdir()
+    removes = Path.unlink
+
+    def outside_the_group(path, *args, **kwargs):  # as the folder answers a member outside its Unix group
+        if "shared" in str(path):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return removes(path, *args, **kwargs)
+
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        _, shown = run(shell, f"%memory add --team {FACT}")
+        team_id = shown.split("Remembered ")[1].split(":")[0]
+        monkeypatch.setattr(Path, "unlink", outside_the_group)
+        result, shown = run(shell, f"%memory forget --team {team_id}")
+        assert result.error_in_exec is None
+        assert shown.strip().startswith("permission denied writing ") and "internal error" not in shown
+
+
+def test_dreaming_a_team_folder_this_member_cannot_write_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    (tmp_path / "shared").mkdir()
+    opens = os.open
+
+    def outside_the_group(path, *args, **kwargs):  # as the folder answers a member outside its Unix group
+        if "shared" in str(path) and str(path).endswith("lock"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return opens(path, *args, **kwargs)
+
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        run(shell, "%%agent\nhello")
+        monkeypatch.setattr(os, "open", outside_the_group)
+        result, shown = run(shell, "%memory dream")
+        assert result.error_in_exec is None and "internal error" not in shown
+        assert shown.strip().endswith(f"Team memory: No dream: the dream lock could not be taken: permission denied "
+                                      f"writing {Path('shared', 'analytics', 'dream.lock')}")
+
+
 def test_a_team_folder_without_locks_across_machines_is_said_once_after_a_turn(tmp_path, monkeypatch):
     (tmp_path / "shared").mkdir()
     degraded = LockSupport("local-only", "nfs", "the folder is on NFS mounted with nolock: its locks stay on each "
