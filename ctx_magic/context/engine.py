@@ -210,11 +210,15 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
 def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, settings: ContextSettings,
                events: Sequence[Snipped]):
     """Index the context again after markers replaced runs of messages, and count what that freed
-    in front of the last response (the anchored count still holds it)."""
+    in front of the response that anchors the count afterwards (its figure still holds it). A cut
+    that took the last response leaves an earlier one anchoring: what went came after that one."""
     removed = {u for e in events for u in e.removed_uuids}
     markers = {e.marker_uuid for e in events}
-    freed = sum(message_tokens(m) for m in old[:find_anchor(old)] if m.uuid in removed and m.sent)
-    freed -= sum(message_tokens(m) for m in new[:find_anchor(new)] if m.uuid in markers)
+    anchor = find_anchor(new)
+    anchor_uuid = new[anchor].uuid if anchor >= 0 else None
+    before = next((i for i, m in enumerate(old) if m.uuid == anchor_uuid), 0)
+    freed = sum(message_tokens(m) for m in old[:before] if m.uuid in removed and m.sent)
+    freed -= sum(message_tokens(m) for m in new[:anchor] if m.uuid in markers)
     new, state, _ = sync_index(new, dataclasses.replace(state, indexed=0), compactable_tools=settings.compactable_tools)
     return new, _with_freed(state, new, freed), list(events)
 
