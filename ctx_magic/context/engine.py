@@ -33,7 +33,7 @@ from ctx_magic.context.tokens import (
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextMeasured, Event, Snipped
+from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped
 from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Message
 from ctx_magic.settings import (
@@ -396,8 +396,13 @@ def clear_now(
 
 def snip_now(
     messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, keep_last: int
-) -> tuple[list[Message], ContextState, list[Snipped]]:
-    """Snip the middle at once, keeping the head and about `keep_last` recent messages."""
-    msgs, state, _ = sync_index(messages, state, compactable_tools=settings.compactable_tools)
+) -> tuple[list[Message], ContextState, list[Persisted | Snipped]]:
+    """Snip the middle at once, keeping the head and about `keep_last` recent messages.
+
+    Results no call has seen yet (an interrupted turn's) meet the tool-result budget first: once
+    indexed here, the next call's budget would never look at them again."""
+    msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
+    msgs, state, persisted = _budget(msgs, state, settings, start)
     keep = KEEP_HEAD + 1 + keep_last
-    return _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
+    msgs, state, snipped = _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
+    return msgs, state, [*persisted, *snipped]

@@ -201,3 +201,15 @@ def test_a_snip_that_takes_the_last_response_counts_from_the_response_left():
     assert count.freed_tokens == 0
     assert count.estimated_tokens == estimate_messages(out[2:])
     assert count.tokens == 1_020 + math.ceil(count.estimated_tokens * state.correction.ratio)
+
+
+def test_a_result_a_snip_indexed_first_still_meets_the_tool_result_budget():
+    """The user snips before the next call (after an interrupted turn left a long output): the
+    result is still persisted, as every result is before it is sent."""
+    settings = ContextSettings(thresholds=compute_thresholds(200_000, 16_384, env={}))
+    first = prepare(long_conversation(30), ContextState(), 100.0, settings)
+    use, result = exchange("python", "row\n" * 40_000, t=200)
+    msgs, state, _ = snip_now([*first.messages, use, result], first.state, 300.0, settings, keep_last=6)
+    out = prepare(msgs, state, 300.0, settings)
+    sent = next(b for m in out.messages for b in m.blocks("tool_result") if b["tool_use_id"] == use.tool_use_ids[0])
+    assert "<persisted-output>" in sent["content"]
