@@ -231,6 +231,7 @@ class Session:
             "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
             "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
             "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
+            "sent_signature": self.frame.sent_signature,
             "extra": self.plugins.saved(),
         }
 
@@ -244,6 +245,7 @@ class Session:
         self.meter.restore(saved.get("usage") or {})
         self.frame.set_memory_section(str(saved.get("system_extra") or ""))  # the same system prompt as before
         self.frame.cached_tail = saved.get("cached_tail")  # and the same breakpoints
+        self.frame.sent_signature = saved.get("sent_signature")  # a change of tools since is seen as one
         if state.cleared or self.compaction.boundaries or any(
                 m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages):
             self.frame.offer_context_tools()  # and the same tools, once the context was cut
