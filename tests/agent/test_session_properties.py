@@ -297,3 +297,13 @@ def test_the_first_call_after_a_resume_with_new_tools_teaches_the_estimate_nothi
     steps = [("turn", [900], False), ("turn", [900], False), ("clear",), ("resume",), ("say", 25)]
     resumed, uninterrupted = twins(tmp_path, steps, Settings(model=MODEL), 20_000)
     assert resumed[1].session.live.state.correction == uninterrupted[1].session.live.state.correction
+
+
+def test_a_resumed_session_weighs_a_clearing_on_the_growth_it_had_seen(tmp_path):
+    """Whether a clearing under pressure pays for itself depends on how fast the calls have been
+    growing the context: a resume keeps that, and decides as the session would have."""
+    steps = [("snip", 3), ("ptl",), ("idle", 400.0), ("pin", 22), ("idle", 4_000.0), ("ptl",), ("clear",),
+             ("turn", [6_000, 40], True), ("resume",)]
+    config = Settings(model=MODEL, thinking="adaptive", thinking_budget=1_024, keep_recent=1, snip_max_messages=12)
+    resumed, uninterrupted = twins(tmp_path, steps, config, 8_000)
+    assert resumed[0] == uninterrupted[0]
