@@ -175,6 +175,9 @@ STEPS = st.one_of(
     st.tuples(st.just("snip"), st.integers(1, 8)),
     st.tuples(st.just("clear")),
     st.tuples(st.just("compact")),
+    st.tuples(st.just("compact_part"), st.sampled_from(["from", "up_to"]), st.floats(0, 1)),
+    st.tuples(st.just("interrupt"), st.sampled_from(OUTPUT_SIZES)),
+    st.tuples(st.just("unpin")),
     st.tuples(st.just("ptl")),
     st.tuples(st.just("resume")),
 )
@@ -205,6 +208,17 @@ def take(p: Play, n: int, step: tuple, resume: bool = True) -> None:
     elif kind == "compact":
         with contextlib.suppress(CtxMagicError):  # nothing to compact yet: one clear line
             manual_compact(p.session)
+    elif kind == "compact_part":
+        index = int(step[2] * len(p.session.live.messages))
+        with contextlib.suppress(CtxMagicError):  # no safe place to cut there: one clear line
+            manual_compact(p.session, "keep the figures", direction=step[1], index=index)
+    elif kind == "interrupt":  # the user interrupts the kernel while the agent's code runs
+        text = f"Step {n}: run it.\n```python\n{code_printing(step[1], n)}\nraise KeyboardInterrupt\n```\n"
+        p.said.append(text)
+        run_turn(p.session, text)
+    elif kind == "unpin":
+        for pin in p.session.pin_board.pins[:1]:
+            p.session.pin_board.unpin(pin.id)
     elif kind == "ptl":
         p.api.inject("ptl")
         run(p, [900], False, n)
