@@ -214,9 +214,8 @@ def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, 
     that took the last response leaves an earlier one anchoring: what went came after that one."""
     removed = {u for e in events for u in e.removed_uuids}
     markers = {e.marker_uuid for e in events}
-    anchor = find_anchor(new)
-    anchor_uuid = new[anchor].uuid if anchor >= 0 else None
-    before = next((i for i, m in enumerate(old) if m.uuid == anchor_uuid), 0)
+    anchor = max(0, find_anchor(new))  # no response left: nothing anchors, nothing was freed before one
+    before = next((i for i, m in enumerate(old) if anchor and m.uuid == new[anchor].uuid), 0)
     freed = sum(message_tokens(m) for m in old[:before] if m.uuid in removed and m.sent)
     freed -= sum(message_tokens(m) for m in new[:anchor] if m.uuid in markers)
     new, state, _ = sync_index(new, dataclasses.replace(state, indexed=0), compactable_tools=settings.compactable_tools)
