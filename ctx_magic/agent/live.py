@@ -83,7 +83,7 @@ class LiveContext:
         """Snip the middle now, keeping about `keep_last` recent messages; how many were snipped."""
         messages, state, events = snip_now(self.messages, self.state, now, setup.context, keep_last)
         self.adopt(messages, state, events)
-        return sum(e.count for e in events)
+        return sum(e.count for e in events if isinstance(e, Snipped))
 
     def adopt(self, messages: Sequence[Message], state: ContextState, events: Sequence[Event], *,
               write: bool = True) -> list[Message | Event]:

@@ -23,7 +23,7 @@ from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_
 from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import persist_oversized, strip_images
-from ctx_magic.context.tokens import ContextCount
+from ctx_magic.context.tokens import OVERHEAD_META, ContextCount
 from ctx_magic.errors import (
     CompactionFailed,
     ContextFull,
@@ -207,7 +207,7 @@ def _loop(session: Session, turn: Turn) -> None:
             return
         result.tool_calls += len(reply.tool_uses)
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
-                         usage=reply.usage, meta=written_by(session))
+                         usage=reply.usage, meta={**written_by(session), OVERHEAD_META: setup.overhead_tokens})
         session.append(answer)
         after_server = compaction.server_compacted(session, answer)
         if after_server is not None:
@@ -246,7 +246,9 @@ def _ready(session: Session, result: TurnResult) -> tuple[CallSetup, Prepared]:
     setup = session.setup()
     prepared, _ = session.prepare(setup)
     if session.frame.context_tools and not setup.context_tools:
-        setup = session.setup()  # the first cut (a clearing, a snip) brought the context tools in
+        # The first cut (a clearing, a snip) brought the context tools in: measured again with them.
+        setup = session.setup()
+        prepared, _ = session.prepare(setup)
     plan = prepared.plan
     if plan.check_exact:
         exact = session.exact_tokens(setup)

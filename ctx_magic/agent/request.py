@@ -139,8 +139,9 @@ class RequestFrame:
         on or find, and their definitions in every request cost a session that never nears its
         threshold up to 5 % of its bill (the replay benchmark, at 200,000). Once offered they
         stay, so the cached prefix keeps them."""
-        self._sent_signature: str | None = None
-        """The system prompt and tools of the last main call (`CallSetup.signature`)."""
+        self.sent_signature: str | None = None
+        """The system prompt and tools of the last main call (`CallSetup.signature`); kept across
+        a resume, so the first call after it knows whether they changed since."""
         self._turns = TurnCache()
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
@@ -219,8 +220,8 @@ class RequestFrame:
         cache now holds the prefix ending with them. Whether the system prompt or the tools
         changed since the previous main call."""
         self.cached_tail = next((m.uuid for m in reversed(messages) if m.sent), None)
-        changed = self._sent_signature is not None and signature != self._sent_signature
-        self._sent_signature = signature
+        changed = self.sent_signature is not None and signature != self.sent_signature
+        self.sent_signature = signature
         return changed
 
 

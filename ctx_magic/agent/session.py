@@ -229,8 +229,10 @@ class Session:
         return {
             "session_id": self.session_id, "model": self.frame.settings.model, **self.compaction.to_json(),
             "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
+            "growth": self.meter.growth_json(),
             "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
             "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
+            "sent_signature": self.frame.sent_signature,
             "extra": self.plugins.saved(),
         }
 
@@ -241,9 +243,10 @@ class Session:
         messages, state, problems = fold_transcript(loaded.records, ContextState.from_json(saved.get("engine") or {}))
         self.live.restore(messages, state)
         self.compaction = CompactionState.from_json(saved, compactions(loaded.records))
-        self.meter.restore(saved.get("usage") or {})
+        self.meter.restore(saved.get("usage") or {}, saved.get("growth"))
         self.frame.set_memory_section(str(saved.get("system_extra") or ""))  # the same system prompt as before
         self.frame.cached_tail = saved.get("cached_tail")  # and the same breakpoints
+        self.frame.sent_signature = saved.get("sent_signature")  # a change of tools since is seen as one
         if state.cleared or self.compaction.boundaries or any(
                 m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages):
             self.frame.offer_context_tools()  # and the same tools, once the context was cut

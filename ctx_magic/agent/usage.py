@@ -86,20 +86,30 @@ class UsageMeter:
                  prices: Callable[[], Prices] = lambda: UNKNOWN_PRICES) -> None:
         self._lock = threading.Lock()
         self.totals = UsageTotals()
+        self._last_prompt: int | None = None
+        self._growths: deque[int] = deque(maxlen=GROWTH_WINDOW)
         self.restore(totals or {})
         self.prices = prices
         """The prices in force (the session's model, with any contract prices)."""
         self.breaks: list[CacheBroke] = []
         self._baseline = CacheBaseline()
-        self._last_prompt: int | None = None
-        self._growths: deque[int] = deque(maxlen=GROWTH_WINDOW)
 
-    def restore(self, totals: Mapping[str, Any]) -> None:
-        """At resume: the totals state.json kept. In place, since the live context and the side
-        calls hold this meter."""
+    def restore(self, totals: Mapping[str, Any], growth: Mapping[str, Any] | None = None) -> None:
+        """At resume: the totals state.json kept, and the growth of the last calls (`growth_json`).
+        In place, since the live context and the side calls hold this meter."""
         known = {f.name for f in dataclasses.fields(UsageTotals)}
         with self._lock:
             self.totals = UsageTotals(**{k: v for k, v in totals.items() if k in known})
+        growth = growth or {}
+        last = growth.get("last_prompt")
+        self._last_prompt = int(last) if isinstance(last, int) else None
+        self._growths = deque((int(g) for g in growth.get("growths") or [] if isinstance(g, int)),
+                              maxlen=GROWTH_WINDOW)
+
+    def growth_json(self) -> dict[str, Any]:
+        """What state.json keeps of the growth watch: a resumed session weighs a clearing as the
+        live one would have."""
+        return {"last_prompt": self._last_prompt, "growths": list(self._growths)}
 
     def add(self, usage: Usage, *, call: bool = True) -> float:
         """One response's usage (side calls run in other threads); returns what it cost.

@@ -33,7 +33,7 @@ from ctx_magic.context.tokens import (
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextMeasured, Event, Snipped
+from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped
 from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Message
 from ctx_magic.settings import (
@@ -210,11 +210,14 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
 def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, settings: ContextSettings,
                events: Sequence[Snipped]):
     """Index the context again after markers replaced runs of messages, and count what that freed
-    in front of the last response (the anchored count still holds it)."""
+    in front of the response that anchors the count afterwards (its figure still holds it). A cut
+    that took the last response leaves an earlier one anchoring: what went came after that one."""
     removed = {u for e in events for u in e.removed_uuids}
     markers = {e.marker_uuid for e in events}
-    freed = sum(message_tokens(m) for m in old[:find_anchor(old)] if m.uuid in removed and m.sent)
-    freed -= sum(message_tokens(m) for m in new[:find_anchor(new)] if m.uuid in markers)
+    anchor = max(0, find_anchor(new))  # no response left: nothing anchors, nothing was freed before one
+    before = next((i for i, m in enumerate(old) if anchor and m.uuid == new[anchor].uuid), 0)
+    freed = sum(message_tokens(m) for m in old[:before] if m.uuid in removed and m.sent)
+    freed -= sum(message_tokens(m) for m in new[:anchor] if m.uuid in markers)
     new, state, _ = sync_index(new, dataclasses.replace(state, indexed=0), compactable_tools=settings.compactable_tools)
     return new, _with_freed(state, new, freed), list(events)
 
@@ -392,8 +395,13 @@ def clear_now(
 
 def snip_now(
     messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, keep_last: int
-) -> tuple[list[Message], ContextState, list[Snipped]]:
-    """Snip the middle at once, keeping the head and about `keep_last` recent messages."""
-    msgs, state, _ = sync_index(messages, state, compactable_tools=settings.compactable_tools)
+) -> tuple[list[Message], ContextState, list[Persisted | Snipped]]:
+    """Snip the middle at once, keeping the head and about `keep_last` recent messages.
+
+    Results no call has seen yet (an interrupted turn's) meet the tool-result budget first: once
+    indexed here, the next call's budget would never look at them again."""
+    msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
+    msgs, state, persisted = _budget(msgs, state, settings, start)
     keep = KEEP_HEAD + 1 + keep_last
-    return _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
+    msgs, state, snipped = _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
+    return msgs, state, [*persisted, *snipped]

@@ -95,6 +95,10 @@ class ContextCount:
     freed_tokens: int = 0  # what layers removed from before the anchor since it was billed
 
 
+OVERHEAD_META = "overhead_tokens"
+"""Meta key on an answer: what the system prompt and tools took in the request it answered."""
+
+
 def find_anchor(messages: Sequence[Message]) -> int:
     """Index of the *first* message carrying the last response's id, or -1.
 
@@ -123,9 +127,10 @@ def count_context(
 ) -> ContextCount:
     """Usage of the last response + the padded estimate of everything after it.
 
-    `overhead_tokens` (system prompt and tools) only counts when no response anchors the
-    count; `freed_since_anchor` subtracts what layers removed from before the anchor since
-    that response was billed.
+    `overhead_tokens` (system prompt and tools) counts whole when no response anchors the
+    count, else by what it grew since the response was billed (its message's `overhead_tokens`
+    meta: the context tools come in with the first cut); `freed_since_anchor` subtracts what
+    layers removed from before the anchor since that response was billed.
     """
     ratio = (correction or Correction()).ratio
     anchor = find_anchor(messages)
@@ -133,9 +138,12 @@ def count_context(
         estimated = estimate_messages(messages) + overhead_tokens
         return ContextCount(math.ceil(estimated * ratio), 0, estimated, -1)
     usage: Usage = messages[anchor].usage  # type: ignore[assignment]
+    billed = messages[anchor].meta.get(OVERHEAD_META)
+    grown = overhead_tokens - billed if isinstance(billed, int) else 0
     # The response's own later parts (parallel tool calls split over several messages) are
     # already in its output_tokens: only what came between and after them is estimated.
     api_id = messages[anchor].api_id
     estimated = estimate_messages([m for m in messages[anchor + 1 :] if m.api_id != api_id])
-    tokens = usage.context_tokens + math.ceil(estimated * ratio) - freed_since_anchor
-    return ContextCount(max(0, tokens), usage.context_tokens, estimated, anchor, freed_since_anchor)
+    anchored = usage.context_tokens + grown
+    tokens = anchored + math.ceil(estimated * ratio) - freed_since_anchor
+    return ContextCount(max(0, tokens), anchored, estimated, anchor, freed_since_anchor)

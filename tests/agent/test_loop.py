@@ -26,6 +26,7 @@ from ctx_magic.events import (
     Status,
     TextDelta,
     ToolStarted,
+    UsageUpdated,
 )
 from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
 from ctx_magic.offline.policy import Policy
@@ -393,3 +394,19 @@ def test_the_learned_ratio_stays_true_after_a_clearing_moves_the_anchor(tmp_path
             assert exact is not None and abs(r.session.tokens() - exact) <= 0.05 * exact
         assert r.session.live.state.cleared  # a pressure clearing happened on the way
     assert max(ratios) < 1.2  # it went to 1.93 when a stale 'freed' figure was subtracted again
+
+
+def test_the_call_that_brings_the_context_tools_in_counts_their_definitions(tmp_path):
+    """An idle clearing is the first cut: the context tools are offered from that call on, and
+    the count the call was decided on holds their definitions, which the last response's figure
+    was billed without."""
+    with rig(tmp_path, config=Settings(keep_recent=1)) as r:
+        for n in range(3):
+            assert run_turn(r.session, prompt(n)).error is None
+        r.clock.advance(4_000)  # past the cache TTL: old results are cleared before the next call
+        updates = []
+        r.session.listeners.append(lambda e: isinstance(e, UsageUpdated) and updates.append(e))
+        assert run_turn(r.session, prompt(3)).error is None
+        assert r.session.live.state.cleared
+    first = updates[0]
+    assert abs(first.estimated_prompt_tokens - first.usage.prompt_tokens) <= 0.02 * first.usage.prompt_tokens

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from builders import assistant, call, exchange, results, text
 
-from ctx_magic.context.engine import ContextSettings, prepare
+from ctx_magic.context.engine import ContextSettings, measure, prepare, snip_now
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.resume import fold_transcript
 from ctx_magic.context.snip import KEEP_HEAD, folded_line, safe_cuts, snip_middle
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thresholds import compute_thresholds
+from ctx_magic.context.tokens import estimate_messages
 from ctx_magic.events import FOLD_TRIGGER, Snipped
-from ctx_magic.messages import Message, user_text
+from ctx_magic.messages import Message, Usage, user_text
 
 
 def long_conversation(exchanges: int):
@@ -173,3 +177,39 @@ def test_a_resume_rebuilds_the_folded_context():
     live, _, problems = fold_transcript(records)
     assert problems == []
     assert [m.uuid for m in live] == [m.uuid for m in out.messages]
+
+
+def test_a_snip_that_takes_the_last_response_counts_from_the_response_left():
+    """The last response is snipped away (the user ran many cells after it): the count is anchored
+    on the head's response, and what the snip removed came after that response, so none of it may
+    be taken off its figure again."""
+    head = [user_text("the task"), assistant(text("on it"), usage=Usage(1_000, 20)), user_text("go on")]
+    middle = []
+    for n in range(6):
+        middle += exchange("python", f"result {n} " + "x" * 2_000, t=n)
+    last = assistant(text("done"), usage=Usage(9_000, 50))
+    cells = []
+    for n in range(6):
+        cells += exchange("notebook_cell", f"cell {n}", t=100 + n)
+        cells[-2] = dataclasses.replace(cells[-2], api_id=None, usage=None)  # the user's cells: no response
+    msgs = [*head, *middle, last, *cells]
+    settings = ContextSettings(thresholds=compute_thresholds(200_000, 16_384, env={}))
+    out, state, events = snip_now(msgs, ContextState(), 200.0, settings, keep_last=4)
+    assert last.uuid in events[0].removed_uuids  # the last response went with the middle
+    count = measure(out, state)
+    assert count.anchor_tokens == 1_020  # the head's answer anchors the count now
+    assert count.freed_tokens == 0
+    assert count.estimated_tokens == estimate_messages(out[2:])
+    assert count.tokens == 1_020 + math.ceil(count.estimated_tokens * state.correction.ratio)
+
+
+def test_a_result_a_snip_indexed_first_still_meets_the_tool_result_budget():
+    """The user snips before the next call (after an interrupted turn left a long output): the
+    result is still persisted, as every result is before it is sent."""
+    settings = ContextSettings(thresholds=compute_thresholds(200_000, 16_384, env={}))
+    first = prepare(long_conversation(30), ContextState(), 100.0, settings)
+    use, result = exchange("python", "row\n" * 40_000, t=200)
+    msgs, state, _ = snip_now([*first.messages, use, result], first.state, 300.0, settings, keep_last=6)
+    out = prepare(msgs, state, 300.0, settings)
+    sent = next(b for m in out.messages for b in m.blocks("tool_result") if b["tool_use_id"] == use.tool_use_ids[0])
+    assert "<persisted-output>" in sent["content"]

