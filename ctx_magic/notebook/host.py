@@ -11,6 +11,7 @@ from typing import Any
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Executor
+from ctx_magic.context.pins import PinRefused
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.backend import Backend, choose_backend
 from ctx_magic.notebook.config import CtxMagic
@@ -73,7 +74,10 @@ class SessionHost:
             return self.session, notes
         if self.session is None and backend.offline and not self.carried:
             notes.append(backend.notice)
-        sid = self._resume_target(resume) if resume is not None else None
+        # A session of this kernel with no turn yet (opened by a `%pin`) is not the conversation
+        # "latest" means: its pins go on in the session resumed instead.
+        unstarted = self.session if self.session is not None and not self.session.meter.totals.main_calls else None
+        sid = self._resume_target(resume, skip=unstarted) if resume is not None else None
         storage = self._workspace.storage_dir()
         carried = self.carried
         if sid is None and not new and carried and (storage / "sessions" / carried).is_dir():
@@ -91,6 +95,8 @@ class SessionHost:
         self.carried = None  # taken up, or set aside for a session asked for by name
         self.end()
         self.session = session
+        if unstarted is not None and sid is not None and sid != unstarted.session_id:
+            notes += carry_pins(unstarted, session)
         notes += problems
         if sid is not None:
             live = sum(1 for m in session.live.messages if m.sent)
@@ -105,10 +111,10 @@ class SessionHost:
             raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
         return self.session
 
-    def _resume_target(self, resume: str) -> str:
+    def _resume_target(self, resume: str, *, skip: Session | None = None) -> str:
         storage = self._workspace.storage_dir()
         if resume == "latest":
-            found = latest_session(storage)
+            found = latest_session(storage, skip=skip.session_id if skip is not None else None)
             if found is None:
                 raise CtxMagicError(f"No stored session to resume in {storage}.")
             return found.session_id
@@ -135,3 +141,17 @@ class SessionHost:
         session.close()
         if extract:
             self._memory.session_ended(session)
+
+
+def carry_pins(source: Session, target: Session) -> list[str]:
+    """The pins of `source` pinned in `target` too (those it has not already); what to tell the user."""
+    held = {pin.text for pin in target.pin_board.pins}
+    carried = []
+    for pin in source.pin_board.pins:
+        if pin.text in held:
+            continue
+        try:
+            carried.append(target.pin_board.pin(pin.text, cell=pin.cell).id)
+        except PinRefused as error:
+            return [f"Pins made before the resume: {error}"]
+    return [f"Pinned here too, as before the resume: {', '.join(carried)}."] if carried else []

@@ -200,8 +200,9 @@ def list_sessions(storage: Path) -> list[SessionDir]:
     return [SessionDir(storage, p.name) for p in sorted(folder.iterdir()) if p.is_dir()]
 
 
-def latest_session(storage: Path) -> SessionDir | None:
-    sessions = [s for s in list_sessions(storage) if s.transcript_path.exists()]
+def latest_session(storage: Path, *, skip: str | None = None) -> SessionDir | None:
+    """The session whose transcript was written last (`skip`: an id to leave out)."""
+    sessions = [s for s in list_sessions(storage) if s.transcript_path.exists() and s.session_id != skip]
     if not sessions:
         return None
     return max(sessions, key=lambda s: (s.transcript_path.stat().st_mtime, s.session_id))

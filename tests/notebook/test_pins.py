@@ -80,6 +80,25 @@ def test_pins_come_back_with_the_session_in_a_new_shell(shell, tmp_path):
         new_shell()  # the fixture closes the shell it made: give it one to close
 
 
+def test_a_pin_made_after_a_restart_goes_on_in_the_latest_conversation_resumed(shell):
+    run(shell, "%pin Plots go to out/figures/.")
+    run(shell, "%%agent\nremember the number 7")
+    sid = controller(shell).host.session.session_id
+    close_shell(shell)
+    other = new_shell()  # the kernel restarted
+    try:
+        run(other, "%pin Dates are UTC.")  # opens a session of its own, with no turn yet
+        _, shown = run(other, "%%agent --resume\ngo on")
+        assert f"Resumed session {sid}" in shown
+        assert "Pinned here too, as before the resume: p2." in shown
+        listed = run(other, "%pin --list")[1]
+        assert "p1: Plots go to out/figures/." in listed and "p2: Dates are UTC." in listed
+        assert "Dates are UTC." in last_request(other)
+    finally:
+        close_shell(other)
+        new_shell()  # the fixture closes the shell it made: give it one to close
+
+
 def test_pin_cells_of_our_own_are_not_recorded_and_a_bad_cell_number_is_one_line(shell):
     run(shell, "%%agent\nhello")
     _, shown = run(shell, "%pin --cell 999")
