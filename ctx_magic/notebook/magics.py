@@ -319,7 +319,7 @@ class AgentMagics(Magics):
         """`%ctx tasks`, `%ctx answer ID [TEXT]`, `%ctx stop ID`: the agent's background runs."""
         runs = self.controller.runs
         if command == "tasks":
-            plain_or_rich({"text/plain": runs_listing(runs.rows())})
+            plain_or_rich({"text/plain": runs_listing(runs.rows(), runs.elsewhere())})
             return
         if not words:
             raise UsageError(f"%ctx {command} needs the id of a background run (see %ctx tasks).")

@@ -11,7 +11,7 @@ changed, so the requests' cached prefix is never disturbed by a run going on.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,6 +35,8 @@ from ctx_magic.notebook.runs import (
 )
 
 LAST_LINE_CHARS = 120
+OTHER_SESSIONS_RUNS = ("Still running from other sessions of this kernel "
+                       "(%agent --resume ID reads, answers or stops them):")
 
 
 class RunBoard:
@@ -245,7 +247,16 @@ class RunBoard:
 
     def _unknown(self, run_id: str) -> NoReturn:
         known = ", ".join(info.id for info in self.infos()) or "none yet"
-        raise ToolError(f"There is no background run {run_id!r} in this session (its runs: {known}).")
+        elsewhere = [line for line in self.elsewhere() if line.startswith(f"{run_id} ")]
+        where = f"; {elsewhere[0]}: resume that session to reach it" if elsewhere else ""
+        raise ToolError(f"There is no background run {run_id!r} in this session (its runs: {known}){where}.")
+
+    def elsewhere(self) -> list[str]:
+        """This kernel's live runs started in other sessions (before `%agent --new` or a resume), a
+        line each: they go on, and are read, answered and stopped from their own session."""
+        folder, now = self._folder(), self.now()
+        return [f"{run.id} of session {path.parent.parent.name}: {run.info().words(now)}"
+                for path, run in sorted(self.runs.items()) if path.parent != folder and run.live]
 
     # -- what they are told --------------------------------------------------------------------------
 
@@ -342,16 +353,18 @@ def news_line(info: RunInfo, now: float, *, unread: int) -> str:
     return line + "."
 
 
-def runs_listing(rows: list[dict[str, Any]]) -> str:
-    """`%ctx tasks`: one line per run, then its last printed line and its log."""
-    if not rows:
-        return "No background runs in this session."
-    lines = []
+def runs_listing(rows: list[dict[str, Any]], elsewhere: Sequence[str] = ()) -> str:
+    """`%ctx tasks`: one line per run, then its last printed line and its log; then the runs of
+    this kernel still live in other sessions."""
+    lines = [] if rows else ["No background runs in this session."]
     for row in rows:
         lines.append(f"{row['id']}  {row['words']}  ({human_size(row['size'])} of output)")
         if row["last_line"]:
             lines.append(f"    last line: {row['last_line']}")
         lines.append(f"    log: {row['log']}")
+    if elsewhere:
+        lines.append(OTHER_SESSIONS_RUNS)
+        lines += [f"  {line}" for line in elsewhere]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from tasks_rig import WAIT, board_shell, log_text, only_run, wait_for
 
 from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.runs import read_log
+from ctx_magic.notebook.tasks import OTHER_SESSIONS_RUNS
 from ctx_magic.settings import STALL_SECONDS
 
 PACED = """```python background
@@ -389,6 +390,26 @@ def test_ctx_tasks_lists_the_runs_with_their_last_line(rig):
     assert "t1  finished after 0 s  (21 bytes of output)\n    last line: last line here\n    log: " in listed
     _, stopped = run(shell, "%ctx stop t1")
     assert "Run t1 is not running: it is finished after 0 s." in stopped
+
+
+def test_a_run_left_live_by_a_new_session_is_named_and_reached_from_its_own(rig):
+    shell, board, _clock = rig
+    gate, said = paced(shell)
+    run(shell, f"%%agent\ntrain\n{PACED}")
+    first = controller(shell).host.session.session_id
+    _, shown = run(shell, "%agent --new")
+    line = f"{OTHER_SESSIONS_RUNS}\n  t1 of session {first}: running for 0 s"
+    assert line in shown
+    _, listed = run(shell, "%ctx tasks")
+    assert f"No background runs in this session.\n{line}" in listed
+    _, stopped = run(shell, "%ctx stop t1")
+    assert f"There is no background run 't1' in this session (its runs: none yet); t1 of session {first}" in stopped
+    run(shell, f"%agent --resume {first}")
+    _, stopped = run(shell, "%ctx stop t1")  # reached: it waits in acquire(), and stops when that returns
+    assert "Run t1 is stopping: it is inside a call Python cannot interrupt" in stopped
+    gate.release(3)
+    assert only_run(board).done.wait(20)
+    assert only_run(board).info().state == "stopped"
 
 
 def test_ctx_answer_without_text_asks_at_the_input_prompt(rig, monkeypatch):
