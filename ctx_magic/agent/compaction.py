@@ -292,7 +292,8 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
         result = _summarize(session, trigger, direction=direction, split_at=index, instructions=instructions)
     e = result.event
     if e.tokens_after >= e.tokens_before:
-        session.notice(f"The summary and the files re-read after it are larger than what they replaced "
+        larger = "larger than" if e.tokens_after > e.tokens_before else "as large as"
+        session.notice(f"The summary and the files re-read after it are {larger} what they replaced "
                        f"({e.tokens_before:,} → {e.tokens_after:,} tokens): compaction pays off on longer "
                        "conversations.", "info")
     if failures:

@@ -3,7 +3,8 @@
 Cells run before `%load_ext ctx_magic`, or before this session started (`%agent --new`), never
 entered the context; old cells folded to their first line after an idle gap left it. IPython
 keeps them: every cell's source (`In`), the value of its last line (`Out`), and from IPython 9 on
-also what it printed, displayed and raised (its history manager's `outputs` and `exceptions`).
+also what it printed and raised (its history manager's `outputs` and `exceptions`; what a cell
+displayed too in a plain IPython shell, never in ipykernel, which keeps no displays there).
 The tool reads that history, leaves out the cells the live context already holds and ctx_magic's
 own, and returns a page at a time, so "continue from where I was" works in a notebook that
 already has work in it.
@@ -21,6 +22,7 @@ from typing import Any
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.messages import Message
 from ctx_magic.notebook.outputs import KERNEL_RUN, as_text, display_text, is_own_or_skipped, printed
+from ctx_magic.ui.cards import count
 
 HISTORY_TOOL = {
     "name": "kernel_history",
@@ -109,21 +111,25 @@ class KernelHistory:
         held = self._held()
         cells = [(n, str(sources[n])) for n in range(max(1, start), min(end, len(sources) - 1) + 1)
                  if n not in held and not is_own_or_skipped(str(sources[n])) and search in str(sources[n])]
-        kept = ("what they printed, displayed, returned and raised" if getattr(history, "outputs", None) is not None
+        # ipykernel's display publisher keeps displays out of the history unless told otherwise
+        displays = getattr(self.shell.display_pub, "store_display_history", True)
+        kept = (f"what they printed, {'displayed, ' if displays else ''}returned and raised"
+                if getattr(history, "outputs", None) is not None
                 else "only each cell's Out value (this IPython keeps no printed output: the notebook tool "
                      "reads the saved notebook's outputs)")
         if not cells:
             return ToolOutput(f"No cell of this kernel's history (In[1] to In[{len(sources) - 1}]) matches that "
                               "outside the conversation.")
-        lines = [f"{len(cells)} cells of this kernel's history the conversation does not hold, with {kept}:"]
+        lines = [f"{count(len(cells), 'cell')} of this kernel's history the conversation does not hold, "
+                 f"with {kept}:"]
         used = len(lines[0])
-        for shown, (count, source) in enumerate(cells):
-            entry = f"--- In[{count}] ---\n{_cut(source.strip(chr(10)), SOURCE_CHARS)}"
-            output = _kept_output(history, count, out)
+        for shown, (number, source) in enumerate(cells):
+            entry = f"--- In[{number}] ---\n{_cut(source.strip(chr(10)), SOURCE_CHARS)}"
+            output = _kept_output(history, number, out)
             if output:
                 entry += f"\n[output]\n{_cut(output, OUTPUT_CHARS)}"
             if shown and used + len(entry) > PAGE_CHARS:
-                lines.append(f"[{len(cells) - shown} more cells: call again with start={count}]")
+                lines.append(f"[{count(len(cells) - shown, 'more cell')}: call again with start={number}]")
                 break
             lines.append(entry)
             used += len(entry)

@@ -67,6 +67,16 @@ def test_continue_from_where_i_was_reads_the_cells_run_before_ctx_magic(bare_she
     assert "after loading" not in text and "load_ext" not in text and "%%agent" not in text
 
 
+def test_the_agent_is_told_displays_are_not_kept_where_the_kernel_keeps_none(bare_shell):
+    cell(bare_shell, "print('before')")
+    load(bare_shell)
+    assert read_history(bare_shell).startswith("1 cell of this kernel's history the conversation does not hold, "
+                                               "with what they printed, displayed, returned and raised:")
+    bare_shell.display_pub.store_display_history = False  # ipykernel's display publisher, as it ships
+    assert read_history(bare_shell).startswith("1 cell of this kernel's history the conversation does not hold, "
+                                               "with what they printed, returned and raised:")
+
+
 def test_what_the_agents_code_printed_is_not_read_back_as_the_next_cells(bare_shell):
     load(bare_shell)
     run(bare_shell, "%%agent --new\nRun it.\n```python\nprint('printed by the agent')\n```")
