@@ -119,10 +119,13 @@ def first_written(session: Session, span: Sequence[Message]) -> list[Message]:
 def _job(session: Session, setup: CallSetup, split: Split, trigger: str, auto: bool | None = None) -> Compaction:
     """The compaction of `split`, with what the session builds its new context with."""
     live, compaction = session.live, session.compaction
+    # A compaction cuts the context, which brings the context tools in: the size after it counts
+    # their definitions, as the next request will.
+    after = setup if setup.context_tools else session.frame.setup(live.messages, session.store, context_tools=True)
     return Compaction(
         split, trigger, now=session.clock(), tokens_before=live.tokens(setup.overhead_tokens),
         threshold=setup.context.thresholds.autocompact, transcript_path=str(session.store.transcript_path),
-        overhead_tokens=setup.overhead_tokens, correction=live.state.correction,
+        overhead_tokens=after.overhead_tokens, correction=live.state.correction,
         previous_boundary=compaction.previous_boundary, turns_since=compaction.turns_since_boundary,
         pins=session.pin_board.pins, auto=auto)
 
