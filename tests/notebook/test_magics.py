@@ -645,3 +645,17 @@ def test_a_display_updated_in_place_reaches_the_agent_as_its_latest_state(shell)
     run(shell, f"%%agent\nshow\n```python\n{code}\n```")
     result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]["content"]
     assert "'third'" in result and "'other'" in result and "'first'" not in result and "'second'" not in result
+
+
+def test_unloading_after_an_unknown_model_was_set_unloads_without_a_traceback(shell):
+    """The session ends with the extension even when its model cannot be looked up any more."""
+    run(shell, "%%agent\nhello")
+    run(shell, "%config CtxMagic.model = 'claude-nope-9'")
+    _, shown = run(shell, "%%agent\nhello")
+    assert "Unknown model 'claude-nope-9'" in shown
+    shell.run_line_magic("unload_ext", "ctx_magic")
+    assert "ctx_magic" not in shell.extension_manager.loaded
+    shell.run_line_magic("load_ext", "ctx_magic")
+    run(shell, "%config CtxMagic.model = 'claude-sonnet-5-5'")
+    _, shown = run(shell, "%%agent\nand now?")
+    assert "Done" in shown
