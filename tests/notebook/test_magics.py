@@ -659,3 +659,12 @@ def test_unloading_after_an_unknown_model_was_set_unloads_without_a_traceback(sh
     run(shell, "%config CtxMagic.model = 'claude-sonnet-5-5'")
     _, shown = run(shell, "%%agent\nand now?")
     assert "Done" in shown
+
+
+def test_a_model_set_by_config_that_the_api_does_not_know_is_said_once_and_the_session_stays_on_its_model(shell):
+    run(shell, "%%agent\nhello")
+    run(shell, "%config CtxMagic.model = 'claude-nope-9'")
+    _, shown = run(shell, "%%agent\nhello")
+    assert shown.count("Unknown model 'claude-nope-9'") == 1
+    _, shown = run(shell, "%ctx status")
+    assert "claude-sonnet-5-5" in shown and "Unknown model" not in shown
