@@ -296,9 +296,9 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
     e = result.event
     if e.tokens_after >= e.tokens_before:
         larger = "larger than" if e.tokens_after > e.tokens_before else "as large as"
-        session.notice(f"The summary and the files re-read after it are {larger} what they replaced "
-                       f"({e.tokens_before:,} → {e.tokens_after:,} tokens): compaction pays off on longer "
-                       "conversations.", "info")
+        session.notice(f"The context after compaction is {larger} before it ({e.tokens_before:,} → "
+                       f"{e.tokens_after:,} tokens: the summary, what is re-read after it, the agent's context "
+                       "tools): compaction pays off on longer conversations.", "info")
     if failures:
         session.record(BreakerReset("a manual compaction succeeded"))
     return result
