@@ -19,6 +19,7 @@ from ctx_magic.context.server import (
     server_plan,
 )
 from ctx_magic.events import Cleared, Compacted, ServerCompacted, ServerEdited, UsageUpdated
+from ctx_magic.messages import Usage
 from ctx_magic.notebook.panel_link import replayed
 from ctx_magic.offline.app import OfflineConfig
 from ctx_magic.offline.server_context import CLEARED_RESULT
@@ -150,3 +151,20 @@ def test_the_panel_replayed_after_a_resume_prices_the_servers_compaction_as_the_
     prices = lambda model: model_prices(model or "claude-sonnet-5-5")  # noqa: E731
     replay = [e.cost_usd for e in replayed(records, CellIndex(), prices) if isinstance(e, UsageUpdated)]
     assert replay == live
+
+
+def test_the_servers_compaction_is_reported_in_the_apis_own_figures_system_prompt_and_tools_included(tmp_path):
+    """Before: what the API's compaction call read; after: what the answer written after the summary
+    was billed for, as %ctx status counts the context (the messages alone left out the system
+    prompt and the tools)."""
+    config = dataclasses.replace(SERVER, keep_recent=100)
+    with rig(tmp_path, window=130_000, config=config) as r:
+        events: list = []
+        r.session.listeners.append(events.append)
+        for n in range(12):
+            run_turn(r.session, big(n))
+        compacted = next(e for e in events if isinstance(e, ServerCompacted))
+        answer = next(m for m in r.session.store.load_transcript().messages() if m.uuid == compacted.message_uuid)
+    summary_call = Usage.from_json(answer.meta["compaction_usage"][0])
+    assert compacted.tokens_before == summary_call.prompt_tokens
+    assert compacted.tokens_after == answer.usage.context_tokens
