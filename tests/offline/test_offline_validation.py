@@ -27,6 +27,12 @@ WEBP = b"RIFF\x24\x00\x00\x00WEBPVP8 " + bytes(32)
 THOUGHT = "Let me add the numbers."
 
 
+def _png(width: int, height: int) -> bytes:
+    """The start of a PNG file of that many pixels: its signature and header chunk."""
+    return (b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big")
+            + bytes(24))
+
+
 def _base() -> Body:
     """A valid request with a system prompt, a tool, and a finished tool loop."""
     return {
@@ -81,8 +87,10 @@ def _both(*changes: Callable[[Body], None]) -> Callable[[Body], None]:
     return change
 
 
-def _images(count: int) -> Callable[[Body], None]:
-    return _set("messages.4", {"role": "user", "content": [image_block(PNG, "image/png") for _ in range(count)]})
+def _images(count: int, last: bytes = PNG) -> Callable[[Body], None]:
+    """`count` images in the last message, the last of them `last`."""
+    images = [image_block(PNG, "image/png") for _ in range(count - 1)] + [image_block(last, "image/png")]
+    return _set("messages.4", {"role": "user", "content": images})
 
 
 def _marks(count: int) -> Callable[[Body], None]:
@@ -129,6 +137,13 @@ BROKEN: dict[str, tuple[Callable[[Body], None], str]] = {
     "prefill ending in whitespace": (_set("messages.4", {"role": "assistant", "content": "The answer is "}),
                                      "messages.4.content: final assistant content cannot end with trailing "
                                      "whitespace"),
+    "an image over 8,000 pixels a side": (_images(1, _png(8_001, 600)),
+                                          "messages.4.content.0.image.source.base64.data: At least one of the "
+                                          "image dimensions exceed max allowed size: 8000 pixels"),
+    "an image over 2,000 pixels among 21": (_images(21, _png(600, 2_001)),
+                                            "messages.4.content.20.image.source.base64.data: At least one of the "
+                                            "image dimensions exceed max allowed size for many-image requests: "
+                                            "2000 pixels"),
     # order, roles, ids
     "tool_result after text": (_set("messages.2.content", [{"type": "text", "text": "here"}, dict(RESULT)]),
                                "messages.2.content.1: `tool_result` blocks must come first in a user message"),
@@ -252,6 +267,9 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
         image_block(PNG, "image/png"), image_block(JPEG, "image/jpeg"), image_block(GIF, "image/gif"),
         image_block(WEBP, "image/webp")]),
     "100 images": _images(MAX_IMAGES),
+    "an image of 8,000 pixels a side": _images(1, _png(8_000, 8_000)),
+    "an image over 2,000 pixels among 20": _images(20, _png(2_001, 600)),
+    "21 images of 2,000 pixels a side": _images(21, _png(2_000, 2_000)),
     "a server tool": lambda b: b["tools"].append({"type": "web_search_20250305", "name": "web_search"}),
     # What the real API answered 200 to in recorded traffic:
     "the first message from the assistant": lambda b: b["messages"].insert(0, {"role": "assistant",
