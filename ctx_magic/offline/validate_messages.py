@@ -6,7 +6,8 @@
   message is a user message on Bedrock and Vertex, while Anthropic's own API accepts an
   assistant first (recorded: answered 200);
 - text blocks hold text that is not empty and not whitespace only, in messages and inside
-  tool results; a final assistant message (a prefill) does not end in whitespace;
+  tool results; a final assistant message (a prefill) does not end in whitespace, and the
+  Claude 4.6 models and later take none at all: their conversation ends with a user message;
 - tool_use blocks only in assistant messages, with an id of letters, digits, `_` and `-`,
   unique within a turn; tool_result blocks only in user messages, before anything else in
   their message, each answering a tool_use of the turn just before, every tool_use answered in
@@ -199,6 +200,29 @@ def _check_unique_ids(history: list[Any]) -> None:
         repeated = next((i for n, i in enumerate(ids) if i in ids[:n]), None)
         if repeated is not None:
             raise at(f"messages.{index}.content", f"`tool_use` ids must be unique: {repeated} appears more than once")
+
+
+FIRST_WITHOUT_PREFILL = (4, 6)  # Claude 4.6 models and later refuse a prefilled answer
+
+
+def takes_prefill(model: str) -> bool:
+    """Whether the model continues a final assistant message: Anthropic's migration guide for the
+    4.6 models says a prefill is refused from them on (Fable and Mythos are newer still). An id
+    naming no family (the stand-in's own test ids) takes one."""
+    version = api_count.model_version(model)
+    if version is None:
+        return True
+    name, major, minor = version
+    return name not in ("fable", "mythos") and (major, minor) < FIRST_WITHOUT_PREFILL
+
+
+def check_no_prefill(history: list[Any], model: str) -> None:
+    """A conversation sent to a model that takes no prefill ends with a user message (the
+    Messages endpoint's rule; count_tokens is not documented to apply it)."""
+    last = history[-1] if history else None
+    if isinstance(last, Mapping) and last.get("role") == "assistant" and not takes_prefill(model):
+        raise InvalidRequest("This model does not support assistant message prefill. "
+                             "The conversation must end with a user message.")
 
 
 def check_messages(history: list[Any], model: str = "", provider: str = "anthropic") -> None:

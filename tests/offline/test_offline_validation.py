@@ -137,6 +137,13 @@ BROKEN: dict[str, tuple[Callable[[Body], None], str]] = {
     "prefill ending in whitespace": (_set("messages.4", {"role": "assistant", "content": "The answer is "}),
                                      "messages.4.content: final assistant content cannot end with trailing "
                                      "whitespace"),
+    "a prefill to a 4.6 model": (_both(_set("model", "claude-sonnet-4-6"),
+                                      _set("messages.4", {"role": "assistant", "content": "The answer is"})),
+                                "This model does not support assistant message prefill. The conversation must "
+                                "end with a user message."),
+    "a prefill to a 5.x model": (_both(_set("model", "claude-fable-5-1"),
+                                      _set("messages.4", {"role": "assistant", "content": "The answer is"})),
+                                "The conversation must end with a user message."),
     "an image over 8,000 pixels a side": (_images(1, _png(8_001, 600)),
                                           "messages.4.content.0.image.source.base64.data: At least one of the "
                                           "image dimensions exceed max allowed size: 8000 pixels"),
@@ -259,6 +266,8 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
                           _set("messages.4", {"role": "user", "content": [marked("thanks", "5m")]})),
     "a tool result with no content": _set("messages.2.content.0", {"type": "tool_result", "tool_use_id": "toolu_a"}),
     "a prefill without trailing whitespace": _set("messages.4", {"role": "assistant", "content": "The answer is"}),
+    "a prefill to Sonnet 4.5": _both(_set("model", "claude-sonnet-4-5"),
+                                     _set("messages.4", {"role": "assistant", "content": "The answer is"})),
     "a tool name of 64 characters": _both(_set("tools.0.name", "x" * 64), _set("messages.1.content.1.name", "x" * 64)),
     "temperature alone": _set("top_p", 0.9),
     "thinking with tool_choice none": _both(_set("thinking", {"type": "enabled", "budget_tokens": 1_024}),
