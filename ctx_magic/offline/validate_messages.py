@@ -165,6 +165,18 @@ def _answered(blocks: list[Block]) -> list[str]:
     return [str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"]
 
 
+def _check_results_first(history: list[Mapping[str, Any]], index: int, blocks: list[Block]) -> None:
+    """A user turn answering tool calls opens with all its tool_result blocks, also when it is
+    made of several messages (the API joins them: a text message before the results' message
+    puts text first)."""
+    kinds = [b.get("type") == "tool_result" for b in blocks]
+    first_other = kinds.index(False) if False in kinds else len(kinds)
+    if any(kinds[first_other:]):
+        raise at(f"messages.{index}.content",
+                 "`tool_result` blocks must come first in a user message, before any other content (consecutive "
+                 "user messages are joined into one)")
+
+
 def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
     turns = _turns(history)
     for position, (index, role, blocks) in enumerate(turns):
@@ -178,6 +190,8 @@ def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
                 f"{stray[0]}. Each `tool_result` block must have a corresponding `tool_use` block in "
                 "the previous message."
             )
+        if role == "user" and answered:
+            _check_results_first(history, index, blocks)
         if len(set(answered)) != len(answered):
             raise at(f"messages.{index}.content", "each `tool_use` may be answered by only one `tool_result`")
         if role == "assistant" and position + 1 < len(turns):

@@ -93,6 +93,15 @@ def _images(count: int, last: bytes = PNG) -> Callable[[Body], None]:
     return _set("messages.4", {"role": "user", "content": images})
 
 
+def _split(index: int, *messages: Body) -> Callable[[Body], None]:
+    """A change that puts `messages` in place of message `index`."""
+
+    def change(body: Body) -> None:
+        body["messages"][index:index + 1] = list(messages)
+
+    return change
+
+
 def _marks(count: int) -> Callable[[Body], None]:
     """Breakpoints on the tool, the system block and count - 2 of the plain-text messages."""
 
@@ -151,6 +160,9 @@ BROKEN: dict[str, tuple[Callable[[Body], None], str]] = {
                                             "messages.4.content.20.image.source.base64.data: At least one of the "
                                             "image dimensions exceed max allowed size for many-image requests: "
                                             "2000 pixels"),
+    "tool_result in a user message after a text one": (
+        _split(2, user("here they are"), {"role": "user", "content": [dict(RESULT)]}),
+        "messages.2.content: `tool_result` blocks must come first in a user message"),
     # order, roles, ids
     "tool_result after text": (_set("messages.2.content", [{"type": "text", "text": "here"}, dict(RESULT)]),
                                "messages.2.content.1: `tool_result` blocks must come first in a user message"),
@@ -294,9 +306,10 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
     "a tool_use id used again in a later turn": _both(
         _set("messages.3", {"role": "assistant", "content": [dict(CALL)]}),
         _set("messages.4", {"role": "user", "content": [dict(RESULT)]})),
+    "a text message after the tool results' message": lambda b: b["messages"].insert(3, user("and a note")),
     "a system message between turns": lambda b: b["messages"].insert(4, {"role": "system", "content": "Be brief."}),
-    "a tool call split over two assistant messages": lambda b: b["messages"][1:2].__setitem__(
-        slice(0, 1), [{"role": "assistant", "content": "Running it."}, {"role": "assistant", "content": [dict(CALL)]}]),
+    "a tool call split over two assistant messages": _split(1, {"role": "assistant", "content": "Running it."},
+                                                            {"role": "assistant", "content": [dict(CALL)]}),
     "a tool_reference in a tool result": _set("messages.2.content.0.content", [{"type": "tool_reference",
                                                                                  "tool_name": "python"}]),
     "a tool search tool": lambda b: b["tools"].append({"type": "tool_search_tool_bm25_20251119",
