@@ -217,6 +217,10 @@ def _check_unique_ids(history: list[Any]) -> None:
 
 
 FIRST_WITHOUT_PREFILL = (4, 6)  # Claude 4.6 models and later refuse a prefilled answer
+# Blocks of an answer the API paused (pause_turn, a paused compaction), sent back to go on.
+PAUSED_TURN_BLOCKS = frozenset(MESSAGE_BLOCK_TYPES - {"text", "image", "document", "search_result", "tool_use",
+                                                      "tool_result", "thinking", "redacted_thinking",
+                                                      "container_upload", "tool_addition"})
 
 
 def takes_prefill(model: str) -> bool:
@@ -230,11 +234,18 @@ def takes_prefill(model: str) -> bool:
     return name not in ("fable", "mythos") and (major, minor) < FIRST_WITHOUT_PREFILL
 
 
+def _continues_a_pause(message: Mapping[str, Any]) -> bool:
+    """An answer the API paused and asks to have sent back as it is (a server tool's pause_turn,
+    a compaction paused after its summary): continuing it is no prefill."""
+    return any(b.get("type") in PAUSED_TURN_BLOCKS for b in content_blocks(message))
+
+
 def check_no_prefill(history: list[Any], model: str) -> None:
     """A conversation sent to a model that takes no prefill ends with a user message (the
     Messages endpoint's rule; count_tokens is not documented to apply it)."""
     last = history[-1] if history else None
-    if isinstance(last, Mapping) and last.get("role") == "assistant" and not takes_prefill(model):
+    if (isinstance(last, Mapping) and last.get("role") == "assistant" and not takes_prefill(model)
+            and not _continues_a_pause(last)):
         raise InvalidRequest("This model does not support assistant message prefill. "
                              "The conversation must end with a user message.")
 

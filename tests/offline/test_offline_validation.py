@@ -13,6 +13,7 @@ import pytest
 
 from ctx_magic.offline import OfflineAPI, offline_client
 from ctx_magic.offline.images import MAX_IMAGE_BYTES, MAX_IMAGES, image_block
+from ctx_magic.offline.server_context import sign_compaction
 from ctx_magic.offline.thinking import sign
 
 from .offline_support import MODEL, PYTHON_TOOL, api_message, marked, user
@@ -278,6 +279,9 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
                           _set("messages.4", {"role": "user", "content": [marked("thanks", "5m")]})),
     "a tool result with no content": _set("messages.2.content.0", {"type": "tool_result", "tool_use_id": "toolu_a"}),
     "a prefill without trailing whitespace": _set("messages.4", {"role": "assistant", "content": "The answer is"}),
+    "a paused compaction sent back to a 4.6 model": _both(_set("model", "claude-sonnet-4-6"), _set("messages.4", {
+        "role": "assistant", "content": [{"type": "compaction", "content": "Summary.",
+                                          "signature": sign_compaction("Summary.")}]})),
     "a prefill to Sonnet 4.5": _both(_set("model", "claude-sonnet-4-5"),
                                      _set("messages.4", {"role": "assistant", "content": "The answer is"})),
     "a tool name of 64 characters": _both(_set("tools.0.name", "x" * 64), _set("messages.1.content.1.name", "x" * 64)),
