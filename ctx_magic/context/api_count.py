@@ -80,6 +80,15 @@ def names_a_family(model: str) -> bool:
     return _MODEL.search(model) is not None
 
 
+def model_version(model: str) -> tuple[str, int, int] | None:
+    """(name, major, minor) of a Claude model id (`claude-sonnet-4-6` -> ("sonnet", 4, 6)), None
+    for an id that names no family."""
+    match = _MODEL.search(model)
+    if match is None:
+        return None
+    return match.group(3), int(match.group(4) or match.group(1) or 0), int(match.group(5) or match.group(2) or 0)
+
+
 @functools.lru_cache(maxsize=256)
 def family_of(model: str | None) -> Family:
     """The tokenizer family of a model id; an id we cannot read counts as the newest family."""

@@ -6,7 +6,8 @@ checks their shape only and counts them as an image it cannot see. For base64, t
 media type must be one the API reads and must match the bytes' own signature (a JPEG declared
 as image/png is refused, as by the API). The size limit is applied to the base64 text: reports
 of the API's "image exceeds 5 MB maximum" show it counts the encoded form, which is the
-stricter reading.
+stricter reading. The pixel limits are the vision docs': no side over 8,000, and none over
+2,000 once the request holds more than 20 images (the API's wording of both is kept).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ctx_magic.images import image_size
 from ctx_magic.offline.invalid import InvalidRequest, Located, at
 
 MAX_IMAGE_BYTES = 5 * 1024 * 1024  # the API's per-image limit, 5 MB, on the base64 payload
 MAX_IMAGES = 100  # the API's limit of images in one request
+MAX_SIDE = 8_000  # the vision docs' largest width or height, in pixels
+MANY_IMAGES = 20  # a request with more images than this ...
+MANY_IMAGES_MAX_SIDE = 2_000  # ... takes none larger than this a side
 MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")  # what the API reads
 SNIFF_BYTES = 16  # enough leading bytes to recognise every accepted format
 
@@ -43,7 +48,9 @@ def _leading_bytes(data: str) -> bytes:
     return base64.b64decode(head, validate=True)
 
 
-def check_image(located: Located) -> None:
+def check_image(located: Located) -> tuple[int, int] | None:
+    """One image block's rules; returns its (width, height), None for one the stand-in cannot
+    see (by URL or file id) or whose header it cannot read."""
     path, block = located.path, located.block
     if located.role != "user":
         raise at(path, "image content blocks are only allowed in user messages")
@@ -54,11 +61,11 @@ def check_image(located: Located) -> None:
         url = source.get("url")
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             raise at(f"{path}.source.url.url", "Input should be a valid URL (http or https)")
-        return
+        return None
     if source.get("type") == "file":
         if not isinstance(source.get("file_id"), str) or not source["file_id"]:
             raise at(f"{path}.source.file.file_id", "Field required")
-        return
+        return None
     if source.get("type") != "base64":
         raise at(f"{path}.source.type", "Input tag found using 'type' does not match the expected tags: "
                                         "'base64', 'url', 'file'")
@@ -71,7 +78,7 @@ def check_image(located: Located) -> None:
     if len(data) > MAX_IMAGE_BYTES:
         raise at(f"{path}.source.base64", f"image exceeds 5 MB maximum: {len(data)} bytes > {MAX_IMAGE_BYTES} bytes")
     try:
-        base64.b64decode(data, validate=True)
+        raw = base64.b64decode(data, validate=True)
         actual = sniff(_leading_bytes(data))
     except (binascii.Error, ValueError) as error:
         raise at(f"{path}.source.base64.data", "the image data is not valid base64") from error
@@ -81,17 +88,26 @@ def check_image(located: Located) -> None:
         raise at(f"{path}.source.base64",
                  f"The image was specified using the {media_type} media type, but the image appears to be a "
                  f"{actual} image")
+    return image_size(raw, actual)  # None when the header cannot be read: no side to check
+
+
+def _check_side(located: Located, size: tuple[int, int] | None, limit: int, which: str) -> None:
+    if size is not None and max(size) > limit:
+        raise at(f"{located.path}.image.source.base64.data",
+                 f"At least one of the image dimensions exceed max allowed size{which}: {limit} pixels")
 
 
 def check_images(blocks: Iterable[Located]) -> None:
-    """Every image block valid, and no more than MAX_IMAGES of them."""
-    count = 0
-    for located in blocks:
-        if located.block.get("type") == "image":
-            check_image(located)
-            count += 1
-    if count > MAX_IMAGES:
-        raise InvalidRequest(f"messages: too many images in this request ({count} > {MAX_IMAGES} maximum)")
+    """Every image block valid, no more than MAX_IMAGES of them, none over MAX_SIDE pixels a
+    side, and none over MANY_IMAGES_MAX_SIDE when the request holds more than MANY_IMAGES."""
+    sized = [(located, check_image(located)) for located in blocks if located.block.get("type") == "image"]
+    if len(sized) > MAX_IMAGES:
+        raise InvalidRequest(f"messages: too many images in this request ({len(sized)} > {MAX_IMAGES} maximum)")
+    for located, size in sized:
+        _check_side(located, size, MAX_SIDE, "")
+    if len(sized) > MANY_IMAGES:
+        for located, size in sized:
+            _check_side(located, size, MANY_IMAGES_MAX_SIDE, " for many-image requests")
 
 
 def image_block(data: bytes, media_type: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ naming the place (`messages.3.content.0: ...`), in the API's shape. The rules:
   unique; tool_choice auto / any / tool / none, naming an offered tool, and any / tool only
   with tools;
 - system: text blocks only, none empty or whitespace only;
-- messages: validate_messages.py (roles, text, tool pairs and ids, images);
+- messages: validate_messages.py (roles, text, tool pairs and ids, images, no prefill for
+  the 4.6 models and later);
 - cache_control: validate_cache.py (at most 4, ephemeral, 5m / 1h, 1h before 5m);
 - thinking: thinking.py (the parameter, signed blocks, the tool-loop rule).
 """
@@ -27,7 +28,7 @@ from ctx_magic.context import api_count
 from ctx_magic.offline.invalid import InvalidRequest, at
 from ctx_magic.offline.thinking import check_thinking_param, check_thinking_turn
 from ctx_magic.offline.validate_cache import check_cache_controls
-from ctx_magic.offline.validate_messages import check_messages, check_text
+from ctx_magic.offline.validate_messages import check_messages, check_no_prefill, check_text
 
 __all__ = ["InvalidRequest", "check_request"]
 
@@ -178,5 +179,7 @@ def check_request(request: Any, *, max_output: int | None, provider: str = "anth
     _check_tool_choice(request, _check_tools(request))
     _check_system(request)
     check_messages(request["messages"], str(request.get("model", "")), provider)
+    if max_output is not None:
+        check_no_prefill(request["messages"], str(request["model"]))
     check_cache_controls(request)
     check_thinking_turn(request)

@@ -6,7 +6,8 @@
   message is a user message on Bedrock and Vertex, while Anthropic's own API accepts an
   assistant first (recorded: answered 200);
 - text blocks hold text that is not empty and not whitespace only, in messages and inside
-  tool results; a final assistant message (a prefill) does not end in whitespace;
+  tool results; a final assistant message (a prefill) does not end in whitespace, and the
+  Claude 4.6 models and later take none at all: their conversation ends with a user message;
 - tool_use blocks only in assistant messages, with an id of letters, digits, `_` and `-`,
   unique within a turn; tool_result blocks only in user messages, before anything else in
   their message, each answering a tool_use of the turn just before, every tool_use answered in
@@ -164,6 +165,18 @@ def _answered(blocks: list[Block]) -> list[str]:
     return [str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"]
 
 
+def _check_results_first(history: list[Mapping[str, Any]], index: int, blocks: list[Block]) -> None:
+    """A user turn answering tool calls opens with all its tool_result blocks, also when it is
+    made of several messages (the API joins them: a text message before the results' message
+    puts text first)."""
+    kinds = [b.get("type") == "tool_result" for b in blocks]
+    first_other = kinds.index(False) if False in kinds else len(kinds)
+    if any(kinds[first_other:]):
+        raise at(f"messages.{index}.content",
+                 "`tool_result` blocks must come first in a user message, before any other content (consecutive "
+                 "user messages are joined into one)")
+
+
 def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
     turns = _turns(history)
     for position, (index, role, blocks) in enumerate(turns):
@@ -177,6 +190,8 @@ def _check_tool_pairs(history: list[Mapping[str, Any]]) -> None:
                 f"{stray[0]}. Each `tool_result` block must have a corresponding `tool_use` block in "
                 "the previous message."
             )
+        if role == "user" and answered:
+            _check_results_first(history, index, blocks)
         if len(set(answered)) != len(answered):
             raise at(f"messages.{index}.content", "each `tool_use` may be answered by only one `tool_result`")
         if role == "assistant" and position + 1 < len(turns):
@@ -199,6 +214,40 @@ def _check_unique_ids(history: list[Any]) -> None:
         repeated = next((i for n, i in enumerate(ids) if i in ids[:n]), None)
         if repeated is not None:
             raise at(f"messages.{index}.content", f"`tool_use` ids must be unique: {repeated} appears more than once")
+
+
+FIRST_WITHOUT_PREFILL = (4, 6)  # Claude 4.6 models and later refuse a prefilled answer
+# Blocks of an answer the API paused (pause_turn, a paused compaction), sent back to go on.
+PAUSED_TURN_BLOCKS = frozenset(MESSAGE_BLOCK_TYPES - {"text", "image", "document", "search_result", "tool_use",
+                                                      "tool_result", "thinking", "redacted_thinking",
+                                                      "container_upload", "tool_addition"})
+
+
+def takes_prefill(model: str) -> bool:
+    """Whether the model continues a final assistant message: Anthropic's migration guide for the
+    4.6 models says a prefill is refused from them on (Fable and Mythos are newer still). An id
+    naming no family (the stand-in's own test ids) takes one."""
+    version = api_count.model_version(model)
+    if version is None:
+        return True
+    name, major, minor = version
+    return name not in ("fable", "mythos") and (major, minor) < FIRST_WITHOUT_PREFILL
+
+
+def _continues_a_pause(message: Mapping[str, Any]) -> bool:
+    """An answer the API paused and asks to have sent back as it is (a server tool's pause_turn,
+    a compaction paused after its summary): continuing it is no prefill."""
+    return any(b.get("type") in PAUSED_TURN_BLOCKS for b in content_blocks(message))
+
+
+def check_no_prefill(history: list[Any], model: str) -> None:
+    """A conversation sent to a model that takes no prefill ends with a user message (the
+    Messages endpoint's rule; count_tokens is not documented to apply it)."""
+    last = history[-1] if history else None
+    if (isinstance(last, Mapping) and last.get("role") == "assistant" and not takes_prefill(model)
+            and not _continues_a_pause(last)):
+        raise InvalidRequest("This model does not support assistant message prefill. "
+                             "The conversation must end with a user message.")
 
 
 def check_messages(history: list[Any], model: str = "", provider: str = "anthropic") -> None:

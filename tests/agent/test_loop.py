@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
+from image_samples import png_header
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
@@ -29,6 +30,7 @@ from ctx_magic.events import (
     UsageUpdated,
 )
 from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
+from ctx_magic.offline.images import image_block
 from ctx_magic.offline.policy import Policy
 from ctx_magic.settings import Settings
 
@@ -314,6 +316,24 @@ def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_
     assert loaded.problems == []  # no partial line was left behind
     live = [m.uuid for m in r.session.live.messages]
     assert [m.uuid for m in loaded.messages()][-len(live):] == live
+
+
+def test_plots_over_the_many_image_pixel_limit_are_left_out_and_the_api_takes_the_rest(tmp_path):
+    # More than 20 images in a request: the API takes none over 2,000 pixels a side (the stand-in
+    # refuses such a request as the API does), so the wide plot goes as text and the turn answers.
+    plots = [image_block(png_header(640, 480), "image/png") for _ in range(20)]
+    plots.append(image_block(png_header(3_000, 400), "image/png"))
+    with rig(tmp_path, window=200_000) as r:
+        assert run_turn(r.session, "hello").error is None
+        r.session.append(Message("assistant", (tool_use_block("toolu_plots", "python", {"code": "plot_all()"}),),
+                                 api_id="msg_local", usage=Usage(3_000, 20), timestamp=r.clock()))
+        r.session.append(Message("user", (tool_result_block("toolu_plots", plots),), timestamp=r.clock()))
+        result = run_turn(r.session, "what do you see?")
+        sent = [q for q in r.api.requests if q.path == "/v1/messages"][-1]
+    body = request_text(sent)
+    assert result.error is None and sent.status == 200
+    assert body.count('"type": "image"') == 20
+    assert "over 2,000 pixels a side" in body
 
 
 def test_request_too_large_strips_images_and_saves_oversized_results_then_retries(tmp_path):

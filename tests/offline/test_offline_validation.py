@@ -13,6 +13,7 @@ import pytest
 
 from ctx_magic.offline import OfflineAPI, offline_client
 from ctx_magic.offline.images import MAX_IMAGE_BYTES, MAX_IMAGES, image_block
+from ctx_magic.offline.server_context import sign_compaction
 from ctx_magic.offline.thinking import sign
 
 from .offline_support import MODEL, PYTHON_TOOL, api_message, marked, user
@@ -25,6 +26,12 @@ JPEG = b"\xff\xd8\xff\xe0" + bytes(32)
 GIF = b"GIF89a" + bytes(32)
 WEBP = b"RIFF\x24\x00\x00\x00WEBPVP8 " + bytes(32)
 THOUGHT = "Let me add the numbers."
+
+
+def _png(width: int, height: int) -> bytes:
+    """The start of a PNG file of that many pixels: its signature and header chunk."""
+    return (b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big")
+            + bytes(24))
 
 
 def _base() -> Body:
@@ -81,8 +88,19 @@ def _both(*changes: Callable[[Body], None]) -> Callable[[Body], None]:
     return change
 
 
-def _images(count: int) -> Callable[[Body], None]:
-    return _set("messages.4", {"role": "user", "content": [image_block(PNG, "image/png") for _ in range(count)]})
+def _images(count: int, last: bytes = PNG) -> Callable[[Body], None]:
+    """`count` images in the last message, the last of them `last`."""
+    images = [image_block(PNG, "image/png") for _ in range(count - 1)] + [image_block(last, "image/png")]
+    return _set("messages.4", {"role": "user", "content": images})
+
+
+def _split(index: int, *messages: Body) -> Callable[[Body], None]:
+    """A change that puts `messages` in place of message `index`."""
+
+    def change(body: Body) -> None:
+        body["messages"][index:index + 1] = list(messages)
+
+    return change
 
 
 def _marks(count: int) -> Callable[[Body], None]:
@@ -129,6 +147,23 @@ BROKEN: dict[str, tuple[Callable[[Body], None], str]] = {
     "prefill ending in whitespace": (_set("messages.4", {"role": "assistant", "content": "The answer is "}),
                                      "messages.4.content: final assistant content cannot end with trailing "
                                      "whitespace"),
+    "a prefill to a 4.6 model": (_both(_set("model", "claude-sonnet-4-6"),
+                                      _set("messages.4", {"role": "assistant", "content": "The answer is"})),
+                                "This model does not support assistant message prefill. The conversation must "
+                                "end with a user message."),
+    "a prefill to a 5.x model": (_both(_set("model", "claude-fable-5-1"),
+                                      _set("messages.4", {"role": "assistant", "content": "The answer is"})),
+                                "The conversation must end with a user message."),
+    "an image over 8,000 pixels a side": (_images(1, _png(8_001, 600)),
+                                          "messages.4.content.0.image.source.base64.data: At least one of the "
+                                          "image dimensions exceed max allowed size: 8000 pixels"),
+    "an image over 2,000 pixels among 21": (_images(21, _png(600, 2_001)),
+                                            "messages.4.content.20.image.source.base64.data: At least one of the "
+                                            "image dimensions exceed max allowed size for many-image requests: "
+                                            "2000 pixels"),
+    "tool_result in a user message after a text one": (
+        _split(2, user("here they are"), {"role": "user", "content": [dict(RESULT)]}),
+        "messages.2.content: `tool_result` blocks must come first in a user message"),
     # order, roles, ids
     "tool_result after text": (_set("messages.2.content", [{"type": "text", "text": "here"}, dict(RESULT)]),
                                "messages.2.content.1: `tool_result` blocks must come first in a user message"),
@@ -244,6 +279,11 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
                           _set("messages.4", {"role": "user", "content": [marked("thanks", "5m")]})),
     "a tool result with no content": _set("messages.2.content.0", {"type": "tool_result", "tool_use_id": "toolu_a"}),
     "a prefill without trailing whitespace": _set("messages.4", {"role": "assistant", "content": "The answer is"}),
+    "a paused compaction sent back to a 4.6 model": _both(_set("model", "claude-sonnet-4-6"), _set("messages.4", {
+        "role": "assistant", "content": [{"type": "compaction", "content": "Summary.",
+                                          "signature": sign_compaction("Summary.")}]})),
+    "a prefill to Sonnet 4.5": _both(_set("model", "claude-sonnet-4-5"),
+                                     _set("messages.4", {"role": "assistant", "content": "The answer is"})),
     "a tool name of 64 characters": _both(_set("tools.0.name", "x" * 64), _set("messages.1.content.1.name", "x" * 64)),
     "temperature alone": _set("top_p", 0.9),
     "thinking with tool_choice none": _both(_set("thinking", {"type": "enabled", "budget_tokens": 1_024}),
@@ -252,6 +292,9 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
         image_block(PNG, "image/png"), image_block(JPEG, "image/jpeg"), image_block(GIF, "image/gif"),
         image_block(WEBP, "image/webp")]),
     "100 images": _images(MAX_IMAGES),
+    "an image of 8,000 pixels a side": _images(1, _png(8_000, 8_000)),
+    "an image over 2,000 pixels among 20": _images(20, _png(2_001, 600)),
+    "21 images of 2,000 pixels a side": _images(21, _png(2_000, 2_000)),
     "a server tool": lambda b: b["tools"].append({"type": "web_search_20250305", "name": "web_search"}),
     # What the real API answered 200 to in recorded traffic:
     "the first message from the assistant": lambda b: b["messages"].insert(0, {"role": "assistant",
@@ -267,9 +310,10 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
     "a tool_use id used again in a later turn": _both(
         _set("messages.3", {"role": "assistant", "content": [dict(CALL)]}),
         _set("messages.4", {"role": "user", "content": [dict(RESULT)]})),
+    "a text message after the tool results' message": lambda b: b["messages"].insert(3, user("and a note")),
     "a system message between turns": lambda b: b["messages"].insert(4, {"role": "system", "content": "Be brief."}),
-    "a tool call split over two assistant messages": lambda b: b["messages"][1:2].__setitem__(
-        slice(0, 1), [{"role": "assistant", "content": "Running it."}, {"role": "assistant", "content": [dict(CALL)]}]),
+    "a tool call split over two assistant messages": _split(1, {"role": "assistant", "content": "Running it."},
+                                                            {"role": "assistant", "content": [dict(CALL)]}),
     "a tool_reference in a tool result": _set("messages.2.content.0.content", [{"type": "tool_reference",
                                                                                  "tool_name": "python"}]),
     "a tool search tool": lambda b: b["tools"].append({"type": "tool_search_tool_bm25_20251119",
