@@ -317,6 +317,15 @@ def test_the_traceback_of_the_agents_code_starts_at_its_code_as_a_cells_does(rig
     assert error.splitlines()[2].startswith("Cell In[")
 
 
+def test_the_traceback_of_the_agents_code_names_the_agent_cell_it_ran_in(rig):
+    shell, _board, _clock = rig
+    result, _ = run(shell, "%%agent\ndivide\n```python\nx = 1\nx / 0\n```")
+    tool_result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]
+    error = tool_result["content"].split("[error]\n", 1)[1]
+    # Not the number the user's next cell gets: IPython counts the next cell while one runs.
+    assert error.splitlines()[2] == f"Cell In[{result.execution_count}], line 2"
+
+
 def test_what_a_background_run_displays_goes_to_its_log_and_it_cannot_clear_a_cell(rig):
     shell, board, _clock = rig
     code = ("from IPython.display import display, clear_output\nimport pandas as pd\n"
