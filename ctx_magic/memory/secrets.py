@@ -52,6 +52,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a PyPI token", re.compile(r"pypi-AgE[A-Za-z0-9_-]{20,}")),
     ("a SendGrid key", re.compile(r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")),
     ("a JSON web token", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    # kaggle.json, {"username": ..., "key": "<32 hex>"}: the bare name "key" (a cache's md5 key passes)
+    ("a Kaggle API key",
+     re.compile(r"[\"']username[\"']\s*:\s*[\"'][^\"']*[\"']\s*,\s*[\"']key[\"']\s*:\s*[\"'](?P<value>[0-9a-f]{32})[\"']")),
+    ("a Mapbox token", re.compile(r"(?<![A-Za-z0-9])[ps]k\.eyJ[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{16,}")),
     ("a bearer token", re.compile(r"(?<![A-Za-z0-9_])Bearer\s+(?P<value>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)),
 )
 _HEX_40 = re.compile(r"[0-9a-f]{40}")  # a git commit id: "the AWS fix is commit 3f2a...", not a secret key
@@ -83,10 +87,17 @@ _ASSIGNMENT = re.compile(
 )
 # In words: the name, a few words ("for the prod db"), then is / was / are / equals / set to.
 _SAID = re.compile(
-    rf"\b{_NAME}s?\b(?:\s+[\w.'-]+){{0,4}}?\s+(?:is|was|are|were|equals|=|:|set\s+to|->)\s+"
+    rf"\b{_NAME}s?\b(?P<between>(?:\s+[\w.'-]+){{0,4}}?)\s+(?:is|was|are|were|equals|=|:|set\s+to|->)\s+"
     r"(?P<quote>[\"'`]?)(?P<value>[^\s\"'`]+)",
     re.IGNORECASE,
 )
+# "the password manager is 1Password", "the token limit is 4096": the name is a word of a compound
+# whose head says what the sentence is about, and what follows is that, not the credential.
+_COMPOUND_HEADS = frozenset("""
+manager managers vault policy policies rule rules length lengths limit limits count counts budget reset resets
+field fields column columns hash hashes prompt prompts requirement requirements strength complexity expiry
+rotation change changes format type generator
+""".split())
 # Right after the name, with nothing between: "api key AbC123...", "token 9f8e7d6c5b4a".
 _NAMED = re.compile(rf"\b{_NAME}\s+(?P<value>[^\s\"'`,;]+)", re.IGNORECASE)
 # Glued to the name, nothing between: "apikeyXk29fLq0Zm3Nw8Yt". Code glues names to words all the
@@ -338,7 +349,12 @@ def detect_secret(text: str) -> SecretFinding | None:
             continue
         if _assigned(match.group("name"), match.group("value"), bool(match.group("quote"))):
             return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
-    for match in _SAID.finditer(text):
+    start = 0
+    while (match := _SAID.search(text, start)) is not None:
+        start = match.end("name")  # "the password manager password is ...": the second name is looked at too
+        between = match.group("between").split()
+        if between and between[0].lower() in _COMPOUND_HEADS:
+            continue
         if _said(match.group("name"), match.group("value"), bool(match.group("quote"))):
             return SecretFinding(f"{_article(_label(match.group('name')))} in plain words", match.group("value"))
     for match in _NAMED.finditer(text):

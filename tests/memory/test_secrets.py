@@ -178,6 +178,9 @@ def test_one_refusal_line_names_the_kinds() -> None:
         ('api_key="abcdef123"', "a value assigned to api_key"),
         ("client_secret: abc.def.ghi", "a value assigned to client_secret"),
         ("the salt 7Hq2LmZ9xR4tVb8NwK3pYc6FjD1sGa5E here", "a long random-looking string (a key or token?)"),
+        ('kaggle.json holds {"username": "jane", "key": "0123456789abcdef0123456789abcdef"}', "a Kaggle API key"),
+        (f"MAPBOX_ACCESS_TOKEN pk.eyJ1IjoiamFuZSIsImEiOiJ{BODY}.{BODY}", "a Mapbox token"),
+        ("My password manager password is Tr0ub4dor&3.", "a password in plain words"),
     ],
 )
 def test_each_kind_of_secret_is_named(text: str, kind: str) -> None:
@@ -200,6 +203,9 @@ def test_each_kind_of_secret_is_named(text: str, kind: str) -> None:
         "The notebook lives in analysis/quarterly_revenue_forecast_2024_final_v2.ipynb",
         "Use the sk-learn style API for estimators.",
         "Call it with a Bearer header read from the environment.",
+        "The team's password manager is 1Password.",  # the sentence is about the manager
+        "The token limit is 4096 for the small model.",
+        'The cache is keyed by {"key": "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d"}, an md5 of the query.',
     ],
 )
 def test_ordinary_text_is_not_a_secret(text: str) -> None:
