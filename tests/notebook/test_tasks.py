@@ -398,7 +398,7 @@ def test_ctx_tasks_lists_the_runs_with_their_last_line(rig):
     _, listed = run(shell, "%ctx tasks")
     assert "t1  finished after 0 s  (21 bytes of output)\n    last line: last line here\n    log: " in listed
     _, stopped = run(shell, "%ctx stop t1")
-    assert "Run t1 is not running: it is finished after 0 s." in stopped
+    assert "Run t1 is not running: finished after 0 s." in stopped
 
 
 def test_a_run_left_live_by_a_new_session_is_named_and_reached_from_its_own(rig):
@@ -439,7 +439,7 @@ def test_ctx_answer_without_text_asks_nothing_of_a_run_that_is_unknown_or_over(r
     _, unknown = run(shell, "%ctx answer t9")
     assert "There is no background run 't9' in this session (its runs: t1)." in unknown
     _, over = run(shell, "%ctx answer t1")
-    assert "Run t1 is not running: it is finished after 0 s." in over
+    assert "Run t1 is not running: finished after 0 s." in over
     assert asked == []
 
 
