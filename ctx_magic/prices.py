@@ -17,6 +17,7 @@ Vertex's `@20250929`, dated suffixes).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ class Prices:
                 number = float(value)
             except ValueError:
                 raise ValueError(f"{name} must be a number of dollars per million tokens, got {value!r}") from None
+            if not math.isfinite(number):
+                raise ValueError(f"{name} must be a finite number of dollars per million tokens, got {value!r}")
             if number < 0:
                 raise ValueError(f"{name} cannot be negative, got {value}")
             out[name] = number

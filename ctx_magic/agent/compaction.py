@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ctx_magic.agent.request import CallSetup
 from ctx_magic.agent.server_side import server_compaction
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolError
+from ctx_magic.agent.usage import COMPACTION_USAGE_META
 from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
 from ctx_magic.context.autocompact import (
     Compaction,
@@ -34,10 +35,10 @@ from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS, compact_from_notes, notes_split
 from ctx_magic.context.pins import pins_message
 from ctx_magic.context.reactive import reactive_split
-from ctx_magic.context.tokens import count_text
+from ctx_magic.context.tokens import Correction, count_context, count_text
 from ctx_magic.errors import CompactionFailed, ModelError, Remedy
-from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, Status
-from ctx_magic.messages import Message, user_text
+from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, ServerCompacted, Status
+from ctx_magic.messages import Message, Usage, user_text
 
 POST_COMPACT_MAX_FILES = 5
 POST_COMPACT_MAX_TOKENS_PER_FILE = 5_000
@@ -119,10 +120,13 @@ def first_written(session: Session, span: Sequence[Message]) -> list[Message]:
 def _job(session: Session, setup: CallSetup, split: Split, trigger: str, auto: bool | None = None) -> Compaction:
     """The compaction of `split`, with what the session builds its new context with."""
     live, compaction = session.live, session.compaction
+    # A compaction cuts the context, which brings the context tools in: the size after it counts
+    # their definitions, as the next request will.
+    after = setup if setup.context_tools else session.frame.setup(live.messages, session.store, context_tools=True)
     return Compaction(
         split, trigger, now=session.clock(), tokens_before=live.tokens(setup.overhead_tokens),
         threshold=setup.context.thresholds.autocompact, transcript_path=str(session.store.transcript_path),
-        overhead_tokens=setup.overhead_tokens, correction=live.state.correction,
+        overhead_tokens=after.overhead_tokens, correction=live.state.correction,
         previous_boundary=compaction.previous_boundary, turns_since=compaction.turns_since_boundary,
         pins=session.pin_board.pins, auto=auto)
 
@@ -195,6 +199,7 @@ def server_compacted(session: Session, answer: Message) -> list[Message] | None:
                           message_budget=int(setup.context.thresholds.autocompact * MESSAGES_SHARE_OF_THRESHOLD))
     marker, kept, event = server_compaction(live, at, session.clock(), audit=audit.report, pins=[p.id for p in pins],
                                             carried=[(m.uuid, m.text) for m in audit.carried])
+    event = dataclasses.replace(event, **_server_figures(answer, kept, setup, session.live.state.correction, event))
     session.recorder.message(marker)
     session.record(event)
     session.live.replace(kept)
@@ -205,6 +210,18 @@ def server_compacted(session: Session, answer: Message) -> list[Message] | None:
     if audit.report.added:
         session.notice(audit_line(audit.report), "info")
     return [*followup, *rehydration(session, setup, session.live.messages)]
+
+
+def _server_figures(answer: Message, kept: Sequence[Message], setup: CallSetup, correction: Correction,
+                    event: ServerCompacted) -> dict[str, int]:
+    """The server compaction's sizes as `%ctx status` counts the context (system prompt and tools
+    included): before, what the API's compaction call read (its own count, billed with the
+    answer); after, the context the answer leaves, anchored on the answer's usage."""
+    parts = answer.meta.get(COMPACTION_USAGE_META) or []
+    before = Usage.from_json(parts[0]).prompt_tokens if parts and isinstance(parts[0], Mapping) else (
+        event.tokens_before + setup.overhead_tokens)
+    after = count_context(kept, overhead_tokens=setup.overhead_tokens, correction=correction).tokens
+    return {"tokens_before": before, "tokens_after": after}
 
 
 def audit_line(report: AuditReport) -> str:
@@ -293,9 +310,9 @@ def manual_compact(session: Session, instructions: str | None = None, *, directi
     e = result.event
     if e.tokens_after >= e.tokens_before:
         larger = "larger than" if e.tokens_after > e.tokens_before else "as large as"
-        session.notice(f"The summary and the files re-read after it are {larger} what they replaced "
-                       f"({e.tokens_before:,} → {e.tokens_after:,} tokens): compaction pays off on longer "
-                       "conversations.", "info")
+        session.notice(f"The context after compaction is {larger} before it ({e.tokens_before:,} → "
+                       f"{e.tokens_after:,} tokens: the summary, what is re-read after it, the agent's context "
+                       "tools): compaction pays off on longer conversations.", "info")
     if failures:
         session.record(BreakerReset("a manual compaction succeeded"))
     return result

@@ -19,6 +19,7 @@ from ctx_magic.agent.model import ModelReply, stream_reply
 from ctx_magic.agent.request import CallSetup
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
+from ctx_magic.agent.usage import COMPACTION_USAGE_META
 from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_prompt, prompt_limit_tokens
 from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
@@ -206,8 +207,11 @@ def _loop(session: Session, turn: Turn) -> None:
                            Remedy.RUN_AGAIN)
             return
         result.tool_calls += len(reply.tool_uses)
+        meta = {**written_by(session), OVERHEAD_META: setup.overhead_tokens}
+        if reply.compaction_usage:
+            meta[COMPACTION_USAGE_META] = [part.to_json() for part in reply.compaction_usage]
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
-                         usage=reply.usage, meta={**written_by(session), OVERHEAD_META: setup.overhead_tokens})
+                         usage=reply.usage, meta=meta)
         session.append(answer)
         after_server = compaction.server_compacted(session, answer)
         if after_server is not None:

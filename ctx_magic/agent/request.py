@@ -163,11 +163,14 @@ class RequestFrame:
     def system_prompt(self) -> str:
         return self._base_prompt + (f"\n\n{self.memory_section}" if self.memory_section else "")
 
-    def setup(self, messages: Sequence[Message], store: SessionDir) -> CallSetup:
+    def setup(self, messages: Sequence[Message], store: SessionDir, *,
+              context_tools: bool | None = None) -> CallSetup:
         """This call's setup for a conversation of `messages` kept in `store`: the tools gathered
-        and their specs serialized once, the engine's settings, the server's plan."""
+        and their specs serialized once, the engine's settings, the server's plan. `context_tools`
+        asks for the setup with (or without) the context tools, whether or not they are offered yet."""
         settings, window = self.settings, self.window
-        tools = self._tools(offered=self.context_tools)
+        offered = self.context_tools if context_tools is None else context_tools
+        tools = self._tools(offered=offered)
         specs = tools.specs()
         specs_json = json.dumps(specs)
         system = self.system_prompt()
@@ -183,7 +186,7 @@ class RequestFrame:
         return CallSetup(settings, window, tools, tuple(specs), system, count_text(system),
                          count_text(self.memory_section), count_text(specs_json), overhead,
                          hashlib.sha256((system + specs_json).encode()).hexdigest(), context, server, thinking,
-                         tuple(edits), self.context_tools)
+                         tuple(edits), offered)
 
     def _tools(self, *, offered: bool) -> ToolRegistry:
         """The session's tools, the context tools among them but not offered (they cannot be

@@ -34,6 +34,17 @@ def billed(usage: Usage) -> Billed:
                   usage.cache_read_input_tokens, usage.output_tokens)
 
 
+COMPACTION_USAGE_META = "compaction_usage"
+"""An answer's meta: the usage of the server compaction's own call, which the API bills beside
+the answer's usage (its `iterations`), so that a replay prices the answer as it was billed."""
+
+
+def answer_cost(usage: Usage, meta: Mapping[str, Any], prices: Prices) -> float:
+    """What a recorded answer cost: its usage and any server compaction billed with it."""
+    parts = [Usage.from_json(part) for part in meta.get(COMPACTION_USAGE_META) or () if isinstance(part, Mapping)]
+    return sum(cost_usd(billed(u), prices) for u in (usage, *parts))
+
+
 @dataclass
 class UsageTotals:
     calls: int = 0

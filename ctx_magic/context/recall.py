@@ -140,6 +140,9 @@ def read(found: Sequence[Entry], ref: str, offset: int = 0) -> str:
         return f"No message has the ref {ref!r}; search first to get one."
     entry = matches[0]
     start = max(0, offset)
+    if start and start >= len(entry.text):
+        return (f"{_label(entry)}\n[offset {start:,} is past the end of this message: it has "
+                f"{len(entry.text):,} characters; read from offset=0]")
     end = min(len(entry.text), start + READ_CHARS)
     page = entry.text[start:end]
     tail = (f"\n[characters {start:,}-{end:,} of {len(entry.text):,}; read on with ref={entry.ref!r} "

@@ -140,7 +140,9 @@ class SessionHost:
         settings = self._settings.to_settings()
         provider = getattr(session.frame.model, "provider", settings.provider)
         if session.frame.model.name != settings.model or (not self._given and provider != settings.provider):
-            session.switch_model(settings, self._model(settings.model))
+            model = self._model(settings.model)
+            model.limits()  # a model the API does not know is said before the session is switched to it
+            session.switch_model(settings, model)
         else:
             session.frame.reconfigure(settings)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
+from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.store import added_by
 from ctx_magic.notebook.config import CtxMagic
@@ -68,8 +69,15 @@ class MemoryLink:
         return error
 
     def session_ended(self, session: Session) -> None:
-        """Memories extracted in the background (not from a short session: MemoryManager.extraction_due)."""
-        if self.manager.extraction_due(session):
+        """Memories extracted in the background (not from a short session: MemoryManager.extraction_due).
+        A session whose size cannot be measured (its model is unknown) ends without them: the
+        reason is said at the next chance, and the session still ends (an unload, a new session)."""
+        try:
+            due = self.manager.extraction_due(session)
+        except CtxMagicError as error:
+            self.manager.last_error = f"memories were not extracted from session {session.session_id}: {error}"
+            return
+        if due:
             self.manager.extract_in_background(session)
 
     def notes_text(self) -> str:

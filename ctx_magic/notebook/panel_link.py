@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
-from ctx_magic.agent.usage import billed
+from ctx_magic.agent.usage import answer_cost
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_json
 from ctx_magic.messages import Message
@@ -18,7 +18,7 @@ from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.tasks import RunBoard
 from ctx_magic.notebook.workspace import Workspace
-from ctx_magic.prices import UNKNOWN_PRICES, Prices, cost_usd, model_prices
+from ctx_magic.prices import UNKNOWN_PRICES, Prices, model_prices
 from ctx_magic.ui.cards import close_tree
 from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.originals import originals_html
@@ -57,7 +57,7 @@ def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex,
             response = message.api_id or message.uuid
             if message.role == "assistant" and message.usage is not None and response not in calls:
                 calls.add(response)  # parallel tool calls split one response over several messages
-                cost = cost_usd(billed(message.usage), prices(message.meta.get("model")))
+                cost = answer_cost(message.usage, message.meta, prices(message.meta.get("model")))
                 yield UsageUpdated(message.usage, 0, 0.0, cost_usd=round(cost, 6))
         elif kind == "event" and record.get("event") in DURABLE_EVENTS:
             try:

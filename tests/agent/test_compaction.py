@@ -298,3 +298,16 @@ def test_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_path
         r.session.live.correct(Correction(threshold / 300, 1))
         result = run_turn(r.session, "and a short question")
     assert result.compactions == [] and r.api.model_calls("compaction") == 0
+
+
+def test_the_first_compaction_says_the_size_the_next_request_will_have(tmp_path):
+    """The first compaction brings the context tools in: the size it reports after it counts
+    their definitions, as the next request (and %ctx status right after) does."""
+    with rig(tmp_path, window=100_000) as r:
+        for n in range(2):
+            run_turn(r.session, code_turn(n, lines=20))
+        assert not r.session.setup().context_tools
+        event = manual_compact(r.session, "keep the numbers").event
+        setup = r.session.setup()
+        assert setup.context_tools
+        assert event.tokens_after == r.session.live.tokens(setup.overhead_tokens)

@@ -87,6 +87,13 @@ def test_contract_prices_override_the_table_and_are_checked_when_set():
         Prices.parse("output=ten")
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-inf"])
+def test_a_contract_price_that_is_not_a_finite_number_is_refused(value):
+    """A price of nan or inf would make every later figure of the session nan or inf."""
+    with pytest.raises(TraitError, match="a finite number of dollars"):
+        CtxMagic().prices = f"output={value}"
+
+
 def test_a_sessions_spend_is_the_sum_of_its_responses_at_the_model_prices(tmp_path):
     """End to end on the stand-in: every response's usage (as the API reported it) priced by the
     table's Sonnet 5.5 rates, summed per turn and per session; writes go to the 1-hour cache."""

@@ -18,10 +18,14 @@ from ctx_magic.context.server import (
     MIN_SERVER_COMPACTION_TRIGGER,
     server_plan,
 )
-from ctx_magic.events import Cleared, Compacted, ServerCompacted, ServerEdited
+from ctx_magic.events import Cleared, Compacted, ServerCompacted, ServerEdited, UsageUpdated
+from ctx_magic.messages import Usage
+from ctx_magic.notebook.panel_link import replayed
 from ctx_magic.offline.app import OfflineConfig
 from ctx_magic.offline.server_context import CLEARED_RESULT
+from ctx_magic.prices import model_prices
 from ctx_magic.settings import Settings
+from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.panel import ContextPanel
 
 SERVER = Settings(strategy="server")
@@ -130,3 +134,37 @@ def test_a_model_without_server_compaction_keeps_ctx_magics_own(tmp_path):
     assert [res.error for res in results] == [None] * 12
     assert "auto" in [c for res in results for c in res.compactions]  # ctx_magic compacted
     assert "compact_20260112" not in json.dumps(main_calls(r.api)[-1].body["context_management"])
+
+
+def test_the_panel_replayed_after_a_resume_prices_the_servers_compaction_as_the_live_one_did(tmp_path):
+    """The API bills its compaction's own call beside the answer (the usage's iterations): the
+    panel's model calls, replayed from the transcript, cost what they cost when they were made."""
+    config = dataclasses.replace(SERVER, keep_recent=100)
+    with rig(tmp_path, window=130_000, config=config) as r:
+        events: list = []
+        r.session.listeners.append(events.append)
+        for n in range(12):
+            run_turn(r.session, big(n))
+        records = r.session.store.load_transcript().records
+    assert [e for e in events if isinstance(e, ServerCompacted)]
+    live = [round(e.cost_usd, 6) for e in events if isinstance(e, UsageUpdated)]
+    prices = lambda model: model_prices(model or "claude-sonnet-5-5")  # noqa: E731
+    replay = [e.cost_usd for e in replayed(records, CellIndex(), prices) if isinstance(e, UsageUpdated)]
+    assert replay == live
+
+
+def test_the_servers_compaction_is_reported_in_the_apis_own_figures_system_prompt_and_tools_included(tmp_path):
+    """Before: what the API's compaction call read; after: what the answer written after the summary
+    was billed for, as %ctx status counts the context (the messages alone left out the system
+    prompt and the tools)."""
+    config = dataclasses.replace(SERVER, keep_recent=100)
+    with rig(tmp_path, window=130_000, config=config) as r:
+        events: list = []
+        r.session.listeners.append(events.append)
+        for n in range(12):
+            run_turn(r.session, big(n))
+        compacted = next(e for e in events if isinstance(e, ServerCompacted))
+        answer = next(m for m in r.session.store.load_transcript().messages() if m.uuid == compacted.message_uuid)
+    summary_call = Usage.from_json(answer.meta["compaction_usage"][0])
+    assert compacted.tokens_before == summary_call.prompt_tokens
+    assert compacted.tokens_after == answer.usage.context_tokens

@@ -78,3 +78,10 @@ def test_saved_files_the_transcript_does_not_hold_are_searched_too():
 def test_boundaries_and_re_read_files_are_not_entries():
     found = entries([*transcript(), record(user_text("<recent-file>x</recent-file>", kind="attachment"))])
     assert all(e.who != "boundary" and "recent-file" not in e.text for e in found)
+
+
+def test_reading_from_an_offset_past_the_message_says_where_it_ends():
+    records = transcript()
+    ref = re.search(r"ref (\w+):", answer(records, query="median")).group(1)
+    out = answer(records, ref=ref, offset=5_000)
+    assert out.endswith("[offset 5,000 is past the end of this message: it has 23 characters; read from offset=0]")

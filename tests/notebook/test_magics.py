@@ -591,7 +591,8 @@ def test_compact_past_the_end_is_one_line_and_a_summary_bigger_than_the_chat_is_
     assert not controller(shell).host.session.compaction.boundaries
     with captured() as out:
         shell.run_line_magic("compact", "keep everything")
-    assert "larger than what they replaced" in texts(out) and controller(shell).host.session.compaction.boundaries
+    assert "The context after compaction is larger than before it" in texts(out)
+    assert controller(shell).host.session.compaction.boundaries
 
 
 def test_a_value_whose_repr_raises_is_named_with_its_error_for_the_agent(shell):
@@ -660,3 +661,26 @@ def test_after_a_restart_a_command_that_needs_the_session_says_how_to_resume_it(
     finally:
         close_shell(restarted)
         new_shell()  # the fixture closes a shell of its own
+
+
+def test_unloading_after_an_unknown_model_was_set_unloads_without_a_traceback(shell):
+    """The session ends with the extension even when its model cannot be looked up any more."""
+    run(shell, "%%agent\nhello")
+    run(shell, "%config CtxMagic.model = 'claude-nope-9'")
+    _, shown = run(shell, "%%agent\nhello")
+    assert "Unknown model 'claude-nope-9'" in shown
+    shell.run_line_magic("unload_ext", "ctx_magic")
+    assert "ctx_magic" not in shell.extension_manager.loaded
+    shell.run_line_magic("load_ext", "ctx_magic")
+    run(shell, "%config CtxMagic.model = 'claude-sonnet-5-5'")
+    _, shown = run(shell, "%%agent\nand now?")
+    assert "Done" in shown
+
+
+def test_a_model_set_by_config_that_the_api_does_not_know_is_said_once_and_the_session_stays_on_its_model(shell):
+    run(shell, "%%agent\nhello")
+    run(shell, "%config CtxMagic.model = 'claude-nope-9'")
+    _, shown = run(shell, "%%agent\nhello")
+    assert shown.count("Unknown model 'claude-nope-9'") == 1
+    _, shown = run(shell, "%ctx status")
+    assert "claude-sonnet-5-5" in shown and "Unknown model" not in shown
