@@ -148,10 +148,18 @@ class KernelExecutor:
         record = self.recorder.finish(run.record, None)  # says in the cell which images the agent will not get
         self.last_record, self.last_call = record, call.id
         if isinstance(run.outcome, KeyboardInterrupt):
-            record.error = None  # the interrupt's own traceback says nothing the note does not
-            printed = record.text() if (record.stdout or record.stderr or record.displays) else ""
-            raise ToolInterrupted(printed)
+            raise ToolInterrupted(self._printed_before_interrupt(run))
         return ToolOutput(record.content(self._settings.image_max_bytes), is_error=record.error is not None)
+
+    @staticmethod
+    def _printed_before_interrupt(run: Run) -> str:
+        """What an interrupted run showed, for its tool result; the interrupt's own traceback
+        (stopped runs end in one) says nothing the interrupted note does not."""
+        record = run.record
+        if not (record.stdout or record.stderr or record.displays):
+            return ""
+        record.error = None
+        return record.text()
 
     def _foreground(self, code: str, context: ToolContext) -> tuple[Run, bool]:
         """Run `code` while the turn waits, its printed lines passed on as progress; (the run, whether
@@ -172,8 +180,7 @@ class KernelExecutor:
             try:
                 ended = self.runs.supervise(run, on_output=lambda text: context.emit(ToolOutputDelta(text)))
             except KeyboardInterrupt:
-                printed = run.record.text() if (run.record.stdout or run.record.stderr) else ""
-                raise ToolInterrupted(printed) from None
+                raise ToolInterrupted(self._printed_before_interrupt(run)) from None
             if not ended:
                 context.emit(Notice("warning", f"The code is waiting for input after '{run.info().detail}': it goes "
                                                f"on as background run {run.id}, and the agent was told."))

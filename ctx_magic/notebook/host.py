@@ -108,8 +108,20 @@ class SessionHost:
         if self.session is None and self.carried:
             raise CtxMagicError(f"Session {self.carried} goes on at the next %%agent (the extension was reloaded).")
         if self.session is None:
+            stored = self._stored_latest()
+            if stored is not None:  # a restarted kernel, a reopened notebook: a new session would not know it
+                raise CtxMagicError(f"There is no agent session in this kernel yet: %agent --resume goes on "
+                                    f"with the last one ({stored}); a %%agent cell starts a new one.")
             raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
         return self.session
+
+    def _stored_latest(self) -> str | None:
+        """The id of the session last written in the storage folder, if any can be read."""
+        try:
+            found = latest_session(self._workspace.storage_dir())
+        except (OSError, CtxMagicError):
+            return None
+        return found.session_id if found is not None else None
 
     def _resume_target(self, resume: str, *, skip: Session | None = None) -> str:
         storage = self._workspace.storage_dir()

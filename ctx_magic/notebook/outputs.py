@@ -34,6 +34,7 @@ OWN_MAGICS = re.compile(r"(?:%%?(?:agent|compact|memory|ctx|pin)|%(?:load|reload
 """A first line that runs one of ctx_magic's magics (`%pinfo`, another extension's `%agentx`, are not ours)."""
 IMAGE_TYPES = SUPPORTED_TYPES
 CELL_FIELDS = ("source", "execution_count", "cell_id", "kernel", "stdout", "stderr", "displays", "result", "error")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-f]+)?>$")
 OWN_DISPLAY = {"ctx_magic": {"own": True}}
 """Metadata on ctx_magic's own displays (status, progress): never recorded as the code's output."""
@@ -100,7 +101,7 @@ def display_text(data: dict[str, Any]) -> tuple[str, str] | None:
     """(mime type, text) the model gets for one display: markdown or plain text, or, when the plain
     text is only an object's default repr (an HTML-, JSON- or LaTeX-only display), the text of the
     HTML, the JSON or the LaTeX source."""
-    plain = as_text(data.get("text/plain", ""))
+    plain = _widget_now(data) or as_text(data.get("text/plain", ""))
     if "text/markdown" in data:
         return "text/markdown", as_text(data["text/markdown"])
     if not plain or _DEFAULT_REPR.match(plain.strip()):
@@ -111,6 +112,23 @@ def display_text(data: dict[str, Any]) -> tuple[str, str] | None:
         if "text/latex" in data:
             return "text/latex", as_text(data["text/latex"])
     return ("text/plain", plain) if "text/plain" in data else None
+
+
+def _widget_now(data: dict[str, Any]) -> str | None:
+    """A widget's text as it is now, when it is still alive in this kernel: its text/plain was
+    written when it was displayed, and a progress bar (tqdm.auto's, a library's) then moves in the
+    widget's state alone, so the display says 0% of a loop that ended."""
+    view = data.get(WIDGET_VIEW)
+    widgets = sys.modules.get("ipywidgets.widgets.widget")
+    if not isinstance(view, dict) or widgets is None:
+        return None
+    widget = getattr(widgets, "_instances", {}).get(view.get("model_id"))
+    if widget is None:
+        return None
+    try:
+        return repr(widget)
+    except Exception:  # noqa: BLE001 - a widget's own repr failing leaves the text it was shown with
+        return None
 
 
 def pinned_source(source: str) -> str | None:

@@ -57,15 +57,23 @@ def _raise_in(thread: threading.Thread, exception: type[BaseException] | None) -
                                                    ctypes.py_object(exception) if exception else None)
 
 
-def run_source(shell: Any, code: str) -> Any:
+def running_cell_number(shell: Any) -> int:
+    """The In[] number of the cell running now; the next cell's outside one. (While a cell runs,
+    IPython's execution_count already names the next cell.)"""
+    running = getattr(shell.displayhook, "exec_result", None)
+    count = getattr(running, "execution_count", None)
+    return count if isinstance(count, int) else shell.execution_count
+
+
+def run_source(shell: Any, code: str, cell_number: int) -> Any:
     """Run `code` as a cell would (IPython's transforms: magics, `!` commands, the shell's AST
-    transformers) in the calling thread; returns the value of its last expression. Nothing of
-    the shell's per-cell state is touched (history, Out[], the display hook): the user's cells
-    use it meanwhile."""
+    transformers) in the calling thread, its tracebacks naming it In[`cell_number`]; returns the
+    value of its last expression. Nothing of the shell's per-cell state is touched (history,
+    Out[], the display hook): the user's cells use it meanwhile."""
     __tracebackhide__ = "__ipython_bottom__"  # noqa: F841 - IPython hides this frame in tracebacks
     compiler = shell.compile
     transformed = shell.transform_cell(code)
-    name = compiler.cache(transformed, shell.execution_count, raw_code=code)
+    name = compiler.cache(transformed, cell_number, raw_code=code)
     tree = shell.transform_ast(compiler.ast_parse(transformed, filename=name))
     body = list(tree.body)
     quiet = shell.displayhook.semicolon_at_end_of_expression(transformed)
@@ -139,6 +147,8 @@ class Run:
         self.shell = shell
         self._io = io
         self.code = code
+        self.cell_number = running_cell_number(shell)
+        """The cell it started in (the %%agent cell), which its tracebacks name."""
         self.clock = clock
         self.background = background
         """True once its output goes to its log (from the start, or since it stalled in the foreground)."""
@@ -201,7 +211,7 @@ class Run:
                 try:
                     with self.lock:
                         self._in_code = True
-                    value = run_source(self.shell, self.code)
+                    value = run_source(self.shell, self.code, self.cell_number)
                 except BaseException as raised:  # noqa: BLE001 - the code's own error is its outcome
                     error = raised
                 finally:

@@ -224,7 +224,7 @@ class RunBoard:
         if info is None:
             return self._unknown(run_id)
         if run is None or not run.stop():
-            return f"Run {run_id} is not running: it is {info.words(self.now())}."
+            return f"Run {run_id} is not running: {info.words(self.now())}."
         run.done.wait(self.stop_grace)
         self.check()
         return (f"Run {run_id} stopped." if run.done.is_set() else
@@ -237,7 +237,7 @@ class RunBoard:
         if info is None:
             return self._unknown(run_id)
         if run is None or not run.live:
-            return f"Run {run_id} is not running: it is {info.words(self.now())}."
+            return f"Run {run_id} is not running: {info.words(self.now())}."
         where = run.answer(text if isinstance(text, str) else text(run.waiting))
         if where is None:
             return (f"Run {run_id} is not waiting for an answer it can be given: no input() or getpass() of its "

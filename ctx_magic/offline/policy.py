@@ -232,8 +232,9 @@ def _answer_compaction(request: Request) -> Answer:
 
 
 def looks_like_memory_request(request: Request) -> bool:
-    """Generic detector: the last user text asks to extract, update or save memories or notes."""
-    text = latest_user_text(request)
+    """Generic detector: the last user text asks to extract, update or save memories or notes
+    (not a compaction summary or the notes' place around a main call, which name both)."""
+    text = asked_text(request)
     return bool(_MEMORY_WORDS.search(text) and _MEMORY_VERBS.search(text))
 
 

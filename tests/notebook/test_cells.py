@@ -81,3 +81,17 @@ def test_a_cell_that_runs_its_body_as_a_cell_is_recorded_as_the_user_wrote_it(sh
     assert inputs == [{"execution_count": 2, "source": "%%capture cap\nx = 5\nprint('captured, never shown')"},
                       {"execution_count": 3, "source": "y = x + 1"}]
     assert not any("captured, never shown" in r for r in cell_results(shell))  # the user saw none of it
+
+
+def test_a_progress_widget_reaches_the_agent_as_it_ended_not_as_it_was_first_shown(shell):
+    # tqdm.auto, and the libraries built on it, draw a widget in a notebook: its text/plain is
+    # written when it is displayed (0%), then only the widget's state moves.
+    loop = ("import ipywidgets\nbar = ipywidgets.IntProgress(value=0, max=20, description='fitting')\n"
+            "display(bar)\nfor i in range(20):\n    bar.value = i + 1\n")
+    cell(shell, loop)
+    run(shell, f"%%agent\nand the agent's own?\n```python\n{loop}```")
+    run(shell, "%%agent\nhow far did they get?")
+    tool_results = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")]
+    shown = [json.dumps(b["content"]).split("[displayed text/plain]")[1] for b in tool_results
+             if "[displayed text/plain]" in json.dumps(b["content"])]
+    assert len(shown) == 2 and all("IntProgress(value=20," in text and "value=0" not in text for text in shown)

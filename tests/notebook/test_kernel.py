@@ -54,6 +54,18 @@ def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(ker
     assert any(b.get("is_error") and result_text(b) == INTERRUPTED_RESULT for b in results)
 
 
+def test_interrupt_after_the_code_printed_keeps_what_it_printed_without_a_traceback(kernel, tmp_path):
+    kernel.execute(SETUP)
+    loop = ("%%agent\ncount\n```python\nimport itertools, time\nfor i in itertools.count():\n"
+            "    print(f'tick {i}', flush=True)\n    time.sleep(0.05)\n```")
+    shown = kernel.execute(loop, when=lambda text: "tick" in text, then=kernel.interrupt)
+    assert "Interrupted" in shown and "Traceback" not in shown
+    results = [b for m in live_messages(tmp_path, status(kernel)["session_id"]) for b in m.blocks("tool_result")]
+    text = result_text(results[-1])
+    assert text.startswith(f"{INTERRUPTED_RESULT}\n\n[output before the interrupt]\ntick 0\n")
+    assert "[error]" not in text  # the interrupt's own traceback says nothing the note does not
+
+
 def test_interrupt_while_the_reply_streams_keeps_the_conversation_valid(tmp_path):
     api = OfflineAPI(OfflineConfig(window=100_000))
     with serve_in_thread(api) as (url, _stop):

@@ -648,6 +648,21 @@ def test_a_display_updated_in_place_reaches_the_agent_as_its_latest_state(shell)
     assert "'third'" in result and "'other'" in result and "'first'" not in result and "'second'" not in result
 
 
+def test_after_a_restart_a_command_that_needs_the_session_says_how_to_resume_it(shell):
+    run(shell, "%%agent\nhello")
+    sid = status(shell)["session_id"]
+    close_shell(shell)
+    restarted = new_shell()  # the same folder, as a restarted kernel or a reopened notebook
+    try:
+        _, shown = run(restarted, "%ctx cell toolu_01")
+        # Not 'run a %%agent cell first': that starts a new session, where the call is unknown.
+        assert shown.strip() == (f"There is no agent session in this kernel yet: %agent --resume goes on "
+                                 f"with the last one ({sid}); a %%agent cell starts a new one.")
+    finally:
+        close_shell(restarted)
+        new_shell()  # the fixture closes a shell of its own
+
+
 def test_unloading_after_an_unknown_model_was_set_unloads_without_a_traceback(shell):
     """The session ends with the extension even when its model cannot be looked up any more."""
     run(shell, "%%agent\nhello")

@@ -76,6 +76,20 @@ def test_memory_request_gets_generic_answer_with_requested_headings() -> None:
     assert "# Current State" in text
 
 
+def test_a_call_after_a_compaction_is_no_memory_request_for_what_its_summary_says() -> None:
+    # An automatic compaction in a tool loop leaves one user message of background: the summary
+    # (where "nothing recorded yet") and the session notes' place (session-memory.md).
+    summary = ("This session is being continued from an earlier conversation that ran out of context.\n\n"
+               "Summary:\n## 1. Primary Request and Intent\nnothing recorded yet")
+    notes = "Session notes are kept at sessions/s1/session-memory.md (read_file to see them)."
+    request = _request("ignored", tools=[PYTHON_TOOL])
+    request["messages"] = [{"role": "user", "content": [{"type": "text", "text": summary},
+                                                        {"type": "text", "text": notes}]}]
+    policy = Policy()
+    assert policy.kind(request) == "normal"
+    assert not policy.answer(request).content[0]["text"].startswith("## 1. Primary Request")
+
+
 def test_a_registered_rule_answers_before_the_defaults(api: OfflineAPI) -> None:
     def is_dream(request: Any) -> bool:
         return "DREAM" in str(request["messages"][-1]["content"])
