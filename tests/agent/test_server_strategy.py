@@ -136,16 +136,23 @@ def test_a_model_without_server_compaction_keeps_ctx_magics_own(tmp_path):
     assert "compact_20260112" not in json.dumps(main_calls(r.api)[-1].body["context_management"])
 
 
-def test_the_panel_replayed_after_a_resume_prices_the_servers_compaction_as_the_live_one_did(tmp_path):
-    """The API bills its compaction's own call beside the answer (the usage's iterations): the
-    panel's model calls, replayed from the transcript, cost what they cost when they were made."""
+def compacted_by_the_server(tmp_path):
+    """Twelve big turns under the server strategy (its compaction among them): the session's
+    events and its transcript, loaded."""
     config = dataclasses.replace(SERVER, keep_recent=100)
     with rig(tmp_path, window=130_000, config=config) as r:
         events: list = []
         r.session.listeners.append(events.append)
         for n in range(12):
             run_turn(r.session, big(n))
-        records = r.session.store.load_transcript().records
+        return events, r.session.store.load_transcript()
+
+
+def test_the_panel_replayed_after_a_resume_prices_the_servers_compaction_as_the_live_one_did(tmp_path):
+    """The API bills its compaction's own call beside the answer (the usage's iterations): the
+    panel's model calls, replayed from the transcript, cost what they cost when they were made."""
+    events, loaded = compacted_by_the_server(tmp_path)
+    records = loaded.records
     assert [e for e in events if isinstance(e, ServerCompacted)]
     live = [round(e.cost_usd, 6) for e in events if isinstance(e, UsageUpdated)]
     prices = lambda model: model_prices(model or "claude-sonnet-5-5")  # noqa: E731
@@ -157,14 +164,9 @@ def test_the_servers_compaction_is_reported_in_the_apis_own_figures_system_promp
     """Before: what the API's compaction call read; after: what the answer written after the summary
     was billed for, as %ctx status counts the context (the messages alone left out the system
     prompt and the tools)."""
-    config = dataclasses.replace(SERVER, keep_recent=100)
-    with rig(tmp_path, window=130_000, config=config) as r:
-        events: list = []
-        r.session.listeners.append(events.append)
-        for n in range(12):
-            run_turn(r.session, big(n))
-        compacted = next(e for e in events if isinstance(e, ServerCompacted))
-        answer = next(m for m in r.session.store.load_transcript().messages() if m.uuid == compacted.message_uuid)
+    events, loaded = compacted_by_the_server(tmp_path)
+    compacted = next(e for e in events if isinstance(e, ServerCompacted))
+    answer = next(m for m in loaded.messages() if m.uuid == compacted.message_uuid)
     summary_call = Usage.from_json(answer.meta["compaction_usage"][0])
     assert compacted.tokens_before == summary_call.prompt_tokens
     assert compacted.tokens_after == answer.usage.context_tokens

@@ -311,12 +311,17 @@ def held_elsewhere(storage, session_id: str) -> Iterator[None]:
         holder.wait(timeout=60)
 
 
-def test_a_resume_refused_because_another_kernel_holds_the_session_keeps_the_current_one(shell, tmp_path):
+def two_sessions(shell) -> tuple[str, str]:
+    """A first session with a turn, then a second, current one: (first id, second id)."""
     run(shell, "%%agent\nthe first session")
-    other = status(shell)["session_id"]
+    first = status(shell)["session_id"]
     run(shell, "%agent --new")
     run(shell, "%%agent\nthe second session")
-    mine = status(shell)["session_id"]
+    return first, status(shell)["session_id"]
+
+
+def test_a_resume_refused_because_another_kernel_holds_the_session_keeps_the_current_one(shell, tmp_path):
+    other, mine = two_sessions(shell)
     with held_elsewhere(tmp_path / ".ctx_magic", other):
         _, shown = run(shell, f"%agent --resume {other}")
         assert f"Session {other} is open in another kernel" in shown
@@ -329,11 +334,7 @@ def test_a_resume_refused_because_another_kernel_holds_the_session_keeps_the_cur
 
 
 def test_a_resume_refused_right_after_a_reload_leaves_the_reloaded_session_to_go_on(shell, tmp_path):
-    run(shell, "%%agent\nthe first session")
-    other = status(shell)["session_id"]
-    run(shell, "%agent --new")
-    run(shell, "%%agent\nthe second session")
-    mine = status(shell)["session_id"]
+    other, mine = two_sessions(shell)
     shell.run_line_magic("reload_ext", "ctx_magic")
     with held_elsewhere(tmp_path / ".ctx_magic", other):
         _, shown = run(shell, f"%agent --resume {other}")
