@@ -168,4 +168,4 @@ def carry_pins(source: Session, target: Session) -> list[str]:
             carried.append(target.pin_board.pin(pin.text, cell=pin.cell).id)
         except PinRefused as error:
             return [f"Pins made before the resume: {error}"]
-    return [f"Pinned here too, as before the resume: {', '.join(carried)}."] if carried else []
+    return [f"Pins made before the resume, pinned in it too: {', '.join(carried)}."] if carried else []

@@ -90,7 +90,7 @@ def test_a_pin_made_after_a_restart_goes_on_in_the_latest_conversation_resumed(s
         run(other, "%pin Dates are UTC.")  # opens a session of its own, with no turn yet
         _, shown = run(other, "%%agent --resume\ngo on")
         assert f"Resumed session {sid}" in shown
-        assert "Pinned here too, as before the resume: p2." in shown
+        assert "Pins made before the resume, pinned in it too: p2." in shown
         listed = run(other, "%pin --list")[1]
         assert "p1: Plots go to out/figures/." in listed and "p2: Dates are UTC." in listed
         assert "Dates are UTC." in last_request(other)
