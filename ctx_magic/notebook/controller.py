@@ -31,7 +31,7 @@ from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import OutputRecorder
 from ctx_magic.notebook.panel_link import PanelLink
-from ctx_magic.notebook.tasks import OTHER_SESSIONS_RUNS, RunBoard
+from ctx_magic.notebook.tasks import RunBoard
 from ctx_magic.notebook.workspace import Workspace
 
 
@@ -148,8 +148,8 @@ class Controller:
             self.settings.model = model_before  # a session that could not be opened changes no setting
             raise
         if session is not current:
-            if current is not None and (elsewhere := self.runs.elsewhere()):
-                notes += [OTHER_SESSIONS_RUNS, *(f"  {line}" for line in elsewhere)]
+            if current is not None:
+                notes += self.runs.elsewhere()
             session.listeners.append(self._heard)
             self.cells.attach(session.store)  # cells run from now on survive a kernel restart
             self.memory.attach(session)

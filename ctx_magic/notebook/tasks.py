@@ -247,16 +247,22 @@ class RunBoard:
 
     def _unknown(self, run_id: str) -> NoReturn:
         known = ", ".join(info.id for info in self.infos()) or "none yet"
-        elsewhere = [line for line in self.elsewhere() if line.startswith(f"{run_id} ")]
-        where = f"; {elsewhere[0]}: resume that session to reach it" if elsewhere else ""
+        where = next((f"; {line}: resume that session to reach it" for run, line in self._elsewhere()
+                      if run.id == run_id), "")
         raise ToolError(f"There is no background run {run_id!r} in this session (its runs: {known}){where}.")
 
-    def elsewhere(self) -> list[str]:
-        """This kernel's live runs started in other sessions (before `%agent --new` or a resume), a
-        line each: they go on, and are read, answered and stopped from their own session."""
+    def _elsewhere(self) -> list[tuple[Run, str]]:
+        """This kernel's live runs started in other sessions (before `%agent --new` or a resume),
+        each with its line: they go on, and are read, answered and stopped from their own session."""
         folder, now = self._folder(), self.now()
-        return [f"{run.id} of session {path.parent.parent.name}: {run.info().words(now)}"
+        return [(run, f"{run.id} of session {path.parent.parent.name}: {run.info().words(now)}")
                 for path, run in sorted(self.runs.items()) if path.parent != folder and run.live]
+
+    def elsewhere(self) -> list[str]:
+        """What `%ctx tasks` and a switch of session say of the runs still live in other sessions:
+        a heading and a line each, or nothing."""
+        lines = [line for _run, line in self._elsewhere()]
+        return [OTHER_SESSIONS_RUNS, *(f"  {line}" for line in lines)] if lines else []
 
     # -- what they are told --------------------------------------------------------------------------
 
@@ -354,18 +360,15 @@ def news_line(info: RunInfo, now: float, *, unread: int) -> str:
 
 
 def runs_listing(rows: list[dict[str, Any]], elsewhere: Sequence[str] = ()) -> str:
-    """`%ctx tasks`: one line per run, then its last printed line and its log; then the runs of
-    this kernel still live in other sessions."""
+    """`%ctx tasks`: one line per run, then its last printed line and its log; then `elsewhere`,
+    the runs of this kernel still live in other sessions (`RunBoard.elsewhere`)."""
     lines = [] if rows else ["No background runs in this session."]
     for row in rows:
         lines.append(f"{row['id']}  {row['words']}  ({human_size(row['size'])} of output)")
         if row["last_line"]:
             lines.append(f"    last line: {row['last_line']}")
         lines.append(f"    log: {row['log']}")
-    if elsewhere:
-        lines.append(OTHER_SESSIONS_RUNS)
-        lines += [f"  {line}" for line in elsewhere]
-    return "\n".join(lines)
+    return "\n".join([*lines, *elsewhere])
 
 
 def _log_tail(path: Path | None, size: int = 2_000) -> str:
