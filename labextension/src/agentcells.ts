@@ -246,6 +246,7 @@ export class AgentCodeView extends Widget implements IRenderMime.IRenderer {
     }
     const index = cellModels(panel).indexOf(model);
     panel.content.activeCellIndex = index;
+    panel.content.mode = 'command'; // selected, not opened for typing
     void panel.content.scrollToCell(panel.content.widgets[index], 'center');
   }
 
@@ -333,9 +334,9 @@ function placeLabel(cell: CodeCell): void {
   node.dataset.signature = signature;
   node.textContent = agentLabel(meta);
   node.title =
-    `From the agent's session ${meta.session}. The first line names the call: keep it, and when ` +
-    'you run the cell again the agent knows it is its own code and gets only the new output ' +
-    '(or your edit as a diff).';
+    `The agent's code, from its session ${meta.session}. While the cell's first line names the ` +
+    'call (# ctx: agent …), running it again tells the agent it is its own code: it gets only ' +
+    'the new output, or your edit as a diff.';
   const label = new Widget({ node });
   const index = layout.widgets.indexOf(input);
   layout.insertWidget(index < 0 ? 0 : index, label);
