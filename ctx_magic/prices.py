@@ -189,3 +189,10 @@ def format_usd(amount: float) -> str:
     if amount < 1:
         return f"${amount:.4f}"
     return f"${amount:,.2f}"
+
+
+def format_saving(amount: float) -> str | None:
+    """A saving as `format_usd` shows it, or None when it would read $0.0000: a saving of nothing
+    is not news, and "saved at least $0.0000" reads as if something went wrong."""
+    shown = format_usd(amount)
+    return None if shown == format_usd(0.0) else shown

@@ -2,7 +2,8 @@
 
 Each block of code the agent runs (or asks to run, in `ask` mode) is offered as a cell. Its block
 in the `%%agent` cell's output carries a MIME type of ours, `AGENT_CODE_MIME`: the cell's source,
-its outputs as nbformat outputs, the session and the tool call. The labextension renders an
+its outputs as nbformat outputs, the session, the tool call, its place in the turn and the
+execution count it ran under (the `%%agent` cell's, which the cell gets). The labextension renders an
 "Insert as cell" button beside the block from it and, with `CtxMagic.agent_cells = 'insert'`,
 makes the cells by itself below the `%%agent` cell; a frontend that does not know the type shows
 the block as before. Where the labextension is absent (VS Code, the classic notebook), IPython's
@@ -31,6 +32,7 @@ from ctx_magic.messages import Block, Message, text_block, tool_use_block
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import shown_text
 from ctx_magic.notebook.outputs import CellRecord, printed, strip_ansi
+from ctx_magic.notebook.runs import running_cell_number
 
 AGENT_CODE_MIME = "application/vnd.ctx-magic.agent-code+json"
 """The MIME type of a block of the agent's code, rendered by the labextension (src/agentcells.ts)."""
@@ -97,9 +99,9 @@ def error_output(text: str) -> dict[str, Any]:
     return {"output_type": "error", "ename": name.strip() or "Error", "evalue": value, "traceback": lines}
 
 
-def notebook_outputs(record: CellRecord | None) -> list[dict[str, Any]]:
+def notebook_outputs(record: CellRecord | None, count: int | None = None) -> list[dict[str, Any]]:
     """What one run of the agent's code showed, as the outputs of a notebook cell (each text
-    capped as the block in the `%%agent` cell caps it)."""
+    capped as the block in the `%%agent` cell caps it); `count` is the execution it ran in."""
     if record is None:
         return []
     outputs: list[dict[str, Any]] = []
@@ -110,7 +112,7 @@ def notebook_outputs(record: CellRecord | None) -> list[dict[str, Any]]:
         outputs.append({"output_type": "display_data", "data": _bundle(data), "metadata": {}})
     if record.result is not None:
         outputs.append({"output_type": "execute_result", "data": _bundle(record.result), "metadata": {},
-                        "execution_count": None})
+                        "execution_count": count})
     if record.error:
         outputs.append(error_output(record.error))
     return outputs
@@ -132,6 +134,8 @@ class AgentCells:
         self._env = env
         """The kernel's live environment: the labextension announces itself there after start."""
         self._order = itertools.count(1)
+        self._in_turn = itertools.count(1)
+        """The block's place in its turn, for the cell's label ("block 2 of the turn in [5]")."""
         self.cell_id: str | None = None
         """The frontend's id of the cell running now (the `%%agent` cell during a turn)."""
         self.waiting: list[tuple[str, str]] = []
@@ -149,6 +153,7 @@ class AgentCells:
     def begin_turn(self) -> None:
         """A new turn's blocks replace the last turn's that were never placed."""
         self.waiting, self._placed = [], None
+        self._in_turn = itertools.count(1)
 
     def offer(self, session_id: str, call_id: str, code: str, record: CellRecord | None, *, ran: bool) -> Offer:
         """The block of `call_id` as a cell: the payload for the labextension and, without it, a
@@ -157,9 +162,11 @@ class AgentCells:
         if mode == "off" or not code.strip():
             return NO_OFFER
         source = marked(call_id, code)
+        count = running_cell_number(self.shell)  # the `%%agent` cell's: the code ran inside its execution
         payload = {"session": session_id, "call": call_id, "source": source, "code": code,
-                   "outputs": notebook_outputs(record if ran else None), "mode": mode, "ran": ran,
-                   "cell": self.cell_id, "order": next(self._order)}
+                   "outputs": notebook_outputs(record if ran else None, count), "mode": mode, "ran": ran,
+                   "cell": self.cell_id, "order": next(self._order), "index": next(self._in_turn),
+                   "count": count if ran else None}
         if self.extension_present():
             return {AGENT_CODE_MIME: payload}, ""
         if mode == "insert" and ran:

@@ -30,6 +30,7 @@ from ctx_magic.events import (
     ToolStarted,
 )
 from ctx_magic.images import human_size
+from ctx_magic.notebook.markdown_text import code_fence
 from ctx_magic.notebook.notices import NOTICE_STYLES, folded_notice, notice_for, notice_line, rich
 from ctx_magic.notebook.outputs import IMAGE_TYPES, OWN_DISPLAY, CellRecord, printed, strip_ansi
 from ctx_magic.store.external import EXTERNAL_MIN_CHARS
@@ -49,6 +50,12 @@ PROGRESS_CHARS = 160  # the latest printed line shown beside the status while co
 SHOWN_MAX_CHARS = EXTERNAL_MIN_CHARS
 SHOWN_HEAD_CHARS = 20_000  # the start of a longer output, where its headers and first rows are
 SHOWN_TAIL_CHARS = 5_000  # and its end, where the error or the final figures usually are
+# Inline styles, so a frontend without ctx_magic's labextension shows the parts apart too; the
+# colours are grey with some transparency, readable on light and dark themes alike.
+TOOL_PART_NAMES = {"python": ("Code", "Output"), "": ("Input", "Result")}
+TOOL_PART_STYLE = "font-size:85%;opacity:0.7;margin:6px 0 2px"
+TOOL_INPUT_STYLE = "border-left:3px solid rgba(128,128,128,0.5);padding-left:8px;margin:0"
+TOOL_OUTPUT_STYLE = "border-top:1px solid rgba(128,128,128,0.4);margin-top:6px"
 SAVED_WHERE = "the session's tool-results folder"  # when the display is not told the file's path
 CodeOffer = Callable[[str, str, CellRecord | None, bool], tuple[Mapping[str, Any], str]]
 """(tool_use_id, code, its run's record, whether it ran) -> what a block of the agent's code adds
@@ -114,10 +121,7 @@ def thinking_html(text: str) -> dict[str, str]:
 
 def approval_request(code: str) -> dict[str, str]:
     """The code the agent wants to run, highlighted by the frontend, shown before the question."""
-    fence = "```"
-    while fence in code:
-        fence += "`"
-    return {"text/markdown": f"**The agent wants to run this code:**\n\n{fence}python\n{code}\n{fence}",
+    return {"text/markdown": f"**The agent wants to run this code:**\n\n{code_fence(code, 'python')}",
             "text/plain": f"The agent wants to run this code:\n{code}"}
 
 
@@ -143,6 +147,17 @@ def record_html(record: CellRecord, where: str | None = None) -> str:
     if record.error:
         parts.append(f'<pre style="{NOTICE_STYLES["error"]}">{html.escape(shown_text(record.error, where))}</pre>')
     return "".join(parts) or "<pre>(no output)</pre>"
+
+
+def tool_parts(tool: str, tool_input: str, output_html: str) -> str:
+    """A tool call's input above its output, each under a small label and the output below a rule,
+    so that code and what it printed, both monospace, never read as one block."""
+    names = TOOL_PART_NAMES.get(tool, TOOL_PART_NAMES[""])
+    return (f'<div class="ctx-magic-tool-part" style="{TOOL_PART_STYLE}">{names[0]}</div>'
+            f'<pre class="ctx-magic-tool-input" style="{TOOL_INPUT_STYLE}">'
+            f"{html.escape(tool_input[:TOOL_INPUT_CHARS])}</pre>"
+            f'<div class="ctx-magic-tool-output" style="{TOOL_OUTPUT_STYLE}">'
+            f'<div class="ctx-magic-tool-part" style="{TOOL_PART_STYLE}">{names[1]}</div>{output_html}</div>')
 
 
 class TurnDisplay:
@@ -320,12 +335,10 @@ class TurnDisplay:
         where = self.output_path(event.tool_use_id) if len(event.output) > SHOWN_MAX_CHARS else None
         output = shown_text(event.output, where)  # the whole text went to the agent; the cell shows this
         if event.tool == "python":
-            code = str(tool_input.get("code", ""))
-            head = f"<pre>{html.escape(code[:TOOL_INPUT_CHARS])}</pre>"
+            head = str(tool_input.get("code", ""))
             body = record_html(record, where) if record else f"<pre>{html.escape(output)}</pre>"
         else:
-            args = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
-            head = f"<pre>{html.escape(args[:TOOL_INPUT_CHARS])}</pre>"
+            head = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
             body = f"<pre>{html.escape(output)}</pre>"
         opened = " open" if event.tool == "python" else ""
         summary = f"{event.tool}" + (" (error)" if event.is_error else "")
@@ -333,7 +346,7 @@ class TurnDisplay:
         offer = self.offer if event.tool == "python" else no_offer  # only code can become a cell
         extra, hint = offer(event.tool_use_id, str(tool_input.get("code", "")), record, record is not None)
         shown = (f'<details class="ctx-magic-tool"{opened}><summary>{html.escape(summary)}</summary>'
-                 f"{head}{body}</details>")
+                 f"{tool_parts(event.tool, head, body)}</details>")
         if hint:
             shown += f'<div class="ctx-magic-cell-hint" style="{STATUS_STYLE}">{html.escape(hint)}</div>'
             plain += f"\n{hint}"

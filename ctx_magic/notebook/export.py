@@ -24,6 +24,7 @@ from ctx_magic.notebook.agent_cells import (
     error_output,
 )
 from ctx_magic.notebook.executor import NOT_RUN
+from ctx_magic.notebook.markdown_text import code_fence, plain_as_markdown
 from ctx_magic.notebook.tasks import STALLED
 from ctx_magic.store.files import describe_os_error
 from ctx_magic.ui.cards import count
@@ -33,6 +34,20 @@ CODE_TOOLS = ("python", "notebook_cell")
 
 def _quote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
+
+
+def _said(message: Message) -> str:
+    """A message's text under who said it: the agent's reply is Markdown, the user's prompt was
+    typed as plain text in a code cell and is shown as written."""
+    if message.role == "user":
+        return f"**You:**\n\n{plain_as_markdown(message.text)}"
+    return f"**Agent:**\n\n{message.text}"
+
+
+def _call_line(name: object, tool_input: Mapping[str, Any]) -> str:
+    """`name`(its arguments), the arguments shown as written."""
+    args = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
+    return f"`{name}`({plain_as_markdown(args)})"
 
 
 def _results(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -56,8 +71,7 @@ def _tool_cell(block: Mapping[str, Any], result: Mapping[str, Any] | None) -> An
         cell.outputs = [new_output("stream", name=name, text=output)]
         cell.metadata["ctx_magic"] = {"tool": block.get("name"), "tool_use_id": block.get("id")}
         return cell
-    args = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
-    return new_markdown_cell(f"**Tool `{block.get('name')}`**({args})\n\n```\n{output[:20_000]}\n```")
+    return new_markdown_cell(f"**Tool** {_call_line(block.get('name'), tool_input)}\n\n{code_fence(output[:20_000])}")
 
 
 def _message_cells(message: Message, results: Mapping[str, Mapping[str, Any]]) -> list[Any]:
@@ -69,11 +83,11 @@ def _message_cells(message: Message, results: Mapping[str, Mapping[str, Any]]) -
     if message.kind == "summary":
         return [new_markdown_cell(f"### Summary that replaced them\n\n{_quote(message.text)}")]
     if message.kind in ("attachment", "meta"):
-        return [new_markdown_cell(f"*Context added by ctx_magic:*\n\n{_quote(message.text[:5_000])}")]
+        added = plain_as_markdown(message.text[:5_000])  # ctx_magic's notes and the kernel's state: not Markdown
+        return [new_markdown_cell(f"*Context added by ctx_magic:*\n\n{_quote(added)}")]
     cells = []
     if message.text.strip():
-        who = "You" if message.role == "user" else "Agent"
-        cells.append(new_markdown_cell(f"**{who}:**\n\n{message.text}"))
+        cells.append(new_markdown_cell(_said(message)))
     for block in message.blocks("tool_use"):
         cells.append(_tool_cell(block, results.get(block["id"])))
     return cells
@@ -199,7 +213,7 @@ def _background_cells(code: str, result: Mapping[str, Any] | None, meta: dict[st
     if state in ("stopped", "ended"):
         how = "stopped" if state == "stopped" else "ended with the kernel"
         return [new_markdown_cell(f"*The agent's code, run in the background and {how} (a run that did not end "
-                                  f"by itself is not a cell here):*\n\n```python\n{code}\n```")]
+                                  f"by itself is not a cell here):*\n\n{code_fence(code, 'python')}")]
     tags = (AGENT_TAG, RAISES_TAG) if state in ("failed", "stalled") else (AGENT_TAG,)
     return [new_markdown_cell(BACKGROUND_NOTE), _code_cell(code, None, meta, tags=tags)]
 
@@ -212,7 +226,8 @@ def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str,
         code = str(call_input.get("code") or "")
         if _not_run(result):
             why = result_text(dict(result)).split("\n")[0] if result else "no result was recorded"
-            return [new_markdown_cell(f"*The agent's code, not run ({why}):*\n\n```python\n{code}\n```")]
+            return [new_markdown_cell(f"*The agent's code, not run ({plain_as_markdown(why)}):*\n\n"
+                                      f"{code_fence(code, 'python')}")]
         meta = {"agent": {"session": session_id, "tool_use_id": block.get("id")}}
         if call_input.get("background") is True:  # its output went to its log: the cell shows none
             return _background_cells(code, result, meta, run_state)
@@ -224,10 +239,9 @@ def _call_cells(block: Mapping[str, Any], message: Message, result: Mapping[str,
         if message.meta.get(AGENT_CALL_KEY):
             meta["agent_call"] = message.meta[AGENT_CALL_KEY]
         return [_code_cell(cell_code(call_input, message.meta), result, meta, lead=_lead_of(call_input))]
-    args = ", ".join(f"{k}={v!r}" for k, v in call_input.items())
     output = result_text(dict(result)) if result else "(no result recorded)"
     cut = output[:OTHER_TOOL_CHARS] + ("\n…" if len(output) > OTHER_TOOL_CHARS else "")
-    return [new_markdown_cell(f"*The agent called `{name}`({args}):*\n\n```\n{cut}\n```")]
+    return [new_markdown_cell(f"*The agent called {_call_line(name, call_input)}:*\n\n{code_fence(cut)}")]
 
 
 def _conversation_cells(message: Message, results: Mapping[str, Mapping[str, Any]], session_id: str,
@@ -244,8 +258,7 @@ def _conversation_cells(message: Message, results: Mapping[str, Mapping[str, Any
         return []  # what ctx_magic attached (notes, the kernel's state, pins): not the conversation
     cells = []
     if message.text.strip():
-        who = "You" if message.role == "user" else "Agent"
-        cells.append(new_markdown_cell(f"**{who}:**\n\n{message.text}"))
+        cells.append(new_markdown_cell(_said(message)))
     for block in message.blocks("tool_use"):
         cells.extend(_call_cells(block, message, results.get(block["id"]), session_id, run_state))
     return cells

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ctx_magic.context.pins import pins_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
-from ctx_magic.prices import format_usd
+from ctx_magic.prices import format_saving, format_usd
 from ctx_magic.ui.cards import count
 
 if TYPE_CHECKING:
@@ -57,8 +57,9 @@ def cost_line(status: StatusSnapshot) -> str:
     saved = status.usage.saved_usd
     by = ", ".join(f"{kind} {format_usd(v)}" for kind, v in sorted(saved.items()) if v)
     p = status.prices
-    return (f"spent {format_usd(status.usage.cost_usd)} this session · saved at least {format_usd(sum(saved.values()))}"
-            + (f" ({by})" if by else "")
+    total = format_saving(sum(saved.values()))
+    return (f"spent {format_usd(status.usage.cost_usd)} this session"
+            + (f" · saved at least {total}" + (f" ({by})" if by else "") if total else "")
             + f" · prices per million tokens: input ${p.input:g}, cache write ${p.cache_write_5m:g} (5m) / "
               f"${p.cache_write_1h:g} (1h), cache read ${p.cache_read:g}, output ${p.output:g} ({p.source})")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ctx_magic.prices import format_usd
+from ctx_magic.prices import format_saving, format_usd
 from ctx_magic.ui.picture import CHANGE_GLYPHS, pct
 
 TRIGGER_WORDS = {
@@ -225,8 +225,9 @@ def counts_html(f: Mapping[str, Any]) -> str:
                                      f"→ {last['cache_read']:,} tokens read, {last['reason']}"))
     cost = f.get("cost") or {}
     if cost and cost.get("prices_source") != "unknown":
-        rows.append(("Dollars", f"{format_usd(cost.get('session_usd', 0.0))} spent · saved at least "
-                                f"{format_usd(cost.get('saved_usd', 0.0))} by the context changes"))
+        saved = format_saving(cost.get("saved_usd", 0.0))
+        rows.append(("Dollars", f"{format_usd(cost.get('session_usd', 0.0))} spent"
+                                + (f" · saved at least {saved} by the context changes" if saved else "")))
     alarm = ""
     if f.get("breaker_open"):
         alarm = ('<div class="ctx-magic-alarm">Automatic compaction is off after repeated failures: compact by '

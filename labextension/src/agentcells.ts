@@ -8,7 +8,9 @@
  *   "Insert as cell" button under it;
  * - in `insert` mode, makes the cells by itself as the blocks arrive from the kernel, below the
  *   `%%agent` cell, in order, with their outputs;
- * - tags every agent cell with a visible label naming its call;
+ * - in `insert` mode, once a block is a cell, shows one line pointing to that cell in place of the
+ *   block, so the code and its output are on screen once;
+ * - gives every agent cell the execution count it ran under and a label saying whose code it is;
  * - tells each Python kernel it connects to that this frontend makes agent cells, so the kernel
  *   does not also place them through IPython's next-input mechanism (its fallback elsewhere).
  */
@@ -50,6 +52,10 @@ export interface IAgentCode {
   cell: string | null;
   /** Its place among the kernel's blocks: cells of one `%%agent` cell keep this order. */
   order: number;
+  /** Its place in its turn (1 for the turn's first block), for the label. */
+  index?: number;
+  /** The execution count of the `%%agent` cell it ran in; null when it did not run. */
+  count: number | null;
 }
 
 /** The `ctx_magic.agent` metadata of an agent cell. */
@@ -59,6 +65,8 @@ export interface IAgentCellMeta {
   tool_use_id: string;
   from: string | null;
   order: number;
+  index: number | null;
+  count: number | null;
 }
 
 export function agentMetaOf(cell: ICellModel): IAgentCellMeta | null {
@@ -104,12 +112,15 @@ export function insertAgentCell(
     session: code.session,
     tool_use_id: code.call,
     from: fromId,
-    order: code.order
+    order: code.order,
+    index: code.index ?? null,
+    count: code.count ?? null
   };
   model.sharedModel.insertCell(index, {
     cell_type: 'code',
     source: code.source,
-    execution_count: null,
+    // The count it ran under (the `%%agent` cell's), not `[ ]:` as if it had never run.
+    execution_count: code.ran ? (code.count ?? null) : null,
     outputs: code.outputs,
     metadata: { trusted, tags: [AGENT_TAG], ctx_magic: { agent } }
   });
@@ -146,6 +157,13 @@ export class AgentCodeView extends Widget implements IRenderMime.IRenderer {
     this._button.addEventListener('click', () => this._insert());
     this._row.className = 'ctx-magic-agent-actions';
     this._row.append(this._button);
+    this._reference.className = 'ctx-magic-agent-ref';
+    this._reference.hidden = true;
+    this._goTo.type = 'button';
+    this._goTo.className = 'jp-Button jp-mod-styled ctx-magic-go-to-cell';
+    this._goTo.textContent = 'Go to cell';
+    this._goTo.addEventListener('click', () => this._goToCell());
+    this._reference.append(this._referenceText, this._goTo);
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
@@ -170,7 +188,7 @@ export class AgentCodeView extends Widget implements IRenderMime.IRenderer {
       );
       layout.addWidget(shown);
     }
-    this.node.append(this._row);
+    this.node.append(this._reference, this._row);
     this._refresh();
   }
 
@@ -191,6 +209,16 @@ export class AgentCodeView extends Widget implements IRenderMime.IRenderer {
       return;
     }
     const inserted = this._panel ? cellOfCall(this._panel, code.call) !== undefined : false;
+    // `insert` mode made the cell by itself: the block would show the same code and output twice.
+    const folded = inserted && code.mode === 'insert' && code.ran;
+    for (const widget of (this.layout as PanelLayout).widgets) {
+      widget.setHidden(folded);
+    }
+    this._row.hidden = folded;
+    this._reference.hidden = !folded;
+    this._referenceText.textContent =
+      `The agent's code${code.index ? ` (block ${code.index})` : ''} ran as the cell below, ` +
+      'where its output is too.';
     this._button.disabled = inserted || !this._panel;
     this._button.textContent = inserted ? 'Inserted as cell' : 'Insert as cell';
     this._button.title = inserted
@@ -210,7 +238,22 @@ export class AgentCodeView extends Widget implements IRenderMime.IRenderer {
     this._refresh();
   }
 
+  private _goToCell(): void {
+    const panel = this._panel;
+    const model = panel && this._code ? cellOfCall(panel, this._code.call) : undefined;
+    if (!panel || !model) {
+      return;
+    }
+    const index = cellModels(panel).indexOf(model);
+    panel.content.activeCellIndex = index;
+    panel.content.mode = 'command'; // selected, not opened for typing
+    void panel.content.scrollToCell(panel.content.widgets[index], 'center');
+  }
+
   private _button = document.createElement('button');
+  private _reference = document.createElement('div');
+  private _referenceText = document.createElement('span');
+  private _goTo = document.createElement('button');
   private _row = document.createElement('div');
   private _code: IAgentCode | null = null;
   private _trusted = false;
@@ -259,9 +302,21 @@ async function announce(context: ISessionContext): Promise<void> {
 /** The visible label above an agent cell's input. */
 const labels = new WeakMap<CodeCell, Widget>();
 
+/**
+ * What the label says: whose code it is and where it came from, in words. The call's id is in
+ * the cell's first line already (the marker the kernel knows the cell by), so it is left out.
+ */
+export function agentLabel(meta: IAgentCellMeta): string {
+  const where = typeof meta.count === 'number' ? ` in [${meta.count}]` : '';
+  if (meta.index) {
+    return `Agent's code · block ${meta.index} of its turn${where}`;
+  }
+  return where ? `Agent's code · from its turn${where}` : "Agent's code";
+}
+
 function placeLabel(cell: CodeCell): void {
   const meta = agentMetaOf(cell.model);
-  const signature = meta ? `${meta.tool_use_id} ${meta.session}` : '';
+  const signature = meta ? JSON.stringify(meta) : '';
   const old = labels.get(cell);
   cell.toggleClass('ctx-magic-agent-cell', meta !== null);
   if (old && !old.isDisposed && old.node.dataset.signature === signature) {
@@ -277,8 +332,11 @@ function placeLabel(cell: CodeCell): void {
   const node = document.createElement('div');
   node.className = 'ctx-magic-agent-tag';
   node.dataset.signature = signature;
-  node.textContent = `Agent's code · call ${meta.tool_use_id} · session ${meta.session}`;
-  node.title = "The agent's code from its python call; run it again and the agent gets only the new output";
+  node.textContent = agentLabel(meta);
+  node.title =
+    `The agent's code, from its session ${meta.session}. While the cell's first line names the ` +
+    'call (# ctx: agent …), running it again tells the agent it is its own code: it gets only ' +
+    'the new output, or your edit as a diff.';
   const label = new Widget({ node });
   const index = layout.widgets.indexOf(input);
   layout.insertWidget(index < 0 ? 0 : index, label);

@@ -84,6 +84,25 @@ def test_each_block_of_the_agents_code_carries_its_cell(shell):
     assert f"run %ctx cell {calls[0]} in an empty cell" in shown[0].data["text/html"]
 
 
+def test_each_block_carries_its_place_in_its_turn_and_the_count_it_ran_under(shell):
+    first_turn = payloads(turn(shell, f"%%agent\ngo\n{fence(RUN)}\n{fence('41 + 1')}"))
+    first_count = shell.execution_count - 1  # the %%agent cell's, now that it has finished
+    second_turn = payloads(turn(shell, f"%%agent\nagain\n{fence(TWO_LINES)}"))
+    assert [p["index"] for p in first_turn + second_turn] == [1, 2, 1]  # the label's "block 2 of its turn"
+    assert [p["count"] for p in first_turn] == [first_count, first_count]
+    assert second_turn[0]["count"] == shell.execution_count - 1 == first_count + 1
+    [result] = [o for o in first_turn[1]["outputs"] if o["output_type"] == "execute_result"]
+    assert result["execution_count"] == first_count  # the cell's Out[n] says the same run
+
+
+def test_a_block_that_did_not_run_has_no_count(shell):
+    ctl = controller(shell)
+    ctl.settings.permission = "ask"
+    ctl.executor.ask = lambda prompt: "n"
+    asked, declined = payloads(turn(shell, f"%%agent\ngo\n{fence(RUN)}"))
+    assert (asked["count"], declined["count"]) == (None, None)
+
+
 def test_a_blocks_outputs_are_the_cells_outputs_displays_results_and_errors(shell):
     code = "from IPython.display import HTML, display\ndisplay(HTML('<b>bold</b>'))\n41 + 1"
     shown = payloads(turn(shell, f"%%agent\ngo\n{fence(code)}\n{fence('1 / 0')}"))

@@ -4,6 +4,7 @@ outputs, the conversation as Markdown between them, what a compaction summarized
 
 from __future__ import annotations
 
+import mistune
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -149,3 +150,20 @@ def test_an_export_with_background_runs_that_failed_or_were_stopped_runs_to_its_
     code = [c for c in exported_ended_runs.cells if c.cell_type == "code"]
     assert code[0].outputs[-1].ename == "ZeroDivisionError"
     assert code[-1].outputs[0].text == "the end\n"
+
+
+def test_the_users_prompt_keeps_its_lines_and_its_stars_while_the_agents_reply_stays_markdown(tmp_path, monkeypatch):
+    prompt = "Take my_var and 2*3*4.\nThen *this* line, __as typed__."
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        cell(shell, "my_var = 7")
+        run(shell, f"%%agent\n{prompt}\n{fence('print(my_var * 2)')}")
+        replies = [m.text for m in controller(shell).host.session.live.messages if m.role == "assistant" and m.text]
+        run(shell, f"%ctx export {tmp_path / 'out.ipynb'}")
+    markdown = [c.source for c in nbformat.read(str(tmp_path / "out.ipynb"), as_version=4).cells
+                if c.cell_type == "markdown"]
+    [you] = [source for source in markdown if source.startswith("**You:**")]
+    html = mistune.html(you)
+    assert "Take my_var and 2*3*4.<br />\nThen *this* line, __as typed__." in html
+    assert "<em>" not in html and "<strong>" not in html.replace("<strong>You:</strong>", "")
+    assert '<code class="language-python">print(my_var * 2)' in html  # the fence stays code
+    assert replies and [s for s in markdown if s.startswith("**Agent:**")] == [f"**Agent:**\n\n{r}" for r in replies]

@@ -246,3 +246,22 @@ def test_the_agents_long_output_is_capped_in_the_cell_with_the_path_of_the_whole
     assert texts(out).count("the full output is at /s/t1.txt") == 1 and "/s/t2.txt" in texts(out)
     html = "\n".join(o.data.get("text/html", "") for o in out.outputs)
     assert html.count("the full output is at /s/t1.txt") == 1 and "line 299999" in html
+
+
+def test_the_agents_code_and_its_output_are_shown_apart_each_under_its_label(shell):
+    code = "for i in range(2):\n    print('row', i)"
+    record = CellRecord(code, stdout=["row 0\nrow 1\n"])
+    with captured() as out:
+        display = TurnDisplay(record_for=lambda _id: record)
+        display(ToolStarted("t1", "python", {"code": code}))
+        display(ToolFinished("t1", "python", "row 0\nrow 1\n", False))
+        display(ToolStarted("t2", "read_file", {"path": "data.csv"}))
+        display(ToolFinished("t2", "read_file", "a,b", False))
+    python, read = (o.data["text/html"] for o in out.outputs if "ctx-magic-tool" in o.data.get("text/html", ""))
+    before, _, output = python.partition('<div class="ctx-magic-tool-output"')
+    assert "for i in range(2):" in before and "row 0" not in before
+    assert "row 0\nrow 1" in output and "range(2)" not in output
+    labels = re.findall(r'class="ctx-magic-tool-part"[^>]*>([^<]*)<', python)
+    assert labels == ["Code", "Output"] and output.index(">Output<") < output.index("row 0")
+    assert "border-top" in output.split(">", 1)[0]  # a rule between them, in any frontend
+    assert re.findall(r'class="ctx-magic-tool-part"[^>]*>([^<]*)<', read) == ["Input", "Result"]

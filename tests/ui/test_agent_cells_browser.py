@@ -9,6 +9,10 @@ with `agent_cells = 'insert'` the next turn's blocks become cells by themselves 
 next-input fallback stays unused, and a restarted kernel is told again). Then one agent cell is run
 again unchanged, another edited and run, a third deleted; the next turn's request carries the first
 as the call it came from with only its new output, the second as a diff, and nothing of the third.
+What a person sees is checked too: each block's code and output apart under their labels; an agent
+cell's label in words (not the ids its first line holds) and the execution count it ran under in its
+prompt; in `insert` mode one line in the output pointing to each cell instead of the block a second
+time; and `%ctx export` showing the user's prompt with its line breaks, `*` and `_` as typed.
 Every wait is on the page's state.
 """
 
@@ -28,7 +32,7 @@ from ui.browser_rig import (
     needs,
     node_missing,
 )
-from ui.test_browser import NOTEBOOK, RUN_TIMEOUT, UI_TIMEOUT, Page, notebook_json
+from ui.test_browser import NOTEBOOK, NOTEBOOK_NODE, RUN_TIMEOUT, UI_TIMEOUT, Page, notebook_json
 
 from ctx_magic.offline.app import OfflineAPI
 from ctx_magic.offline.server import serve_in_thread
@@ -42,6 +46,8 @@ DOUBLE = "twice = m * 2\nprint('m doubled', twice)"
 DOUBLE_PRINT = "print('m doubled', twice)"
 TRIPLE_PRINT = "print('m tripled', m * 3)"
 ANNOUNCE_READS = 5  # the extension tells the new process as it comes up: a read may come first
+PROMPT = "Run these.\nKeep my_var and 2*3*4 as typed,\nand _this_ too."
+EXPORTED = "exported.ipynb"
 
 
 def fence(code: str) -> str:
@@ -50,7 +56,7 @@ def fence(code: str) -> str:
 
 CELLS = [
     "%load_ext ctx_magic\n%config CtxMagic.permission = 'auto'\n%config CtxMagic.idle_timer = False",
-    f"%%agent\nRun these.\n\n{fence(RUN)}\n\n{fence(SECOND)}",
+    f"%%agent\n{PROMPT}\n\n{fence(RUN)}\n\n{fence(SECOND)}",
     "%config CtxMagic.agent_cells = 'insert'",
     f"%%agent\nAnd these.\n\n{fence(SET_M)}\n\n{fence(DOUBLE)}",
     "%%agent\nWhat happened since?",
@@ -92,18 +98,56 @@ def wait_output(page: Page, cell_id: str, text: str) -> None:
     }}""", f"cell {cell_id} does not show {text!r}", arg=[cell_id, text], timeout=RUN_TIMEOUT)
 
 
-def kernel_env(page: Page, name: str) -> str:
-    """A variable of the kernel's environment, read without touching the notebook (the request
-    waits behind anything the extension sent first)."""
-    return page.js(f"""async (name) => {{
+def kernel_run(page: Page, code: str) -> str:
+    """What `code` printed in the kernel, run without touching the notebook (the request waits
+    behind anything the extension sent first)."""
+    return page.js(f"""async (code) => {{
       const kernel = {NOTEBOOK}.sessionContext.session.kernel;
       let text = '';
-      const future = kernel.requestExecute({{code: `print(__import__('os').environ.get('${{name}}', ''), end='')`,
-                                             silent: false, store_history: false}});
-      future.onIOPub = msg => {{ if (msg.header.msg_type === 'stream') text += msg.content.text; }};
+      const future = kernel.requestExecute({{code, silent: false, store_history: false}});
+      future.onIOPub = msg => {{
+        if (msg.header.msg_type === 'stream') {{ text += msg.content.text; }}
+        if (msg.header.msg_type === 'display_data') {{ text += msg.content.data['text/plain'] ?? ''; }}
+      }};
       await future.done;
       return text;
-    }}""", name)
+    }}""", code)
+
+
+def kernel_env(page: Page, name: str) -> str:
+    """A variable of the kernel's environment."""
+    return kernel_run(page, f"print(__import__('os').environ.get({name!r}, ''), end='')")
+
+
+def check_blocks_apart(page: Page, index: int) -> None:
+    """Each block in the %%agent cell's output: the code under "Code", its output under "Output"
+    below it, neither inside the other."""
+    block = page.cell(index).locator(".ctx-magic-tool").first
+    code, output = block.locator(".ctx-magic-tool-input"), block.locator(".ctx-magic-tool-output")
+    assert code.inner_text().strip() == RUN
+    assert "run 1" in output.inner_text() and "globals()" not in output.inner_text()
+    labels = block.locator(".ctx-magic-tool-part")
+    assert labels.all_inner_texts() == ["Code", "Output"]
+    assert labels.nth(1).bounding_box()["y"] >= code.bounding_box()["y"] + code.bounding_box()["height"]
+
+
+def prompt_text(page: Page, cell_id: str) -> str:
+    return page.cell(index_of(page, cell_id)).locator(".jp-InputPrompt").first.inner_text().strip()
+
+
+def check_export(page: Page, app: str) -> None:
+    """The exported conversation: the user's prompt with its line breaks, `*` and `_` as typed."""
+    page.open(EXPORTED)
+    you = page.page.locator(f"{NOTEBOOK_NODE} .jp-MarkdownCell", has_text="You:").first
+    you.scroll_into_view_if_needed()
+    rendered = you.locator(".jp-RenderedMarkdown")
+    rendered.wait_for(state="visible", timeout=UI_TIMEOUT)
+    text = rendered.inner_text()
+    assert "Keep my_var and 2*3*4 as typed,\nand _this_ too." in text, text
+    assert rendered.locator("em").count() == 0 and rendered.locator("strong").all_inner_texts() == ["You:"]
+    assert rendered.locator("br").count() == 2
+    assert rendered.locator("pre", has_text="print('second block')").count() == 1  # the typed fence stays code
+    page.shot(f"{app}-agent-cells-export")
 
 
 def call_of(source: str) -> str:
@@ -150,6 +194,8 @@ def test_agent_code_becomes_cells_and_their_reruns_reach_the_agent_as_new_output
             page.open("agent.ipynb")
             run(page, "cell-0", "cell-1")
             sid = page.kernel_status()["session_id"]
+            turn_count = page.count(index_of(page, "cell-1"))
+            check_blocks_apart(page, index_of(page, "cell-1"))
             first_turn = main_requests(api)[-1]
 
             # 'button': each block has its button and nothing is inserted by itself.
@@ -169,9 +215,16 @@ def test_agent_code_becomes_cells_and_their_reruns_reach_the_agent_as_new_output
                 assert made["meta"]["agent"]["session"] == sid
                 assert made["meta"]["agent"]["tool_use_id"] == call_of(made["source"])
                 assert made["tags"] == ["ctx-agent"]
-            label = page.cell(index_of(page, below[0]["id"])).locator(".ctx-magic-agent-tag")
-            label.wait_for(state="visible", timeout=UI_TIMEOUT)
-            assert call_of(below[0]["source"]) in label.inner_text()
+            # Each cell shows the count it ran under (not `[ ]:`, as if stale) and a label in words.
+            for n, made in enumerate(below, start=1):
+                assert page.count(index_of(page, made["id"])) == turn_count
+                assert prompt_text(page, made["id"]) == f"[{turn_count}]:"
+                label = page.cell(index_of(page, made["id"])).locator(".ctx-magic-agent-tag")
+                label.wait_for(state="visible", timeout=UI_TIMEOUT)
+                assert label.inner_text() == f"Agent's code · block {n} of its turn in [{turn_count}]"
+                assert call_of(made["source"]) not in label.inner_text() and sid not in label.inner_text()
+            # 'button': what the person clicked stays in the output as it was.
+            assert page.cell(index_of(page, "cell-1")).locator(".ctx-magic-tool-input:visible").count() == 2
             page.wait(f"""(i) => Array.from({NOTEBOOK}.content.widgets[i].node
                 .querySelectorAll('.ctx-magic-insert-cell')).every(b => b.disabled)""",
                       "the buttons do not say their code is a cell now", arg=index_of(page, "cell-1"))
@@ -191,6 +244,20 @@ def test_agent_code_becomes_cells_and_their_reruns_reach_the_agent_as_new_output
             assert [c["tags"] for c in inserted] == [["ctx-agent"], ["ctx-agent"]]
             marked = [c for c in cells(page) if c["source"].startswith("# ctx: agent ")]
             assert len(marked) == 4, "a next-input cell came on top of the extension's (the kernel was not told)"
+            insert_count = page.count(index_of(page, "cell-3"))
+            assert [page.count(index_of(page, c["id"])) for c in inserted] == [insert_count, insert_count]
+            # The output shows each block once: a line pointing to its cell, not the code again.
+            turn_cell = page.cell(index_of(page, "cell-3"))
+            references = turn_cell.locator(".ctx-magic-agent-ref:visible")
+            references.nth(1).wait_for(state="visible", timeout=UI_TIMEOUT)
+            assert references.count() == 2
+            assert "block 2) ran as the cell below" in references.nth(1).inner_text()
+            assert turn_cell.locator(".ctx-magic-tool-input:visible").count() == 0
+            assert turn_cell.locator(".ctx-magic-insert-cell:visible").count() == 0
+            references.nth(1).locator(".ctx-magic-go-to-cell").click()
+            page.wait(f"(i) => {NOTEBOOK}.content.activeCellIndex === i", "'Go to cell' did not select the cell",
+                      arg=index_of(page, inserted[1]["id"]))
+            turn_cell.scroll_into_view_if_needed()
             page.shot(f"{app}-agent-cells-insert")
             second_turn = main_requests(api)[-1]
 
@@ -209,11 +276,13 @@ def test_agent_code_becomes_cells_and_their_reruns_reach_the_agent_as_new_output
             }}""", second_cell["id"])
             wait_agent_cells(page, 3, "the deleted agent cell is still there")
             run(page, "cell-4")
+            assert "Wrote the session as a notebook" in kernel_run(page, f"%ctx export {EXPORTED}")
 
             # A restarted kernel is told again that this frontend makes the cells.
             page.js(f"async () => {{ await {NOTEBOOK}.sessionContext.session.kernel.restart(); }}")
             told = [kernel_env(page, "CTX_MAGIC_FRONTEND") for _ in range(ANNOUNCE_READS)]
             assert "@ctx-magic/labextension 0.1.0" in told, told  # each read waits for the kernel's answer
+            check_export(page, app)
 
     last = main_requests(api)[-1]
     calls = notebook_cell_calls(last)

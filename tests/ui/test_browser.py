@@ -10,8 +10,9 @@ the chart has one marker per compaction and a marker opens its card; in the ligh
 theme, at 250 and 500 px, no element of the panel is wider than the panel; after a page reload
 the panel is back; after `%agent --new` it shows the new session; in `ask` mode the code is on
 screen before the question and the "Run it" button answers it; after a kernel restart and a
-resume the marks come back on the old cells and not on a new cell that reuses an old count.
-Screenshots are left in test-artifacts/.
+resume the marks come back on the old cells and not on a new cell that reuses an old count; the
+panel's dollars say what the context changes saved, and nothing of it in a session where they
+saved nothing. Screenshots are left in test-artifacts/.
 
 Needs Debian's chromium (/usr/bin/chromium), jupyterlab, notebook and playwright (the `test`
 extra); the labextension is built from labextension/ when the build is missing or older, which
@@ -38,6 +39,8 @@ from ui.browser_rig import (
     needs,
     node_missing,
 )
+
+from ctx_magic.prices import format_saving, format_usd
 
 pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
 
@@ -258,6 +261,10 @@ def test_panel_badges_cards_themes_widths_sessions_and_ask(app: str, tmp_path: P
         assert page.js("() => window.jupyterapp.commands.isEnabled('ctx-magic:compact')")
         check_badges(page, {A: "summarized", C: "cleared", B: "persisted"}, unmarked=[0, 5])
         check_chart_and_cards(page)
+        cost = page.kernel_status()["cost"]
+        saved = format_saving(cost["saved_usd"])
+        assert saved is not None  # the compaction and the clearing above saved something
+        check_dollars(page, f"{format_usd(cost['session_usd'])} spent · saved at least {saved} by the context changes")
         for theme in ("light", "dark"):
             page.set_theme(theme)
             for width in (250, 500):
@@ -291,6 +298,11 @@ def test_panel_badges_cards_themes_widths_sessions_and_ask(app: str, tmp_path: P
             assert f"{new_status['tokens']:,} of {new_status['threshold']:,} tokens" in status.get_attribute("title")
 
         check_ask(page, app)
+        cost = page.kernel_status()["cost"]
+        assert cost["saved_usd"] == 0  # one turn in a new session: no change to its context yet
+        check_dollars(page, f"{format_usd(cost['session_usd'])} spent")  # not "saved at least $0.0000"
+        page.page.locator(f"{PANEL} .ctx-magic-facts").first.scroll_into_view_if_needed()
+        page.shot(f"{app}-nothing-saved")
 
         # A kernel restart: the panel goes with the kernel; a resume brings the first session back,
         # with its marks on the old cells, and none on a new cell that got an old execution count.
@@ -374,6 +386,14 @@ def check_chart_and_cards(page: Page) -> None:
     marker.click()
     page.wait(f"(key) => document.querySelector(`{PANEL} details[data-ctx-card='${{key}}']`).open",
               "the clearing's marker did not open its card", arg=key)
+
+
+def check_dollars(page: Page, expected: str) -> None:
+    """The panel's dollars row reads `expected` (the panel updates after the turn: waited on)."""
+    page.wait(f"""(expected) => {{
+      const term = Array.from(document.querySelectorAll('{PANEL} dt')).find(d => d.textContent === 'Dollars');
+      return term?.nextElementSibling?.textContent === expected;
+    }}""", f"the panel's dollars do not read {expected!r}", arg=expected)
 
 
 def check_ask(page: Page, app: str) -> None:
