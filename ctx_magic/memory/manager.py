@@ -74,7 +74,8 @@ class MemoryManager:
     clock: Callable[[], datetime] = utc_now
     background: list[threading.Thread] = field(default_factory=list)
     last_error: str | None = None
-    """One line for the user at the next chance: a background task failed or refused something."""
+    """A line for the user at the next chance: a background task failed, refused something, or
+    proposed team memories for review."""
     last_refused: str | None = None
     """The last extraction's line about the memories it refused as secrets, or None."""
     skipped: list[Unreadable] = field(default_factory=list)
@@ -254,9 +255,13 @@ class MemoryManager:
 
         def run() -> None:
             try:
-                self.extract(session, snapshot)
-                if self.last_refused:
-                    self.last_error = f"From session {session.session_id}: {self.last_refused}"
+                added = self.extract(session, snapshot)
+                proposed = sum(1 for m in added if m.scope == "team") if self.team_review else 0
+                lines = [*([self.last_refused] if self.last_refused else []),
+                         *([f"{proposed} proposed for the team, waiting for your review: %memory review."]
+                           if proposed else [])]
+                if lines:
+                    self.last_error = "\n".join(f"From session {session.session_id}: {line}" for line in lines)
                 session.store.save_state(session.state_json())
             except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
                 self.last_error = f"memories were not extracted from session {session.session_id}: {error}"

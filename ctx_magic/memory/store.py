@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -316,9 +317,10 @@ def signed(memory: Memory) -> str:
     claimed, owner = memory.author, memory.owner
     if not claimed or claimed == owner:
         return owner or ""
+    quoted = json.dumps(claimed, ensure_ascii=False)  # a quote inside the name cannot end the quotation
     if owner:
-        return f'"{claimed}" (claimed; the file belongs to OS user {owner})'
-    return f'"{claimed}" (claimed)'
+        return f"{quoted} (claimed; the file belongs to OS user {owner})"
+    return f"{quoted} (claimed)"
 
 
 def added_by(memory: Memory) -> str:

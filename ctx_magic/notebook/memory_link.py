@@ -140,8 +140,8 @@ class MemoryLink:
         if not accepted:
             return "No team memories wait for review."
         lines = "\n".join(f"- {m.id}: {shown_text(m)}" for m in accepted)
-        return (f"Accepted {count(len(accepted), 'memory', 'memories')} into team {self.manager.team_name!r}'s "
-                f"folder:\n{lines}")
+        return (f"Accepted {count(len(accepted), 'memory', 'memories')} into the folder of team "
+                f"{self.manager.team_name!r}:\n{lines}")
 
     def reject(self, ids: Sequence[str]) -> str:
         rejected = self.manager.reject(ids)
@@ -169,8 +169,8 @@ class MemoryLink:
         lines += self._unreadable_lines()
         waiting = len(self.manager.proposed()) if self.manager.team_on else 0
         if waiting:
-            lines.append(f"{count(waiting, 'team memory', 'team memories')} proposed by extraction wait for your "
-                         "review: %memory review.")
+            lines.append(f"{count(waiting, 'team memory', 'team memories')} proposed by extraction "
+                         f"{'waits' if waiting == 1 else 'wait'} for your review: %memory review.")
         team = self.team_line()
         if team:
             lines.append(team)

@@ -144,7 +144,7 @@ def test_team_memory_reaches_the_second_member_as_a_note_from_a_colleague(tmp_pa
     assert f"for the team (added by {alice} on " in everything
     proposed = "- Churn is counted over a 90-day window. (proposed for the team: %memory accept churn-is-counted-"
     assert proposed in everything
-    assert "Accepted 1 memory into team 'analytics''s folder:\n- churn-is-counted-" in everything
+    assert "Accepted 1 memory into the folder of team 'analytics':\n- churn-is-counted-" in everything
     assert "Refused to store this memory: W********** looks like credentials in a URL." in everything
     assert "Winter2024" not in everything  # the outputs name it masked only
     section = shown(next(c for c in cells if "frame.memory_section" in c.source))

@@ -116,20 +116,33 @@ def test_extraction_proposes_facts_about_the_shared_data_and_a_member_accepts_th
         assert team_files(tmp_path) == []  # nothing reaches the team before a member accepts it
         proposed_id = shown.split("%memory accept ")[1].split(")")[0]
         _, listing = run(shell, "%memory show")
-        assert "1 team memory proposed by extraction wait for your review: %memory review." in listing
+        assert "1 team memory proposed by extraction waits for your review: %memory review." in listing
         _, review = run(shell, "%memory review")
         assert review.strip().startswith("1 team memory proposed by extraction, waiting for you: ")
         assert f"- {proposed_id} [project]: {FACT}" in review
         result, shown = run(shell, "%memory accept nope")
         assert result.error_in_exec is None and "No proposed team memory with id 'nope' (see %memory review)." in shown
         _, shown = run(shell, f"%memory accept {proposed_id}")
-        assert shown.strip() == f"Accepted 1 memory into team 'analytics''s folder:\n- {proposed_id}: {FACT}"
+        assert shown.strip() == f"Accepted 1 memory into the folder of team 'analytics':\n- {proposed_id}: {FACT}"
         _, review = run(shell, "%memory review")
         assert review.strip().startswith("No team memories wait for review")
     [shared] = team_files(tmp_path)
     assert (shared.text, shared.author) == (FACT, "alice")
     assert [(m.text, m.type, m.author) for m in own_files(tmp_path, "alice")] == [
         ("I prefer plots in dark mode.", "user", "")]
+
+
+def test_proposals_from_extraction_at_a_sessions_end_are_announced_after_the_next_turn(tmp_path, monkeypatch):
+    (tmp_path / "shared").mkdir()
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        member(shell, "alice")
+        run(shell, f"%%agent\nRemember that {FACT[0].lower()}{FACT[1:]}")
+        memory, session = controller(shell).memory, controller(shell).host.session
+        memory.manager.extract_in_background(session).join()  # what the end of a long session runs
+        _, shown = run(shell, "%%agent\nThanks.")
+        assert (f"From session {session.session_id}: 1 proposed for the team, waiting for your review: "
+                "%memory review.") in shown
+    assert team_files(tmp_path) == []
 
 
 def test_a_rejected_proposal_never_reaches_the_team(tmp_path, monkeypatch):
