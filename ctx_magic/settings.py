@@ -20,6 +20,9 @@ CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 PERMISSIONS = ("ask", "auto", "off")
 PERMISSION = "ask"  # a person is at the notebook: ask before running code
 IMAGE_MAX_BYTES = 1_000_000  # base64 bytes of one image from a cell output
+# Extraction's facts for the team wait for a member's accept: the model wrote them from a conversation
+# that holds whatever a notebook printed, and the team folder reaches every member's prompt.
+TEAM_REVIEW = True
 MEMORY_BUDGET_TOKENS = 2_000  # memories in the system prompt: the size of one session-notes section (as in Claude Code)
 MAX_RETRIES = 2  # the anthropic SDK's own default for 429, 5xx and failed connections
 MIN_REPLY_TOKENS = 256  # a reply cap below this cannot hold a useful answer

@@ -17,6 +17,7 @@ meanwhile stays).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -39,10 +40,11 @@ from ctx_magic.memory.longterm import (
 )
 from ctx_magic.memory.prompts import CONSOLIDATED_TAG, consolidate_prompt, entry_line, gather_prompt
 from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line
-from ctx_magic.memory.shared_folder import SHARED_FILE_MODE
+from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, read_regular_file
 from ctx_magic.memory.store import (
     BASE_RELEVANCE,
     INDEX_NAME,
+    MAX_BASE_RELEVANCE,
     SHARED_TYPES,
     Memory,
     MemoryStore,
@@ -53,20 +55,13 @@ from ctx_magic.memory.store import (
     parse_time,
     sort_by_relevance,
 )
-from ctx_magic.store.files import (
-    atomic_write_bytes,
-    atomic_write_json,
-    describe_os_error,
-    read_json,
-    snapshot_folder,
-)
+from ctx_magic.store.files import atomic_write_bytes, atomic_write_json, describe_os_error
 from ctx_magic.store.session import SessionDir, list_sessions
 
 MIN_HOURS_SINCE_DREAM = 24  # Claude Code: time gate, minHours = 24
 MIN_SESSIONS_SINCE_DREAM = 5  # Claude Code: session gate, minSessions = 5 new transcripts
 CHECK_INTERVAL = timedelta(minutes=10)  # the session scan runs at most every 10 minutes
 PRUNE_BELOW = 0.1  # ~100 days for a full-score decaying memory, past Claude Code's last row (day 90: x0.125)
-MAX_BASE_RELEVANCE = 1.0  # Claude Code: memories start at 1.0, the top of the scale
 NOTES_BUDGET_TOKENS = 40_000  # about three full notes files (session notes cap one at 12,000), newest first
 MAX_CANDIDATES = MAX_PER_SESSION  # a dream gathers no more than a session may extract (Claude Code: 20)
 DREAM_SOURCE = "dream"  # source_session of memories a dream writes
@@ -175,7 +170,29 @@ def _is_lock_file(name: str) -> bool:
 
 
 def load_state(folder: Path) -> DreamState:
-    return DreamState.from_json(read_json(folder / STATE_NAME, {}))
+    """The folder's dream state; the empty state when it is missing, unreadable or not a small regular
+    file (a FIFO planted there would otherwise hold every member's dream check for good)."""
+    try:
+        return DreamState.from_json(json.loads(read_regular_file(folder / STATE_NAME).data))
+    except (OSError, ValueError):
+        return DreamState.from_json({})
+
+
+def snapshot_folder(folder: Path, skip: Callable[[str], bool]) -> dict[str, bytes]:
+    """The bytes of every small regular file of `folder` that `skip` does not name: what a failed
+    dream puts back. Anything else (a link, a FIFO, a huge file) is never read: the dream never
+    writes one, and a file it replaces that is missing here is only removed on failure."""
+    if not folder.is_dir():
+        return {}
+    found: dict[str, bytes] = {}
+    for path in folder.iterdir():
+        if skip(path.name):
+            continue
+        try:
+            found[path.name] = read_regular_file(path).data
+        except OSError:
+            continue
+    return found
 
 
 def save_state(folder: Path, state: DreamState, *, shared: bool = False) -> None:
@@ -395,10 +412,17 @@ def put_back(store: MemoryStore, snapshot: Mapping[str, bytes], touched: set[str
         path = store.folder / name
         if name not in snapshot:
             path.unlink(missing_ok=True)
-        elif not path.is_file() or path.read_bytes() != snapshot[name]:
+        elif _current_bytes(path) != snapshot[name]:
             atomic_write_bytes(path, snapshot[name], mode=mode)
     if store.shared:
         store.rebuild_index()
+
+
+def _current_bytes(path: Path) -> bytes | None:
+    try:
+        return read_regular_file(path).data
+    except OSError:
+        return None
 
 
 def run_locked(store: MemoryStore, now: datetime, holder: str,

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.memory.shared_folder import LOCK_FILE_MODE, LockSupport, lock_support
+from ctx_magic.memory.shared_folder import LOCK_FILE_MODE, LockSupport, lock_support, read_regular_file
 from ctx_magic.memory.store import format_time, parse_time
 
 LOCK_STALE_AFTER = timedelta(hours=1)  # a dream lock older than an hour belongs to a dead process
@@ -86,9 +86,10 @@ def _create_lock(path: Path, now: datetime, holder: str = "", os_lock: bool = Fa
 
 
 def _read_lock(path: Path) -> dict[str, Any] | None:
-    """The lock's content; {} while it is being written or if garbled; None if there is no lock."""
+    """The lock's content; {} while it is being written, if garbled or if it is not a small regular
+    file (a FIFO there would hold the reader for good); None if there is no lock."""
     try:
-        data = json.loads(path.read_bytes() or b"{}")
+        data = json.loads(read_regular_file(path).data or b"{}")
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

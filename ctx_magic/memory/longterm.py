@@ -3,7 +3,8 @@
 At session end (and on `%memory extract`) one side call reads the conversation and answers
 with the durable facts in it, one JSON object per line inside `<memories>`. Each candidate is
 checked for secrets and duplicates before it is stored; a session stores at most 20. With team
-memory on, a candidate about the shared work goes to the team's folder (`belongs_to_team`).
+memory on, a candidate about the shared work goes to the team's folder (`belongs_to_team`), or,
+with review on, to the member's own folder of proposals until they accept it.
 
 The model is reached through `TextModel`, one method wide; the agent adapts its
 `Session.side_call` to it, tests adapt the SDK model or a stub.
@@ -43,10 +44,20 @@ class TextModel(Protocol):
 
 @dataclass(frozen=True)
 class TeamShare:
-    """Where extraction sends a fact about the shared work: the team's store, signed by `author`."""
+    """Where extraction sends a fact about the shared work: the team's store, signed by `author`;
+    with `proposals`, that folder instead, where it waits for the member's accept."""
 
     store: MemoryStore
     author: str
+    proposals: MemoryStore | None = None
+
+    @property
+    def target(self) -> MemoryStore:
+        return self.proposals if self.proposals is not None else self.store
+
+    def known(self) -> list[Memory]:
+        """The team's memories and those proposed for it: neither is proposed again."""
+        return [*self.store.all(), *(self.proposals.all() if self.proposals is not None else [])]
 
 
 @dataclass(frozen=True)
@@ -145,13 +156,13 @@ def extract_memories(
     of stored memories (in any scope) are dropped, each secret's kind and masked value added to
     `refused` (for one line to the user, never the text); a reply without a `<memories>` block
     stores nothing. With a `team`, what `belongs_to_team` says is about the shared work goes to
-    its store, signed by its author. Model errors propagate to the caller, which runs this in the
-    background.
+    its store (or its proposals, for review), signed by its author. Model errors propagate to the
+    caller, which runs this in the background.
     """
     room = MAX_PER_SESSION - already_extracted
     if room <= 0:
         return []
-    existing = [*store.all(), *(team.store.all() if team is not None else [])]
+    existing = [*store.all(), *(team.known() if team is not None else [])]
     reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room, team=team is not None))
     added: list[Memory] = []
     for candidate in parse_candidates(reply) or []:
@@ -165,7 +176,7 @@ def extract_memories(
         if store.find_duplicate(candidate.text, [*existing, *added]) is not None:
             continue
         shared = team if team is not None and belongs_to_team(candidate) else None
-        target = shared.store if shared is not None else store
+        target = shared.target if shared is not None else store
         memory = target.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay,
                             source_session=session_id, author=shared.author if shared is not None else "")
         added.append(memory)

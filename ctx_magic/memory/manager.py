@@ -33,7 +33,7 @@ from ctx_magic.memory.store import (
 )
 from ctx_magic.memory.team import default_author, dream_team, folder_problem, lock_notice
 from ctx_magic.messages import Message
-from ctx_magic.settings import MEMORY_BUDGET_TOKENS
+from ctx_magic.settings import MEMORY_BUDGET_TOKENS, TEAM_REVIEW
 
 EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
 JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
@@ -69,12 +69,17 @@ class MemoryManager:
     team_name: str = ""
     author: str = ""
     """Who this member is on team memories; empty: `default_author()`."""
+    team_review: bool = TEAM_REVIEW
+    """Extraction proposes team memories (in `proposals`) and the member accepts them."""
     clock: Callable[[], datetime] = utc_now
     background: list[threading.Thread] = field(default_factory=list)
     last_error: str | None = None
-    """One line for the user at the next chance: a background task failed or refused something."""
+    """A line for the user at the next chance: a background task failed, refused something, or
+    proposed team memories for review."""
     last_refused: str | None = None
     """The last extraction's line about the memories it refused as secrets, or None."""
+    skipped: list[Unreadable] = field(default_factory=list)
+    """The memory files the last prompt section could not read (a FIFO, a link, a huge file, ...)."""
 
     @property
     def project(self) -> MemoryStore:
@@ -103,6 +108,13 @@ class MemoryManager:
             return None
         assert self.team_root is not None
         return MemoryStore.for_team(self.team_root, self.team_name)
+
+    @property
+    def proposals(self) -> MemoryStore | None:
+        """The team memories extraction proposed in this storage folder, waiting for review."""
+        if not self.team_on:
+            return None
+        return MemoryStore.for_team_proposals(self.storage_dir, self.team_name)
 
     def require_team(self) -> MemoryStore:
         team = self.team
@@ -138,7 +150,10 @@ class MemoryManager:
         """The most relevant memories of every scope within the one budget, shared fairly between
         the scopes (`select_for_prompt`), for the system prompt."""
         now = self.clock()
-        return memory_prompt_section(select_for_prompt(self.all(), now, self.budget_tokens), now)
+        scans = [store.scan() for store in self.stores()]
+        self.skipped = [problem for scan in scans for problem in scan.problems]
+        memories = sort_by_relevance([m for scan in scans for m in scan.memories], now)
+        return memory_prompt_section(select_for_prompt(memories, now, self.budget_tokens), now)
 
     def rows(self) -> list[dict[str, Any]]:
         """What the panel lists: each memory with its current relevance."""
@@ -172,6 +187,43 @@ class MemoryManager:
                 return store.scope, found
         return None
 
+    # -- review of what extraction proposes for the team ------------------------------------------
+
+    def proposed(self) -> list[Memory]:
+        """The team memories waiting for this member's review, oldest first."""
+        proposals = self.proposals
+        return proposals.all() if proposals is not None else []
+
+    def _pick_proposed(self, ids: Sequence[str]) -> list[Memory]:
+        waiting = self.proposed()
+        if list(ids) == ["all"]:
+            return waiting
+        by_id = {m.id: m for m in waiting}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise CtxMagicError(f"No proposed team memory with id {unknown[0]!r} (see %memory review).")
+        return [by_id[i] for i in dict.fromkeys(ids)]
+
+    def accept(self, ids: Sequence[str]) -> list[Memory]:
+        """Proposed memories (or "all") into the team's folder, signed by this member who accepted them."""
+        team, proposals = self.require_team(), self.proposals
+        assert proposals is not None
+        accepted = []
+        for memory in self._pick_proposed(ids):
+            accepted.append(team.add(memory.text, now=self.clock(), type=memory.type, decay=memory.decay,
+                                     source_session=memory.source_session, author=self.member))
+            proposals.forget(memory.id)
+        return accepted
+
+    def reject(self, ids: Sequence[str]) -> list[Memory]:
+        """Proposed memories (or "all") dropped: they never reach the team."""
+        self.require_team()
+        proposals = self.proposals
+        assert proposals is not None
+        rejected = self._pick_proposed(ids)
+        proposals.apply(remove=[m.id for m in rejected])
+        return rejected
+
     # -- extraction ----------------------------------------------------------------------------
 
     def extract(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
@@ -182,9 +234,10 @@ class MemoryManager:
         already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
         refused: list[str] = []
         team = self.team
+        share = None if team is None else TeamShare(team, self.member, self.proposals if self.team_review else None)
         added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
                                  now=self.clock(), session_id=session.session_id, already_extracted=already,
-                                 refused=refused, team=TeamShare(team, self.member) if team is not None else None)
+                                 refused=refused, team=share)
         session.plugins.remember(EXTRACTED_KEY, already + len(added))
         self.last_refused = refusal_line(refused, "extracted memory")
         return added
@@ -202,9 +255,13 @@ class MemoryManager:
 
         def run() -> None:
             try:
-                self.extract(session, snapshot)
-                if self.last_refused:
-                    self.last_error = f"From session {session.session_id}: {self.last_refused}"
+                added = self.extract(session, snapshot)
+                proposed = sum(1 for m in added if m.scope == "team") if self.team_review else 0
+                lines = [*([self.last_refused] if self.last_refused else []),
+                         *([f"{proposed} proposed for the team, waiting for your review: %memory review."]
+                           if proposed else [])]
+                if lines:
+                    self.last_error = "\n".join(f"From session {session.session_id}: {line}" for line in lines)
                 session.store.save_state(session.state_json())
             except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
                 self.last_error = f"memories were not extracted from session {session.session_id}: {error}"

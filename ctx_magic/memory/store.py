@@ -6,6 +6,13 @@ on a folder every member reaches. Each memory is `<id>.md` with a front matter o
 (a team memory also says who added it); `MEMORY.md` lists them all, one line each, most relevant
 first. Relevance decays with a 30-day half-life unless the memory says `decay: false`.
 
+What a file says about itself is a claim: its scope is the folder it lives in (a file in the team
+folder is a team memory whatever its front matter says), its relevance is held to the top of the
+scale, and who wrote it is the file's owner as the filesystem says (`Memory.owner`); the `author`
+in it is a name the writer gave. Files are read only when they are regular files of their own and
+small (`shared_folder.read_regular_file`), and a file that cannot be read is reported by what is
+wrong with it, never by quoting what it holds (it may be a link to someone's private file).
+
 Several people may write a team folder at once, so nothing there is ever read half-written or
 lost: each memory is its own file, named by its text, written to a temporary file and renamed
 into place; the index is rebuilt from the files under a short lock, and every reader (the
@@ -15,18 +22,27 @@ prompt, `%memory show`) reads the files, never the index.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, get_args
 
 from ctx_magic.errors import CtxMagicError, StorageError
 from ctx_magic.memory.secrets import detect_secret, find_secret
-from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, index_lock, lock_support
+from ctx_magic.memory.shared_folder import (
+    MAX_FILE_BYTES,
+    SHARED_FILE_MODE,
+    RefusedFile,
+    index_lock,
+    lock_support,
+    read_regular_file,
+)
 from ctx_magic.store.files import atomic_write_text, describe_os_error
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
@@ -37,9 +53,13 @@ SCOPES: tuple[str, ...] = get_args(Scope)
 
 HALF_LIFE_DAYS = 30.0  # Claude Code: decayFactor = 0.5 ^ (days / 30): day 30 x0.5, 60 x0.25, 90 x0.125
 BASE_RELEVANCE = 1.0  # Claude Code: a new memory starts at relevanceScore = 1.0
+MAX_BASE_RELEVANCE = 1.0  # the top of the scale: a file claiming more is held to it (the dream scores 0 to 1)
+MAX_AUTHOR_CHARS = 80  # a name or a few; past it a file's author line is cut (it reaches other members' prompts)
 NEAR_DUPLICATE_RATIO = 0.9  # difflib ratio of normalized texts at which two memories say the same thing
 SAME_WORD_RATIO = 0.75  # a replaced word this close to the original is a typo or an inflection, not a new word
 INDEX_NAME = "MEMORY.md"
+PROPOSALS_DIR = "team-proposals"  # in the project's memory folder: <storage>/memory/team-proposals/<team>/
+MAX_INDEX_BYTES = 4 * 1024 * 1024  # the index: a line per memory; past this it is not a ctx_magic index
 INDEX_FIRST_LINE_CHARS = 100  # the index shows this much of each memory's first line
 SECONDS_PER_DAY = 86_400
 
@@ -132,7 +152,10 @@ class Memory:
     scope: Scope = "project"
     source_session: str = ""
     author: str = ""
-    """Who added it (team memories: the member's name; empty elsewhere)."""
+    """Who added it as the writer gave it (team memories: the member's name; empty elsewhere): a claim."""
+    owner: str = field(default="", compare=False)
+    """The OS account owning the file it was read from: the filesystem's word, not the file's
+    (empty for a memory not read from a file, or where the system has no accounts)."""
 
     def current_relevance(self, now: datetime) -> float:
         return relevance(self.relevance, self.created, now, self.decay)
@@ -158,8 +181,10 @@ class Memory:
         return f"---\n{front}---\n{self.text.strip()}\n"
 
     @classmethod
-    def from_markdown(cls, text: str, *, default_scope: Scope = "project") -> Memory:
-        """Parse a memory file; ValueError says what is wrong with it."""
+    def from_markdown(cls, text: str, *, scope: Scope = "project", owner: str = "") -> Memory:
+        """Parse a memory file of the folder of `scope` (its own `scope:` line is not believed); its
+        relevance is held to the top of the scale. ValueError says what is wrong by line and field,
+        never quoting the file (it may be someone's private file reached through a link)."""
         lines = text.splitlines()
         if not lines or lines[0].strip() != "---":
             raise ValueError("no front matter (the file must start with ---)")
@@ -168,10 +193,10 @@ class Memory:
         except StopIteration:
             raise ValueError("the front matter is not closed with ---") from None
         fields: dict[str, str] = {}
-        for line in lines[1:end]:
+        for number, line in enumerate(lines[1:end], 2):
             key, sep, value = line.partition(":")
             if not sep:
-                raise ValueError(f"front matter line without a colon: {line!r}")
+                raise ValueError(f"line {number} of the front matter has no colon")
             fields[key.strip()] = value.strip()
         missing = [k for k in ("id", "type", "created", "updated") if not fields.get(k)]
         if missing:
@@ -179,26 +204,39 @@ class Memory:
         body = "\n".join(lines[end + 1 :]).strip()
         if not body:
             raise ValueError("the memory has no text")
-        kind, scope = fields["type"], fields.get("scope") or default_scope
-        if kind not in MEMORY_TYPES or scope not in SCOPES:
-            raise ValueError(f"unknown type or scope: {kind!r}, {scope!r}")
-        base = float(fields.get("relevance") or BASE_RELEVANCE)
+        kind = fields["type"]
+        if kind not in MEMORY_TYPES:
+            raise ValueError(f"unknown type (it must be one of {', '.join(MEMORY_TYPES)})")
+        try:
+            base = float(fields.get("relevance") or BASE_RELEVANCE)
+        except ValueError:
+            base = math.nan
         if not math.isfinite(base) or base < 0:
-            raise ValueError(f"relevance must be a number >= 0, not {fields['relevance']!r}")
+            raise ValueError("relevance must be a number >= 0")
         decay = fields.get("decay", "true").lower()
         if decay not in ("true", "false"):
-            raise ValueError(f"decay must be true or false, not {decay!r}")
+            raise ValueError("decay must be true or false")
+        times = {}
+        for name in ("created", "updated"):
+            try:
+                times[name] = parse_time(fields[name])
+            except ValueError:
+                raise ValueError(f"{name} is not a date and time (like 2025-03-01T12:00:00Z)") from None
+        author = _SPACE.sub(" ", fields.get("author", "")).strip()
+        if len(author) > MAX_AUTHOR_CHARS:
+            author = author[: MAX_AUTHOR_CHARS - 1] + "…"
         return cls(
             id=fields["id"],
             text=body,
             type=kind,  # type: ignore[arg-type]
-            created=parse_time(fields["created"]),
-            updated=parse_time(fields["updated"]),
-            relevance=base,
+            created=times["created"],
+            updated=times["updated"],
+            relevance=min(base, MAX_BASE_RELEVANCE),
             decay=decay == "true",
-            scope=scope,  # type: ignore[arg-type]
+            scope=scope,
             source_session=fields.get("source_session", ""),
-            author=fields.get("author", ""),
+            author=author,
+            owner=owner,
         )
 
 
@@ -257,11 +295,40 @@ def shown_text(memory: Memory) -> str:
     return f"(hidden: it looks like it contains {kind}; it is never put in a prompt. %memory forget removes it)"
 
 
-def added_by(memory: Memory) -> str:
-    """"added by alice on 2025-03-01" for a memory that says who added it, else ""."""
-    if not memory.author:
+@functools.lru_cache(maxsize=256)
+def account_name(uid: int) -> str:
+    """The OS account of `uid` ("uid 1234" when it has no name here); "" where there are no accounts."""
+    try:
+        import pwd
+    except ImportError:  # Windows
         return ""
-    return f"added by {memory.author} on {memory.created.astimezone(timezone.utc).date().isoformat()}"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # an account of another machine, or of a container's image only
+        return f"uid {uid}"
+
+
+def signed(memory: Memory) -> str:
+    """Who wrote a team memory, as far as its folder can tell: the owner of its file when that is all
+    there is or the file's author agrees with it; else the author's name, quoted and marked as
+    claimed (with the owner that the filesystem vouches for, when there is one); "" for neither."""
+    if memory.scope != "team":
+        return ""  # a member's own memory: they wrote it
+    claimed, owner = memory.author, memory.owner
+    if not claimed or claimed == owner:
+        return owner or ""
+    quoted = json.dumps(claimed, ensure_ascii=False)  # a quote inside the name cannot end the quotation
+    if owner:
+        return f"{quoted} (claimed; the file belongs to OS user {owner})"
+    return f"{quoted} (claimed)"
+
+
+def added_by(memory: Memory) -> str:
+    """"added by alice on 2025-03-01" for a memory whose writer the folder can name (`signed`), else ""."""
+    who = signed(memory)
+    if not who:
+        return ""
+    return f"added by {who} on {memory.created.astimezone(timezone.utc).date().isoformat()}"
 
 
 def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now: datetime) -> str:
@@ -271,7 +338,7 @@ def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now
         if len(head) > INDEX_FIRST_LINE_CHARS:
             head = head[: INDEX_FIRST_LINE_CHARS - 1] + "…"
         score = memory.current_relevance(now)
-        by = f" · {added_by(memory)}" if memory.author else ""
+        by = f" · {added_by(memory)}" if added_by(memory) else ""
         lines.append(f"- [{memory.id}]({memory.id}.md) · {memory.type} · {score:.2f}{by} · {head}")
     skipped = [f"- {p.path.name}: {p.reason}" for p in problems]
     if skipped:
@@ -287,6 +354,9 @@ class MemoryStore:
     scope: Scope = "project"
     clock: Callable[[], datetime] = utc_now
     """Used only where an action takes no `now` (forget, rebuilding the index)."""
+    proposals: bool = False
+    """A member's own folder of team memories that extraction proposed and nobody accepted yet:
+    private like the member's other files, and never read into a prompt."""
 
     @classmethod
     def for_project(cls, storage_dir: Path, **kwargs: object) -> MemoryStore:
@@ -300,10 +370,16 @@ class MemoryStore:
     def for_team(cls, root: Path, team: str, **kwargs: object) -> MemoryStore:
         return cls(team_memory_dir(root, team), "team", **kwargs)  # type: ignore[arg-type]
 
+    @classmethod
+    def for_team_proposals(cls, storage_dir: Path, team: str, **kwargs: object) -> MemoryStore:
+        """Extraction's proposals for `team`, waiting in the member's storage folder for review."""
+        folder = project_memory_dir(storage_dir) / PROPOSALS_DIR / check_team_name(team)
+        return cls(folder, "team", proposals=True, **kwargs)  # type: ignore[arg-type]
+
     @property
     def shared(self) -> bool:
         """Other people write here too: files readable by the folder's group, the index under a lock."""
-        return self.scope == "team"
+        return self.scope == "team" and not self.proposals
 
     @property
     def index_path(self) -> Path:
@@ -323,16 +399,31 @@ class MemoryStore:
         for path in sorted(self.folder.glob("*.md")):
             if path.name == INDEX_NAME or path.name.startswith("."):
                 continue
-            try:
-                memory = Memory.from_markdown(path.read_text(encoding="utf-8"), default_scope=self.scope)
-                if memory.id != path.stem:
-                    raise ValueError(f"its id {memory.id!r} does not match the file name")
-            except (OSError, UnicodeDecodeError, ValueError) as error:
-                problems.append(Unreadable(path, str(error)))
-                continue
-            memories.append(memory)
+            found = self.read(path)
+            if isinstance(found, Unreadable):
+                problems.append(found)
+            else:
+                memories.append(found)
         memories.sort(key=lambda m: (m.created, m.id))
         return Scan(tuple(memories), tuple(problems))
+
+    def read(self, path: Path) -> Memory | Unreadable:
+        """One memory file of this folder, or why it is skipped (what the file is, never what it holds)."""
+        try:
+            read = read_regular_file(path, MAX_FILE_BYTES)
+            memory = Memory.from_markdown(read.data.decode("utf-8"), scope=self.scope,
+                                          owner=account_name(read.owner_uid))
+        except RefusedFile as error:
+            return Unreadable(path, str(error))
+        except UnicodeDecodeError:
+            return Unreadable(path, "not UTF-8 text")
+        except OSError as error:
+            return Unreadable(path, f"could not be read: {error.strerror or type(error).__name__}")
+        except ValueError as error:
+            return Unreadable(path, str(error))
+        if memory.id != path.stem:
+            return Unreadable(path, "the id in its front matter does not match the file name")
+        return memory
 
     def all(self) -> list[Memory]:
         return list(self.scan().memories)
@@ -381,7 +472,8 @@ class MemoryStore:
         memory = Memory(memory_id(text), text, type, now, now, base_relevance, decay, self.scope, source_session,
                         author)
         self.apply(write=[memory], now=now)
-        return memory
+        written = self.read(self.path_of(memory.id))  # as every reader sees it: with its file's owner
+        return written if isinstance(written, Memory) else memory
 
     def forget(self, memory_id: str, *, now: datetime | None = None) -> bool:
         """Remove a memory; False when there is no such memory."""
@@ -435,6 +527,6 @@ class MemoryStore:
 
     def index_text(self) -> str:
         try:
-            return self.index_path.read_text(encoding="utf-8")
+            return read_regular_file(self.index_path, MAX_INDEX_BYTES).data.decode("utf-8", errors="replace")
         except OSError:
             return ""

@@ -24,7 +24,7 @@ from ctx_magic.memory.dream import (
 )
 from ctx_magic.memory.longterm import TextModel
 from ctx_magic.memory.shared_folder import lock_support
-from ctx_magic.memory.store import MemoryStore
+from ctx_magic.memory.store import MemoryStore, account_name
 
 MIN_TEAM_CHANGES = MIN_SESSIONS_SINCE_DREAM  # the team's folder dreams once 5 memories came or changed
 UNKNOWN_AUTHOR = "unknown"
@@ -32,10 +32,14 @@ UNKNOWN_AUTHOR = "unknown"
 
 def default_author() -> str:
     """Who a member is when `CtxMagic.author` is empty: JupyterHub's user name where it is set (on a
-    hub, every member's container may run as the same OS user, `jovyan`), else the OS user."""
+    hub, every member's container may run as the same OS user, `jovyan`), else the OS account this
+    process runs as (the name its files' owner will show, so the name is confirmed on reading)."""
     hub_user = os.environ.get("JUPYTERHUB_USER", "").strip()
     if hub_user:
         return hub_user
+    account = account_name(os.getuid()) if hasattr(os, "getuid") else ""  # no accounts on Windows
+    if account and not account.startswith("uid "):
+        return account
     try:
         return getpass.getuser() or UNKNOWN_AUTHOR
     except (KeyError, OSError):  # no login name and no passwd entry (some containers)

@@ -40,6 +40,7 @@ from ctx_magic.settings import (
     STALL_SECONDS,
     STRATEGIES,
     STRATEGY,
+    TEAM_REVIEW,
     THINKING,
     THINKING_BUDGET,
     THINKING_MODES,
@@ -153,7 +154,11 @@ class CtxMagic(Configurable):
         "are in its subfolder named after the team. It must exist: it is never created.")).tag(config=True)
     author = Unicode("", help=(
         "Your name on the team memories you add; empty = JupyterHub's user name, else the OS "
-        "user.")).tag(config=True)
+        "user. Other members see a name that differs from the file's OS owner marked as claimed.")).tag(config=True)
+    team_review = Bool(TEAM_REVIEW, help=(
+        "Facts that extraction finds for the team wait in your own folder until you accept them "
+        "(%memory review, %memory accept ID); off = they go to the team's folder at once. %memory add --team "
+        "always goes at once.")).tag(config=True)
 
     @validate("team")
     def _team_name(self, proposal: dict[str, Any]) -> str:

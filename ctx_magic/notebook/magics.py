@@ -168,19 +168,22 @@ class AgentMagics(Magics):
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
-    @argument("command", nargs="?", default="show", choices=["show", "add", "forget", "extract", "dream"],
-              help="What to do with long-term memory.")
+    @argument("command", nargs="?", default="show",
+              choices=["show", "add", "forget", "extract", "dream", "review", "accept", "reject"],
+              help="What to do with long-term memory; review, accept and reject: the team memories extraction "
+                   "proposed (CtxMagic.team_review).")
     @argument("--no-decay", action="store_true", dest="no_decay",
               help="With add: the memory keeps its full relevance forever.")
     @argument("--team", action="store_true",
               help="With add: a fact about the shared data or code for the whole team (CtxMagic.team). "
                    "With forget: the team's memory with this id.")
-    @argument("rest", nargs=argparse.REMAINDER, help="With add: the text to remember. With forget: the id.")
+    @argument("rest", nargs=argparse.REMAINDER, help="With add: the text to remember. With forget: the id. "
+                                                     "With accept and reject: ids, or all.")
     @line_magic
     @one_line_errors
     def memory(self, line: str) -> None:
         """Long-term memory across sessions: show, add [--no-decay] [--team] TEXT, forget [--team] ID,
-        extract, dream."""
+        extract, dream, review, accept ID|all, reject ID|all."""
         args = parse(self.memory, line)
         # What follows the command is its text, taken as typed; the flags may sit anywhere in it.
         no_decay = args.no_decay or "--no-decay" in args.rest
@@ -201,6 +204,13 @@ class AgentMagics(Magics):
             notice(memory.forget(words[0], team=team))
         elif args.command == "extract":
             notice(memory.extract(host.require()))
+        elif args.command == "review":
+            notice(memory.review())
+        elif args.command in ("accept", "reject"):
+            if not words:
+                raise CtxMagicError(f"%memory {args.command} needs the ids of proposed team memories, or all "
+                                    "(see %memory review).")
+            notice(memory.accept(words) if args.command == "accept" else memory.reject(words))
         else:
             notice(memory.dream(host.require()))
         self.controller.panel.refresh()

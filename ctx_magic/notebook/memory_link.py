@@ -1,17 +1,18 @@
 """Memory for this kernel's sessions: the session notes keeper of the current session, and
 long-term memories (the project's, the user's and the team's): put in a session's system prompt
 at its first turn, extracted when it ends, consolidated when the dream's gates open, and what
-`%memory` does with them."""
+`%memory` does with them (with the review of what extraction proposes for the team)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.store import added_by
+from ctx_magic.memory.store import Memory, added_by, shown_text
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.ui.cards import count
@@ -41,6 +42,7 @@ class MemoryLink:
         self._manager.team_root = team_root if settings.team else None
         self._manager.team_name = settings.team
         self._manager.author = settings.author
+        self._manager.team_review = settings.team_review
         return self._manager
 
     def attach(self, session: Session) -> None:
@@ -58,15 +60,19 @@ class MemoryLink:
 
     def after_turn(self, session: Session) -> str | None:
         """A dream if its gates open; a background failure to report, if one happened, and (once
-        per kernel) a word on a team folder that cannot be read or locked across machines."""
+        per kernel) a word on a team folder that cannot be read or locked across machines, and a
+        line for each memory file the prompt skipped (a FIFO, a link, a huge file, a broken one)."""
         manager = self.manager
         error, manager.last_error = manager.last_error, None
         manager.maybe_dream_in_background(session)
-        notice = manager.team_notice()
-        if notice is not None and notice not in self._told:
-            self._told.add(notice)
-            return f"{error}\n{notice}" if error else notice
-        return error
+        notices = [manager.team_notice(),
+                   *(f"Memory file skipped: {p.path}: {p.reason}." for p in manager.skipped)]
+        lines = [error] if error else []
+        for notice in notices:
+            if notice is not None and notice not in self._told:
+                self._told.add(notice)
+                lines.append(notice)
+        return "\n".join(lines) or None
 
     def session_ended(self, session: Session) -> None:
         """Memories extracted in the background (not from a short session: MemoryManager.extraction_due).
@@ -98,16 +104,51 @@ class MemoryLink:
         scope, memory = found
         if scope != "team":
             return f"Forgot {memory_id}."
-        by = f", {added_by(memory)}" if memory is not None and memory.author else ""
+        by = f", {added_by(memory)}" if memory is not None and added_by(memory) else ""
         return f"Forgot {memory_id} from the team's memories{by}: no member's next session will see it."
 
     def extract(self, session: Session) -> str:
         manager = self.manager
         added = manager.extract(session)
-        lines = "\n".join(f"- {m.text}{' (for the team)' if m.scope == 'team' else ''}" for m in added)
-        lines = lines or "(nothing new)"
+        lines = "\n".join(f"- {m.text}{self._team_mark(m)}" for m in added) or "(nothing new)"
         refused = f"\n{manager.last_refused}" if manager.last_refused else ""
         return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
+
+    def _team_mark(self, memory: Memory) -> str:
+        if memory.scope != "team":
+            return ""
+        if self.manager.team_review:
+            return f" (proposed for the team: %memory accept {memory.id})"
+        return " (for the team)"
+
+    def review(self) -> str:
+        """The team memories extraction proposed, waiting for this member's accept."""
+        manager = self.manager
+        if not manager.team_on:
+            return f"No team memory: {manager.team_problem()}."
+        waiting = manager.proposed()
+        if not waiting:
+            return "No team memories wait for review (extraction proposes them when CtxMagic.team_review is on)."
+        lines = [f"{count(len(waiting), 'team memory', 'team memories')} proposed by extraction, waiting for you: "
+                 "%memory accept ID (or all) adds one to the team's folder under your name, %memory reject ID "
+                 "(or all) drops it."]
+        lines += [f"- {m.id} [{m.type}{'' if m.decay else ', no decay'}]: {shown_text(m)}" for m in waiting]
+        return "\n".join(lines)
+
+    def accept(self, ids: Sequence[str]) -> str:
+        accepted = self.manager.accept(ids)
+        if not accepted:
+            return "No team memories wait for review."
+        lines = "\n".join(f"- {m.id}: {shown_text(m)}" for m in accepted)
+        return (f"Accepted {count(len(accepted), 'memory', 'memories')} into the folder of team "
+                f"{self.manager.team_name!r}:\n{lines}")
+
+    def reject(self, ids: Sequence[str]) -> str:
+        rejected = self.manager.reject(ids)
+        if not rejected:
+            return "No team memories wait for review."
+        return f"Rejected {count(len(rejected), 'proposed team memory', 'proposed team memories')}: " + ", ".join(
+            m.id for m in rejected) + "."
 
     def dream(self, session: Session) -> str:
         mine = self.manager.dream(session, force=True).summary()
@@ -126,6 +167,10 @@ class MemoryLink:
             lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{by}{decay}] relevance {row['relevance']:.2f}, "
                          f"{row['age_days']} days old: {row['text']}")
         lines += self._unreadable_lines()
+        waiting = len(self.manager.proposed()) if self.manager.team_on else 0
+        if waiting:
+            lines.append(f"{count(waiting, 'team memory', 'team memories')} proposed by extraction "
+                         f"{'waits' if waiting == 1 else 'wait'} for your review: %memory review.")
         team = self.team_line()
         if team:
             lines.append(team)

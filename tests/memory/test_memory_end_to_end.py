@@ -93,7 +93,7 @@ def test_memory_show_names_a_memory_file_it_cannot_read(shell):
     _, shown = run(shell, "%memory show")
     assert shown.strip() == (f"No long-term memories yet (%memory add TEXT stores one).\n"
                              f"Skipped 1 memory file that could not be read (fix or delete it): {path}: "
-                             "unknown type or scope: 'usr', 'project'")
+                             "unknown type (it must be one of user, feedback, project, reference)")
 
 
 def test_memory_extract_and_dream_on_demand(shell):

@@ -107,7 +107,7 @@ def test_an_empty_selection_gives_no_section() -> None:
 def test_front_matter_round_trips() -> None:
     original = Memory("uses-polars-1", "Uses polars,\nnot pandas: it is faster.", "feedback", days(-3), T0, 0.75,
                       False, "user", "20250301-120000-abcdef")
-    assert Memory.from_markdown(original.to_markdown()) == original
+    assert Memory.from_markdown(original.to_markdown(), scope="user") == original
 
 
 def test_add_writes_a_markdown_file_with_front_matter_and_an_index(store: MemoryStore) -> None:
@@ -216,7 +216,7 @@ def test_forget_of_an_unknown_or_invalid_id_is_false(store: MemoryStore, unknown
         ("---\nid: broken\ntype: user\n", "not closed"),
         ("---\nid: broken\ncreated: 2025-01-01T00:00:00Z\nupdated: 2025-01-01T00:00:00Z\n---\nx\n", "lacks type"),
         ("---\nid: broken\ntype: idea\ncreated: 2025-01-01\nupdated: 2025-01-01\n---\nx\n", "unknown type"),
-        ("---\nid: broken\ntype: user\ncreated: yesterday\nupdated: 2025-01-01\n---\nx\n", "yesterday"),
+        ("---\nid: broken\ntype: user\ncreated: yesterday\nupdated: 2025-01-01\n---\nx\n", "created is not a date"),
         ("---\nid: broken\ntype: user\ncreated: 2025-01-01\nupdated: 2025-01-01\nrelevance: nan\n---\nx\n",
          "relevance"),
         ("---\nid: other\ntype: user\ncreated: 2025-01-01\nupdated: 2025-01-01\n---\nx\n", "does not match"),

@@ -4,6 +4,7 @@ outputs say what the notebook promises."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from ctx_magic.memory.store import account_name
 
 pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
 
@@ -133,16 +136,20 @@ def test_the_readmes_first_command_runs_the_quickstart_and_leaves_a_visible_resu
     assert missing.returncode == 2 and "No notebook at" in missing.stdout
 
 
-def test_team_memory_reaches_the_second_member_with_who_added_it_and_when(tmp_path, offline):
+def test_team_memory_reaches_the_second_member_as_a_note_from_a_colleague(tmp_path, offline):
     cells = execute("team_memory", tmp_path)
     everything = "\n".join(shown(c) for c in cells)
     assert "ERROR" not in everything
-    assert "for the team (added by alice on " in everything
-    assert "- Churn is counted over a 90-day window. (for the team)\n- I prefer plots in dark mode.\n" in everything
+    alice = f'"alice" (claimed; the file belongs to OS user {account_name(os.getuid())})'  # a name in a setting
+    assert f"for the team (added by {alice} on " in everything
+    proposed = "- Churn is counted over a 90-day window. (proposed for the team: %memory accept churn-is-counted-"
+    assert proposed in everything
+    assert "Accepted 1 memory into the folder of team 'analytics':\n- churn-is-counted-" in everything
     assert "Refused to store this memory: W********** looks like credentials in a URL." in everything
     assert "Winter2024" not in everything  # the outputs name it masked only
     section = shown(next(c for c in cells if "frame.memory_section" in c.source))
-    assert "- [project, team, added by alice on " in section and "region_code" in section
+    assert f"- [project] from {alice} on " in section and "region_code" in section
+    assert "## Notes from your team" in section
     assert "dark mode" not in section  # alice's own preference stays hers
     assert "Team memory: team 'analytics' in team-share/analytics, you add as 'bob'." in everything
     assert "Team memory: Dream done:" in everything
