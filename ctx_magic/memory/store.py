@@ -27,7 +27,7 @@ from typing import Literal, get_args
 from ctx_magic.errors import CtxMagicError, StorageError
 from ctx_magic.memory.secrets import detect_secret, find_secret
 from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, index_lock, lock_support
-from ctx_magic.store.files import atomic_write_text, describe_os_error
+from ctx_magic.store.files import atomic_write_text, describe_os_error, make_storage_folder
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
 Scope = Literal["project", "user", "team"]
@@ -399,6 +399,11 @@ class MemoryStore:
     ) -> None:
         """Write and delete memory files, then rebuild the index once."""
         mode = SHARED_FILE_MODE if self.shared else None
+        if self.scope == "project":  # a first memory may come before the first session: its storage folder
+            try:
+                make_storage_folder(self.folder.parent)
+            except OSError as error:
+                raise StorageError(describe_os_error(error, self.folder.parent)) from error
         for memory in write:
             atomic_write_text(self.path_of(memory.id), memory.to_markdown(), mode=mode)
         for memory_id in remove:

@@ -149,3 +149,31 @@ def test_an_export_with_background_runs_that_failed_or_were_stopped_runs_to_its_
     code = [c for c in exported_ended_runs.cells if c.cell_type == "code"]
     assert code[0].outputs[-1].ename == "ZeroDivisionError"
     assert code[-1].outputs[0].text == "the end\n"
+
+
+@pytest.mark.parametrize("option", ["", "--transcript"])
+def test_an_export_never_replaces_a_notebook_that_is_there_unless_forced(tmp_path, monkeypatch, option):
+    theirs = tmp_path / "analysis.ipynb"
+    theirs.write_text("the user's own notebook")
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        run(shell, "%%agent\nhello")
+        _, shown = run(shell, f"%ctx export {option} {theirs}")
+        assert f"{theirs} exists already: the " in shown and "(--force replaces it)" in shown
+        assert "Traceback" not in shown and "Wrote" not in shown
+        assert theirs.read_text() == "the user's own notebook"
+        _, shown = run(shell, "%ctx status")  # the session still works
+        assert "Traceback" not in shown
+        _, shown = run(shell, f"%ctx export {theirs} {option} --force")
+        assert f"to {theirs}" in shown
+    nbformat.validate(nbformat.read(str(theirs), as_version=4))
+
+
+def test_an_export_into_the_session_folder_is_replaced_each_time(tmp_path, monkeypatch):
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        run(shell, "%%agent\nhello")
+        run(shell, "%ctx export")
+        run(shell, "%%agent\nand again")
+        _, shown = run(shell, "%ctx export")
+        written = controller(shell).host.session.store.root / "notebook.ipynb"
+        assert f"Wrote the session as a notebook to {written}" in shown
+    assert "and again" in written.read_text()
