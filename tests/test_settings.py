@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from traitlets import TraitError
+from traitlets import Float, TraitError
 
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.settings import MIN_CONTEXT_WINDOW, ModelLimits, Settings
@@ -48,6 +48,11 @@ def test_the_window_resolves_once_from_the_setting_or_the_model():
     ("autocompact_pct", 150.0, "should not be greater than 100, but a value of 150.0 was specified (or 0: the "
                                "default threshold)"),
     ("idle_minutes", -1.0, "should not be less than 0.01, but a value of -1.0 was specified (or 0: the cache TTL)"),
+    ("idle_minutes", float("nan"), "should be a finite number, but a value of nan was specified (or 0: the cache TTL)"),
+    ("idle_minutes", float("inf"), "should be a finite number, but a value of inf was specified (or 0: the cache TTL)"),
+    ("stall_seconds", float("nan"), "should be a finite number, but a value of nan was specified"),
+    ("stall_seconds", float("inf"), "should be a finite number, but a value of inf was specified"),
+    ("autocompact_pct", float("nan"), "should be a finite number, but a value of nan was specified"),
     ("max_retries", 11, "should not be greater than 10, but a value of 11 was specified"),
     ("cache_ttl", "2h", "expected any of ['5m', '1h'] (case-insensitive), not the str '2h'"),
     ("thinking", "sometimes", "expected any of ['off', 'enabled', 'adaptive']"),
@@ -64,6 +69,17 @@ def test_a_value_out_of_bounds_is_refused_in_one_line_naming_the_setting(name, v
     assert words in str(refused.value)
     assert "\n" not in str(refused.value)
     assert getattr(config, name) == getattr(Settings(), name)
+
+
+def test_every_float_setting_refuses_nan_and_infinity():
+    floats = {name for name, trait in CtxMagic().traits(config=True).items() if isinstance(trait, Float)}
+    assert floats == {"autocompact_pct", "idle_minutes", "stall_seconds"}
+    for name in sorted(floats):
+        for value in (float("nan"), float("inf")):
+            config = CtxMagic()
+            with pytest.raises(TraitError, match=f"{name}.* trait"):
+                setattr(config, name, value)
+            assert getattr(config, name) == getattr(Settings(), name)
 
 
 @pytest.mark.parametrize("name", ["context_window", "clear_at_least", "autocompact_pct", "idle_minutes"])

@@ -8,8 +8,10 @@ password in plain words"), never the credential itself, or returns None. Four ne
 2. a credential's name given a value in code or config (`DB_PASSWORD=...`, `api_key: ...`,
    `aws_secret_access_key = ...`), identifiers with any prefix included;
 3. a credential said in words: "the database password is Tr0ub4dor&3", "my token was ...",
-   "api key AbC123..."; the value decides, because "the password field is validated in
-   forms.py" names a password without giving one;
+   "api key AbC123...", a passphrase of plain words ("the wifi passphrase is correct horse battery
+   staple"), a login given as its user and password ("the db login is admin / Winter2024!"); the
+   value decides, because "the password field is validated in forms.py" names a password without
+   giving one;
 4. long random-looking strings (Shannon entropy over a threshold with mixed character kinds).
 
 What passes on purpose: hex strings and UUIDs on their own (git SHAs, content hashes and run ids
@@ -97,6 +99,33 @@ _COMPOUND_HEADS = frozenset("""
 manager managers vault policy policies rule rules length lengths limit limits count counts budget reset resets
 field fields column columns hash hashes prompt prompts requirement requirements strength complexity expiry
 rotation change changes format type generator
+""".split())
+# A passphrase is plain words: "the wifi passphrase is correct horse battery staple". Prose about a
+# password has a small word among its first three ("is stored in the vault", "is sent by email"); a
+# passphrase (diceware, the four-word kind) has none.
+MIN_PASSPHRASE_WORDS = 3
+_PHRASE = re.compile(r"[^.;,!?()\n]*")  # the value's clause: up to the next punctuation
+_SMALL_WORDS = frozenset("""
+a an the this that these those it its my our your their his her we you they i he she me us them
+in at on to of by for from with into onto over under about after before between through without within
+and or but nor so yet if then than as because while when where which who whom whose what how why
+is are was were be been being am has have had do does did can could shall should will would may might must
+not no never always still also only just too very now already soon often sometimes usually here there
+somewhere anywhere everywhere nowhere all any each every some most more less few many much such same
+one two three four five six seven eight nine ten twelve first second last next
+""".split())
+# A login given as its user and password: "the staging db login is admin / Winter2024!",
+# "sign-in: analyst:Tr0ub4dor". The user alone is no secret; the second half is checked as a password.
+_LOGIN = re.compile(
+    r"\b(?P<name>log[io]n|sign[ -]?in|account|user(?:[ _-]?name)?)s?\b(?P<between>(?:\s+[\w.'-]+){0,4}?)"
+    r"(?:\s+(?:is|was|are|were|equals|set\s+to)\s+|\s*(?:[=:]|->)\s*)"
+    r"(?P<user>[\w.@+-]+)\s*[/:]\s*(?P<value>[^\s\"'`/]+)",
+    re.IGNORECASE,
+)
+# "the login page is auth / callback": a word of a compound whose head is a place or a piece of code.
+_LOGIN_HEADS = _COMPOUND_HEADS | frozenset("""
+page pages endpoint endpoints url urls route routes screen screens form forms flow flows button handler service
+method methods path paths id ids name names table tables
 """.split())
 # Right after the name, with nothing between: "api key AbC123...", "token 9f8e7d6c5b4a".
 _NAMED = re.compile(rf"\b{_NAME}\s+(?P<value>[^\s\"'`,;]+)", re.IGNORECASE)
@@ -262,6 +291,24 @@ def _said(name: str, value: str, quoted: bool) -> bool:
     return word not in _ORDINARY and not _ENGLISH_ENDING.search(word)
 
 
+def _passphrase(name: str, phrase: str) -> bool:
+    """Plain words after "the passphrase is": a passphrase when there are enough of them and not one
+    small word (an article, a preposition, a pronoun, a number) that a sentence about it would have."""
+    words = phrase.split()
+    return (_is_password_name(name) and len(words) >= MIN_PASSPHRASE_WORDS
+            and all(w.isalpha() and w.islower() and w not in _SMALL_WORDS for w in words))
+
+
+def _login_password(value: str) -> bool:
+    """The second half of `user / password`: a password only if it has what a word does not (a digit,
+    a sign, a capital inside), so "the users are alice / bob" or a path's segments pass."""
+    value = value.rstrip(_TRAILING)
+    if _reference(value) or _FIGURE.match(value) or _DOTTED.match(value) or not any(c.isalpha() for c in value):
+        return False
+    return (any(c.isdigit() for c in value) or any(not (c.isalnum() or c in "-'") for c in value)
+            or any(c.isupper() for c in value[1:]))
+
+
 def _label(name: str) -> str:
     return re.sub(r"[ _-]+", " ", name.lower())
 
@@ -357,6 +404,13 @@ def detect_secret(text: str) -> SecretFinding | None:
             continue
         if _said(match.group("name"), match.group("value"), bool(match.group("quote"))):
             return SecretFinding(f"{_article(_label(match.group('name')))} in plain words", match.group("value"))
+        phrase = _PHRASE.match(text, match.start("value"))
+        if not match.group("quote") and phrase is not None and _passphrase(match.group("name"), phrase.group(0)):
+            return SecretFinding(f"{_article(_label(match.group('name')))} in plain words", phrase.group(0).strip())
+    for match in _LOGIN.finditer(text):
+        between = match.group("between").split()
+        if not (between and between[0].lower() in _LOGIN_HEADS) and _login_password(match.group("value")):
+            return SecretFinding("a login (user and password) in plain words", match.group("value"))
     for match in _NAMED.finditer(text):
         value = match.group("value").rstrip(_TRAILING)
         if not _reference(value) and _key_like(value):

@@ -43,7 +43,7 @@ from ctx_magic.memory.shared_folder import (
     lock_support,
     read_regular_file,
 )
-from ctx_magic.store.files import atomic_write_text, describe_os_error
+from ctx_magic.store.files import atomic_write_text, describe_os_error, make_storage_folder
 
 MemoryType = Literal["user", "feedback", "project", "reference"]
 Scope = Literal["project", "user", "team"]
@@ -491,6 +491,11 @@ class MemoryStore:
     ) -> None:
         """Write and delete memory files, then rebuild the index once."""
         mode = SHARED_FILE_MODE if self.shared else None
+        if self.scope == "project":  # a first memory may come before the first session: its storage folder
+            try:
+                make_storage_folder(self.folder.parent)
+            except OSError as error:
+                raise StorageError(describe_os_error(error, self.folder.parent)) from error
         for memory in write:
             atomic_write_text(self.path_of(memory.id), memory.to_markdown(), mode=mode)
         for memory_id in remove:

@@ -8,10 +8,12 @@ makes the frozen `Settings` the engine and the loop read.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
+from traitlets.utils.descriptions import class_of
 
 from ctx_magic.memory.store import check_team_name
 from ctx_magic.prices import Prices
@@ -50,6 +52,18 @@ from ctx_magic.settings import (
 MAX_RETRIES_LIMIT = 10  # each retry waits longer: past ten a failing call would hold the cell for minutes
 
 
+class FiniteFloat(Float):  # type: ignore[misc]
+    """A Float that is a number: nan passes every bound (it compares false with all of them) and
+    inf is no setting anyone means, so both are refused in the same one line as a value out of bounds."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        value = super().validate(obj, value)
+        if not math.isfinite(value):
+            raise TraitError(f"The value of the '{self.name}' trait of {class_of(obj)} instance should be a finite "
+                             f"number, but a value of {value!r} was specified")
+        return value
+
+
 class _ZeroMeans:
     """A number whose 0 asks for the automatic value; any other value is held to the bounds."""
 
@@ -70,7 +84,7 @@ class ZeroOrInt(_ZeroMeans, Int):  # type: ignore[misc]
     """An Int that is 0 (the automatic value) or within `min` and `max`."""
 
 
-class ZeroOrFloat(_ZeroMeans, Float):  # type: ignore[misc]
+class ZeroOrFloat(_ZeroMeans, FiniteFloat):  # type: ignore[misc]
     """A Float that is 0 (the automatic value) or within `min` and `max`."""
 
 
@@ -142,7 +156,7 @@ class CtxMagic(Configurable):
     agent_cells = _choice(AGENT_CELLS, AGENT_CELLS_MODES, (
         "The agent's code as notebook cells: 'button' puts an Insert as cell action beside each block it runs, "
         "'insert' places each block as a cell below the %%agent cell by itself, 'off' neither."))
-    stall_seconds = Float(STALL_SECONDS, min=MIN_STALL_SECONDS, help=(
+    stall_seconds = FiniteFloat(STALL_SECONDS, min=MIN_STALL_SECONDS, help=(
         "Seconds without output after a line that looks like a prompt ([Y/n], Password:, Continue?) before the "
         "agent's running code counts as stalled; input() and getpass() count at once.")).tag(config=True)
 

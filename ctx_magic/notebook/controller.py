@@ -33,6 +33,7 @@ from ctx_magic.notebook.outputs import OutputRecorder
 from ctx_magic.notebook.panel_link import PanelLink
 from ctx_magic.notebook.tasks import RunBoard
 from ctx_magic.notebook.workspace import Workspace
+from ctx_magic.store.files import make_storage_folder, open_private_append
 
 
 class Controller:
@@ -124,9 +125,9 @@ class Controller:
         where = "it could not be saved"
         try:
             path = self.workspace.storage_dir() / "errors.log"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as log:
-                log.write("".join(traceback.format_exception(error)) + "\n")
+            make_storage_folder(path.parent)
+            with open_private_append(path) as log:
+                log.write(("".join(traceback.format_exception(error)) + "\n").encode("utf-8"))
             where = f"details in {path}"
         except Exception:  # noqa: BLE001 - the storage folder itself may be the problem
             pass

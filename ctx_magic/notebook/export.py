@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from ctx_magic.notebook.agent_cells import (
 from ctx_magic.notebook.executor import NOT_RUN
 from ctx_magic.notebook.markdown_text import code_fence, plain_as_markdown
 from ctx_magic.notebook.tasks import STALLED
-from ctx_magic.store.files import describe_os_error
+from ctx_magic.store.files import atomic_write_text, describe_os_error
 from ctx_magic.ui.cards import count
 
 CODE_TOOLS = ("python", "notebook_cell")
@@ -113,18 +114,49 @@ def transcript_notebook(records: list[Mapping[str, Any]], session_id: str) -> An
     return notebook
 
 
-def export_transcript(records: list[Mapping[str, Any]], session_id: str, path: Path) -> Path:
-    return _write(lambda: transcript_notebook(records, session_id), path, "transcript")
+class ExportExists(StorageError):
+    """The export would replace a file that is there already."""
 
 
-def _write(make: Callable[[], nbformat.NotebookNode], path: Path, what: str) -> Path:
-    """Write the notebook `make` builds to `path`; a folder or a failed write is one clear error."""
+@dataclass(frozen=True)
+class Target:
+    """Where an export goes. `private`: into the session's folder (0600, replaced at each export,
+    as every file of a session); else the user's own file beside the notebook (the umask's
+    permissions), never replaced unless `force`."""
+
+    path: Path
+    private: bool = False
+    force: bool = False
+
+
+def export_transcript(records: list[Mapping[str, Any]], session_id: str, target: Target) -> Path:
+    return _write(lambda: transcript_notebook(records, session_id), target, "transcript")
+
+
+def _write(make: Callable[[], nbformat.NotebookNode], target: Target, what: str) -> Path:
+    """Write the notebook `make` builds to the target; a folder, a file there already (unless
+    forced) or a failed write is one clear error."""
+    path = target.path
     if path.is_dir():
         raise StorageError(f"{path} is a folder: give the path of the .ipynb file to write")
-    notebook = make()
+    text = nbformat.writes(make())
+    text += "" if text.endswith("\n") else "\n"  # as nbformat.write leaves a file
+    if target.private:
+        atomic_write_text(path, text)
+        return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, str(path))
+        # "x": the check and the creation are one step, so a file made meanwhile is not replaced either
+        handle = open(path, "w" if target.force else "x", encoding="utf-8")  # noqa: SIM115 - closed below
+    except FileExistsError as error:
+        if error.filename != str(path):  # a file where a folder of the path should be
+            raise StorageError(f"The {what} was not exported: {describe_os_error(error, path)}") from error
+        raise ExportExists(f"{path} exists already: the {what} was not exported (--force replaces it)") from None
+    except OSError as error:
+        raise StorageError(f"The {what} was not exported: {describe_os_error(error, path)}") from error
+    try:
+        with handle:
+            handle.write(text)
     except OSError as error:
         raise StorageError(f"The {what} was not exported: {describe_os_error(error, path)}") from error
     return path
@@ -295,6 +327,6 @@ def session_notebook(records: list[Mapping[str, Any]], session_id: str, run_stat
     return notebook
 
 
-def export_notebook(records: list[Mapping[str, Any]], session_id: str, path: Path,
+def export_notebook(records: list[Mapping[str, Any]], session_id: str, target: Target,
                     run_state: RunState = _no_state) -> Path:
-    return _write(lambda: session_notebook(records, session_id, run_state), path, "session")
+    return _write(lambda: session_notebook(records, session_id, run_state), target, "session")

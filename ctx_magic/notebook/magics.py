@@ -25,7 +25,7 @@ from ctx_magic.agent.tools import ToolError
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
-from ctx_magic.notebook.export import export_notebook, export_transcript
+from ctx_magic.notebook.export import Target, export_notebook, export_transcript
 from ctx_magic.notebook.tasks import runs_listing
 from ctx_magic.notebook.wording import error_line, pins_listing, status_text
 
@@ -257,7 +257,7 @@ class AgentMagics(Magics):
     @kwds(formatter_class=HelpFormatter)
     @argument("command", nargs="?", default="status",
               choices=["status", "config", "export", "sidebar", "count", "cell", "tasks", "answer", "stop"],
-              help=("status (--json), config, export [PATH] (--transcript), sidebar, count, cell [ID], tasks, "
+              help=("status (--json), config, export [PATH] (--transcript, --force), sidebar, count, cell [ID], tasks, "
                     "answer ID [TEXT], stop ID."))
     @argument("rest", nargs="*", help=(
         "With export: where to write the .ipynb. With cell: the id of the agent's python call. With answer: a "
@@ -266,6 +266,7 @@ class AgentMagics(Magics):
     @argument("--json", action="store_true", help="With status: one JSON object.")
     @argument("--transcript", action="store_true",
               help="With export: every message as it was first written, not a notebook to run again.")
+    @argument("--force", action="store_true", help="With export PATH: replace the file if there is one.")
     @argument("--inline", action="store_true", help="With sidebar: show the panel in the cell, not the sidebar.")
     @line_magic
     @one_line_errors
@@ -298,12 +299,13 @@ class AgentMagics(Magics):
             named = " ".join(args.rest)  # a path with spaces, typed bare or in one pair of quotes as in a shell
             if len(named) > 1 and named[0] == named[-1] and named[0] in "'\"":
                 named = named[1:-1]
+            # No PATH: into the session's own folder, private like the rest of it, replaced each time.
+            default = session.store.root / ("transcript.ipynb" if args.transcript else "notebook.ipynb")
+            target = Target(Path(named), force=args.force) if named else Target(default, private=True)
             if args.transcript:
-                target = Path(named) if named else session.store.root / "transcript.ipynb"
                 written = export_transcript(records, session.session_id, target)
                 notice(f"Wrote the full transcript to {written}.")
             else:
-                target = Path(named) if named else session.store.root / "notebook.ipynb"
                 written = export_notebook(records, session.session_id, target, self._run_state)
                 notice(f"Wrote the session as a notebook to {written}; it runs without ctx_magic.")
         elif args.command == "cell":

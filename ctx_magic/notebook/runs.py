@@ -34,7 +34,7 @@ from ctx_magic.errors import StorageError
 from ctx_magic.notebook.outputs import KERNEL_RUN, CellRecord, display_text, formatted, printed, strip_ansi
 from ctx_magic.notebook.run_io import RunIO
 from ctx_magic.notebook.stall import TAIL_CHARS, is_stalled, last_line, shown_prompt
-from ctx_magic.store.files import atomic_write_json, read_json
+from ctx_magic.store.files import atomic_write_json, open_private_append, read_json
 
 LIVE = ("running", "stalled")
 CHECK_SECONDS = 1.0  # how often runs are looked at for a stall (and the panel's last lines refreshed)
@@ -430,8 +430,7 @@ class Run:
         """From now on its output goes to its log (what it printed so far first)."""
         with self.lock:
             self.id, self.log_path = run_id, log_path
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(log_path, "ab")  # noqa: SIM115 - open for the run's lifetime
+            self._log = open_private_append(log_path)  # open for the run's lifetime
             if not self.background:
                 record = self.record
                 if record.stderr or record.displays:

@@ -33,6 +33,7 @@ from ctx_magic.notebook.runs import (
     stored_info,
     write_info,
 )
+from ctx_magic.store.files import make_private_folder
 
 LAST_LINE_CHARS = 120
 OTHER_SESSIONS_RUNS = ("Still running from other sessions of this kernel "
@@ -92,7 +93,7 @@ class RunBoard:
             raise ToolError("A background run needs a session folder, and there is none yet.")
         with self._lock:
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                make_private_folder(folder)
                 run_id = self._next_id(folder)
                 path = folder / f"{run_id}.log"
                 run.go_background(path, run_id)

@@ -17,8 +17,12 @@ checks the key, records every API call and keeps the queued faults; the endpoint
   deterministic (server_context.py);
 - GET /v1/models and /v1/models/{id} (any id starting with "claude-" is known), with the
   model's capabilities (models.py);
-- GET /_offline/requests (every request recorded, counts by kind), DELETE it to reset,
-  POST /_offline/faults {"faults": [...]} to queue faults (faults.py).
+- GET /_offline/requests (the requests recorded, counts by kind), DELETE it to reset,
+  POST /_offline/faults {"faults": [...]} to queue faults (faults.py). With a credential set
+  (`--auth-token`) these want it too, in the same headers: they hold every prompt sent.
+
+What is recorded is bounded (KEPT_REQUESTS, KEPT_BODY_BYTES): a stand-in that serves a notebook
+for hours, or a client sending large prompts, must not grow without end.
 
 Nothing in an answer depends on randomness or the wall clock: ids come from counters, and
 the cache's clock is injected.
@@ -48,6 +52,14 @@ from ctx_magic.offline.shapes import (
     json_reply,
     provider_error,
 )
+
+# Far more calls than any test or benchmark run makes (a 150-turn soak makes a few hundred), while
+# the metadata of that many stays small (a few MB); beyond it the oldest records go.
+KEPT_REQUESTS = 10_000
+# Raw request bytes whose parsed bodies are kept (the parsed JSON costs a few times that in memory);
+# older bodies are dropped (the record stays, body None, `body_dropped` set), so counts and the
+# order of calls stay whole. Tests read the recent bodies; 32 MB holds a long session's last ones.
+KEPT_BODY_BYTES = 32 * 1024 * 1024
 
 
 def _kinds(records: Iterable[RecordedRequest]) -> Counter[str]:
@@ -83,7 +95,10 @@ class OfflineAPI:
         self._lock = threading.Lock()
         self._faults: deque[str] = deque()
         self._random: RandomFaults | None = None
-        self._records: list[RecordedRequest] = []
+        self._records: deque[RecordedRequest] = deque(maxlen=KEPT_REQUESTS)
+        self._bodies: deque[tuple[int, RecordedRequest]] = deque()
+        """(raw bytes, record) of the records still holding their body, oldest first."""
+        self._body_bytes = 0
         self._request_count = 0
         """Numbers the request-id header of every API call."""
         self.endpoint = MessagesEndpoint(clock, self._next_fault)
@@ -111,7 +126,30 @@ class OfflineAPI:
     def reset(self) -> None:
         """Forget the recorded requests (the cache and queued faults stay)."""
         with self._lock:
-            self._records.clear()
+            self._forget()
+
+    @property
+    def kept_body_bytes(self) -> int:
+        """The raw request bytes whose bodies are kept now (at most KEPT_BODY_BYTES)."""
+        with self._lock:
+            return self._body_bytes
+
+    def _forget(self) -> None:
+        self._records.clear()
+        self._bodies.clear()
+        self._body_bytes = 0
+
+    def _record(self, record: RecordedRequest, size: int) -> None:
+        """Keep `record`, dropping the oldest bodies while those kept are over KEPT_BODY_BYTES."""
+        self._records.append(record)
+        if record.body is None:
+            return
+        self._bodies.append((size, record))
+        self._body_bytes += size
+        while self._body_bytes > KEPT_BODY_BYTES:
+            dropped, old = self._bodies.popleft()
+            self._body_bytes -= dropped
+            old.body, old.body_dropped = None, True
 
     def inject(self, *faults: str) -> None:
         """Queue faults for the next calls to /v1/messages, one fault per call."""
@@ -144,14 +182,15 @@ class OfflineAPI:
         lowered = {k.lower(): v for k, v in headers.items()}
         with self._lock:
             if route.startswith("/_offline/"):
-                return self._control(method, route, body)
+                auth_error = _check_auth(lowered, self.config.credential) if self.config.credential else None
+                return error_reply(auth_error) if auth_error is not None else self._control(method, route, body)
             outcome = self._api(method, route, lowered, body)
             reply = outcome.reply
             record = RecordedRequest(
                 method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault,
                 outcome.provider, outcome.betas,
             )
-            self._records.append(record)
+            self._record(record, len(body))
             self._request_count += 1
             request_id = ("request-id", f"req_offline_{self._request_count:06d}")
             return HttpReply(reply.status, (*reply.headers, request_id), reply.body, reply.dropped)
@@ -161,7 +200,7 @@ class OfflineAPI:
             records = [r.to_json() for r in self._records]
             return json_reply(200, {"requests": records, "counts": dict(_kinds(self._records))})
         if route == "/_offline/requests" and method == "DELETE":
-            self._records.clear()
+            self._forget()
             return json_reply(200, {"cleared": True})
         if route == "/_offline/faults" and method == "POST":
             try:

@@ -43,9 +43,10 @@ class HttpReply:
     dropped: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass
 class RecordedRequest:
-    """A request as the server saw it, for tests to read."""
+    """A request as the server saw it, for tests to read. Not frozen: the stand-in drops the body
+    of an old record to bound what it keeps (app.KEPT_BODY_BYTES)."""
 
     method: str
     path: str
@@ -58,6 +59,8 @@ class RecordedRequest:
     """anthropic | bedrock | vertex: whose paths and body the request came in."""
     betas: tuple[str, ...] = ()
     """The beta headers it carried (for Bedrock, its body's anthropic_beta)."""
+    body_dropped: bool = False
+    """Its body was dropped (None now) to keep the recorded bodies within their bound."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

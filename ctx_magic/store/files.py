@@ -1,4 +1,5 @@
-"""Atomic file writes: a temp file in the same folder, fsynced, then renamed."""
+"""Atomic file writes (a temp file in the same folder, fsynced, then renamed), and the private
+modes every file and folder of the storage folder is created with."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ctx_magic.errors import StorageError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 HASH_NAME_CHARS = 12  # of a sha256, in the name a replaced file is kept under: unique within one session
+# A session holds what was typed and printed (a token typed in a cell, a password a run printed): its
+# owner's alone, on a shared server too, whatever the umask says.
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_FOLDER_MODE = 0o700
+IGNORE_FILE = ".gitignore"
+IGNORE_EVERYTHING = "# ctx_magic's sessions and memories: never committed\n*\n"  # `git add -A` beside the notebook
 
 
 def safe_name(name: str) -> str:
@@ -32,19 +39,60 @@ def describe_os_error(error: OSError, path: Path | str) -> str:
     return f"could not write {path}: {error.strerror or error}"
 
 
+def make_private_folder(folder: Path) -> None:
+    """Create `folder` and its missing parents, each 0700 whatever the umask; folders that exist
+    are left as they are (the user's own, or a team's)."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for each in reversed(missing):
+        try:
+            each.mkdir(mode=PRIVATE_FOLDER_MODE)
+        except FileExistsError:  # made meanwhile by another kernel (or a file there: the next step says so)
+            continue
+        with contextlib.suppress(OSError):  # the umask may take even the owner's bits; some shares refuse
+            os.chmod(each, PRIVATE_FOLDER_MODE)
+
+
+def make_storage_folder(storage: Path) -> None:
+    """The storage folder beside the notebook, created private with a .gitignore that keeps all of
+    it out of git. A folder that exists is left alone: a storage_dir the user named may be theirs."""
+    if storage.is_dir():
+        return
+    make_private_folder(storage)
+    with contextlib.suppress(StorageError):  # the sessions matter more than the ignore file
+        atomic_write_text(storage / IGNORE_FILE, IGNORE_EVERYTHING)
+
+
+def open_private_append(path: Path) -> BinaryIO:
+    """`path` opened to append, 0600 whatever the umask (one an older version made 0644 too), its
+    missing folders made private."""
+    make_private_folder(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
+    with contextlib.suppress(OSError):  # some shares (SMB) refuse or ignore permission bits
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    return os.fdopen(fd, "ab")
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Replace `path` with `data` so that a reader sees the old file or the new one, never half.
-    `mode` replaces the temporary file's owner-only permissions (a folder other people read)."""
+    The file is private (0600, its new folders 0700); `mode` replaces that for a folder other
+    people read (a team's), whose new folders then follow the umask too."""
     try:  # a folder this user may not write (a team's, of a group they are not in) is one clear error too
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if mode is None:
+            make_private_folder(path.parent)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
         raise StorageError(describe_os_error(error, path)) from error
     try:
         with os.fdopen(fd, "wb") as handle:
-            if mode is not None:
-                with contextlib.suppress(OSError):  # some shares (SMB) refuse or ignore permission bits
-                    os.chmod(tmp, mode)
+            with contextlib.suppress(OSError):  # some shares (SMB) refuse or ignore permission bits
+                os.fchmod(handle.fileno(), PRIVATE_FILE_MODE if mode is None else mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

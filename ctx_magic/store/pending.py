@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.errors import StorageError
-from ctx_magic.store.files import atomic_write_bytes, describe_os_error
+from ctx_magic.store.files import atomic_write_bytes, describe_os_error, open_private_append
 from ctx_magic.store.transcript import encode_record
 
 PENDING_ID_KEY = "pending_id"
@@ -57,8 +57,7 @@ class PendingCells:
         pending = PendingCell(uuid.uuid4().hex, cell, now)
         data = encode_record(pending.to_json(), default=str)  # a value JSON cannot hold: its str(), not a failure
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab") as handle:
+            with open_private_append(self.path) as handle:
                 if handle.tell() and not _ends_with_newline(self.path):
                     data = b"\n" + data
                 handle.write(data)
@@ -107,7 +106,7 @@ class PendingCells:
         kept = [line for line, cell_id in lines if cell_id is not None and cell_id not in gone]
         if damaged:  # reported when loaded; kept aside, not reported at every turn from now on
             try:
-                with open(self.path.with_suffix(".damaged"), "ab") as side:
+                with open_private_append(self.path.with_suffix(".damaged")) as side:
                     side.write(b"\n".join(damaged) + b"\n")
             except OSError as error:
                 raise StorageError(describe_os_error(error, self.path)) from error

@@ -15,7 +15,16 @@ from typing import Any
 import filelock
 
 from ctx_magic.errors import Remedy, SessionInUse, StorageError
-from ctx_magic.store.files import atomic_write_json, describe_os_error, read_json, safe_name, write_once
+from ctx_magic.store.files import (
+    PRIVATE_FILE_MODE,
+    atomic_write_json,
+    describe_os_error,
+    make_private_folder,
+    make_storage_folder,
+    read_json,
+    safe_name,
+    write_once,
+)
 from ctx_magic.store.pending import PendingCells
 from ctx_magic.store.transcript import LoadedTranscript, Transcript
 
@@ -78,7 +87,8 @@ class SessionDir:
 
     def create(self) -> SessionDir:
         try:
-            self.tool_results_dir.mkdir(parents=True, exist_ok=True)
+            make_storage_folder(self.storage)
+            make_private_folder(self.tool_results_dir)
         except OSError as error:  # a file where a folder should be, no permission, a full disk
             raise StorageError(f"ctx_magic cannot use {self.storage} for its sessions: "
                                f"{describe_os_error(error, self.tool_results_dir)}") from error
@@ -139,8 +149,9 @@ class SessionDir:
             if key in _HELD:
                 return
             try:
-                self.root.mkdir(parents=True, exist_ok=True)
-                lock = filelock.FileLock(key, thread_local=False)
+                make_storage_folder(self.storage)
+                make_private_folder(self.root)
+                lock = filelock.FileLock(key, thread_local=False, mode=PRIVATE_FILE_MODE)
                 lock.acquire(timeout=0)
             except filelock.Timeout:
                 raise SessionInUse(self._in_use_message(), remedy=Remedy.NEW_SESSION) from None

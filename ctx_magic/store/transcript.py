@@ -22,7 +22,7 @@ from ctx_magic.errors import StorageError
 from ctx_magic.events import Event
 from ctx_magic.messages import Message
 from ctx_magic.store.external import externalize, inflate
-from ctx_magic.store.files import describe_os_error
+from ctx_magic.store.files import describe_os_error, open_private_append
 
 DAMAGED_SUFFIX = ".damaged"  # transcript.jsonl -> transcript.damaged: the bytes a crash cut off
 TAIL_CHUNK = 1 << 16  # read backwards this much at a time to find where the last line starts
@@ -99,9 +99,8 @@ class Transcript:
 
     def _open(self) -> BinaryIO:
         if self._handle is None or self._handle.closed:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             repair = self._repair_tail()
-            self._handle = open(self.path, "ab")  # noqa: SIM115 - kept open across appends
+            self._handle = open_private_append(self.path)  # kept open across appends
             if repair is not None:
                 self._handle.write(encode_record(repair))
                 self._handle.flush()
@@ -128,7 +127,7 @@ class Transcript:
                     handle.flush()
                     os.fsync(handle.fileno())
                     return None
-                with open(self.damaged_path, "ab") as side:
+                with open_private_append(self.damaged_path) as side:
                     saved_at = side.seek(0, os.SEEK_END)
                     side.write(tail + b"\n")
                     side.flush()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line, shannon_bits
+from ctx_magic.memory.store import MemoryStore, SecretRefused
 
 BODY = "Zq8" + "x" * 13 + "Lw4" + "b" * 9  # a made-up credential body, not a real key
 # Made-up values in the shapes of real ones, assembled here so no scanner mistakes this file for a leak.
@@ -59,6 +62,12 @@ REALISTIC_SECRETS = [
     "Load it with mysql -u root -pS3cr3tPw sales < dump.sql",
     "mysqldump -uadmin -phunter22 warehouse > backup.sql",
     "curl -u admin:S3cr3tPw https://api.example.com/v1/export",
+    # A login given as its user and password, a passphrase of plain words.
+    "the staging db login is admin / Winter2024!",
+    "The login for the warehouse is analyst:Tr0ub4dor",
+    "sign-in: root / p@ssw0rd",
+    "the wifi passphrase is correct horse battery staple",
+    "The office wifi password is purple monkey dishwasher lamp.",
 ]
 
 # Realistic memories that mention credentials, hashes, ids, paths and numbers without holding a secret.
@@ -122,6 +131,16 @@ REALISTIC_NON_SECRETS = [
     "Password resets were 4,512 in Q3.",
     "The passcode failure rate was 0.032 in March.",
     "password = getpass() asks for it, and api_key = os.getenv('API_KEY') reads it.",
+    # A login named without its password, users and paths in pairs, prose about a passphrase.
+    "The staging db login is admin; the password is in the team vault.",
+    "The login page is auth / callback in the router.",
+    "The users are alice / bob on the review rota.",
+    "The account is 2023/2024 in the ledger.",
+    "The username column is user_name / login_name in the old schema.",
+    "The wifi passphrase is stored in the office vault.",
+    "The passphrase is never written down anywhere.",
+    "The passphrase is required for every deploy key.",
+    "The password is sent by email to the new hire.",
 ]
 
 
@@ -286,3 +305,13 @@ def test_the_issue_case_is_refused_with_the_key_masked() -> None:
     found = detect_secret(f"aws_key_id{EXAMPLE_ID} for prod")
     assert found is not None and found.kind == "an AWS access key id"
     assert EXAMPLE_ID not in found.masked and found.masked.startswith("AKIA")
+
+
+@pytest.mark.parametrize("text", ["the staging db login is admin / Winter2024!",
+                                  "the wifi passphrase is correct horse battery staple"])
+def test_a_secret_in_plain_words_is_refused_as_a_memory_and_never_stored(tmp_path, text: str) -> None:
+    store = MemoryStore(tmp_path / "memory", "project")
+    with pytest.raises(SecretRefused) as refused:
+        store.add(text, type="project", now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    assert "Winter2024!" not in str(refused.value) and "horse battery" not in str(refused.value)
+    assert list(tmp_path.rglob("*.md")) == []

@@ -167,3 +167,31 @@ def test_the_users_prompt_keeps_its_lines_and_its_stars_while_the_agents_reply_s
     assert "<em>" not in html and "<strong>" not in html.replace("<strong>You:</strong>", "")
     assert '<code class="language-python">print(my_var * 2)' in html  # the fence stays code
     assert replies and [s for s in markdown if s.startswith("**Agent:**")] == [f"**Agent:**\n\n{r}" for r in replies]
+
+
+@pytest.mark.parametrize("option", ["", "--transcript"])
+def test_an_export_never_replaces_a_notebook_that_is_there_unless_forced(tmp_path, monkeypatch, option):
+    theirs = tmp_path / "analysis.ipynb"
+    theirs.write_text("the user's own notebook")
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        run(shell, "%%agent\nhello")
+        _, shown = run(shell, f"%ctx export {option} {theirs}")
+        assert f"{theirs} exists already: the " in shown and "(--force replaces it)" in shown
+        assert "Traceback" not in shown and "Wrote" not in shown
+        assert theirs.read_text() == "the user's own notebook"
+        _, shown = run(shell, "%ctx status")  # the session still works
+        assert "Traceback" not in shown
+        _, shown = run(shell, f"%ctx export {theirs} {option} --force")
+        assert f"to {theirs}" in shown
+    nbformat.validate(nbformat.read(str(theirs), as_version=4))
+
+
+def test_an_export_into_the_session_folder_is_replaced_each_time(tmp_path, monkeypatch):
+    with offline_shell(tmp_path, monkeypatch) as shell:
+        run(shell, "%%agent\nhello")
+        run(shell, "%ctx export")
+        run(shell, "%%agent\nand again")
+        _, shown = run(shell, "%ctx export")
+        written = controller(shell).host.session.store.root / "notebook.ipynb"
+        assert f"Wrote the session as a notebook to {written}" in shown
+    assert "and again" in written.read_text()

@@ -420,7 +420,7 @@ def test_ctx_export_takes_a_path_with_spaces_quoted_or_not(shell, tmp_path, type
     _, shown = run(shell, f"%ctx export {typed}")
     assert "Wrote the session as a notebook to my notebook.ipynb" in shown
     assert (tmp_path / "my notebook.ipynb").is_file()
-    _, shown = run(shell, f"%ctx export --transcript {typed}")
+    _, shown = run(shell, f"%ctx export --transcript {typed} --force")  # the same file: replaced only when forced
     assert "Wrote the full transcript to my notebook.ipynb." in shown
 
 
