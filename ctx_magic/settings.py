@@ -121,6 +121,7 @@ class Settings:
     team: str = ""
     team_memory_dir: str = ""
     author: str = ""
+    team_review: bool = TEAM_REVIEW
 
     @property
     def idle_seconds(self) -> float:
