@@ -169,12 +169,15 @@ THINKING_FACTOR = 1.25
 # thinking.
 TOOL_INPUT_FACTOR = 1.15
 THINKING_O200K_FACTOR = 1.24
-# Extended thinking with a budget adds about 30 tokens of its own instructions (the cassettes'
-# one-line prompts with and without it); adaptive thinking's are the family's.
-THINKING_PROMPT = {"enabled": 30}
+# Extended thinking with a budget adds 29 tokens of its own instructions (every request of the fitted
+# half with it, counted exactly); adaptive thinking's are the family's, and only 2 beside the
+# tool-use prompt (the fitted half's Opus 4.6 requests with tools).
+THINKING_PROMPT = {"enabled": 29}
+ADAPTIVE_THINKING_WITH_TOOLS = 2
 TOOL_DEFINITION = 4  # each tool's tags around its JSON
 THINKING_WRAPPER = 4
-DOCUMENT_WRAPPER = 10
+# A document's wrapper beyond its text: the fitted half's one plain-text document, counted exactly.
+DOCUMENT_WRAPPER = 36
 SEARCH_RESULT_WRAPPER = 10
 # Images and documents the stand-in cannot see (a URL, a file id): the vision docs' largest image
 # that is not scaled down (1092 x 1092 pixels, about 1,590 tokens), and a page of a PDF the way the
@@ -400,7 +403,10 @@ def request_overhead(request: Mapping[str, Any], family: Family | None = None) -
     thinking = request.get("thinking")
     if isinstance(thinking, Mapping):
         kind = str(thinking.get("type"))
-        tokens += family.adaptive_thinking_prompt if kind == "adaptive" else THINKING_PROMPT.get(kind, 0)
+        adaptive = family.adaptive_thinking_prompt
+        if any(not is_server_tool(t) for t in tools):
+            adaptive = min(adaptive, ADAPTIVE_THINKING_WITH_TOOLS)
+        tokens += adaptive if kind == "adaptive" else THINKING_PROMPT.get(kind, 0)
     output_format = _output_format(request)
     if output_format:
         tokens += STRUCTURED_OUTPUT_PROMPT + text_tokens(_json(output_format), family)
