@@ -15,7 +15,10 @@ Three checks over `claude-api-real/` in the shared corpus (benchmarks/calibratio
    split a prefix cache predicts (the previous prompt read, the rest written, within the
    lifetime the response's usage shows) against the real read and write figures.
 
-    python benchmarks/calibration.py [--corpus DIR] [--only exact|deltas|cache]
+    python benchmarks/calibration.py [--corpus DIR] [--only exact|deltas|cache] [--history PYDANTIC_AI_CLONE]
+
+Text is counted with Claude's tokenizer (ctok) where it is installed; CTX_MAGIC_TOKEN_COUNTER=o200k
+measures the fallback instead.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.calibration_corpus import Exchange, Session, load_exchanges, load_sessions  # noqa: E402
+from benchmarks.calibration_models import breakdown  # noqa: E402
 from benchmarks.corpus_location import corpus_missing, corpus_path  # noqa: E402
 from ctx_magic.context import api_count  # noqa: E402
 from ctx_magic.context.tokens import Correction  # noqa: E402
@@ -101,19 +105,24 @@ def request_class(exchange: Exchange) -> str:
         return "server tool ran (usage adds its rounds)"
     if any(api_count.is_server_tool(t) for t in tools) or request.get("mcp_servers"):
         return "server tools (hidden prompts by kind)"
-    if any(b.get("type") in ("image", "document") for b in request_blocks(request)):
+    media = [b for b in request_blocks(request) if b.get("type") in ("image", "document")]
+    if any(isinstance(b.get("source"), dict) and b["source"].get("type") in ("url", "file") for b in media):
+        return "images or documents by URL or file (their size is not in the request)"
+    if media:
         return "images and documents"
     if (request.get("thinking") or {}).get("type") in ("enabled", "adaptive"):
         return "thinking"
     return "custom tools" if tools else "no tools"
 
 
-CLASSES = ["no tools", "custom tools", "thinking", "images and documents", "server tools (hidden prompts by kind)",
+CLASSES = ["no tools", "custom tools", "thinking", "images and documents",
+           "images or documents by URL or file (their size is not in the request)",
+           "server tools (hidden prompts by kind)",
            "server tool ran (usage adds its rounds)", "server compaction or edits (usage of the last round only)"]
 COUNTABLE = CLASSES[:4]  # what a count of the request alone can know
 
 
-def exact_requests(exchanges: Sequence[Exchange]) -> None:
+def exact_requests(exchanges: Sequence[Exchange], history: Path | None = None) -> None:
     answered = [e for e in exchanges if e.status == 200 and e.real_tokens]
     pairs = {id(e): (input_tokens(e.request), e.real_tokens) for e in answered}
     groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -127,10 +136,13 @@ def exact_requests(exchanges: Sequence[Exchange]) -> None:
             if e.endpoint == "count_tokens":
                 groups["count_tokens answers"].append(pairs[id(e)])
         groups["everything recorded"].append(pairs[id(e)])
-    order = [*CLASSES, "all countable", "fitted on", "held out", "family claude-4",
-             "family claude-5", "count_tokens answers", "everything recorded"]
+    families = sorted(name for name in groups if name.startswith("family "))
+    order = [*CLASSES, "all countable", "fitted on", "held out", *families, "count_tokens answers",
+             "everything recorded"]
     table("Exact requests: the stand-in's count against the real API's (pydantic-ai cassettes)",
           ["class", *RATIO_HEADER], [[name, *ratio_row(groups[name])] for name in order if name in groups])
+    countable = [e for e in answered if request_class(e) in COUNTABLE]
+    breakdown(countable, pairs, ratio_row, RATIO_HEADER, table, request_class, history)
 
 
 def acceptance(exchanges: Sequence[Exchange]) -> None:
@@ -323,10 +335,10 @@ def cache_tables(exchanges: Sequence[Exchange], sessions: Sequence[Session]) -> 
 
 # -- main ------------------------------------------------------------------------------------
 
-SECTIONS: dict[str, Callable[[list[Exchange], list[Session]], None]] = {
-    "exact": lambda ex, ss: (exact_requests(ex), acceptance(ex)),  # type: ignore[dict-item]
-    "deltas": lambda ex, ss: delta_tables(ss),
-    "cache": lambda ex, ss: cache_tables(ex, ss),
+SECTIONS: dict[str, Callable[[list[Exchange], list[Session], Path | None], None]] = {
+    "exact": lambda ex, ss, history: (exact_requests(ex, history), acceptance(ex)),  # type: ignore[dict-item]
+    "deltas": lambda ex, ss, history: delta_tables(ss),
+    "cache": lambda ex, ss, history: cache_tables(ex, ss),
 }
 
 
@@ -335,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=None,
                         help="the shared corpus folder (default: $CTX_MAGIC_CORPUS, else ../shared/corpus)")
     parser.add_argument("--only", choices=list(SECTIONS), action="append", help="print only these sections")
+    parser.add_argument("--history", type=Path, default=None,
+                        help="a git clone of pydantic-ai: adds the table by the month each cassette was recorded")
     args = parser.parse_args(argv)
     corpus = args.corpus or corpus_path()
     missing = corpus_missing("claude-api-real") if args.corpus is None else (
@@ -345,9 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     exchanges = load_exchanges(corpus)
     sessions = load_sessions(corpus)
     print(f"recorded: {len(exchanges)} calls to the Messages API in {len({e.file for e in exchanges})} cassettes, "
-          f"{sum(len(s.responses) for s in sessions):,} Claude Code responses in {len(sessions)} logs")
+          f"{sum(len(s.responses) for s in sessions):,} Claude Code responses in {len(sessions)} logs; "
+          f"text counted with {api_count.counter_name()}")
     for name in args.only or list(SECTIONS):
-        SECTIONS[name](exchanges, sessions)
+        SECTIONS[name](exchanges, sessions, args.history)
     return 0
 
 

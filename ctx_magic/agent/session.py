@@ -29,6 +29,7 @@ from ctx_magic.agent.side_calls import SideCalls
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
+from ctx_magic.context import api_count
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.costs import RelativePrices
 from ctx_magic.context.decide import SessionFacts
@@ -272,7 +273,7 @@ class Session:
             session_id=self.session_id, model=settings.model, backend=getattr(self.frame.model, "backend", "anthropic"),
             window_source=window.source, max_output=window.reply_cap, context=context,
             thinking=window.thinking, thinking_budget=window.thinking_budget, prices=self.prices(),
-            provider=settings.provider, strategy=settings.strategy,
+            provider=settings.provider, strategy=settings.strategy, token_counter=api_count.counter_name(),
             boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
             turns=compaction.turns, usage=self.meter.snapshot(),
             cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path))

@@ -36,6 +36,8 @@ class StatusSnapshot:
     """The prices in force, USD per million tokens (source: table, config or unknown)."""
     provider: str = "anthropic"
     strategy: str = "client"
+    token_counter: str = ""
+    """What counts text where no usage has measured it (Claude's tokenizer, or o200k scaled)."""
 
     def cost_json(self) -> dict[str, Any]:
         """The dollar figures: spent, saved by each kind of change, and the rates used."""
@@ -70,6 +72,6 @@ class StatusSnapshot:
             "cache_breaks": list(self.cache_breaks),
             "transcript": self.transcript,
             "thinking": {"type": self.thinking, "budget_tokens": self.thinking_budget},
-            "provider": self.provider, "strategy": self.strategy,
+            "provider": self.provider, "strategy": self.strategy, "token_counter": self.token_counter,
             "cost": self.cost_json(),
         }

@@ -1,7 +1,9 @@
 """How the Messages API counts a request's input tokens, part by part, without asking it.
 
-The API's tokenizer is not public, so text is counted with a public one (o200k_base, see
-`o200k_tokens`) and scaled by a factor per tokenizer family. Everything around the text follows
+Text is counted with Claude's own tokenizer, reconstructed offline by the `ctok` package, in the
+family the model uses (`claude_tokenizer`). Where ctok is not installed, text is counted with a
+public tokenizer (o200k_base, see `o200k_tokens`) scaled by a factor per family, calibrated on
+recorded traffic; `exact_counter` is the one place that chooses. Everything around the text follows
 what Anthropic's docs say and what recorded real traffic (requests with the API's own usage)
 shows: a fixed frame per request, a few tokens where the speaker changes, tool definitions
 rendered into a hidden system prompt with the tool-use instructions, tool calls and results in
@@ -17,14 +19,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ctx_magic.context import claude_tokenizer
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.images import block_pixels
 
@@ -37,8 +42,10 @@ class Family:
     """One tokenizer generation and the prompt framing the API builds around it."""
 
     name: str
+    tokenizer: str
+    """The family's name in ctok ("3.0", "4.7", "4.8"), for counting text exactly."""
     text_factor: float
-    """API tokens per o200k token of ordinary text (prose, code, JSON, logs)."""
+    """Without ctok: API tokens per o200k token of ordinary text (prose, code, JSON, logs)."""
     frame: int
     """A request holding one user message costs this much beyond the message's text."""
     tool_prompt_auto: int
@@ -49,6 +56,9 @@ class Family:
     """Images are scaled down to fit this many pixels on their longer side ..."""
     image_max_tokens: int
     """... and to at most this many tokens."""
+    adaptive_thinking_prompt: int = 17
+    """Adaptive thinking's own instructions (Opus 4.6 with and without it: 31 and 14 tokens; the
+    newer family's recorded requests show none)."""
 
 
 # The tokenizer Claude 3 through Opus 4.6 (Sonnet 4.x, Haiku 4.5) share. The frame (7) and the
@@ -58,7 +68,7 @@ class Family:
 # than prose). The tool prompt is what the recorded usage shows today: larger than the 346 (auto,
 # none) and 313 (any, tool) tokens Anthropic's "tool use pricing and tokens" page lists for the
 # Claude 4 models; requests recorded earlier show a prompt about 180 tokens shorter.
-CLAUDE_4 = Family("claude-4", text_factor=1.10, frame=7, tool_prompt_auto=497, tool_prompt_forced=589,
+CLAUDE_4 = Family("claude-4", "3.0", text_factor=1.10, frame=7, tool_prompt_auto=497, tool_prompt_forced=589,
                   image_long_edge=1568, image_max_tokens=1600)
 # Anthropic's token-counting docs: Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use
 # a newer tokenizer that makes about 30 % more tokens of the same text. The factor is the best of
@@ -67,8 +77,11 @@ CLAUDE_4 = Family("claude-4", text_factor=1.10, frame=7, tool_prompt_auto=497, t
 # Fable 5 and Sonnet 5 requests show (they range from about 380 to 450), forced adds the Claude 4
 # models' gap in this family's unit. The vision docs give these models a larger native resolution
 # (2,576 pixels on the long edge).
-CLAUDE_5 = Family("claude-5", text_factor=1.40, frame=6, tool_prompt_auto=440, tool_prompt_forced=555,
-                  image_long_edge=2576, image_max_tokens=4784)
+CLAUDE_5 = Family("claude-5", "4.8", text_factor=1.40, frame=6, tool_prompt_auto=440, tool_prompt_forced=555,
+                  image_long_edge=2576, image_max_tokens=4784, adaptive_thinking_prompt=0)
+# Opus 4.7 alone: the newer vocabulary under a longer frame (ctok measures 11 tokens around one
+# user message, against 6 for Opus 4.8 and later).
+OPUS_4_7 = dataclasses.replace(CLAUDE_5, name="claude-opus-4-7", tokenizer="4.7", frame=11)
 
 # claude-<name>-<major>[-<minor>][-<date>], or the older claude-<major>[-<minor>]-<name>[-<date>]
 _MODEL = re.compile(r"claude-(?:(\d+)(?:-(\d))?-)?(opus|sonnet|haiku|fable|mythos)"
@@ -100,18 +113,40 @@ def family_of(model: str | None) -> Family:
     name = match.group(3)
     if name in ("fable", "mythos") or major >= 5:
         return CLAUDE_5
-    if name == "opus" and (major, minor) >= (4, 7):
+    if name == "opus" and (major, minor) == (4, 7):
+        return OPUS_4_7
+    if name == "opus" and (major, minor) > (4, 7):
         return CLAUDE_5
     return CLAUDE_4
 
 
 # -- text -------------------------------------------------------------------------------------
 
+COUNTER_VARIABLE = "CTX_MAGIC_TOKEN_COUNTER"  # "o200k" counts with the fallback even where ctok is installed
+
+
+@functools.cache
+def exact_counter() -> bool:
+    """Whether text is counted with Claude's own tokenizer (ctok) rather than o200k scaled: the one
+    place that chooses, for the stand-in and the client's estimate alike."""
+    return os.environ.get(COUNTER_VARIABLE) != "o200k" and claude_tokenizer.available()
+
+
+def counter_name() -> str:
+    """Which counter is in use, in a few words (`%ctx status`)."""
+    if exact_counter():
+        return f"Claude's tokenizer (ctok {claude_tokenizer.version()})"
+    return "o200k scaled per model family (ctok not installed)"
+
+
 def text_tokens(text: str, family: Family, kind: float = 1.0) -> int:
-    """Tokens of a piece of text as the family's tokenizer counts it (o200k scaled); `kind`
-    scales it further for text that counts denser than prose (tool arguments, thinking)."""
+    """Tokens of a piece of text as the family's tokenizer counts it. Without ctok, o200k scaled,
+    and `kind` scales it further for text o200k counts sparser than Claude's tokenizer does (tool
+    arguments, thinking)."""
     if not text:
         return 0
+    if exact_counter():
+        return claude_tokenizer.text_tokens(text, family.tokenizer)
     return math.ceil(o200k_tokens(text) * family.text_factor * kind)
 
 
@@ -119,24 +154,30 @@ def text_tokens(text: str, family: Family, kind: float = 1.0) -> int:
 
 ROLE_CHANGE = 3  # a message whose role differs from the one before it (the turn's header); exact in the traffic
 SAME_ROLE = 1  # a message continuing the previous one's role: the API joins them with a separator
-# Per block, beyond its text: set from the cassettes' tool rounds (a call with one argument and its
-# result add about 50 tokens beyond their text and the two role changes).
-TOOL_USE_WRAPPER = 20
-TOOL_PARAMETER = 8  # each input field is its own tagged parameter
-TOOL_RESULT_WRAPPER = 22
-# By kind of text, relative to the family's factor (a regression on the fitted half of the Claude
-# Code deltas): the
-# arguments a model writes into a tool call (code, paths, JSON) count more per o200k token than
-# prose; a thinking block counts as the model's full thinking, of which the text sent back is a
-# summary for the Claude 4 models.
+# Per block, beyond its text, with text counted exactly: the call and result of one tool round
+# together (38; the two are never apart in the traffic, so the split is a guess) and each argument
+# of a call, a tagged parameter (15): the best median error on the fitted half of the Claude Code
+# deltas, which are mostly tool rounds.
+TOOL_USE_WRAPPER = 18
+TOOL_PARAMETER = 15
+TOOL_RESULT_WRAPPER = 20
+# A thinking block counts as the model's full thinking, of which the text sent back is a summary
+# for the Claude 4 models: 1.25 times the text, fitted on the same half's deltas with thinking.
+THINKING_FACTOR = 1.25
+# Without ctok, o200k counts these kinds of text sparser than Claude's tokenizer does, beyond the
+# family's factor (a regression on the same fitted half): tool arguments (code, paths, JSON) and
+# thinking.
 TOOL_INPUT_FACTOR = 1.15
-THINKING_FACTOR = 1.55
-# Extended thinking adds its own instructions to a request: about 30 tokens with a budget
-# ("enabled"), 15 when adaptive (the cassettes' one-line prompts with and without it).
-THINKING_PROMPT = {"enabled": 30, "adaptive": 15}
+THINKING_O200K_FACTOR = 1.24
+# Extended thinking with a budget adds 29 tokens of its own instructions (every request of the fitted
+# half with it, counted exactly); adaptive thinking's are the family's, and only 2 beside the
+# tool-use prompt (the fitted half's Opus 4.6 requests with tools).
+THINKING_PROMPT = {"enabled": 29}
+ADAPTIVE_THINKING_WITH_TOOLS = 2
 TOOL_DEFINITION = 4  # each tool's tags around its JSON
 THINKING_WRAPPER = 4
-DOCUMENT_WRAPPER = 10
+# A document's wrapper beyond its text: the fitted half's one plain-text document, counted exactly.
+DOCUMENT_WRAPPER = 36
 SEARCH_RESULT_WRAPPER = 10
 # Images and documents the stand-in cannot see (a URL, a file id): the vision docs' largest image
 # that is not scaled down (1092 x 1092 pixels, about 1,590 tokens), and a page of a PDF the way the
@@ -204,12 +245,30 @@ def tool_tokens(tool: JsonObject, family: Family) -> int:
     return TOOL_DEFINITION + text_tokens(render_tool(tool), family)
 
 
-def tool_prompt_tokens(tools: Iterable[JsonObject], tool_choice: Any, family: Family) -> int:
-    """The hidden tool-use system prompt: present once any custom tool is declared."""
+# The hidden tool-use prompt (auto or none, any or tool) where a model's differs from its family's.
+# Claude 3: Anthropic's "tool use pricing and tokens" table. Claude 4 models before 4.5 (Sonnet 4,
+# Opus 4 and 4.1) keep the shorter prompt the Claude 4.5 models had in 2025: auto fitted on the
+# fitted half's Sonnet 4 requests, any/tool the table's figure for Claude 4 (313). Opus 5 and
+# Fable 5: auto fitted on the fitted half's Opus 5 requests (the first of each file, one message).
+EARLIER_CLAUDE_4 = (317, 313)
+TOOL_PROMPTS: dict[tuple[str, int, int], tuple[int, int]] = {
+    ("opus", 3, 0): (530, 281), ("sonnet", 3, 0): (159, 235), ("haiku", 3, 0): (264, 340),
+    ("sonnet", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 1): EARLIER_CLAUDE_4,
+    ("opus", 5, 0): (383, 498), ("fable", 5, 0): (383, 498),
+}
+
+
+def tool_prompt_tokens(tools: Iterable[JsonObject], tool_choice: Any, family: Family, model: str | None = None) -> int:
+    """The hidden tool-use system prompt: present once any custom tool is declared; its size is
+    the model's (TOOL_PROMPTS) or else its family's, by tool_choice."""
     if not any(not is_server_tool(t) for t in tools):
         return 0
     forced = isinstance(tool_choice, Mapping) and tool_choice.get("type") in ("any", "tool")
-    return family.tool_prompt_forced if forced else family.tool_prompt_auto
+    version = model_version(model or "")
+    auto_and_forced = TOOL_PROMPTS.get(version) if version else None
+    if auto_and_forced is None:
+        auto_and_forced = (family.tool_prompt_auto, family.tool_prompt_forced)
+    return auto_and_forced[1] if forced else auto_and_forced[0]
 
 
 # -- images and documents ---------------------------------------------------------------------
@@ -300,7 +359,8 @@ def block_tokens(block: JsonObject, family: Family) -> int:
     if kind == "document":
         return document_tokens(block, family)
     if kind == "thinking":
-        return THINKING_WRAPPER + text_tokens(str(block.get("thinking", "")), family, THINKING_FACTOR)
+        thinking = text_tokens(str(block.get("thinking", "")), family, THINKING_O200K_FACTOR)
+        return THINKING_WRAPPER + math.ceil(thinking * THINKING_FACTOR)
     if kind == "redacted_thinking":  # encrypted: its base64 is about four characters a token
         return THINKING_WRAPPER + math.ceil(len(str(block.get("data", ""))) / 4)
     if kind == "search_result":
@@ -338,11 +398,15 @@ def request_overhead(request: Mapping[str, Any], family: Family | None = None) -
     output's instructions."""
     family = family or family_of(request.get("model"))
     tools = [t for t in request.get("tools") or [] if isinstance(t, Mapping)]
-    tokens = family.frame + tool_prompt_tokens(tools, request.get("tool_choice"), family)
+    tokens = family.frame + tool_prompt_tokens(tools, request.get("tool_choice"), family, request.get("model"))
     tokens += MCP_SERVER * len(request.get("mcp_servers") or [])
     thinking = request.get("thinking")
     if isinstance(thinking, Mapping):
-        tokens += THINKING_PROMPT.get(str(thinking.get("type")), 0)
+        kind = str(thinking.get("type"))
+        adaptive = family.adaptive_thinking_prompt
+        if any(not is_server_tool(t) for t in tools):
+            adaptive = min(adaptive, ADAPTIVE_THINKING_WITH_TOOLS)
+        tokens += adaptive if kind == "adaptive" else THINKING_PROMPT.get(kind, 0)
     output_format = _output_format(request)
     if output_format:
         tokens += STRUCTURED_OUTPUT_PROMPT + text_tokens(_json(output_format), family)

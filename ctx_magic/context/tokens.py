@@ -28,7 +28,9 @@ def count_text(text: str, *, use_tokenizer: bool = True, family: api_count.Famil
     """Tokens of a piece of text in the API's unit (the default model's tokenizer unless told)."""
     if not text:
         return 0
-    return math.ceil(o200k_tokens(text, use_tokenizer=use_tokenizer) * family.text_factor)
+    if use_tokenizer:
+        return api_count.text_tokens(text, family)
+    return math.ceil(o200k_tokens(text, use_tokenizer=False) * family.text_factor)
 
 
 def block_tokens(block: Block, family: api_count.Family = DEFAULT_FAMILY) -> int:

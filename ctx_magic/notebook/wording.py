@@ -81,7 +81,8 @@ def status_text(status: StatusSnapshot) -> str:
         f"session {status.session_id} · {status.model} ({status.backend}) · thinking {thinking} · "
         f"context management: {status.strategy}",
         f"context {c.tokens:,} tokens · zone {c.zone} · {c.percent_left}% left before compaction at "
-        f"{c.threshold:,} (window {c.window:,}, from {status.window_source})",
+        f"{c.threshold:,} (window {c.window:,}, from {status.window_source}) · estimates counted with "
+        f"{status.token_counter}",
         f"{count(c.messages, 'message')} · tool results {c.live_results} live, {c.cleared_results} cleared, "
         f"{c.persisted_results} persisted",
         f"{count(len(status.boundaries), 'compaction')} · breaker {'OPEN' if status.breaker_open else 'closed'} · "

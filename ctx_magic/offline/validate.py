@@ -5,7 +5,8 @@ naming the place (`messages.3.content.0: ...`), in the API's shape. The rules:
 
 - fields: a model, at least one message, no field the endpoint does not know; for
   /v1/messages an integer 1 <= max_tokens <= the model's output limit;
-- sampling: temperature and top_p in [0, 1], top_k >= 0, and not temperature and top_p together;
+- sampling: temperature and top_p in [0, 1], top_k >= 0, and not temperature and top_p together
+  from Opus 4.1 and the 4.5 models on (Claude 3, Sonnet 4 and Opus 4 take both);
   an effort level the model takes (`xhigh` from Opus 4.7 on);
 - tools: custom tools named `^[a-zA-Z0-9_-]{1,64}$` with an object input_schema, server tools
   by a dated type (`web_search_20250305`, `tool_search_tool_bm25_20251119`), every name
@@ -73,6 +74,13 @@ def _check_fields(request: Mapping[str, Any], max_output: int | None) -> None:
         )
 
 
+def _takes_temperature_with_top_p(model: str) -> bool:
+    """Claude 3, Sonnet 4 and Opus 4 take both; Opus 4.1 and every later model only one (Anthropic's
+    migration notes for the 4.5 models; an id that names no version is held to the stricter rule)."""
+    version = api_count.model_version(model)
+    return version is not None and (version[1] < 4 or version[1:] == (4, 0))
+
+
 def _check_sampling(request: Mapping[str, Any]) -> None:
     for name in ("temperature", "top_p"):
         value = request.get(name)
@@ -82,7 +90,8 @@ def _check_sampling(request: Mapping[str, Any]) -> None:
     top_k = request.get("top_k")
     if top_k is not None and (not _is_int(top_k) or top_k < 0):
         raise at("top_k", "Input should be an integer of at least 0")
-    if request.get("temperature") is not None and request.get("top_p") is not None:
+    both = request.get("temperature") is not None and request.get("top_p") is not None
+    if both and not _takes_temperature_with_top_p(str(request.get("model"))):
         raise InvalidRequest("`temperature` and `top_p` cannot both be specified for this model. Please use only one.")
 
 

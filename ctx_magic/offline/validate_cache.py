@@ -4,7 +4,8 @@ At most MAX_BREAKPOINTS blocks carry cache_control in the whole request (tools, 
 blocks, blocks inside tool results, and the top-level `cache_control`, which marks the last
 block). Each is `{"type": "ephemeral"}` with an optional `ttl` of "5m" or "1h". In prefix order
 (tools, system, messages, then the top-level one) no 1-hour marker may come after a 5-minute
-one: a longer-lived prefix cannot extend a shorter-lived one.
+one: a longer-lived prefix cannot extend a shorter-lived one. `cache_control: null` marks nothing,
+as the API reads it.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ CONTROL_KEYS = {"type", "ttl"}
 def cache_controls(request: Request) -> Iterator[tuple[str, Any]]:
     """(path, cache_control) of every marker, in prefix order."""
     for i, tool in enumerate(request.get("tools") or []):
-        if isinstance(tool, Mapping) and "cache_control" in tool:
+        if isinstance(tool, Mapping) and tool.get("cache_control") is not None:
             yield f"tools.{i}", tool["cache_control"]
     system = request.get("system")
     for i, block in enumerate(system if isinstance(system, list) else []):
-        if isinstance(block, Mapping) and "cache_control" in block:
+        if isinstance(block, Mapping) and block.get("cache_control") is not None:
             yield f"system.{i}", block["cache_control"]
     history = request.get("messages")
     for located in all_blocks(history if isinstance(history, list) else []):
-        if "cache_control" in located.block:
+        if located.block.get("cache_control") is not None:
             yield located.path, located.block["cache_control"]
-    if "cache_control" in request:
+    if request.get("cache_control") is not None:
         yield "", request["cache_control"]
 
 

@@ -108,7 +108,7 @@ def _check_block(located: Located, model: str) -> None:
 
 
 def _roles(model: str) -> tuple[str, ...]:
-    if api_count.family_of(model) is api_count.CLAUDE_5:
+    if api_count.family_of(model) is not api_count.CLAUDE_4:
         return ("user", "assistant", "system")
     return ("user", "assistant")
 

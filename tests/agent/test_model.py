@@ -266,7 +266,13 @@ def test_real_prompt_too_long_reports_the_gap(model: AnthropicModel) -> None:
 
 
 def test_a_prompt_that_leaves_no_room_for_the_reply_is_refused_as_too_long(model: AnthropicModel) -> None:
-    ask = request(user_text("The quick brown fox jumps over the lazy dog. " * 1_100))  # fits alone, not with the reply
+    sentence = "The quick brown fox jumps over the lazy dog. "
+    low, high = 1, 4_000  # repeats of the sentence: find a prompt that fits alone, not with the reply
+    while high - low > 1:
+        middle = (low + high) // 2
+        fits = model.count_tokens(request(user_text(sentence * middle))) <= WINDOW - MAX_OUTPUT // 2
+        low, high = (middle, high) if fits else (low, middle)
+    ask = request(user_text(sentence * low))
     counted = model.count_tokens(ask)
     assert counted <= WINDOW < counted + MAX_OUTPUT
     tight = ModelRequest(system=ask.system, tools=ask.tools, messages=ask.messages, max_tokens=MAX_OUTPUT)

@@ -34,7 +34,8 @@ SERVER = Settings(strategy="server")
 def big(n: int) -> str:
     """A turn whose code prints about 14,000 tokens in two runs, each under the tool-result budget's limit (50,000
     characters scaled to the 100,000-token window: 25,000)."""
-    run = f"```python\nprint('\\n'.join(f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)))\n```"
+    # Words and a run of letters: about 24 tokens a line with Claude's tokenizer and with o200k alike.
+    run = f"```python\nprint('\\n'.join(f'row {n}-{{i}}: ' + 'data ' * 8 + 'x' * 9 for i in range(300)))\n```"
     return f"Turn {n}: dump batch {n}.\n{run}\n{run}"
 
 

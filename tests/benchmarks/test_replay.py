@@ -160,7 +160,7 @@ def test_a_main_call_that_talks_about_memory_still_gets_the_recorded_action() ->
 @needs_corpus
 def test_raw_overflows_at_a_tiny_window_and_is_billed_up_to_it() -> None:
     replay = load_swe(swe_paths(CORPUS)[0])
-    result = run_one("raw", replay, 4_200)
+    result = run_one("raw", replay, 5_000)
     # The window is first too small for the prompt and the reply it asks room for (the API's 400).
     assert result.overflow and "exceed context limit" in (result.error or "")
     assert result.calls[-1].status == 400 and result.calls[-1].cost == 0
@@ -387,7 +387,8 @@ def test_the_reference_is_raw_at_an_unlimited_window_and_counts_every_session_in
 def test_real_reply_sizes_come_from_claude_codes_compaction_runs() -> None:
     sizes = real_sizes(CORPUS)
     assert "5 Claude Code compaction replies" in sizes.source
-    assert 2_500 < sizes.summary_reply < 5_000 and sizes.analysis < sizes.summary
+    # In the default model's unit: its newer tokenizer counts these Claude 4 replies higher than theirs.
+    assert 2_500 < sizes.summary_reply < 7_000 and sizes.analysis < sizes.summary
     sensitivity = p9999_sizes(sizes)
     assert sensitivity.summary_reply == P9999_SUMMARY_TOKENS
 

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from ctx_magic.context import api_count
-from ctx_magic.context.api_count import CLAUDE_4, CLAUDE_5, family_of, request_tokens, text_tokens
+from ctx_magic.context.api_count import CLAUDE_4, CLAUDE_5, OPUS_4_7, family_of, request_tokens, text_tokens
 
 TOOL = {"name": "python", "description": "Run Python code.",
         "input_schema": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}
@@ -22,16 +22,39 @@ def png(width: int, height: int) -> dict:
 
 @pytest.mark.parametrize(("model", "family"), [
     ("claude-sonnet-4-5-20250929", CLAUDE_4), ("claude-haiku-4-5", CLAUDE_4), ("claude-opus-4-6", CLAUDE_4),
-    ("claude-3-5-sonnet-20241022", CLAUDE_4), ("claude-opus-4-7", CLAUDE_5), ("claude-opus-4-8", CLAUDE_5),
+    ("claude-3-5-sonnet-20241022", CLAUDE_4), ("claude-opus-4-7", OPUS_4_7), ("claude-opus-4-8", CLAUDE_5),
     ("claude-sonnet-5-5", CLAUDE_5), ("claude-fable-5", CLAUDE_5), ("claude-mythos-preview", CLAUDE_5),
     ("claude-offline-test", CLAUDE_5)])
 def test_the_tokenizer_family_follows_the_model(model, family):
-    """Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use the newer tokenizer."""
+    """Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use the newer tokenizer (Opus 4.7
+    under a frame of its own)."""
     assert family_of(model) is family
 
 
+def test_the_tool_use_prompt_follows_the_model_and_tool_choice():
+    """Sonnet 4 keeps the shorter prompt of 2025, Claude 3 the docs' table, Sonnet 4.5 its family's."""
+    def prompt(model, choice):
+        return api_count.tool_prompt_tokens([TOOL], {"type": choice}, family_of(model), model)
+    assert (prompt("claude-sonnet-4-5", "auto"), prompt("claude-sonnet-4-5", "any")) == (
+        CLAUDE_4.tool_prompt_auto, CLAUDE_4.tool_prompt_forced)
+    earlier = (prompt("claude-sonnet-4-20250514", "auto"), prompt("claude-sonnet-4-0", "tool"))
+    assert earlier == api_count.EARLIER_CLAUDE_4
+    assert (prompt("claude-3-opus-20240229", "auto"), prompt("claude-3-opus-latest", "any")) == (530, 281)
+    assert prompt("claude-opus-5", "auto") < prompt("claude-sonnet-5", "auto") == CLAUDE_5.tool_prompt_auto
+
+
+def test_adaptive_thinking_adds_instructions_only_in_the_claude_4_family():
+    ask = {"messages": [{"role": "user", "content": "What is 2+2?"}], "thinking": {"type": "adaptive"}}
+    for model, extra in (("claude-opus-4-6", 17), ("claude-opus-4-8", 0)):
+        plain = request_tokens({"model": model, "messages": ask["messages"]})
+        assert request_tokens({**ask, "model": model}) - plain == extra
+
+
 def test_the_newer_tokenizer_counts_about_30_percent_more_of_the_same_text():
-    text = "The quick brown fox jumps over the lazy dog. " * 50
+    text = ("Context management decides what a model reads on each turn. When the conversation grows past "
+            "its window, older tool results are cleared first, then the history is summarized, so that the "
+            "newest work stays in full while the rest is kept as a short account. Every change is recorded, "
+            "and the user can see why it happened and what it saved.")
     assert 1.2 < text_tokens(text, CLAUDE_5) / text_tokens(text, CLAUDE_4) < 1.4
 
 

@@ -67,7 +67,7 @@ def test_json_looking_text_at_two_chars_a_token_without_tokenizer():
 def test_text_counts_in_the_default_models_unit():
     sample = "The quick brown fox jumps over the lazy dog. " * 20
     assert DEFAULT_FAMILY is api_count.family_of("claude-sonnet-5-5")
-    assert count_text(sample) == math.ceil(len(o200k.encoding().encode_ordinary(sample)) * DEFAULT_FAMILY.text_factor)
+    assert count_text(sample) == api_count.text_tokens(sample, DEFAULT_FAMILY)
 
 
 def test_an_image_we_cannot_see_counts_as_the_largest_unscaled_image():

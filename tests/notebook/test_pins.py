@@ -51,10 +51,10 @@ def test_pins_are_kept_word_for_word_listed_removed_and_re_injected_after_compac
 
 
 def test_a_pin_past_the_budget_is_one_line_with_what_to_do(shell):
-    run(shell, "%config CtxMagic.pin_budget_tokens = 40")
+    run(shell, "%config CtxMagic.pin_budget_tokens = 60")  # one short pin in its frame: about 45
     run(shell, "%pin Short rule.")
     _, shown = run(shell, "%pin " + "a much longer rule " * 20)
-    assert "over their budget of 40: nothing was pinned. Remove a pin with %pin --remove ID" in shown
+    assert "over their budget of 60: nothing was pinned. Remove a pin with %pin --remove ID" in shown
     assert "Traceback" not in shown
     cell(shell, "# ctx: pin\n" + "x = 1  # a long pinned cell\n" * 20)
     _, shown = run(shell, "%%agent\nhello")

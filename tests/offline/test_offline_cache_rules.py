@@ -214,11 +214,11 @@ def test_a_prefix_under_the_model_minimum_is_neither_written_nor_read(client: an
 
 
 def test_a_short_breakpoint_is_ignored_and_a_later_long_one_counts(client: anthropic.Anthropic) -> None:
-    request = {"system": _system(n=500), "messages": [{"role": "user", "content": [marked(words(800))]}]}
-    system = FRAME + count(500, "gamma")
+    request = {"system": _system(n=300), "messages": [{"role": "user", "content": [marked(words(800))]}]}
+    system = FRAME + count(300, "gamma")
     assert system < 1_024
     assert _figures(_ask(client, **request)) == (0, system + count(800), 0)
-    changed = {"system": _system(n=500), "messages": [{"role": "user", "content": [marked(words(810))]}]}
+    changed = {"system": _system(n=300), "messages": [{"role": "user", "content": [marked(words(810))]}]}
     assert _figures(_ask(client, **changed)) == (0, system + count(810), 0)  # the short system was never stored
 
 

@@ -199,6 +199,8 @@ BROKEN: dict[str, tuple[Callable[[Body], None], str]] = {
     "unknown field": (_set("temprature", 0.5), "temprature: Extra inputs are not permitted"),
     "temperature and top_p": (_both(_set("temperature", 0.5), _set("top_p", 0.9)),
                               "`temperature` and `top_p` cannot both be specified"),
+    "temperature and top_p on Opus 4.1": (_both(_set("model", "claude-opus-4-1"), _set("temperature", 0.5),
+                                                _set("top_p", 0.9)), "`temperature` and `top_p` cannot both"),
     "temperature over 1": (_set("temperature", 1.5), "temperature: Input should be a number between 0 and 1"),
     "max_tokens of 0": (_set("max_tokens", 0), "max_tokens: Field required (an integer of at least 1)"),
     # thinking parameter
@@ -286,6 +288,11 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
                                      _set("messages.4", {"role": "assistant", "content": "The answer is"})),
     "a tool name of 64 characters": _both(_set("tools.0.name", "x" * 64), _set("messages.1.content.1.name", "x" * 64)),
     "temperature alone": _set("top_p", 0.9),
+    "temperature with top_p on Sonnet 4": _both(_set("model", "claude-sonnet-4-0"), _set("temperature", 0.5),
+                                                _set("top_p", 0.9)),
+    "cache_control null on blocks": _both(_set("system.0.cache_control", None),
+                                          _set("messages.0.content", [{"type": "text", "text": "Add 1 and 1.",
+                                                                       "cache_control": None}])),
     "thinking with tool_choice none": _both(_set("thinking", {"type": "enabled", "budget_tokens": 1_024}),
                                             _set("tool_choice", {"type": "none"})),
     "PNG, JPEG, GIF and WebP": _set("messages.4.content", [
