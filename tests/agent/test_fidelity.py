@@ -128,9 +128,11 @@ def test_pins_survive_a_resume_and_the_compaction_after_it(tmp_path):
 
 
 def big_turn(n: int) -> str:
-    """A turn whose code prints about 5,000 tokens (under the tool-result budget's limit, 25,000 characters at a
-    100,000-token window)."""
-    return (f"Turn {n}: dump batch {n}.\n```python\nbatch_{n} = [f'row {n}-{{i}}: ' + 'x' * 60 for i in range(300)]"
+    """A turn whose code prints 5,000 to 8,000 tokens as each tokenizer family counts it (under the tool-result
+    budget's limit, 25,000 characters at a 100,000-token window). Words, not a run of one letter: newer
+    tokenizers count a long run of one letter at several tokens per character."""
+    return (f"Turn {n}: dump batch {n}.\n```python\nbatch_{n} = [f'row {n}-{{i}}: the quick brown fox jumps over "
+            f"the lazy dog' for i in range(300)]"
             f"\nprint('\\n'.join(batch_{n}))\n```")
 
 
