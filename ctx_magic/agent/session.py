@@ -330,9 +330,8 @@ class Session:
             rewritten = "the conversation was rewritten since the last call (compacted or snipped)"
         settings = setup.settings
         return cache_outlook(tokens=tokens, last_call_at=last_answer.timestamp if last_answer is not None else None,
-                             now=self.clock(),
-                             ttl=settings.cache_ttl, ttl_seconds=settings.cache_ttl_seconds, rewritten=rewritten,
-                             prices=self.prices())
+                             now=self.clock(), ttl=settings.cache_ttl, ttl_seconds=settings.cache_ttl_seconds,
+                             rewritten=rewritten, prices=self.prices())
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""
