@@ -294,7 +294,7 @@ class Session:
         next_turn = compaction.turns + 1
         seen, _ = situation(live.messages, live.state, self.clock(), setup.context,
                             overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, next_turn))
-        ahead = compaction_ahead(seen, self.turn_growth(), warm=not cache.cold, prices=self.prices(),
+        ahead = compaction_ahead(seen, self.turn_growth(), warm=cache.state == "warm", prices=self.prices(),
                                  ttl=settings.cache_ttl, deferred=self.deferred_turn == next_turn)
         return StatusSnapshot(
             session_id=self.session_id, model=settings.model, backend=getattr(self.frame.model, "backend", "anthropic"),

@@ -145,7 +145,7 @@ class ContextReport:
                     f" (last: {last.trigger}, {last.tokens_before:,} → {last.tokens_after:,} tokens)" if last else ""))]
         if cache is not None:
             state = f"{cache.state}, {cache.ttl} TTL ({cache.reason})"
-            if cache.cold:
+            if cache.write_tokens:
                 price = "" if cache.write_usd is None else f", {format_usd(cache.write_usd)}"
                 state += f"; next call writes {cache.write_tokens:,} tokens{price}"
             elif cache.expires_at is not None:

@@ -20,6 +20,7 @@ from ctx_magic.prices import PER_MILLION, Prices
 
 WARM = "warm"
 COLD = "cold"
+EMPTY = "empty"  # before the session's first call: nothing to find, so nothing to warn of either
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class CacheOutlook:
     """The prompt cache as the next call will find it."""
 
     state: str
-    """'warm' (the next call reads the cached prefix) or 'cold' (it writes the whole context)."""
+    """'warm' (the next call reads the cached prefix), 'cold' (it writes the whole context again) or
+    'empty' (no call yet: the first one writes it, as every first call does)."""
     reason: str
     """Why, in a few words."""
     ttl: str
@@ -38,7 +40,7 @@ class CacheOutlook:
     seconds_left: float
     """Seconds until then, at the moment of reading (0 once cold)."""
     write_tokens: int
-    """What the next call writes to the cache: the whole context when cold, 0 when warm."""
+    """What the next call writes to the cache: the whole context when cold or empty, 0 when warm."""
     write_usd: float | None
     """What that write costs (None: the model's prices are unknown)."""
 
@@ -71,20 +73,21 @@ def cache_outlook(*, tokens: int, last_call_at: float | None, now: float, ttl: s
                   rewritten: str = "", prices: Prices) -> CacheOutlook:
     """The cache the next call finds, from when the model last answered and what changed since.
 
-    Cold before any call, past the lifetime, or when `rewritten` names what rewrites the prefix;
-    warm otherwise. A cold cache's write is the context's size at the cache-write price.
+    Cold past the lifetime or when `rewritten` names what rewrites the prefix, empty before any
+    call, warm otherwise. A cold (or empty) cache's write is the context's size at the cache-write
+    price.
     """
     expires_at = None if last_call_at is None else last_call_at + ttl_seconds
     if rewritten:
         state, reason = COLD, rewritten
     elif last_call_at is None:
-        state, reason = COLD, "no call has cached this context yet"
+        state, reason = EMPTY, "no call has cached this context yet"
     elif now >= last_call_at + ttl_seconds:
         idle = now - last_call_at
         state, reason = COLD, f"idle {idle / 60:.0f} min, past the cache's {ttl} lifetime"
     else:
         state, reason = WARM, f"the last call cached it {(now - last_call_at) / 60:.0f} min ago"
     left = max(0.0, expires_at - now) if state == WARM and expires_at is not None else 0.0
-    write = tokens if state == COLD else 0
+    write = 0 if state == WARM else tokens
     usd = None if prices.source == "unknown" else write * write_price(prices, ttl, tokens) / PER_MILLION
     return CacheOutlook(state, reason, ttl, ttl_seconds, expires_at, left, write, usd)

@@ -78,9 +78,9 @@ def not_due_line() -> str:
 
 def cache_line(cache: CacheOutlook) -> str:
     """The prompt cache as the next call finds it, and what that call writes when it is cold."""
-    if cache.cold:
-        return (f"next call: cache cold ({cache.reason}): it writes {cache.write_tokens:,} tokens to the cache, "
-                f"{_about(cache.write_usd)} ({cache.ttl} lifetime)")
+    if cache.write_tokens:
+        return (f"next call: cache {cache.state} ({cache.reason}): it writes {cache.write_tokens:,} tokens to the "
+                f"cache, {_about(cache.write_usd)} ({cache.ttl} lifetime)")
     return f"next call: cache warm ({cache.reason}), {cache.seconds_left / 60:.1f} min left of its {cache.ttl} lifetime"
 
 

@@ -41,9 +41,10 @@ def test_a_rewritten_prefix_is_cold_whatever_the_clock_says():
     assert seen.cold and seen.reason == "the model changed" and seen.write_tokens == 40_000
 
 
-def test_before_any_call_nothing_is_cached():
+def test_before_any_call_nothing_is_cached_and_the_first_call_writes_it_all_without_being_cold():
     seen = outlook(5.0, last=None)
-    assert seen.cold and seen.expires_at is None and seen.reason == "no call has cached this context yet"
+    assert (seen.state, seen.cold, seen.expires_at) == ("empty", False, None)
+    assert seen.write_tokens == 40_000 and seen.reason == "no call has cached this context yet"
 
 
 def test_a_long_prompt_is_priced_at_the_model_s_long_prompt_rate():
