@@ -39,6 +39,16 @@ class CtxMagicError(Exception):
         self.remedy = remedy
 
 
+class NoSession(CtxMagicError):
+    """There is no agent session to read or act on (none started yet, or ctx_magic not loaded).
+
+    Raised from a function a user calls in their own code (`ctx_magic.context()`), it is shown
+    as its one line, not a traceback through ctx_magic (IPython's `_render_traceback_`)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
 class InvariantError(CtxMagicError, ValueError):
     """A conversation breaks the Messages-API invariants (the API's rules)."""
 

@@ -15,6 +15,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ctx_magic.agent.plugins import PreCompactVerdict
 from ctx_magic.agent.request import CallSetup
 from ctx_magic.agent.server_side import server_compaction
 from ctx_magic.agent.session import Session
@@ -131,14 +132,22 @@ def _job(session: Session, setup: CallSetup, split: Split, trigger: str, auto: b
         pins=session.pin_board.pins, auto=auto)
 
 
+def pre_compact(session: Session, trigger: str, instructions: str | None) -> PreCompactVerdict:
+    """The PreCompact hooks, given the context's figures. A veto holds back only an automatic
+    compaction (auto_compact); any other is asked for or forced, so the veto is said and overridden."""
+    verdict = session.hooks.run_pre_compact(trigger, instructions, session.report())
+    if verdict.veto is not None and trigger != "auto":
+        session.notice(f"A PreCompact hook vetoed this compaction ({verdict.veto.reason}); overridden: it was "
+                       f"{'asked for' if trigger in ('manual', 'model') else 'forced by the API'}.", "warning")
+    return verdict
+
+
 def _summarize(session: Session, trigger: str, *, direction: str = "full", split_at: int | None = None,
-               instructions: str | None = None) -> CompactionResult:
+               instructions: str | None = None, hooked: bool = False) -> CompactionResult:
     """A compaction with a summary: the model asked, the new context built and applied.
-    CompactionFailed leaves the conversation as it was."""
-    for hook in session.hooks.pre_compact:
-        added = hook(trigger, instructions)
-        if added:
-            instructions = f"{instructions}\n{added}" if instructions else added
+    CompactionFailed leaves the conversation as it was. `hooked`: the PreCompact hooks already ran."""
+    if not hooked:
+        instructions = pre_compact(session, trigger, instructions).instructions
     setup = session.setup()
     session.emit(Status("compacting", trigger))
     job = _job(session, setup, plan_split(session.live.messages, direction, split_at), trigger)
@@ -274,11 +283,21 @@ def notes_compaction(session: Session, *, auto: bool = True) -> CompactionResult
 
 def auto_compact(session: Session, plan: Plan) -> bool:
     """Auto-compaction, carried out as the plan says (notes first when it lists them, then a
-    summary); True when the context was compacted. A failed summary counts toward the breaker."""
+    summary); True when the context was compacted. A failed summary counts toward the breaker.
+    A PreCompact hook's veto holds it back, in one line, unless the context is past the blocking
+    limit: then it compacts anyway and says the veto was overridden."""
+    verdict = pre_compact(session, "auto", None)
+    if verdict.veto is not None:
+        if plan.zone != "blocked":
+            session.veto_noticed(f"A PreCompact hook held back the automatic compaction: {verdict.veto.reason}")
+            return False
+        session.notice(f"A PreCompact hook vetoed the automatic compaction ({verdict.veto.reason}); overridden: "
+                       "the context is past the blocking limit.", "warning")
     if COMPACT_FROM_NOTES in plan.compact and notes_compaction(session) is not None:
         return True
     try:
-        _summarize(session, "auto", split_at=pending_prompt_index(session.live.messages))
+        _summarize(session, "auto", split_at=pending_prompt_index(session.live.messages),
+                   instructions=verdict.instructions, hooked=True)
     except CompactionFailed as error:
         state = session.compaction_failed()
         session.record(CompactionFailedEvent("auto", str(error), state.failures, state.breaker_open))

@@ -3,6 +3,7 @@ listens at turn ends and keeps a little state in state.json."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,12 +14,42 @@ if TYPE_CHECKING:
     from ctx_magic.agent.notes import NotesKeeper
 
 
+@dataclass(frozen=True)
+class Veto:
+    """What a PreCompact hook returns to hold back an automatic compaction, with its reason.
+
+    Honoured for automatic compactions below the blocking limit only: one the user or the agent
+    asked for, one the API's refusal forces, or one past the blocking limit goes ahead, and the
+    user is told the veto was overridden."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class PreCompactVerdict:
+    """What the PreCompact hooks said: the instructions they added, and the first veto."""
+
+    instructions: str | None
+    veto: Veto | None = None
+
+
+def takes_context(hook: Callable[..., Any]) -> bool:
+    """Whether a hook accepts the context's figures: a `context` parameter, or **kwargs. Hooks
+    written for (trigger, instructions) alone are called as before."""
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable says nothing of its parameters
+        return False
+    return any(p.name == "context" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 @dataclass
 class Hooks:
     """PreCompact, PostCompact and SessionStart callables, plain Python registered with `add`."""
 
-    pre_compact: list[Callable[[str, str | None], str | None]] = field(default_factory=list)
-    """(trigger, user instructions) -> extra instructions or None."""
+    pre_compact: list[Callable[..., str | Veto | None]] = field(default_factory=list)
+    """(trigger, user instructions[, context=ContextReport]) -> extra instructions, a `Veto`, or None.
+    A hook with a `context` parameter (or **kwargs) gets the figures `ctx_magic.context()` returns."""
     post_compact: list[Callable[[Compacted], None]] = field(default_factory=list)
     session_start: list[Callable[[str], str | None]] = field(default_factory=list)
     """(source: 'compact' | 'resume' | 'new') -> text added to the context, or None."""
@@ -29,6 +60,18 @@ class Hooks:
         if name not in lists:
             raise ValueError(f"unknown hook {name!r}; use one of {', '.join(lists)}")
         lists[name].append(fn)
+
+    def run_pre_compact(self, trigger: str, instructions: str | None, context: Any) -> PreCompactVerdict:
+        """Every PreCompact hook in turn: the instructions they add joined to the user's, and the
+        first veto any of them returned."""
+        veto = None
+        for hook in self.pre_compact:
+            said = hook(trigger, instructions, context=context) if takes_context(hook) else hook(trigger, instructions)
+            if isinstance(said, Veto):
+                veto = veto or said
+            elif said:
+                instructions = f"{instructions}\n{said}" if instructions else said
+        return PreCompactVerdict(instructions, veto)
 
 
 class Plugins:

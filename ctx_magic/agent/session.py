@@ -26,14 +26,16 @@ from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.server_side import ServerEdits
 from ctx_magic.agent.side_calls import SideCalls
-from ctx_magic.agent.status import StatusSnapshot
+from ctx_magic.agent.status import ContextReport, StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context import api_count
+from ctx_magic.context.ahead import compaction_ahead
+from ctx_magic.context.cache_outlook import CacheOutlook, cache_outlook
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.costs import RelativePrices
 from ctx_magic.context.decide import SessionFacts
-from ctx_magic.context.engine import Prepared, figures
+from ctx_magic.context.engine import Prepared, figures, situation
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.resume import compactions, fold_transcript
@@ -82,6 +84,9 @@ class Session:
         self.pin_board = PinBoard(store, self.frame, self.append, clock)
         """What the user pinned: re-injected after every summary, kept across resume."""
         self.server_edits = ServerEdits()
+        self.deferred_turn: int | None = None
+        """The turn the user let through uncompacted (`defer_compaction`), until the blocking limit."""
+        self._veto_said_in: int | None = None
 
     # -- what every request carries ------------------------------------------------------------------
 
@@ -110,16 +115,26 @@ class Session:
             # A compaction is at hand: notes still being written (started at the warning level,
             # which one large turn can be from the threshold) are what it would stand on.
             notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
+        return self.live.prepare(setup, self.clock(), self._facts(setup, self.compaction.turns), write=write)
+
+    def _facts(self, setup: CallSetup, turn: int) -> SessionFacts:
+        """What the decision needs to know of the session beyond its messages, for a call of `turn`."""
+        notes = self.plugins.notes
         boundaries = self.compaction.boundaries
         last = boundaries[-1] if boundaries else None
-        facts = SessionFacts(
+        return SessionFacts(
             auto_compaction=not self.side_calls.busy and not setup.server_compacts,
             breaker_open=self.compaction.breaker_open, notes_tokens=notes.tokens() if notes is not None else 0,
             calls=self.meter.totals.main_calls, growth=self.meter.growth(),
             summary_tokens=last.summary_tokens if last is not None else 0,
             after_compaction=last.tokens_after if last is not None else 0,
-            prices=RelativePrices.of_model(self.prices(), setup.settings.cache_ttl))
-        return self.live.prepare(setup, self.clock(), facts, write=write)
+            prices=RelativePrices.of_model(self.prices(), setup.settings.cache_ttl),
+            deferred=self.deferred_turn == turn)
+
+    def defer_compaction(self) -> None:
+        """Let the next turn through without an automatic compaction while the context stays under
+        the blocking limit (one turn only: the one after it compacts as usual)."""
+        self.deferred_turn = self.compaction.turns + 1
 
     def tokens(self) -> int:
         """The live context's size as the next request would carry it, by the local count."""
@@ -133,6 +148,12 @@ class Session:
             return None
 
     # -- events and the store ----------------------------------------------------------------------
+
+    def veto_noticed(self, text: str) -> None:
+        """A hook's veto of the automatic compaction, said once a turn (each call of the turn asks again)."""
+        if self._veto_said_in != self.compaction.turns:
+            self._veto_said_in = self.compaction.turns
+            self.notice(text, "warning")
 
     def emit(self, event: Event) -> None:
         self.frame.saw(event)
@@ -262,13 +283,20 @@ class Session:
         return problems
 
     def status(self) -> StatusSnapshot:
-        """The session as it stands (counted locally, never by an API call)."""
+        """The session as it stands (counted locally, never by an API call), the cache judged by
+        the clock at this moment."""
         setup, live = self.setup(), self.live
         tokens = live.tokens(setup.overhead_tokens)
         context = figures(live.messages, live.state, setup.context, tokens, live.plan.reason,
                           counts=live.result_counts())
         context = dataclasses.replace(context, composition=setup.composition(live.messages, live.state, tokens))
         window, settings, compaction = setup.window, setup.settings, self.compaction
+        cache = self._cache_outlook(setup, tokens)
+        next_turn = compaction.turns + 1
+        seen, _ = situation(live.messages, live.state, self.clock(), setup.context,
+                            overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, next_turn))
+        ahead = compaction_ahead(seen, self.turn_growth(), warm=cache.state == "warm", prices=self.prices(),
+                                 ttl=settings.cache_ttl, deferred=self.deferred_turn == next_turn)
         return StatusSnapshot(
             session_id=self.session_id, model=settings.model, backend=getattr(self.frame.model, "backend", "anthropic"),
             window_source=window.source, max_output=window.reply_cap, context=context,
@@ -276,7 +304,35 @@ class Session:
             provider=settings.provider, strategy=settings.strategy, token_counter=api_count.counter_name(),
             boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
             turns=compaction.turns, usage=self.meter.snapshot(),
-            cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path))
+            cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path),
+            cache=cache, ahead=ahead)
+
+    def turn_growth(self) -> int:
+        """Tokens a turn has been adding lately: a call's recent growth times the calls a turn
+        makes on average (0 before two calls)."""
+        calls_per_turn = self.meter.totals.main_calls / max(1, self.compaction.turns)
+        return round(self.meter.growth() * max(1.0, calls_per_turn))
+
+    def report(self) -> ContextReport:
+        """The context's figures for scripts and hooks (`ctx_magic.context()`)."""
+        return self.status().report()
+
+    def _cache_outlook(self, setup: CallSetup, tokens: int) -> CacheOutlook:
+        """The cache the next call finds: cold past its lifetime, or once what the last call sent
+        has changed (the system prompt or tools, the model, the messages rewritten)."""
+        messages, frame = self.live.messages, self.frame
+        last_answer = next((m for m in reversed(messages) if m.role == "assistant" and m.sent and m.api_id), None)
+        rewritten = ""
+        if frame.sent_signature is not None and frame.sent_signature != setup.signature:
+            rewritten = "the system prompt or the tools changed since the last call"
+        elif last_answer is not None and last_answer.meta.get("model", frame.model.name) != frame.model.name:
+            rewritten = f"the model changed since the last call (now {frame.model.name})"
+        elif frame.cached_tail is not None and all(m.uuid != frame.cached_tail for m in messages):
+            rewritten = "the conversation was rewritten since the last call (compacted or snipped)"
+        settings = setup.settings
+        return cache_outlook(tokens=tokens, last_call_at=last_answer.timestamp if last_answer is not None else None,
+                             now=self.clock(), ttl=settings.cache_ttl, ttl_seconds=settings.cache_ttl_seconds,
+                             rewritten=rewritten, prices=self.prices())
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""

@@ -1,16 +1,20 @@
 """The session's status as one typed value: the cell's Done line, `%ctx status` (text and
-JSON) and the context panel all render a `StatusSnapshot`, and nothing else."""
+JSON) and the context panel all render a `StatusSnapshot`, and nothing else. Scripts and the
+PreCompact hooks get its figures as a smaller read-only `ContextReport`."""
 
 from __future__ import annotations
 
 import dataclasses
+import html
 from dataclasses import dataclass
 from typing import Any
 
 from ctx_magic.agent.usage import UsageTotals
+from ctx_magic.context.ahead import CompactionAhead
+from ctx_magic.context.cache_outlook import CacheOutlook
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
 from ctx_magic.figures import Composition, ContextFigures
-from ctx_magic.prices import UNKNOWN_PRICES, Prices
+from ctx_magic.prices import UNKNOWN_PRICES, Prices, format_usd
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,10 @@ class StatusSnapshot:
     strategy: str = "client"
     token_counter: str = ""
     """What counts text where no usage has measured it (Claude's tokenizer, or o200k scaled)."""
+    cache: CacheOutlook | None = None
+    """The prompt cache as the next call will find it, judged at the moment the status was read."""
+    ahead: CompactionAhead | None = None
+    """The automatic compaction the next turn is expected to make (None: none expected)."""
 
     def cost_json(self) -> dict[str, Any]:
         """The dollar figures: spent, saved by each kind of change, and the rates used."""
@@ -74,4 +82,90 @@ class StatusSnapshot:
             "thinking": {"type": self.thinking, "budget_tokens": self.thinking_budget},
             "provider": self.provider, "strategy": self.strategy, "token_counter": self.token_counter,
             "cost": self.cost_json(),
+            "cache": self.cache.to_json() if self.cache is not None else None,
+            "compaction_ahead": self.ahead.to_json() if self.ahead is not None else None,
         }
+
+    def report(self) -> ContextReport:
+        """The figures scripts and hooks read (`ctx_magic.context()`)."""
+        c = self.context
+        known = self.prices.source != "unknown"
+        return ContextReport(
+            session_id=self.session_id, model=self.model, tokens=c.tokens, window=c.window,
+            thresholds=Limits(c.warning, c.threshold, c.blocking), zone=c.zone, percent_left=c.percent_left,
+            compactions=len(self.boundaries), last_compaction=self.boundaries[-1] if self.boundaries else None,
+            cache=self.cache, spent_usd=round(self.usage.cost_usd, 6) if known else None,
+            compaction_ahead=self.ahead)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Where the context changes zone, in tokens."""
+
+    warning: int
+    autocompact: int
+    blocking: int
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    """The agent's context as it stands, read-only: what `ctx_magic.context()` and `%ctx status`
+    return and what PreCompact hooks receive."""
+
+    session_id: str
+    model: str
+    tokens: int
+    """The next request's size, system prompt and tools included (the local count)."""
+    window: int
+    thresholds: Limits
+    zone: str
+    """ok, warning, compacting or blocked."""
+    percent_left: float
+    """Room left before automatic compaction, as a share of its threshold."""
+    compactions: int
+    last_compaction: Boundary | None
+    cache: CacheOutlook | None
+    spent_usd: float | None
+    """Dollars spent by the session so far (None: the model's prices are unknown)."""
+    compaction_ahead: CompactionAhead | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        last = self.last_compaction
+        return {"session_id": self.session_id, "model": self.model, "tokens": self.tokens, "window": self.window,
+                "thresholds": dataclasses.asdict(self.thresholds), "zone": self.zone,
+                "percent_left": self.percent_left, "compactions": self.compactions,
+                "last_compaction": last.figures() if last is not None else None,
+                "cache": self.cache.to_json() if self.cache is not None else None, "spent_usd": self.spent_usd,
+                "compaction_ahead": self.compaction_ahead.to_json() if self.compaction_ahead is not None else None}
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The figures as (name, value) lines, for both reprs."""
+        t, last, cache = self.thresholds, self.last_compaction, self.cache
+        rows = [("tokens", f"{self.tokens:,} of {self.window:,} ({self.zone}, {self.percent_left:g}% left)"),
+                ("thresholds", f"warning {t.warning:,} · autocompact {t.autocompact:,} · blocking {t.blocking:,}"),
+                ("compactions", f"{self.compactions}" + (
+                    f" (last: {last.trigger}, {last.tokens_before:,} → {last.tokens_after:,} tokens)" if last else ""))]
+        if cache is not None:
+            state = f"{cache.state}, {cache.ttl} TTL ({cache.reason})"
+            if cache.write_tokens:
+                price = "" if cache.write_usd is None else f", {format_usd(cache.write_usd)}"
+                state += f"; next call writes {cache.write_tokens:,} tokens{price}"
+            elif cache.expires_at is not None:
+                state += f"; expires in {cache.seconds_left / 60:.1f} min"
+            rows.append(("cache", state))
+        rows.append(("spent", "unknown" if self.spent_usd is None else format_usd(self.spent_usd)))
+        ahead = self.compaction_ahead
+        if ahead is not None:
+            price = "" if ahead.cost_usd is None else f", about {format_usd(ahead.cost_usd)}"
+            rows.append(("next turn", f"compacts {ahead.tokens:,} tokens{price}"
+                                      + (" (deferred once)" if ahead.deferred else "")))
+        return rows
+
+    def __repr__(self) -> str:
+        return "ContextReport(" + "; ".join(f"{name}: {value}" for name, value in self.rows()) + ")"
+
+    def _repr_html_(self) -> str:
+        cells = "".join(f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
+                        f"<td style='text-align:left'>{html.escape(value)}</td></tr>" for name, value in self.rows())
+        caption = f"<caption>Agent context · {html.escape(self.model)}</caption>"
+        return f"<table class='ctx-magic-context'>{caption}{cells}</table>"

@@ -62,6 +62,8 @@ class SessionFacts:
     after_compaction: int = 0
     """The context's size right after the last compaction (0: none yet; estimated)."""
     prices: RelativePrices = RelativePrices()
+    deferred: bool = False
+    """The user let this turn through uncompacted: no automatic compaction below the blocking limit."""
 
 
 NO_FACTS = SessionFacts()
@@ -98,6 +100,12 @@ class Situation:
     @property
     def notes_ready(self) -> bool:
         return self.facts.notes_tokens > 0
+
+    @property
+    def held_back(self) -> bool:
+        """An automatic compaction is deferred by the user, and the context still fits under the
+        blocking limit (a deferral never lets a request through past it)."""
+        return self.facts.deferred and self.tokens < self.thresholds.blocking
 
     @property
     def idle(self) -> bool:
@@ -180,7 +188,7 @@ def _options(s: Situation, cached: int) -> list[_Option]:
     if s.may_clear and freed > 0 and freed >= s.clear_at_least and s.tokens >= th.warning:
         after = s.tokens - freed
         options.append(_Option("clear", Start(after, min(cached, s.clear_prefix)), after))
-    can_compact = s.facts.auto_compaction and not s.facts.breaker_open
+    can_compact = s.facts.auto_compaction and not s.facts.breaker_open and not s.held_back
     if can_compact and (s.tokens >= th.autocompact or s.tokens >= early_compaction_from(th)):
         summary = s.expected_summary()
         after = s.after_summary()
@@ -220,6 +228,8 @@ def decide(s: Situation) -> Plan:
                     why_clear=f"idle {idle_min:.0f} min: the prompt cache has expired, so clearing costs nothing")
         return _compaction(dataclasses.replace(s, tokens=tokens, may_clear=False, clearable_tokens=0)).after(plan)
     forced = s.tokens >= th.autocompact
+    if forced and s.held_back:
+        return _compaction(s)
     options = _options(s, cached)
     if forced:  # waiting is not a way under the threshold, nor a clearing that stays over it, unless
         # no compaction can run: then any clearing is better than nothing (the blocking limit is near)
@@ -253,8 +263,14 @@ def _plan(s: Situation, option: _Option, why: str) -> Plan:
     check = forced and s.estimated_tokens > 0
     what = f"{s.tokens:,} tokens reach the compaction threshold {th.autocompact:,}" if forced else (
         f"{s.tokens:,} tokens: summarizing now costs less than carrying them")
+    why += _deferral_ended(s)
     return Plan(compact=methods, check_exact=check, tokens_after=s.tokens, zone=th.zone(s.tokens),
                 why_compact=f"{what}" + (" (by estimate; the API counts first)" if check else "") + f"; {why}")
+
+
+def _deferral_ended(s: Situation) -> str:
+    """Said when a compaction goes ahead on a turn the user let through: the blocking limit ends it."""
+    return f"; the user's deferral ends at the blocking limit {s.thresholds.blocking:,}" if s.facts.deferred else ""
 
 
 def _compaction(s: Situation) -> Plan:
@@ -267,12 +283,15 @@ def _compaction(s: Situation) -> Plan:
         why = "at the compaction threshold, but auto-compaction cannot run here"
     elif s.facts.breaker_open:
         why = "at the compaction threshold, but auto-compaction is off after repeated failures"
+    elif s.held_back:
+        why = (f"{s.tokens:,} tokens reach the compaction threshold {th.autocompact:,}, but the user let this turn "
+               f"through (until the blocking limit {th.blocking:,})")
     else:
         methods = (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY) if s.notes_ready else (COMPACT_WITH_SUMMARY,)
         check = s.estimated_tokens > 0
         return Plan(compact=methods, check_exact=check, tokens_after=s.tokens, zone=zone,
                     why_compact=f"{s.tokens:,} tokens reach the compaction threshold {th.autocompact:,}"
-                                + (" (by estimate; the API counts first)" if check else ""))
+                                + (" (by estimate; the API counts first)" if check else "") + _deferral_ended(s))
     if zone == "blocked":
         why += f"; past the blocking limit {th.blocking:,} with no compaction possible"
     return Plan(tokens_after=s.tokens, zone=zone, why_compact=why)

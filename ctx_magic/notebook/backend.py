@@ -16,7 +16,8 @@ ANTHROPIC_VERTEX_BASE_URL point a provider's client elsewhere (a proxy, the stan
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,13 +59,14 @@ class Backend:
 
 def choose_backend(env: Mapping[str, str] | None = None, *, max_retries: int = MAX_RETRIES,
                    offline_window: int = OFFLINE_WINDOW, provider: str = PROVIDER, region: str = "",
-                   project: str = "", aws_profile: str = "", vertex_credentials: Any = None) -> Backend:
+                   project: str = "", aws_profile: str = "", vertex_credentials: Any = None,
+                   clock: Callable[[], float] = time.monotonic) -> Backend:
     """The client for `provider`. For Anthropic: the server at ANTHROPIC_BASE_URL (else Anthropic's)
     with ANTHROPIC_AUTH_TOKEN as a bearer token or ANTHROPIC_API_KEY (the token first when both are
     set, the order Claude Code uses, so one environment serves both), else the stand-in. A base URL
     without a credential is refused: silently answering from the stand-in instead of the server
     someone pointed ctx_magic at would be a surprise. `vertex_credentials` replaces Google's
-    default credentials (tests)."""
+    default credentials (tests); `clock` is what the stand-in's prompt cache expires by."""
     env = os.environ if env is None else env
     if provider == "bedrock":
         return _bedrock(env, max_retries, region, aws_profile)
@@ -87,7 +89,8 @@ def choose_backend(env: Mapping[str, str] | None = None, *, max_retries: int = M
         raise CtxMagicError(f"ANTHROPIC_BASE_URL is set ({base_url}) but neither ANTHROPIC_API_KEY nor "
                             "ANTHROPIC_AUTH_TOKEN is: set the key (or a gateway's bearer token) to use that server, "
                             "or unset ANTHROPIC_BASE_URL to use the offline stand-in.")
-    stand_in = OfflineAPI(OfflineConfig(window=offline_window))
+    # The stand-in's prompt cache expires on the kernel's clock, as the session judges it cold by it.
+    stand_in = OfflineAPI(OfflineConfig(window=offline_window), clock=clock)
     return Backend(offline_client(stand_in, max_retries=max_retries), "offline", OFFLINE_NOTICE, stand_in)
 
 

@@ -22,7 +22,7 @@ from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import pinned_source
 from ctx_magic.notebook.panel_link import PanelLink
-from ctx_magic.notebook.wording import compacted_line, summary_line
+from ctx_magic.notebook.wording import compacted_line, deferred_line, not_due_line, summary_line
 
 
 def cell_source(shell: Any, execution_count: int) -> str:
@@ -99,7 +99,7 @@ class Commands:
                 self.turn_running = False
                 session.listeners.remove(display)
                 self.panel.refresh()
-            display.finish(summary_line(session.status(), result))
+            display.finish(summary_line(self.host.status(session), result))
             problem = self.memory.after_turn(session)
             if problem:
                 display(Notice("warning", problem))
@@ -130,6 +130,17 @@ class Commands:
             display.finish(compacted_line(session.status()))
             self.panel.refresh()
             return result
+
+    def defer_compaction(self) -> str:
+        """`%compact --not-now`: the next turn goes through without the automatic compaction the
+        last Done line announced, while the context fits under the blocking limit."""
+        with self.lock:
+            session = self.host.require()
+            ahead = session.status().ahead
+            if ahead is None:
+                return not_due_line()
+            session.defer_compaction()
+            return deferred_line(ahead)
 
     def snip(self, keep_last: int) -> int:
         with self.lock:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.status import ContextReport
 from ctx_magic.events import Event, notify
 from ctx_magic.notebook.agent_cells import AgentCells
 from ctx_magic.notebook.backend import Backend
@@ -59,11 +60,11 @@ class Controller:
         """The agent's code offered as notebook cells (the labextension's, or next-input)."""
         self.cells = CellCapture(output, self.settings, self.now)
         self.memory = MemoryLink(self.settings, self.workspace)
-        self.panel = PanelLink(self.memory, self.workspace, runs=self.runs)
+        self.host = SessionHost(self.settings, self.workspace, self.executor, self.memory, self.now, backend=backend)
+        self.panel = PanelLink(self.memory, self.workspace, runs=self.runs, status=self.host.status)
         self.listeners.append(self.panel.handle)
         self.runs.listeners.append(self.panel.runs_changed)
-        self.host = SessionHost(self.settings, self.workspace, self.executor, self.memory, self.now, backend=backend)
-        self.idle = IdleWatch(self.lock, self.host)
+        self.idle = IdleWatch(self.lock, self.host, on_cold=self.panel.refresh)
         self.settings.observe(self.host.retries_changed, names="max_retries")
         self._running_cell: Any = None
         """The ExecutionInfo of the notebook cell the kernel runs now (the cells it runs inside it are its own)."""
@@ -73,6 +74,10 @@ class Controller:
 
     def now(self) -> float:
         return self.clock()
+
+    def context_report(self) -> ContextReport:
+        """The current session's figures (`ctx_magic.context()`); NoSession when there is none."""
+        return self.host.status(self.host.require()).report()
 
     def _cells_held(self) -> set[int]:
         """The cells of this kernel the current session's live context holds (kernel_history leaves them out)."""

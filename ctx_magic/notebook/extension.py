@@ -5,6 +5,8 @@ from __future__ import annotations
 import atexit
 from typing import Any
 
+from ctx_magic.agent.status import ContextReport
+from ctx_magic.errors import NoSession
 from ctx_magic.notebook.agent_cells import marker_before_cell_magic
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.magics import AgentMagics, agent_line_with_question
@@ -69,3 +71,14 @@ def unload(shell: Any) -> None:
 
 def controller_of(shell: Any) -> Controller | None:
     return getattr(shell, _CONTROLLER_ATTR, None)
+
+
+def current_context() -> ContextReport:
+    """The current session's figures in this IPython (`ctx_magic.context()`)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    controller = controller_of(shell) if shell is not None else None
+    if controller is None:
+        raise NoSession("ctx_magic is not loaded here: run %load_ext ctx_magic, then a %%agent cell.")
+    return controller.context_report()

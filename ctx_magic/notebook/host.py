@@ -5,19 +5,22 @@ system prompt."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.session import Session, open_session
+from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.context.pins import PinRefused
-from ctx_magic.errors import CtxMagicError
+from ctx_magic.errors import CtxMagicError, NoSession
 from ctx_magic.notebook.backend import Backend, choose_backend
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.prompts import JUPYTER_SYSTEM_PROMPT
 from ctx_magic.notebook.workspace import Workspace
+from ctx_magic.prices import model_prices
 from ctx_magic.store.session import latest_session, list_sessions
 from ctx_magic.ui.cards import count
 
@@ -45,7 +48,7 @@ class SessionHost:
             return self.backend
         self.backend = choose_backend(self._workspace.env, max_retries=settings.max_retries, provider=settings.provider,
                                       region=settings.region, project=settings.project,
-                                      aws_profile=settings.aws_profile)
+                                      aws_profile=settings.aws_profile, clock=self._clock)
         return self.backend
 
     def retries_changed(self, change: Mapping[str, Any]) -> None:
@@ -106,13 +109,13 @@ class SessionHost:
     def require(self) -> Session:
         """The current session, or a one-line error that says how to get one."""
         if self.session is None and self.carried:
-            raise CtxMagicError(f"Session {self.carried} goes on at the next %%agent (the extension was reloaded).")
+            raise NoSession(f"Session {self.carried} goes on at the next %%agent (the extension was reloaded).")
         if self.session is None:
             stored = self._stored_latest()
             if stored is not None:  # a restarted kernel, a reopened notebook: a new session would not know it
-                raise CtxMagicError(f"There is no agent session in this kernel yet: %agent --resume goes on "
-                                    f"with the last one ({stored}); a %%agent cell starts a new one.")
-            raise CtxMagicError("There is no agent session yet: run a %%agent cell first.")
+                raise NoSession(f"There is no agent session in this kernel yet: %agent --resume goes on "
+                                f"with the last one ({stored}); a %%agent cell starts a new one.")
+            raise NoSession("There is no agent session yet: run a %%agent cell first.")
         return self.session
 
     def _stored_latest(self) -> str | None:
@@ -145,6 +148,31 @@ class SessionHost:
             session.switch_model(settings, model)
         else:
             session.frame.reconfigure(settings)
+
+    def status(self, session: Session) -> StatusSnapshot:
+        """The session's status as `%ctx status`, the panel and `ctx_magic.context()` show it: a
+        setting changed since the last turn, which applies at the next one, counts as rewriting
+        the cache (priced at the new model's prices)."""
+        status = session.status()
+        reason = self.pending_rewrite(session)
+        if not reason or status.cache is None:
+            return status
+        wanted = self._settings.to_settings()
+        prices = model_prices(wanted.model, wanted.prices)
+        return dataclasses.replace(status, cache=status.cache.rewritten(reason, status.context.tokens, prices))
+
+    def pending_rewrite(self, session: Session) -> str:
+        """What a `%config` change not yet applied (it applies at the next turn) will rewrite the
+        cached prefix with: the model, the provider or the thinking settings; '' when nothing."""
+        wanted, now = self._settings.to_settings(), session.frame.settings
+        if wanted.model != session.frame.model.name:
+            return f"the model changes to {wanted.model} at the next turn"
+        if wanted.provider != now.provider:
+            return f"the provider changes to {wanted.provider} at the next turn"
+        budget_changed = wanted.thinking != "off" and wanted.thinking_budget != now.thinking_budget
+        if wanted.thinking != now.thinking or budget_changed:
+            return "the thinking settings change at the next turn"
+        return ""
 
     def end(self, *, extract: bool = True) -> None:
         """The current session ends (a new one, a resume, unload): saved and closed first, then its

@@ -19,10 +19,13 @@ SHOWN_LATER = (Cleared, Snipped, Persisted, Notice, ThinkingCleared)
 
 
 class IdleWatch:
-    def __init__(self, lock: threading.RLock, host: SessionHost) -> None:
+    def __init__(self, lock: threading.RLock, host: SessionHost, *, on_cold: Callable[[], None] = lambda: None) -> None:
         self._lock = lock
         self._host = host
         """Whose current session the watch looks at."""
+        self._on_cold = on_cold
+        """Called by the timer once the gap has passed: the panel shows the cold cache and the
+        price of the next call before the user runs a cell."""
         self.timer: threading.Timer | None = None
         self.deferred: list[Message | Event] = []
         """Writes the timer thread's clearing left for the main thread."""
@@ -64,6 +67,7 @@ class IdleWatch:
         try:
             if any(m.sent for m in session.live.messages):
                 self._between_turns(session, lambda: self.deferred.extend(session.prepare(write=False)[1]))
+                self._on_cold()
         except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
             pass
         finally:

@@ -21,6 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, magic_arguments
 from IPython.utils.process import arg_split
 
+from ctx_magic.agent.status import ContextReport
 from ctx_magic.agent.tools import ToolError
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
@@ -143,14 +144,23 @@ class AgentMagics(Magics):
               help="Keep the live messages before N, summarize the rest.")
     @argument("--snip", nargs="?", const=20, type=int, metavar="KEEP",
               help="No summary: snip the middle, keeping the opening and about KEEP recent messages.")
+    @argument("--not-now", action="store_true", dest="not_now",
+              help="Let the next turn through without the automatic compaction its Done line announced "
+                   "(one turn, and never past the blocking limit).")
     @argument("instructions", nargs="*", help="What the summary must keep, in your words.")
     @line_magic
     @one_line_errors
     def compact(self, line: str) -> None:
-        """Compact the agent's context now (optionally with instructions for the summary)."""
+        """Compact the agent's context now (optionally with instructions for the summary), or
+        put off the automatic compaction by one turn (--not-now)."""
         args = parse(self.compact, line)
         self.commands.refuse_inside_turn("%compact")
         chosen = [name for name in ("up_to", "from_", "snip") if getattr(args, name) is not None]
+        if args.not_now:
+            if chosen or args.instructions:
+                raise UsageError("--not-now takes no other option or instructions.")
+            notice(self.commands.defer_compaction())
+            return
         if len(chosen) > 1:
             raise UsageError("Use only one of --up-to, --from and --snip.")
         for name in ("up_to", "from_", "snip"):
@@ -270,7 +280,7 @@ class AgentMagics(Magics):
     @argument("--inline", action="store_true", help="With sidebar: show the panel in the cell, not the sidebar.")
     @line_magic
     @one_line_errors
-    def ctx(self, line: str) -> None:
+    def ctx(self, line: str) -> ContextReport | None:
         """The agent's context: status, settings, an export as a notebook, the panel, the agent's code
         as a cell, and the agent's background runs (list, answer, stop).
 
@@ -289,11 +299,12 @@ class AgentMagics(Magics):
             self._runs(args.command, args.rest)
             return
         if args.command == "status":
-            status = session.status()
+            status = self.controller.host.status(session)
             if args.json:
                 print(json.dumps(status.to_json(), indent=1))
-            else:
-                plain_or_rich({"text/plain": status_text(status)})
+                return None
+            plain_or_rich({"text/plain": status_text(status)})
+            return status.report()  # the figures as a value, for scripts (`ctx_magic.context()` too)
         elif args.command == "export":
             records = session.store.load_transcript().records
             named = " ".join(args.rest)  # a path with spaces, typed bare or in one pair of quotes as in a shell

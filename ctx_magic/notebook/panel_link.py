@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.usage import answer_cost
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_json
@@ -69,8 +70,10 @@ def replayed(records: Iterable[Mapping[str, Any]], index: CellIndex,
 class PanelLink:
     def __init__(self, memory: MemoryLink, workspace: Workspace,
                  sidebar_available: Callable[[], bool] = labextension_installed, *,
-                 runs: RunBoard | None = None) -> None:
+                 runs: RunBoard | None = None, status: Callable[[Session], StatusSnapshot] = Session.status) -> None:
         self._memory = memory
+        self._status = status
+        """The session's status as the panel shows it (with the settings waiting for the next turn)."""
         self._runs = runs
         """The background runs the panel lists (and stops)."""
         """Where the panel's notes and memories come from."""
@@ -108,9 +111,10 @@ class PanelLink:
             self.widget.handle(event)
 
     def refresh(self) -> None:
-        """The session's current status into the panel (turn ends, %compact, idle checks)."""
+        """The session's current status into the panel (turn ends, %compact, idle checks, the idle
+        timer once the cache has gone cold)."""
         if self.widget is not None and self._session is not None:
-            self.widget.load(self._session.status(), notes=self._memory.notes_text(),
+            self.widget.load(self._status(self._session), notes=self._memory.notes_text(),
                              memories=self._memory.manager.rows())
         self.runs_changed()
 

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from ctx_magic.agent.loop import TurnResult
     from ctx_magic.agent.session import Session
     from ctx_magic.agent.status import StatusSnapshot
+    from ctx_magic.context.ahead import CompactionAhead
+    from ctx_magic.context.cache_outlook import CacheOutlook
 
 REMEDIES: dict[str, str] = {
     Remedy.COMPACT: "Run %compact to compact by hand.",
@@ -38,10 +40,48 @@ def error_line(error: CtxMagicError) -> str:
 
 
 def summary_line(status: StatusSnapshot, result: TurnResult) -> str:
-    """The turn's closing line in the cell."""
+    """The turn's closing line in the cell (and what the next turn will compact, when it will)."""
     state = "Interrupted" if result.interrupted else ("Stopped" if result.error else "Done")
-    return (f"{state} · {count(result.model_calls, 'model call')} · {status.context.tokens:,} tokens in context · "
+    line = (f"{state} · {count(result.model_calls, 'model call')} · {status.context.tokens:,} tokens in context · "
             f"{status.context.percent_left}% left before compaction · {turn_cost(status, result.cost_usd)}")
+    return line + (f" · {ahead_line(status.ahead)}" if status.ahead is not None else "")
+
+
+def _about(amount: float | None) -> str:
+    return "cost unknown" if amount is None else f"about {format_usd(amount)}"
+
+
+def ahead_line(ahead: CompactionAhead) -> str:
+    """The notice before an automatic compaction: its size, its price, and how to put it off."""
+    if ahead.deferred:
+        return (f"the next turn goes on uncompacted (%compact --not-now), up to the blocking limit "
+                f"{ahead.blocking:,}; the turn after compacts")
+    said = (f"the next turn compacts: {ahead.tokens:,} tokens now, about {ahead.growth:,} more a turn, threshold "
+            f"{ahead.threshold:,} ({_about(ahead.cost_usd)})")
+    if ahead.fits_one_more_turn:
+        return said + f": %compact --not-now lets one more turn through under the blocking limit {ahead.blocking:,}"
+    return said + f": one more turn would pass the blocking limit {ahead.blocking:,}, so it cannot wait"
+
+
+def deferred_line(ahead: CompactionAhead) -> str:
+    """What `%compact --not-now` did."""
+    if not ahead.fits_one_more_turn:
+        return (f"Put off by one turn, but the context ({ahead.tokens:,} tokens, about {ahead.growth:,} more a turn) "
+                f"will pass the blocking limit {ahead.blocking:,}: it compacts there anyway.")
+    return (f"The next turn goes on without compacting ({ahead.tokens:,} tokens; the blocking limit is "
+            f"{ahead.blocking:,}); the turn after it compacts as usual.")
+
+
+def not_due_line() -> str:
+    return "No automatic compaction is due at the next turn: nothing to put off."
+
+
+def cache_line(cache: CacheOutlook) -> str:
+    """The prompt cache as the next call finds it, and what that call writes when it is cold."""
+    if cache.write_tokens:
+        return (f"next call: cache {cache.state} ({cache.reason}): it writes {cache.write_tokens:,} tokens to the "
+                f"cache, {_about(cache.write_usd)} ({cache.ttl} lifetime)")
+    return f"next call: cache warm ({cache.reason}), {cache.seconds_left / 60:.1f} min left of its {cache.ttl} lifetime"
 
 
 def turn_cost(status: StatusSnapshot, amount: float) -> str:
@@ -94,6 +134,10 @@ def status_text(status: StatusSnapshot) -> str:
         lines.append(f"the next request carries: system prompt {parts.system:,} · tools {parts.tools:,} · memory "
                      f"and pins {parts.memory:,} · messages {parts.messages:,} · tool results {parts.tool_results:,}"
                      f" · saved-output previews {parts.persisted:,}")
+    if status.cache is not None:
+        lines.append(cache_line(status.cache))
+    if status.ahead is not None:
+        lines.append(ahead_line(status.ahead))
     if c.plan:
         lines.append(f"last decision: {c.plan}")
     return "\n".join(lines)

@@ -29,7 +29,7 @@ from ctx_magic.events import Compacted, Event, ServerCompacted, Status
 from ctx_magic.ui.cards import ChangeCards, counts_html, markdown_outputs, memories_html, persisted_html
 from ctx_magic.ui.fold import EventFold, context_traits
 from ctx_magic.ui.marks import CellIndex
-from ctx_magic.ui.picture import chart_html, composition_html, headline_html
+from ctx_magic.ui.picture import chart_html, composition_html, headline_html, next_call_html
 from ctx_magic.ui.runs import RunRows
 
 FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn streams
@@ -37,7 +37,7 @@ FLUSH_INTERVAL = 0.25  # seconds: four updates a second at most while a turn str
 PER_SESSION_TRAITS = ("tokens", "threshold", "warning", "blocking", "window", "zone", "percent_left", "messages",
                       "live_results", "cleared_results", "persisted_results", "cache_hit_ratio", "cache_breaks",
                       "spend", "timeline", "persisted", "session_notes", "memories", "cell_marks", "breaker_open",
-                      "session_id", "model", "calls", "composition", "cost")
+                      "session_id", "model", "calls", "composition", "cost", "next_call")
 STATE_WORDS = {"thinking": "thinking…", "running": "running code…", "compacting": "compacting…"}
 
 
@@ -86,6 +86,10 @@ class ContextPanel(widgets.VBox):
     """Cells whose output the agent no longer sees in full: key (the cell's id, or `count:N` for a
     cell of this kernel without one) -> count, kind (persisted, cleared, summarized), why, what
     the agent still has, and the key of the card that tells more (ui/marks.py)."""
+    next_call = Dict().tag(sync=True)
+    """The prompt cache as the next call finds it and the compaction the next turn makes (`cache`,
+    `ahead`: CacheOutlook and CompactionAhead as JSON), judged when the status was last read. The
+    status bar shows a cold cache's price from it."""
     status = Unicode("idle").tag(sync=True)
     breaker_open = Bool(False).tag(sync=True)
     session_id = Unicode("").tag(sync=True)
@@ -104,6 +108,7 @@ class ContextPanel(widgets.VBox):
         self._last_flush = -FLUSH_INTERVAL
         self.header = widgets.HTML()
         self.headline = widgets.HTML()
+        self.next_line = widgets.HTML()
         self.bar = widgets.HTML()
         self.chart = widgets.HTML()
         self.counts = widgets.HTML()
@@ -119,8 +124,9 @@ class ContextPanel(widgets.VBox):
         self.memory_html = widgets.HTML()
         self._notes_shown = ""
         title = widgets.HTML('<div class="ctx-magic-section-title">What happened to the context</div>')
-        self.children = (widgets.HTML(panel_style()), self.header, self.headline, self.bar, self.chart, self.counts,
-                         self.runs.box, title, self.cards.box, self.persisted_html, self.notes_card, self.memory_html)
+        self.children = (widgets.HTML(panel_style()), self.header, self.headline, self.next_line, self.bar, self.chart,
+                         self.counts, self.runs.box, title, self.cards.box, self.persisted_html, self.notes_card,
+                         self.memory_html)
         for child in self.children:
             if isinstance(child, (widgets.HTML, widgets.Output)):
                 child.layout.width = "100%"
@@ -157,6 +163,8 @@ class ContextPanel(widgets.VBox):
             "cache_hit_ratio": round(status.usage.cache_hit_ratio, 4), "cache_breaks": list(status.cache_breaks),
             "session_notes": notes, "memories": list(memories),
             "composition": status.composition.to_json(), "cost": status.cost_json(),
+            "next_call": {"cache": status.cache.to_json() if status.cache is not None else None,
+                          "ahead": status.ahead.to_json() if status.ahead is not None else None},
         })
         self.flush()
 
@@ -187,6 +195,7 @@ class ContextPanel(widgets.VBox):
             + (f' · {html.escape(self.model)}' if self.model else "") + "</div></div>")
         figures = {name: getattr(self, name) for name in PER_SESSION_TRAITS}
         self.headline.value = headline_html(figures)
+        self.next_line.value = next_call_html(self.next_call)
         self.bar.value = composition_html(self.composition, self.tokens, self.window)
         self.chart.value = chart_html(self.calls, self.timeline, {"warning": self.warning, "threshold": self.threshold,
                                                                   "blocking": self.blocking})

@@ -71,6 +71,31 @@ def headline_html(f: Mapping[str, Any]) -> str:
     )
 
 
+def next_call_html(next_call: Mapping[str, Any]) -> str:
+    """What the next call will find and pay before the user sends it: the prompt cache (a cold one
+    writes the whole context again, priced) and an automatic compaction the next turn makes."""
+    cache, ahead = next_call.get("cache") or {}, next_call.get("ahead") or {}
+    lines = []
+    if cache.get("state") == "cold":
+        usd = cache.get("write_usd")
+        price = f", {format_usd(usd)}" if usd is not None else ""
+        lines.append(f"Next call: the prompt cache is cold ({cache.get('reason', '')}): it writes "
+                     f"{cache.get('write_tokens', 0):,} tokens{price}")
+    elif cache.get("state") == "warm":
+        lines.append(f"Next call: the prompt cache is warm for {cache.get('seconds_left', 0) / 60:.1f} min more "
+                     f"({cache.get('ttl', '')} lifetime)")
+    if ahead:
+        usd = ahead.get("cost_usd")
+        price = f", about {format_usd(usd)}" if usd is not None else ""
+        lines.append("The next turn goes on uncompacted (deferred) until the blocking limit" if ahead.get("deferred")
+                     else f"The next turn compacts {ahead.get('tokens', 0):,} tokens{price}")
+    if not lines:
+        return ""
+    state = "cold" if cache.get("state") == "cold" else ("compacting" if ahead else "warm")
+    body = "".join(f"<div>{html.escape(line)}</div>" for line in lines)
+    return f'<div class="ctx-magic-next" data-state="{state}">{body}</div>'
+
+
 def composition_html(composition: Mapping[str, int], tokens: int, window: int) -> str:
     """The window as the next request fills it: a bar and a legend in tokens and percent."""
     if not composition:

@@ -277,6 +277,9 @@ def test_compaction_waits_up_to_fifteen_seconds_for_a_running_extraction(tmp_pat
         def current(self):
             return None  # no usable notes: the LLM compaction follows
 
+        def tokens(self):
+            return 0  # none written yet (the status a PreCompact hook is given asks)
+
     with rig(tmp_path) as r:
         run_turn(r.session, code_turn(0, lines=10))
         r.session.plugins.attach_notes(source := Source())

@@ -25,7 +25,7 @@ def situation(tokens: int, *, calls: int = 10, growth: int = 2_000, notes_tokens
               **kw: object) -> Situation:
     facts = SessionFacts(calls=calls, growth=growth, notes_tokens=notes_tokens,
                          **{k: kw.pop(k) for k in ("auto_compaction", "breaker_open", "summary_tokens",
-                                                   "after_compaction") if k in kw})
+                                                   "after_compaction", "deferred") if k in kw})
     base = Situation(tokens=tokens, estimated_tokens=0, thresholds=th, idle_seconds=10.0, idle_limit_seconds=300.0,
                      clear_at_least=20_000, overhead=3_000, facts=facts)
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
@@ -149,3 +149,18 @@ def test_an_early_compaction_is_weighed_from_claude_codes_trigger_and_only_as_a_
     assert still.compact == (COMPACT_WITH_SUMMARY,) and "summarizing now costs less" in still.reason
     assert decide(situation(9_000, th=small, calls=200, growth=10)).compact == ()  # under Claude Code's trigger
     assert decide(situation(15_000, th=small, calls=5, growth=10)).compact == ()  # it may end soon
+
+
+# -- a deferral by the user -----------------------------------------------------------------------
+
+
+def test_a_deferred_turn_goes_on_uncompacted_past_the_threshold_and_says_why():
+    plan = decide(situation(170_000, deferred=True))
+    assert plan.compact == () and plan.zone == "compacting"
+    assert "the user let this turn through (until the blocking limit 177,000)" in plan.reason
+
+
+def test_a_deferral_never_holds_past_the_blocking_limit():
+    plan = decide(situation(178_000, deferred=True))
+    assert plan.compact == (COMPACT_WITH_SUMMARY,)
+    assert "the user's deferral ends at the blocking limit 177,000" in plan.reason

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 
-from ctx_magic.ui.picture import chart_html, composition_html, headline_html, pct
+from ctx_magic.ui.picture import chart_html, composition_html, headline_html, next_call_html, pct
 
 CALLS = [{"prompt": 1_000, "read": 0, "write": 900, "output": 50},
          {"prompt": 1_600, "read": 900, "write": 600, "output": 40},
@@ -81,3 +81,16 @@ def test_chart_prices_each_call_on_hover_and_sums_them_under_the_chart():
     assert "30 generated, $0.0009</title>" in chart
     assert "3 model calls, $0.0052</span>" in chart
     assert "$" not in chart_html(CALLS, [], LINES)  # prices unknown: no dollar figure at all
+
+
+def test_the_next_call_line_prices_a_cold_cache_and_names_a_compaction_ahead():
+    cold = {"cache": {"state": "cold", "reason": "idle 6 min, past the cache's 5m lifetime", "write_tokens": 12_345,
+                      "write_usd": 0.0309}, "ahead": {"tokens": 150_000, "cost_usd": 0.0412, "deferred": False}}
+    text = html.unescape(re.sub(r"<[^>]+>", "\n", next_call_html(cold)))
+    assert "Next call: the prompt cache is cold (idle 6 min, past the cache's 5m lifetime): it writes 12,345 " \
+           "tokens, $0.0309" in text
+    assert "The next turn compacts 150,000 tokens, about $0.0412" in text
+    assert 'data-state="cold"' in next_call_html(cold)
+    warm = next_call_html({"cache": {"state": "warm", "seconds_left": 90, "ttl": "5m"}, "ahead": None})
+    assert "warm for 1.5 min more (5m lifetime)" in warm and 'data-state="warm"' in warm
+    assert next_call_html({}) == ""
