@@ -13,6 +13,9 @@ kernel kills followed by `%agent --resume`. It then prints, per window:
 - over the window: requests refused because input (+ max_tokens) did not fit, and how many of
   them the step did not recover from (its cell ended in an error);
 - failed steps: cells that showed an error (injected faults make some; 401 always does);
+- failed from broken streams: turns that met a connection dropped or reset mid-reply (and no
+  other fault) and still failed, out of the turns that met one: each is asked again, so the
+  target is 0;
 - dead ends: failed steps after which the next clean turn (one that met no fault) failed too, or
   no turn worked again; tracebacks shown in a cell;
 - recoverable: the share of the user's messages and of every tool output (user cells, code the
@@ -41,6 +44,7 @@ from benchmarks.soak_drivers import Driver, InProcess, RealKernel, Shown
 from ctx_magic.messages import result_text
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.counting import UNITS
+from ctx_magic.offline.faults import SURVIVABLE_FAULTS
 from ctx_magic.offline.server import serve_in_thread
 from ctx_magic.store.session import SessionDir
 
@@ -49,6 +53,7 @@ SEED = 11
 WINDOWS = (12_000, 30_000)
 FAULT_RATE = 0.10
 MIN_OUTPUT, MAX_OUTPUT = 10, 200_000  # characters a cell prints, drawn log-uniformly between
+BROKEN_STREAM_FAULTS = frozenset({"drop", "reset"})  # the connection closed or reset mid-reply: always asked again
 STEP_WEIGHTS = {"ask": 20, "run": 25, "cell": 35, "compact": 6, "snip": 6, "restart": 8}
 TURNS = ("ask", "run")
 WORDS = ("sensor", "pressure", "valve", "north", "batch", "drift", "mean", "outlier", "reading", "calibrated")
@@ -140,6 +145,8 @@ class Report:
     dead_ends: int = 0
     tracebacks: int = 0
     faults: int = 0
+    broken: tuple[int, int] = (0, 0)
+    """(failed, met): turns that met only broken-stream faults, and how many of them failed."""
     prompts: tuple[int, int] = (0, 0)
     outputs: tuple[int, int] = (0, 0)
     final_ok: bool = False
@@ -152,20 +159,21 @@ class Report:
 
 
 @contextlib.contextmanager
-def stand_in(window: int, seed: int, rate: float,
-             unit: str = "calibrated") -> Iterator[tuple[OfflineAPI, dict[str, str]]]:
+def stand_in(window: int, seed: int, rate: float, unit: str = "calibrated",
+             faults: tuple[str, ...] | None = None) -> Iterator[tuple[OfflineAPI, dict[str, str]]]:
     api = OfflineAPI(OfflineConfig(window=window, unit=unit))
-    api.random_faults(rate, seed)
+    api.random_faults(rate, seed, faults)
     with serve_in_thread(api) as (url, _stop):
         yield api, {"ANTHROPIC_API_KEY": "sk-soak", "ANTHROPIC_BASE_URL": url}
 
 
 def soak(window: int, *, seed: int = SEED, steps: int = STEPS, rate: float = FAULT_RATE, kernel: bool = False,
-         folder: Path | None = None, unit: str = "calibrated") -> Report:
-    """Run the plan at one window, the stand-in counting in `unit`; the figures of the report."""
+         folder: Path | None = None, unit: str = "calibrated", faults: tuple[str, ...] | None = None) -> Report:
+    """Run the plan at one window, the stand-in counting in `unit` and drawing from `faults` (every
+    survivable one by default); the figures of the report."""
     folder = folder or Path(tempfile.mkdtemp(prefix=f"soak-{window}-"))
     setup = [*SETUP, f"%config CtxMagic.context_window = {window}"]
-    with stand_in(window, seed, rate, unit) as (api, env):
+    with stand_in(window, seed, rate, unit, faults) as (api, env):
         driver: Driver = (RealKernel if kernel else InProcess)(folder, env, setup)
         try:
             outcomes, sid = _run_plan(driver, api, plan(seed, steps))
@@ -221,9 +229,17 @@ def measure(api: OfflineAPI, window: int, outcomes: list[Outcome], final: Outcom
             report.over_unrecovered += owner in failed_at
         else:
             report.violations += 1
+    report.broken = _broken_streams(outcomes, records, failed_at)
     report.final_ok = not (final.shown.errors or final.shown.traceback)
     report.dead_ends = sum(_dead_end(n, outcomes, records, report.final_ok) for n in sorted(failed_at))
     return report
+
+
+def _broken_streams(outcomes: list[Outcome], records: list, failed_at: set[int]) -> tuple[int, int]:
+    """(failed, met) over the turns whose only faults were connections dropped or reset mid-reply."""
+    met = [n for n, o in enumerate(outcomes) if o.step.kind in TURNS
+           and (faults := {r.fault for r in records[o.first:o.last] if r.fault}) and faults <= BROKEN_STREAM_FAULTS]
+    return sum(n in failed_at for n in met), len(met)
 
 
 def _dead_end(n: int, outcomes: list[Outcome], records: list, final_ok: bool) -> bool:
@@ -254,13 +270,14 @@ def recoverable(storage: Path, sid: str, outcomes: list[Outcome]) -> tuple[tuple
 
 def table(reports: list[Report]) -> str:
     head = ("| unit | window | steps (restarts) | requests (count_tokens) | faults injected | API-rule violations | "
-            "over the window (unrecovered) | failed steps | dead ends | tracebacks | user messages recoverable | "
-            "tool outputs recoverable | final turn |")
+            "over the window (unrecovered) | failed steps | failed from broken streams | dead ends | tracebacks | "
+            "user messages recoverable | tool outputs recoverable | final turn |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in reports:
         rows.append(f"| {r.unit} | {r.window:,} | {r.steps} ({r.restarts}) | {r.requests} ({r.count_requests}) | "
                      f"{r.faults} | "
-                     f"{r.violations} | {r.over_window} ({r.over_unrecovered}) | {len(r.failed)} | {r.dead_ends} | "
+                     f"{r.violations} | {r.over_window} ({r.over_unrecovered}) | {len(r.failed)} | "
+                     f"{r.broken[0]} of {r.broken[1]} | {r.dead_ends} | "
                      f"{r.tracebacks} | {Report.share(r.prompts)} | {Report.share(r.outputs)} | "
                      f"{'works' if r.final_ok else 'FAILS'} |")
     return "\n".join(rows)
@@ -274,15 +291,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=FAULT_RATE)
     parser.add_argument("--units", nargs="+", choices=list(UNITS), default=["calibrated"],
                         help="how the stand-in counts tokens: each unit is a run of the plan at each window")
+    parser.add_argument("--faults", nargs="+", choices=list(SURVIVABLE_FAULTS), default=None,
+                        help="the faults drawn from (default: every one a session must survive)")
     parser.add_argument("--kernel", action="store_true", help="drive real ipykernels (slow)")
     parser.add_argument("--failures", action="store_true", help="list each failed step's first error line")
     args = parser.parse_args(argv)
     here = Path(__file__).resolve().parent
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=here).stdout.strip()
-    reports = [soak(w, seed=args.seed, steps=args.steps, rate=args.fault_rate, kernel=args.kernel, unit=unit)
-               for unit in args.units for w in args.windows]
-    print(f"soak: {args.steps} steps, seed {args.seed}, faults on {args.fault_rate:.0%} of model calls, "
+    faults = tuple(args.faults) if args.faults else None
+    reports = [soak(w, seed=args.seed, steps=args.steps, rate=args.fault_rate, kernel=args.kernel, unit=unit,
+                    faults=faults) for unit in args.units for w in args.windows]
+    print(f"soak: {args.steps} steps, seed {args.seed}, faults ({', '.join(faults or ('all survivable',))}) on "
+          f"{args.fault_rate:.0%} of model calls, "
           f"{'real kernels' if args.kernel else 'in-process shell'}; {datetime.date.today()}, commit {commit}\n")
     print(table(reports))
     if args.failures:

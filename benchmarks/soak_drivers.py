@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-ERROR_COLOUR = "#b00020"  # notebook/display.py: an error-level notice
+from ctx_magic.notebook.notices import NOTICE_STYLES  # what an error-level notice looks like in a cell
+
 KERNEL_TIMEOUT = 300  # seconds any one cell may take in a real kernel
 
 
@@ -44,7 +45,7 @@ class Driver(Protocol):
 
 def _errors_of(data: Mapping[str, Any]) -> list[str]:
     html = str(data.get("text/html", ""))
-    return [str(data.get("text/plain", ""))] if f"color:{ERROR_COLOUR}" in html else []
+    return [str(data.get("text/plain", ""))] if f'style="{NOTICE_STYLES["error"]}"' in html else []
 
 
 class InProcess:

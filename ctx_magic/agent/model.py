@@ -7,7 +7,7 @@ the SDK can raise is mapped here to ctx_magic's own errors, each with one clear 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -101,9 +101,9 @@ class Model(Protocol):
 
     def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
                on_thinking: Callable[[str], None] | None = None) -> ModelReply:
-        """One streamed call, whole or not at all: a stream that ended before `message_stop`
-        raises StreamDropped (a half reply, or a tool call with half its input, is never taken
-        for a whole one)."""
+        """One streamed call, whole or not at all: a stream that began and did not reach
+        `message_stop` (it ended early, or its connection broke or was reset) raises StreamDropped
+        (a half reply, or a tool call with half its input, is never taken for a whole one)."""
         ...
 
     def count_tokens(self, request: ModelRequest) -> int: ...
@@ -168,7 +168,7 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
         return NetworkError(f"Could not reach the API after retries: {error}")
     text = str(error) or type(error).__name__
     if type(error).__module__.startswith(("httpx", "httpcore", "h11")) or isinstance(error, OSError):
-        return StreamDropped(f"The connection to the API broke while the reply was streaming ({text}).")
+        return NetworkError(f"The connection to the API failed ({text}).")
     return ModelError(f"The model call failed: {type(error).__name__}: {text}")
 
 
@@ -260,7 +260,7 @@ class AnthropicModel:
         seen: set[str] = set()
         try:
             with messages.stream(**params) as stream:
-                for event in stream:
+                for event in _events(stream):
                     seen.add(event.type)
                     if on_text is not None and event.type == "text":
                         on_text(event.text)
@@ -302,6 +302,36 @@ class AnthropicModel:
             return int(self.client.messages.count_tokens(**params).input_tokens)
         except Exception as error:  # noqa: BLE001
             raise map_error(error, self.name) from error
+
+
+def _events(stream: Any) -> Iterator[Any]:
+    """The stream's events; a failure while reading them, once the stream has begun, is a broken
+    reply (StreamDropped), whatever the SDK calls it: the request reached the API and its answer
+    had started, so the SDK's retries of a request that failed to start are long over, and only
+    asking again brings the whole reply. An `error` event the API sent is the API's word, mapped
+    as such."""
+    import anthropic
+
+    events = iter(stream)
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            return
+        except anthropic.APIStatusError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any failure of a begun stream is the same fact
+            raise _broken(error) from error
+        yield event
+
+
+def _broken(error: BaseException) -> StreamDropped:
+    """A reply that broke off mid-stream, in one line naming what the transport said."""
+    cause = error
+    while isinstance(cause.__cause__, Exception) and not str(cause):
+        cause = cause.__cause__
+    text = str(cause) or type(cause).__name__
+    return StreamDropped(f"The connection to the API broke while the reply was streaming ({text}).")
 
 
 def _incomplete(seen: set[str], response: Any) -> StreamDropped:

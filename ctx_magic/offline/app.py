@@ -193,7 +193,7 @@ class OfflineAPI:
             self._record(record, len(body))
             self._request_count += 1
             request_id = ("request-id", f"req_offline_{self._request_count:06d}")
-            return HttpReply(reply.status, (*reply.headers, request_id), reply.body, reply.dropped)
+            return dataclasses.replace(reply, headers=(*reply.headers, request_id))
 
     def _control(self, method: str, route: str, body: bytes) -> HttpReply:
         if route == "/_offline/requests" and method == "GET":

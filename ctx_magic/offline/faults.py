@@ -9,6 +9,8 @@ would answer it:
 - "429", "500", "529", "401", "413": that HTTP status with the API's error body;
 - "ptl": the 400 prompt-too-long, whatever the prompt's size;
 - "drop": the connection closes mid-stream (or, for a plain request, before any answer);
+- "reset": like "drop", but the connection is reset (a TCP RST, as a proxy or a load balancer
+  that gives up sends), not closed: the client reads "connection reset by peer";
 - "stall": a stream starts, then waits (bounded) before the rest: a slow model to interrupt;
 - "empty_reply": 200, stop_reason end_turn, zero content blocks;
 - "whitespace_reply": 200, end_turn, the only text is whitespace ("\\n\\n");
@@ -35,14 +37,14 @@ from ctx_magic.offline.conversation import Block
 from ctx_magic.offline.wire import error_event
 
 Fault = Literal[
-    "ok", "429", "500", "529", "401", "413", "ptl", "drop", "stall", "empty_reply", "whitespace_reply",
+    "ok", "429", "500", "529", "401", "413", "ptl", "drop", "reset", "stall", "empty_reply", "whitespace_reply",
     "overloaded_midstream", "early_close", "early_close_tool", "html_body", "redacted_thinking",
 ]
 FAULTS: frozenset[str] = frozenset(get_args(Fault))
 # What a soak draws from: every fault a session must come through on its own ("stall" waits for a
 # release no soak gives, "redacted_thinking" is an answer, not a failure).
 SURVIVABLE_FAULTS: tuple[str, ...] = (
-    "429", "500", "529", "401", "413", "ptl", "drop", "empty_reply", "whitespace_reply",
+    "429", "500", "529", "401", "413", "ptl", "drop", "reset", "empty_reply", "whitespace_reply",
     "overloaded_midstream", "early_close", "early_close_tool", "html_body",
 )
 STREAM_ONLY_FAULTS = frozenset({"overloaded_midstream", "early_close", "early_close_tool"})
@@ -94,6 +96,10 @@ def reply_past_window(tokens: int, max_tokens: int, window: int) -> ApiError:
 
 class ConnectionDropped(Exception):
     """Raised by a reply's body to say: close the connection now, mid-response."""
+
+
+class ConnectionReset(ConnectionDropped):
+    """Raised by a reply's body to say: reset the connection now (no orderly close), mid-response."""
 
 
 @dataclass
@@ -148,10 +154,12 @@ def stalling(chunks: list[bytes], release: threading.Event) -> Iterator[bytes]:
     yield from chunks[cut:]
 
 
-def dropping(chunks: list[bytes]) -> Iterator[bytes]:
-    """Send about half of a stream (never its end), then drop the connection."""
+def dropping(chunks: list[bytes], *, reset: bool = False) -> Iterator[bytes]:
+    """Send about half of a stream (never its end), then drop (or reset) the connection."""
     cut = min(max(DROP_AFTER_MIN_CHUNKS, len(chunks) // 2), len(chunks) - 2)
     yield from chunks[:cut]
+    if reset:
+        raise ConnectionReset("offline fault injection: connection reset mid-stream")
     raise ConnectionDropped("offline fault injection: connection dropped mid-stream")
 
 
@@ -181,8 +189,8 @@ def stream_body(fault: str | None, chunks: list[bytes], release: threading.Event
     """A stream's chunks as the fault shapes them (all of them, in order, without one)."""
     if fault == "stall":
         return stalling(chunks, release)
-    if fault == "drop":
-        return dropping(chunks)
+    if fault in ("drop", "reset"):
+        return dropping(chunks, reset=fault == "reset")
     shapers = {"overloaded_midstream": error_midstream, "early_close": closed_early,
                "early_close_tool": closed_after_tool_start}
     shaper = shapers.get(fault or "")

@@ -142,8 +142,8 @@ class MessagesEndpoint:
             if provider == "bedrock":
                 return outcome(HttpReply(200, providers.BEDROCK_STREAM_HEADERS, providers.bedrock_frames(stream)))
             return outcome(HttpReply(200, SSE_HEADERS, stream))
-        if fault == "drop" or fault in STREAM_ONLY_FAULTS:  # a plain body cut short is a dropped one
-            return outcome(HttpReply(200, (), [], dropped=True))
+        if fault in ("drop", "reset") or fault in STREAM_ONLY_FAULTS:  # a plain body cut short is a dropped one
+            return outcome(HttpReply(200, (), [], dropped=True, reset=fault == "reset"))
         return outcome(json_reply(200, message))
 
     def _message(self, request: Mapping[str, Any], policy: Policy, usage: dict[str, Any], fault: str | None,

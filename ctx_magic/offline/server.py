@@ -3,7 +3,8 @@
 Plain answers carry a Content-Length; streams go out with chunked transfer encoding, one
 flush per server-sent event, so a client sees them arrive one by one. A dropped connection
 (an injected "drop" fault) stops mid-body without the final chunk, which a client reads as
-an incomplete message, exactly like a real network failure. Every reply closes its
+an incomplete message, exactly like a real network failure; a reset one ("reset") closes the
+socket with SO_LINGER 0, so the kernel sends a TCP RST and the client reads "connection reset". Every reply closes its
 connection (`Connection: close`): simple, and fast enough on the loopback.
 """
 
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ctx_magic.offline.app import HttpReply, OfflineAPI
-from ctx_magic.offline.faults import ConnectionDropped
+from ctx_magic.offline.faults import ConnectionDropped, ConnectionReset
 
 HOST = "127.0.0.1"  # loopback only: the stand-in is for this machine's tests and notebooks
 POLL_SECONDS = 0.05  # how often serve_forever checks for shutdown: stopping takes no longer
@@ -33,7 +35,7 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.server.api.handle(self.command, self.path, dict(self.headers.items()), body)
         self.close_connection = True
         if reply.dropped:
-            self._drop()
+            self._drop(reset=reply.reset)
             return
         if dict(reply.headers).get("content-type") == "text/event-stream":
             self._send_stream(reply)
@@ -59,16 +61,20 @@ class _Handler(BaseHTTPRequestHandler):
             for chunk in reply.body:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
-        except ConnectionDropped:
-            self._drop()
+        except ConnectionDropped as dropped:
+            self._drop(reset=isinstance(dropped, ConnectionReset))
             return
         self.wfile.write(b"0\r\n\r\n")
 
-    def _drop(self) -> None:
-        """Close the socket now, whatever was sent so far."""
+    def _drop(self, *, reset: bool = False) -> None:
+        """Close the socket now, whatever was sent so far: an orderly shutdown, or a reset."""
         self.wfile.flush()
         with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
+            if reset:  # linger on, for 0 seconds: closing discards the socket and sends RST, never FIN
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+            else:
+                self.connection.shutdown(socket.SHUT_RDWR)
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: tests and notebooks do not want a line per request on stderr."""

@@ -35,12 +35,14 @@ SSE_HEADERS = (("content-type", "text/event-stream"), ("cache-control", "no-cach
 
 @dataclass(frozen=True)
 class HttpReply:
-    """One HTTP answer; `dropped` means: close the connection without answering at all."""
+    """One HTTP answer; `dropped` means: close the connection without answering at all (with a
+    TCP reset when `reset`)."""
 
     status: int
     headers: tuple[tuple[str, str], ...]
     body: Iterable[bytes]
     dropped: bool = False
+    reset: bool = False
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 `offline_client()` returns an `anthropic.Anthropic` whose every request is answered by an
 `OfflineAPI` in the same process. A stream is handed over chunk by chunk, and a dropped
-connection surfaces as the same `httpx2.RemoteProtocolError` a real socket would give.
+connection surfaces as the same `httpx2.RemoteProtocolError` a real socket would give (a reset
+one as the `httpx2.ReadError` of a reset socket).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import anthropic
 import httpx2
 
 from ctx_magic.offline.app import OfflineAPI
-from ctx_magic.offline.faults import ConnectionDropped
+from ctx_magic.offline.faults import ConnectionDropped, ConnectionReset
+
+RESET_BY_PEER = "[Errno 104] Connection reset by peer"  # what a reset socket's read raises, as httpx2 words it
 
 OFFLINE_BASE_URL = "http://offline.invalid"  # .invalid never resolves: nothing leaves the process
 OFFLINE_API_KEY = "offline"
@@ -30,6 +33,8 @@ class _ChunkStream(httpx2.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         try:
             yield from self._chunks
+        except ConnectionReset as reset:
+            raise httpx2.ReadError(RESET_BY_PEER, request=self._request) from reset
         except ConnectionDropped as dropped:
             message = f"peer closed connection without sending complete message body ({dropped})"
             raise httpx2.RemoteProtocolError(message, request=self._request) from dropped
@@ -50,6 +55,8 @@ class OfflineTransport(httpx2.BaseTransport):
         body = request.read()
         target = request.url.raw_path.decode("ascii")
         reply = self.api.handle(request.method, target, dict(request.headers), body)
+        if reply.reset:
+            raise httpx2.ReadError(RESET_BY_PEER, request=request)
         if reply.dropped:
             raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
         return httpx2.Response(

@@ -159,7 +159,8 @@ def test_faults_end_in_one_clear_line_and_the_next_turn_works(tmp_path):
         run_turn(r.session, prompt(0))
         transcript_lines = r.session.store.transcript_path.read_text().count("\n")
         for fault, times, words in [("429", 3, "rate limited"), ("500", 3, "failed (500)"),
-                                    ("529", 3, "overloaded"), ("drop", 3, "connection")]:
+                                    ("529", 3, "overloaded"), ("drop", 3, "connection"),
+                                    ("reset", 3, "reset by peer")]:
             r.api.inject(*[fault] * times)  # the SDK retries twice, the loop a broken stream twice
             result = run_turn(r.session, "hello again")
             assert result.error is not None and words in result.error.lower(), (fault, result.error)
@@ -171,11 +172,12 @@ def test_faults_end_in_one_clear_line_and_the_next_turn_works(tmp_path):
         assert r.session.store.transcript_path.read_text().count("\n") > transcript_lines
 
 
-def test_a_stream_broken_mid_reply_is_asked_again_and_nothing_partial_stays(tmp_path):
+@pytest.mark.parametrize("fault", ["drop", "reset"])
+def test_a_stream_broken_mid_reply_is_asked_again_and_nothing_partial_stays(tmp_path, fault):
     with rig(tmp_path) as r:
         seen = []
         r.session.listeners.append(seen.append)
-        r.api.inject("drop")  # the next reply breaks off after its first events
+        r.api.inject(fault)  # the next reply breaks off after its first events (closed, or reset)
         result = run_turn(r.session, "hello there")
         lines = r.session.store.transcript_path.read_text().splitlines()
     assert result.error is None
@@ -207,11 +209,12 @@ def test_a_stream_closed_before_message_stop_never_runs_a_tool_with_half_its_inp
     assert "42" in json.dumps([m.to_json() for m in r.session.live.messages])
 
 
-def test_after_a_third_broken_stream_the_partial_reply_is_withdrawn_and_nothing_stored(tmp_path):
+@pytest.mark.parametrize("fault", ["drop", "reset"])
+def test_after_a_third_broken_stream_the_partial_reply_is_withdrawn_and_nothing_stored(tmp_path, fault):
     with rig(tmp_path) as r:
         seen = []
         r.session.listeners.append(seen.append)
-        r.api.inject("drop", "drop", "drop")
+        r.api.inject(fault, fault, fault)
         result = run_turn(r.session, "stream " * 300)
         assert run_turn(r.session, "and now?").error is None
     assert result.error is not None and "broke" in result.error

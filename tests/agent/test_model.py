@@ -329,6 +329,28 @@ def test_a_broken_stream_is_asked_again_and_an_overload_waits_first(model: Anthr
     assert waits == [STREAM_BACKOFF_SECONDS]  # after the overload only; a dropped connection is asked at once
 
 
+def test_a_connection_reset_mid_reply_is_asked_again_at_once(model: AnthropicModel, api: OfflineAPI) -> None:
+    """A TCP reset after the stream began is a broken reply, whatever exception the SDK reports it as."""
+    api.inject("reset")
+    waits: list[float] = []
+    heard: list[str] = []
+    reply = stream_reply(model, request(user_text("stream " * 300)), sleep=waits.append,
+                         restarted=lambda attempt, attempts, error: heard.append(str(error)))
+    assert text_of(reply.content) and reply.stop_reason == "end_turn"
+    assert len(heard) == 1 and "reset by peer" in heard[0] and waits == []
+    assert [(r.fault, r.status) for r in api.requests] == [("reset", 200), (None, 200)]
+
+
+def test_three_resets_in_a_row_are_a_broken_reply_and_the_next_call_works(model: AnthropicModel,
+                                                                         api: OfflineAPI) -> None:
+    api.inject("reset", "reset", "reset")
+    with pytest.raises(StreamDropped, match="broke while the reply was streaming") as caught:
+        stream_reply(model, request(user_text("stream " * 300)), sleep=lambda seconds: None)
+    assert_one_clear_line(caught.value)
+    assert api.model_calls() == 3
+    assert text_of(stream_reply(model, request(user_text("again"))).content)
+
+
 def test_a_third_broken_stream_is_the_error(model: AnthropicModel, api: OfflineAPI) -> None:
     api.inject("early_close", "early_close", "early_close")
     with pytest.raises(StreamDropped):
@@ -438,11 +460,14 @@ def test_map_error_timeout_and_connection_errors_are_network_errors() -> None:
     assert isinstance(refused, NetworkError) and "Could not reach the API" in str(refused)
 
 
-def test_map_error_transport_and_os_errors_are_network_errors() -> None:
+def test_map_error_transport_and_os_errors_are_network_errors_not_broken_replies() -> None:
+    """Outside a stream that began, a transport error says nothing of a reply (the stream itself
+    decides what broke off, by what it received)."""
     broken = map_error(httpx2.RemoteProtocolError("peer closed connection"))
     reset = map_error(ConnectionResetError(104, "Connection reset by peer"))
     assert isinstance(broken, NetworkError) and "peer closed connection" in str(broken)
     assert isinstance(reset, NetworkError)
+    assert not isinstance(broken, StreamDropped) and not isinstance(reset, StreamDropped)
 
 
 def test_map_error_anything_else_is_a_model_error_naming_its_type() -> None:

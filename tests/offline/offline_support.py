@@ -51,3 +51,11 @@ def api_message(client: Any, body: dict[str, Any]) -> Any:
     import anthropic
 
     return client.post("/v1/messages", body=body, cast_to=anthropic.types.Message)
+
+
+def refusal(error: Any) -> str:
+    """The API's own message in an SDK status error: `error.message` of the body, read from the
+    body itself, as every SDK version the project supports exposes it."""
+    body = getattr(error, "body", None)
+    inner = body.get("error") if isinstance(body, dict) else None
+    return str(inner.get("message") or "") if isinstance(inner, dict) else ""

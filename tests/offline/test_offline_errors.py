@@ -9,7 +9,7 @@ import pytest
 from ctx_magic.errors import PromptTooLong, is_prompt_too_long
 from ctx_magic.offline import OfflineAPI, offline_client
 
-from .offline_support import MODEL, WINDOW, text_of, user
+from .offline_support import MODEL, WINDOW, refusal, text_of, user
 
 LONG_TEXT = "The quick brown fox jumps over the lazy dog. " * 2_500  # about 25,000 tokens
 
@@ -22,7 +22,7 @@ def test_prompt_too_long_message_parses_to_numbers(sdk: anthropic.Anthropic) -> 
     counted = sdk.messages.count_tokens(model=MODEL, messages=[user(LONG_TEXT)]).input_tokens
     with pytest.raises(anthropic.BadRequestError) as caught:
         _ask(sdk, LONG_TEXT)
-    message = caught.value.api_message or ""
+    message = refusal(caught.value)
     assert message == f"prompt is too long: {counted} tokens > {WINDOW} maximum"
     assert caught.value.type == "invalid_request_error"
     assert is_prompt_too_long(caught.value.status_code, message)
@@ -36,7 +36,7 @@ def test_input_and_max_tokens_over_the_window_is_refused_in_the_apis_words(sdk: 
     max_tokens = WINDOW - counted + 1
     with pytest.raises(anthropic.BadRequestError) as caught:
         sdk.messages.create(model=MODEL, max_tokens=max_tokens, messages=[user(text)])
-    message = caught.value.api_message or ""
+    message = refusal(caught.value)
     assert message == (f"input length and `max_tokens` exceed context limit: {counted} + {max_tokens} > {WINDOW}, "
                        "decrease input length or `max_tokens` and try again")
     assert caught.value.type == "invalid_request_error" and is_prompt_too_long(400, message)
@@ -47,7 +47,7 @@ def test_injected_ptl_fault_refuses_a_small_prompt(api: OfflineAPI, client: anth
     api.inject("ptl")
     with pytest.raises(anthropic.BadRequestError) as caught:
         _ask(client)
-    parsed = PromptTooLong.from_api_message(caught.value.api_message or "")
+    parsed = PromptTooLong.from_api_message(refusal(caught.value))
     assert parsed.limit == WINDOW and parsed.actual > WINDOW
     assert text_of(_ask(client))  # one fault, one call: the next call succeeds
 
@@ -59,7 +59,7 @@ def test_injected_ptl_fault_refuses_a_small_prompt(api: OfflineAPI, client: anth
         ("500", anthropic.InternalServerError, 500),
         ("529", anthropic.OverloadedError, 529),
         ("401", anthropic.AuthenticationError, 401),
-        ("413", anthropic.ContentTooLargeError, 413),
+        ("413", anthropic.RequestTooLargeError, 413),
     ],
 )
 def test_each_status_fault_raises_its_sdk_exception(
@@ -130,7 +130,7 @@ def test_unpaired_tool_result_is_a_bad_request(client: anthropic.Anthropic) -> N
         client.messages.create(
             model=MODEL, max_tokens=100, messages=[user("hi"), {"role": "assistant", "content": "ok"}, orphan]
         )
-    assert "unexpected `tool_use_id`" in (caught.value.api_message or "")
+    assert "unexpected `tool_use_id`" in refusal(caught.value)
 
 
 def test_tool_use_without_result_is_a_bad_request(client: anthropic.Anthropic) -> None:
@@ -138,7 +138,7 @@ def test_tool_use_without_result_is_a_bad_request(client: anthropic.Anthropic) -
     messages = [user("hi"), {"role": "assistant", "content": [call]}, user("never mind")]
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model=MODEL, max_tokens=100, messages=messages)
-    assert "without `tool_result`" in (caught.value.api_message or "")
+    assert "without `tool_result`" in refusal(caught.value)
 
 
 def test_empty_content_is_a_bad_request(client: anthropic.Anthropic) -> None:
@@ -149,7 +149,7 @@ def test_empty_content_is_a_bad_request(client: anthropic.Anthropic) -> None:
 def test_max_tokens_over_model_limit_is_a_bad_request(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model=MODEL, max_tokens=9_000, messages=[user("hi")], stream=True)
-    assert "maximum allowed number of output tokens" in (caught.value.api_message or "")
+    assert "maximum allowed number of output tokens" in refusal(caught.value)
 
 
 def test_unknown_model_in_messages_is_not_found(client: anthropic.Anthropic) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 
 import anthropic
 import httpx2
@@ -168,3 +170,35 @@ def test_a_queued_fault_comes_before_a_random_one_and_rate_0_stops_them() -> Non
     api.random_faults(0, 3)
     assert client.messages.create(model=MODEL, max_tokens=50, messages=[user("hi")]).content
     assert [r.fault for r in api.requests] == ["500", "529", None]
+
+
+def test_reset_sends_the_start_of_a_stream_then_a_tcp_reset(api: OfflineAPI, http_url: str) -> None:
+    """Read with a bare socket: the stream's first events arrive, then the kernel reports a reset
+    (RST), not an orderly end of the stream (FIN)."""
+    api.inject("reset")
+    host, port = http_url.removeprefix("http://").split(":")
+    body = json.dumps({"model": MODEL, "max_tokens": 1_000, "stream": True, "messages": [user(LONG)]}).encode()
+    head = (f"POST /v1/messages HTTP/1.1\r\nhost: {host}\r\nx-api-key: k\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode()
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(head + body)
+        with pytest.raises(ConnectionResetError):
+            for _ in range(1_000):  # bounded: the reset comes after a few events
+                chunk = conn.recv(65_536)
+                assert chunk, "the server closed the connection in order instead of resetting it"
+                received += chunk
+    assert b"event: message_start" in received and b"event: message_stop" not in received
+
+
+def test_reset_through_the_sdk_reads_as_a_reset_by_peer_after_the_stream_began(
+        api: OfflineAPI, sdk: anthropic.Anthropic) -> None:
+    api.inject("reset", "reset")
+    received: list[str] = []
+    with pytest.raises(Exception, match="reset by peer"):  # the class depends on the SDK's version
+        with sdk.messages.stream(model=MODEL, max_tokens=1_000, messages=[user(LONG)]) as stream:
+            received.extend(event.type for event in stream)
+    assert received[0] == "message_start" and "message_stop" not in received
+    with pytest.raises(anthropic.APIConnectionError):  # a plain request: reset before any answer
+        sdk.with_options(max_retries=0).messages.create(model=MODEL, max_tokens=100, messages=[user("hi")])
+    assert [r.fault for r in api.requests] == ["reset", "reset"]

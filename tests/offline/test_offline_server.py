@@ -11,7 +11,7 @@ import pytest
 
 from ctx_magic.offline import OfflineAPI, serve_in_thread
 
-from .offline_support import MAX_OUTPUT, MODEL, WINDOW, user
+from .offline_support import MAX_OUTPUT, MODEL, WINDOW, refusal, user
 
 CLI_MAX_SECONDS = 20  # the command line server stops by itself well before the test's timeout
 
@@ -25,7 +25,7 @@ def test_models_retrieve_known_model_reports_window(sdk: anthropic.Anthropic) ->
 def test_models_retrieve_unknown_model_is_not_found(sdk: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.NotFoundError) as caught:
         sdk.models.retrieve("gpt-4o")
-    assert "gpt-4o" in (caught.value.api_message or "")
+    assert "gpt-4o" in refusal(caught.value)
 
 
 def test_models_list_returns_configured_ids(sdk: anthropic.Anthropic, api: OfflineAPI) -> None:

@@ -13,7 +13,7 @@ from ctx_magic.context import api_count
 from ctx_magic.offline import OfflineAPI
 from ctx_magic.offline.thinking import redacted_valid, signature_valid
 
-from .offline_support import MODEL, PYTHON_TOOL, user
+from .offline_support import MODEL, PYTHON_TOOL, refusal, user
 
 ENABLED = {"type": "enabled", "budget_tokens": 1_024}
 CODE = "Run this:\n```python\nprint(6 * 7)\n```"
@@ -85,15 +85,15 @@ def test_a_tool_loop_with_its_thinking_changed_or_missing_is_refused(
     change(messages[1]["content"])
     with pytest.raises(anthropic.BadRequestError) as caught:
         _ask(sdk, messages)
-    assert expected in (caught.value.api_message or "")
-    assert (caught.value.api_message or "").startswith("messages.1.content.0")
+    assert expected in refusal(caught.value)
+    assert refusal(caught.value).startswith("messages.1.content.0")
 
 
 def test_thinking_turned_on_in_the_middle_of_a_tool_loop_is_refused(client: anthropic.Anthropic) -> None:
     messages = _loop(client, thinking=None)
     with pytest.raises(anthropic.BadRequestError) as caught:
         _ask(client, messages)
-    assert "but found `text`" in (caught.value.api_message or "")
+    assert "but found `text`" in refusal(caught.value)
 
 
 def test_a_new_user_turn_needs_no_thinking_but_old_blocks_must_still_verify(client: anthropic.Anthropic) -> None:

@@ -16,7 +16,7 @@ from ctx_magic.offline.images import MAX_IMAGE_BYTES, MAX_IMAGES, image_block
 from ctx_magic.offline.server_context import sign_compaction
 from ctx_magic.offline.thinking import sign
 
-from .offline_support import MODEL, PYTHON_TOOL, api_message, marked, user
+from .offline_support import MODEL, PYTHON_TOOL, api_message, marked, refusal, user
 
 Body = dict[str, Any]
 CALL = {"type": "tool_use", "id": "toolu_a", "name": "python", "input": {"code": "1 + 1"}}
@@ -341,13 +341,13 @@ def test_an_image_of_five_megabytes_is_refused_by_its_base64_size(big: anthropic
     body["messages"][4]["content"] = [image_block(raw, "image/png")]
     with pytest.raises(anthropic.BadRequestError) as caught:
         api_message(big, body)
-    assert "image exceeds 5 MB maximum" in (caught.value.api_message or "")
+    assert "image exceeds 5 MB maximum" in refusal(caught.value)
     body["messages"][4]["content"] = [image_block(PNG + bytes(MAX_IMAGE_BYTES * 3 // 4 - 64), "image/png")]
     assert api_message(big, body).content
 
 
 def test_a_body_over_32_mb_is_a_413_request_too_large(client: anthropic.Anthropic) -> None:
-    with pytest.raises(anthropic.ContentTooLargeError) as caught:
+    with pytest.raises(anthropic.RequestTooLargeError) as caught:
         api_message(client, {"model": MODEL, "max_tokens": 10, "messages": [user("x" * 33_000_000)]})
     assert caught.value.status_code == 413 and caught.value.body["error"]["type"] == "request_too_large"
 
@@ -355,7 +355,7 @@ def test_a_body_over_32_mb_is_a_413_request_too_large(client: anthropic.Anthropi
 def test_count_tokens_applies_the_same_rules(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.count_tokens(model=MODEL, messages=[user("hi"), {"role": "assistant", "content": "ok "}])
-    assert "trailing whitespace" in (caught.value.api_message or "")
+    assert "trailing whitespace" in refusal(caught.value)
     with pytest.raises(anthropic.BadRequestError):
         client.messages.count_tokens(model=MODEL, messages=[user("hi")], extra_body={"max_tokens": 10})
 
@@ -364,4 +364,4 @@ def test_a_rule_broken_over_http_gets_the_same_answer(sdk: anthropic.Anthropic) 
     with pytest.raises(anthropic.BadRequestError) as caught:
         sdk.messages.create(model=MODEL, max_tokens=100,
                             messages=[user("hi"), {"role": "assistant", "content": "  "}, user("well?")])
-    assert caught.value.api_message == "messages.1.content: text content blocks must contain non-whitespace text"
+    assert refusal(caught.value) == "messages.1.content: text content blocks must contain non-whitespace text"
