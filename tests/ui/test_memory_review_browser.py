@@ -1,0 +1,80 @@
+"""Memories waiting for review in the context panel, in a real JupyterLab 4 and a real Notebook 7
+in headless Debian Chromium: with `memory_review = 'ask'`, after `%memory extract` the panel lists
+the two memories extraction found with Keep and Discard buttons; a click on Keep (between cells,
+when the kernel reads widget messages) stores one, which moves to the panel's long-term memories;
+a click on Discard drops the other, and the section goes. The kernel confirms both. A screenshot is
+left in test-artifacts/.
+
+Needs what tests/ui/test_browser.py needs (Debian's chromium, Node.js where the labextension's
+build is missing or older); without them the test skips saying what to install, under CI=true it
+fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ui.browser_rig import (
+    JupyterLab,
+    build_is_current,
+    built_labextension,
+    chromium_missing,
+    chromium_page,
+    needs,
+    node_missing,
+)
+from ui.test_agent_cells_browser import kernel_run
+from ui.test_browser import PANEL, UI_TIMEOUT, Page, notebook_json
+
+pytestmark = pytest.mark.slow  # a Jupyter server, a browser and a kernel: minutes, not seconds
+
+REPORTS = "Reports go out on Mondays."
+PLOTS = "I prefer plots in dark mode."
+CELLS = [
+    "%load_ext ctx_magic\n%config CtxMagic.permission = 'auto'\n%config CtxMagic.idle_timer = False\n"
+    "%config CtxMagic.memory_review = 'ask'\n%config CtxMagic.user_memory_dir = '.user-data'",
+    f"%%agent\nRemember that {REPORTS[0].lower()}{REPORTS[1:]} {PLOTS}",
+    "%memory extract",
+]
+PENDING = f"{PANEL} .ctx-magic-pending"
+
+
+def pending_row(page: Page, text: str):  # type: ignore[no-untyped-def]
+    return page.page.locator(f"{PENDING} > *").filter(has=page.page.locator(".ctx-magic-pending-memory",
+                                                                           has_text=text))
+
+
+@pytest.fixture(params=["lab", "notebook"])
+def app(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_the_panels_keep_and_discard_buttons_decide_what_is_remembered(app: str, tmp_path: Path) -> None:
+    needs(chromium_missing(), None if build_is_current() else node_missing())
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "review.ipynb").write_text(json.dumps(notebook_json(CELLS)))
+    with JupyterLab(root, tmp_path / "home", built_labextension(), app=app) as lab, chromium_page() as browser:
+        page = Page(browser, lab)
+        page.open("review.ipynb")
+        page.run_cells(0, len(CELLS) - 1)
+        page.page.locator(PENDING).wait_for(state="visible", timeout=UI_TIMEOUT)
+        page.wait(f"() => document.querySelectorAll('{PENDING} .ctx-magic-pending-memory').length === 2",
+                  "the panel does not list the two memories waiting for review")
+        assert "in no prompt until kept" in page.page.locator(PENDING).inner_text()
+        pending_row(page, REPORTS).scroll_into_view_if_needed()
+        page.shot(f"{app}-pending-memories")
+
+        pending_row(page, REPORTS).locator(".ctx-magic-pending-keep").click()
+        page.wait(f"() => document.querySelectorAll('{PENDING} .ctx-magic-pending-memory').length === 1",
+                  "Keep did not take the memory off the pending list")
+        page.wait(f"(text) => document.querySelector('{PANEL} .ctx-magic-memories')?.textContent.includes(text)",
+                  "the kept memory is not among the panel's long-term memories", arg=REPORTS)
+        pending_row(page, PLOTS).locator(".ctx-magic-pending-discard").click()
+        page.page.locator(PENDING).wait_for(state="hidden", timeout=UI_TIMEOUT)
+
+        shown = kernel_run(page, "%memory show")
+        assert REPORTS in shown and "dark mode" not in shown and "wait for your review" not in shown
+        assert "No memories wait for review" in kernel_run(page, "%memory pending")
