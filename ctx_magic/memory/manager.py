@@ -343,7 +343,8 @@ class MemoryManager:
 
     def dream(self, session: Session, *, force: bool) -> DreamResult:
         return dream(self.storage_dir, SessionTextModel(session), now=self.clock(), force=force,
-                     current_session=session.session_id, holder=self.member)
+                     current_session=session.session_id, holder=self.member,
+                     pending=self.own_pending if self.asks else None)
 
     def dream_team(self, session: Session, *, force: bool) -> DreamResult | None:
         """The team folder's dream (None without team memory): a second member dreaming it at the
