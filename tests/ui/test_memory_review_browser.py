@@ -2,8 +2,8 @@
 in headless Debian Chromium: with `memory_review = 'ask'`, after `%memory extract` the panel lists
 the two memories extraction found with Keep and Discard buttons; a click on Keep (between cells,
 when the kernel reads widget messages) stores one, which moves to the panel's long-term memories;
-a click on Discard drops the other, and the section goes. The kernel confirms both. A screenshot is
-left in test-artifacts/.
+a click on Discard drops the other, and the section goes. The kernel confirms both. Screenshots are
+left in test-artifacts/ (`lab-pending-panel.png` is docs/pending-memories.png).
 
 Needs what tests/ui/test_browser.py needs (Debian's chromium, Node.js where the labextension's
 build is missing or older); without them the test skips saying what to install, under CI=true it
@@ -26,7 +26,7 @@ from ui.browser_rig import (
     node_missing,
 )
 from ui.test_agent_cells_browser import kernel_run
-from ui.test_browser import PANEL, UI_TIMEOUT, Page, notebook_json
+from ui.test_browser import ARTIFACTS, PANEL, SIDEBAR, UI_TIMEOUT, Page, notebook_json
 
 pytestmark = pytest.mark.slow  # a Jupyter server, a browser and a kernel: minutes, not seconds
 
@@ -64,8 +64,11 @@ def test_the_panels_keep_and_discard_buttons_decide_what_is_remembered(app: str,
         page.wait(f"() => document.querySelectorAll('{PENDING} .ctx-magic-pending-memory').length === 2",
                   "the panel does not list the two memories waiting for review")
         assert "in no prompt until kept" in page.page.locator(PENDING).inner_text()
+        page.set_panel_width(420)
         pending_row(page, REPORTS).scroll_into_view_if_needed()
         page.shot(f"{app}-pending-memories")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.page.locator(SIDEBAR).screenshot(path=str(ARTIFACTS / f"{app}-pending-panel.png"))  # docs' picture
 
         pending_row(page, REPORTS).locator(".ctx-magic-pending-keep").click()
         page.wait(f"() => document.querySelectorAll('{PENDING} .ctx-magic-pending-memory').length === 1",
