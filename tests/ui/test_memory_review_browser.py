@@ -1,9 +1,10 @@
 """Memories waiting for review in the context panel, in a real JupyterLab 4 and a real Notebook 7
 in headless Debian Chromium: with `memory_review = 'ask'`, after `%memory extract` the panel lists
-the two memories extraction found with Keep and Discard buttons; a click on Keep (between cells,
-when the kernel reads widget messages) stores one, which moves to the panel's long-term memories;
-a click on Discard drops the other, and the section goes. The kernel confirms both. Screenshots are
-left in test-artifacts/ (`lab-pending-panel.png` is docs/pending-memories.png).
+the two memories extraction found with Keep and Discard buttons; a click on Keep made while a cell
+runs is carried out when the cell ends (the kernel reads widget messages between cells) and stores
+one, which moves to the panel's long-term memories; a click on Discard drops the other, and the
+section goes. The kernel confirms both. Screenshots are left in test-artifacts/
+(`lab-pending-panel.png` is docs/pending-memories.png).
 
 Needs what tests/ui/test_browser.py needs (Debian's chromium, Node.js where the labextension's
 build is missing or older); without them the test skips saying what to install, under CI=true it
@@ -26,7 +27,7 @@ from ui.browser_rig import (
     node_missing,
 )
 from ui.test_agent_cells_browser import kernel_run
-from ui.test_browser import ARTIFACTS, PANEL, SIDEBAR, UI_TIMEOUT, Page, notebook_json
+from ui.test_browser import ARTIFACTS, NOTEBOOK, PANEL, SIDEBAR, UI_TIMEOUT, Page, notebook_json
 
 pytestmark = pytest.mark.slow  # a Jupyter server, a browser and a kernel: minutes, not seconds
 
@@ -37,7 +38,11 @@ CELLS = [
     "%config CtxMagic.memory_review = 'ask'\n%config CtxMagic.user_memory_dir = '.user-data'",
     f"%%agent\nRemember that {REPORTS[0].lower()}{REPORTS[1:]} {PLOTS}",
     "%memory extract",
+    # Busy until the test makes the file `go` (a wait on a file, bounded at two minutes): a click meanwhile waits.
+    "import pathlib, time\nfor _ in range(2400):\n    if pathlib.Path('go').exists():\n        break\n"
+    "    time.sleep(0.05)",
 ]
+BUSY = 3
 PENDING = f"{PANEL} .ctx-magic-pending"
 
 
@@ -59,7 +64,7 @@ def test_the_panels_keep_and_discard_buttons_decide_what_is_remembered(app: str,
     with JupyterLab(root, tmp_path / "home", built_labextension(), app=app) as lab, chromium_page() as browser:
         page = Page(browser, lab)
         page.open("review.ipynb")
-        page.run_cells(0, len(CELLS) - 1)
+        page.run_cells(0, BUSY - 1)
         page.page.locator(PENDING).wait_for(state="visible", timeout=UI_TIMEOUT)
         page.wait(f"() => document.querySelectorAll('{PENDING} .ctx-magic-pending-memory').length === 2",
                   "the panel does not list the two memories waiting for review")
@@ -70,7 +75,16 @@ def test_the_panels_keep_and_discard_buttons_decide_what_is_remembered(app: str,
         ARTIFACTS.mkdir(exist_ok=True)
         page.page.locator(SIDEBAR).screenshot(path=str(ARTIFACTS / f"{app}-pending-panel.png"))  # docs' picture
 
+        # Keep clicked while a cell runs: the kernel reads the click once the cell ends, and it is not lost.
+        page.js(f"""(index) => {{
+          {NOTEBOOK}.content.activeCellIndex = index;
+          window.jupyterapp.commands.execute('notebook:run-cell');
+        }}""", BUSY)
+        page.wait(f"() => {NOTEBOOK}.sessionContext.kernelDisplayStatus === 'busy'", "the busy cell did not start")
         pending_row(page, REPORTS).locator(".ctx-magic-pending-keep").click()
+        waiting = root / ".ctx_magic" / "memory" / "pending" / "project"
+        assert len([p for p in waiting.glob("*.md") if p.name != "MEMORY.md"]) == 2  # the kernel is busy
+        (root / "go").touch()
         page.wait(f"() => document.querySelectorAll('{PENDING} .ctx-magic-pending-memory').length === 1",
                   "Keep did not take the memory off the pending list")
         page.wait(f"(text) => document.querySelector('{PANEL} .ctx-magic-memories')?.textContent.includes(text)",
