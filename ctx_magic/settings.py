@@ -23,6 +23,8 @@ IMAGE_MAX_BYTES = 1_000_000  # base64 bytes of one image from a cell output
 # Extraction's facts for the team wait for a member's accept: the model wrote them from a conversation
 # that holds whatever a notebook printed, and the team folder reaches every member's prompt.
 TEAM_REVIEW = True
+MEMORY_REVIEWS = ("off", "ask")
+MEMORY_REVIEW = "off"  # extraction stores what it finds, as it always has: 'ask' is for a person who reviews
 MEMORY_BUDGET_TOKENS = 2_000  # memories in the system prompt: the size of one session-notes section (as in Claude Code)
 MAX_RETRIES = 2  # the anthropic SDK's own default for 429, 5xx and failed connections
 MIN_REPLY_TOKENS = 256  # a reply cap below this cannot hold a useful answer
@@ -122,6 +124,7 @@ class Settings:
     team_memory_dir: str = ""
     author: str = ""
     team_review: bool = TEAM_REVIEW
+    memory_review: str = MEMORY_REVIEW
 
     @property
     def idle_seconds(self) -> float:

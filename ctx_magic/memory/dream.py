@@ -86,10 +86,14 @@ class DreamResult:
     """Memories removed: decayed below PRUNE_BELOW, or dropped as contradicted by the consolidation."""
     refused: tuple[str, ...] = ()
     """The kinds of secret of the candidates refused (never their text)."""
+    waiting: int = 0
+    """New facts gathered from the notes left waiting for the person's review (`memory_review = 'ask'`)."""
 
     def summary(self) -> str:
         if self.status == "dreamed":
             done = f"Dream done: {self.added} added, {self.merged} merged, {self.pruned} pruned."
+            if self.waiting:
+                done += f" {self.waiting} new waiting for your review: %memory pending."
             line = refusal_line(self.refused, "candidate")
             return f"{done} {line}" if line else done
         if self.status == "failed":
@@ -379,16 +383,18 @@ def decayed(memories: Sequence[Memory], now: datetime) -> list[Memory]:
 
 
 def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextModel, now: datetime,
-               touched: set[str] | None = None, author: str = "") -> DreamResult:
+               touched: set[str] | None = None, author: str = "", pending: MemoryStore | None = None) -> DreamResult:
     """The four phases on `store`; the name of every file they write or remove goes into `touched`
-    before it is written (what a failure puts back)."""
+    before it is written (what a failure puts back). With `pending`, the facts gathered from the
+    notes wait there for the person's keep instead, and the dream only tidies what they kept."""
     touched = set() if touched is None else touched
     touched.add(INDEX_NAME)
     memories = [m for m in store.all() if find_secret(m.text) is None]  # one stored before the checks: never sent
     notes = read_notes(sessions)
     refused: list[str] = []
-    candidates = gather(model, notes, memories, now, refused)
-    plan = consolidate(model, memories, candidates, now, store.scope, author)
+    candidates = gather(model, notes, [*memories, *(pending.all() if pending is not None else [])], now, refused)
+    new = [c for c in candidates if pending is not None and store.find_duplicate(c.text, memories) is None]
+    plan = consolidate(model, memories, [] if pending is not None else candidates, now, store.scope, author)
     touched.update(f"{i}.md" for i in (*(m.id for m in plan.write), *plan.remove))
     store.apply(write=plan.write, remove=plan.remove, now=now)
     added = plan.added
@@ -401,7 +407,14 @@ def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextMo
     stale = decayed(store.all(), now)
     touched.update(f"{m.id}.md" for m in stale)
     store.apply(remove=[m.id for m in stale], now=now)
-    return DreamResult("dreamed", "", added, plan.merged, len(stale) + plan.dropped, (*refused, *plan.refused))
+    waiting = 0
+    for candidate in new:  # last: a failure before this leaves nothing waiting
+        assert pending is not None
+        if pending.find_duplicate(candidate.text) is None:
+            pending.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay,
+                        source_session=DREAM_SOURCE)
+            waiting += 1
+    return DreamResult("dreamed", "", added, plan.merged, len(stale) + plan.dropped, (*refused, *plan.refused), waiting)
 
 
 def put_back(store: MemoryStore, snapshot: Mapping[str, bytes], touched: set[str]) -> None:
@@ -465,6 +478,7 @@ def dream(
     current_session: str | None = None,
     store: MemoryStore | None = None,
     holder: str = "",
+    pending: MemoryStore | None = None,
 ) -> DreamResult:
     """Consolidate the memories of `store` (the project scope of `storage_dir` by default).
 
@@ -479,4 +493,5 @@ def dream(
     closed = None if force else sessions_gate(len(recent))
     if closed:
         return DreamResult("skipped", closed)
-    return run_locked(store, now, holder, lambda touched: run_phases(store, recent, model, now, touched))
+    return run_locked(store, now, holder, lambda touched: run_phases(store, recent, model, now, touched,
+                                                                     pending=pending))

@@ -3,8 +3,9 @@
 At session end (and on `%memory extract`) one side call reads the conversation and answers
 with the durable facts in it, one JSON object per line inside `<memories>`. Each candidate is
 checked for secrets and duplicates before it is stored; a session stores at most 20. With team
-memory on, a candidate about the shared work goes to the team's folder (`belongs_to_team`), or,
-with review on, to the member's own folder of proposals until they accept it.
+memory on, a candidate about the shared work goes to the team's folder (`belongs_to_team`). With
+review on, a candidate waits in the member's own pending folder for that destination instead, until
+they keep it (`MemoryStore.for_pending`: one pending store for their own memories and the team's).
 
 The model is reached through `TextModel`, one method wide; the agent adapts its
 `Session.side_call` to it, tests adapt the SDK model or a stub.
@@ -45,19 +46,19 @@ class TextModel(Protocol):
 @dataclass(frozen=True)
 class TeamShare:
     """Where extraction sends a fact about the shared work: the team's store, signed by `author`;
-    with `proposals`, that folder instead, where it waits for the member's accept."""
+    with `pending`, that folder instead, where it waits for the member's accept."""
 
     store: MemoryStore
     author: str
-    proposals: MemoryStore | None = None
+    pending: MemoryStore | None = None
 
     @property
     def target(self) -> MemoryStore:
-        return self.proposals if self.proposals is not None else self.store
+        return self.pending if self.pending is not None else self.store
 
     def known(self) -> list[Memory]:
         """The team's memories and those proposed for it: neither is proposed again."""
-        return [*self.store.all(), *(self.proposals.all() if self.proposals is not None else [])]
+        return [*self.store.all(), *(self.pending.all() if self.pending is not None else [])]
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ def extract_memories(
     already_extracted: int = 0,
     refused: list[str] | None = None,
     team: TeamShare | None = None,
+    pending: MemoryStore | None = None,
 ) -> list[Memory]:
     """Ask the model for the session's durable facts and store the new ones.
 
@@ -156,13 +158,15 @@ def extract_memories(
     of stored memories (in any scope) are dropped, each secret's kind and masked value added to
     `refused` (for one line to the user, never the text); a reply without a `<memories>` block
     stores nothing. With a `team`, what `belongs_to_team` says is about the shared work goes to
-    its store (or its proposals, for review), signed by its author. Model errors propagate to the
+    its store (or its proposals, for review), signed by its author; with `pending`, the member's own
+    memories wait there for review instead of entering `store`. Model errors propagate to the
     caller, which runs this in the background.
     """
     room = MAX_PER_SESSION - already_extracted
     if room <= 0:
         return []
-    existing = [*store.all(), *(team.known() if team is not None else [])]
+    existing = [*store.all(), *(pending.all() if pending is not None else []),
+                *(team.known() if team is not None else [])]
     reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room, team=team is not None))
     added: list[Memory] = []
     for candidate in parse_candidates(reply) or []:
@@ -176,7 +180,7 @@ def extract_memories(
         if store.find_duplicate(candidate.text, [*existing, *added]) is not None:
             continue
         shared = team if team is not None and belongs_to_team(candidate) else None
-        target = shared.target if shared is not None else store
+        target = shared.target if shared is not None else (pending if pending is not None else store)
         memory = target.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay,
                             source_session=session_id, author=shared.author if shared is not None else "")
         added.append(memory)

@@ -33,7 +33,7 @@ from ctx_magic.memory.store import (
 )
 from ctx_magic.memory.team import default_author, dream_team, folder_problem, lock_notice
 from ctx_magic.messages import Message
-from ctx_magic.settings import MEMORY_BUDGET_TOKENS, TEAM_REVIEW
+from ctx_magic.settings import MEMORY_BUDGET_TOKENS, MEMORY_REVIEW, TEAM_REVIEW
 
 EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
 JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
@@ -71,6 +71,8 @@ class MemoryManager:
     """Who this member is on team memories; empty: `default_author()`."""
     team_review: bool = TEAM_REVIEW
     """Extraction proposes team memories (in `proposals`) and the member accepts them."""
+    memory_review: str = MEMORY_REVIEW
+    """'ask': everything extraction finds waits (in `pending_stores`) until the member keeps it."""
     clock: Callable[[], datetime] = utc_now
     background: list[threading.Thread] = field(default_factory=list)
     last_error: str | None = None
@@ -110,11 +112,26 @@ class MemoryManager:
         return MemoryStore.for_team(self.team_root, self.team_name)
 
     @property
+    def asks(self) -> bool:
+        """Whether extraction's memories wait for the member's keep."""
+        return self.memory_review == "ask"
+
+    @property
+    def own_pending(self) -> MemoryStore:
+        """The member's own memories extraction found, waiting for review in this storage folder."""
+        return MemoryStore.for_pending(self.storage_dir)
+
+    @property
     def proposals(self) -> MemoryStore | None:
         """The team memories extraction proposed in this storage folder, waiting for review."""
         if not self.team_on:
             return None
-        return MemoryStore.for_team_proposals(self.storage_dir, self.team_name)
+        return MemoryStore.for_pending(self.storage_dir, self.team_name)
+
+    def pending_stores(self) -> list[MemoryStore]:
+        """Every folder of memories waiting for this member: their own, and the team's proposals."""
+        proposals = self.proposals
+        return [self.own_pending, *([proposals] if proposals is not None else [])]
 
     def require_team(self) -> MemoryStore:
         team = self.team
@@ -187,42 +204,82 @@ class MemoryManager:
                 return store.scope, found
         return None
 
-    # -- review of what extraction proposes for the team ------------------------------------------
+    # -- review of what extraction found: the member's own memories and the team's proposals -----
+
+    def pending(self, scope: Scope | None = None) -> list[Memory]:
+        """The memories waiting for this member's review, oldest first; each one's `scope` is where
+        it goes once kept (`scope`: only those)."""
+        waiting = [m for store in self.pending_stores() if scope in (None, store.scope) for m in store.all()]
+        return sorted(waiting, key=lambda m: (m.created, m.id))
 
     def proposed(self) -> list[Memory]:
         """The team memories waiting for this member's review, oldest first."""
-        proposals = self.proposals
-        return proposals.all() if proposals is not None else []
+        return self.pending("team") if self.team_on else []
 
-    def _pick_proposed(self, ids: Sequence[str]) -> list[Memory]:
-        waiting = self.proposed()
+    def _pick(self, ids: Sequence[str], scope: Scope | None) -> list[Memory]:
+        waiting = self.pending(scope)
         if list(ids) == ["all"]:
             return waiting
         by_id = {m.id: m for m in waiting}
         unknown = [i for i in ids if i not in by_id]
         if unknown:
-            raise CtxMagicError(f"No proposed team memory with id {unknown[0]!r} (see %memory review).")
+            if scope == "team":
+                raise CtxMagicError(f"No proposed team memory with id {unknown[0]!r} (see %memory review).")
+            raise CtxMagicError(f"No pending memory with id {unknown[0]!r} (see %memory pending).")
         return [by_id[i] for i in dict.fromkeys(ids)]
 
+    def _pending_store(self, memory: Memory) -> MemoryStore:
+        proposals = self.proposals
+        if memory.scope == "team" and proposals is not None:
+            return proposals
+        return self.own_pending
+
+    def _keep_one(self, memory: Memory, text: str | None = None) -> Memory:
+        """One pending memory into where it goes (the team's, signed by this member), then out of
+        the pending folder."""
+        text = memory.text if text is None else text
+        if memory.scope == "team":
+            kept = self.require_team().add(text, now=self.clock(), type=memory.type, decay=memory.decay,
+                                           source_session=memory.source_session, author=self.member)
+        else:
+            kept = self.project.add(text, now=self.clock(), type=memory.type, decay=memory.decay,
+                                    source_session=memory.source_session)
+        self._pending_store(memory).forget(memory.id)
+        return kept
+
+    def keep(self, ids: Sequence[str], *, scope: Scope | None = None) -> list[Memory]:
+        """Pending memories (or "all"; `scope`: only those going there) into their stores."""
+        if scope == "team":
+            self.require_team()
+        return [self._keep_one(memory) for memory in self._pick(ids, scope)]
+
+    def edit(self, memory_id: str, text: str) -> Memory:
+        """A pending memory kept with the member's words instead of extraction's (checked for
+        secrets like any other)."""
+        text = " ".join(text.split())
+        if not text:
+            raise CtxMagicError("%memory edit needs the id of a pending memory and its new text.")
+        [memory] = self._pick([memory_id], None)
+        return self._keep_one(memory, text)
+
+    def discard(self, ids: Sequence[str], *, scope: Scope | None = None) -> list[Memory]:
+        """Pending memories (or "all") dropped: they never reach any store."""
+        if scope == "team":
+            self.require_team()
+        dropped = self._pick(ids, scope)
+        for store in self.pending_stores():
+            gone = [m.id for m in dropped if m.scope == store.scope]
+            if gone:
+                store.apply(remove=gone)
+        return dropped
+
     def accept(self, ids: Sequence[str]) -> list[Memory]:
-        """Proposed memories (or "all") into the team's folder, signed by this member who accepted them."""
-        team, proposals = self.require_team(), self.proposals
-        assert proposals is not None
-        accepted = []
-        for memory in self._pick_proposed(ids):
-            accepted.append(team.add(memory.text, now=self.clock(), type=memory.type, decay=memory.decay,
-                                     source_session=memory.source_session, author=self.member))
-            proposals.forget(memory.id)
-        return accepted
+        """Proposed team memories (or "all") into the team's folder, signed by this member."""
+        return self.keep(ids, scope="team")
 
     def reject(self, ids: Sequence[str]) -> list[Memory]:
-        """Proposed memories (or "all") dropped: they never reach the team."""
-        self.require_team()
-        proposals = self.proposals
-        assert proposals is not None
-        rejected = self._pick_proposed(ids)
-        proposals.apply(remove=[m.id for m in rejected])
-        return rejected
+        """Proposed team memories (or "all") dropped: they never reach the team."""
+        return self.discard(ids, scope="team")
 
     # -- extraction ----------------------------------------------------------------------------
 
@@ -234,13 +291,22 @@ class MemoryManager:
         already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
         refused: list[str] = []
         team = self.team
-        share = None if team is None else TeamShare(team, self.member, self.proposals if self.team_review else None)
+        review_team = self.team_review or self.asks
+        share = None if team is None else TeamShare(team, self.member, self.proposals if review_team else None)
         added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
                                  now=self.clock(), session_id=session.session_id, already_extracted=already,
-                                 refused=refused, team=share)
+                                 refused=refused, team=share, pending=self.own_pending if self.asks else None)
         session.plugins.remember(EXTRACTED_KEY, already + len(added))
         self.last_refused = refusal_line(refused, "extracted memory")
         return added
+
+    def waiting_lines(self, added: Sequence[Memory]) -> list[str]:
+        """What an extraction left waiting for review, in a line for the user (none when nothing waits)."""
+        team = sum(1 for m in added if m.scope == "team") if self.team_review or self.asks else 0
+        own = sum(1 for m in added if m.scope != "team") if self.asks else 0
+        waits = "memory waits" if own == 1 else "memories wait"
+        return ([f"{own} {waits} for your review: %memory pending."] if own else []) + (
+            [f"{team} proposed for the team, waiting for your review: %memory review."] if team else [])
 
     @staticmethod
     def extraction_due(session: Session) -> bool:
@@ -256,10 +322,7 @@ class MemoryManager:
         def run() -> None:
             try:
                 added = self.extract(session, snapshot)
-                proposed = sum(1 for m in added if m.scope == "team") if self.team_review else 0
-                lines = [*([self.last_refused] if self.last_refused else []),
-                         *([f"{proposed} proposed for the team, waiting for your review: %memory review."]
-                           if proposed else [])]
+                lines = [*([self.last_refused] if self.last_refused else []), *self.waiting_lines(added)]
                 if lines:
                     self.last_error = "\n".join(f"From session {session.session_id}: {line}" for line in lines)
                 session.store.save_state(session.state_json())
@@ -280,7 +343,8 @@ class MemoryManager:
 
     def dream(self, session: Session, *, force: bool) -> DreamResult:
         return dream(self.storage_dir, SessionTextModel(session), now=self.clock(), force=force,
-                     current_session=session.session_id, holder=self.member)
+                     current_session=session.session_id, holder=self.member,
+                     pending=self.own_pending if self.asks else None)
 
     def dream_team(self, session: Session, *, force: bool) -> DreamResult | None:
         """The team folder's dream (None without team memory): a second member dreaming it at the

@@ -58,7 +58,9 @@ MAX_AUTHOR_CHARS = 80  # a name or a few; past it a file's author line is cut (i
 NEAR_DUPLICATE_RATIO = 0.9  # difflib ratio of normalized texts at which two memories say the same thing
 SAME_WORD_RATIO = 0.75  # a replaced word this close to the original is a typo or an inflection, not a new word
 INDEX_NAME = "MEMORY.md"
-PROPOSALS_DIR = "team-proposals"  # in the project's memory folder: <storage>/memory/team-proposals/<team>/
+# Memories waiting for the member's review, in their own memory folder: <storage>/memory/pending/project/ for
+# their own, <storage>/memory/pending/team/<team>/ for a team's. Subfolders, so no scope's scan ever reads them.
+PENDING_DIR = "pending"
 MAX_INDEX_BYTES = 4 * 1024 * 1024  # the index: a line per memory; past this it is not a ctx_magic index
 INDEX_FIRST_LINE_CHARS = 100  # the index shows this much of each memory's first line
 SECONDS_PER_DAY = 86_400
@@ -354,9 +356,10 @@ class MemoryStore:
     scope: Scope = "project"
     clock: Callable[[], datetime] = utc_now
     """Used only where an action takes no `now` (forget, rebuilding the index)."""
-    proposals: bool = False
-    """A member's own folder of team memories that extraction proposed and nobody accepted yet:
-    private like the member's other files, and never read into a prompt."""
+    pending: bool = False
+    """A member's own folder of memories that extraction found and nobody kept yet (their own, or
+    proposed for a team; `scope` is where they go once kept): private like the member's other
+    files, and never read into a prompt."""
 
     @classmethod
     def for_project(cls, storage_dir: Path, **kwargs: object) -> MemoryStore:
@@ -371,15 +374,26 @@ class MemoryStore:
         return cls(team_memory_dir(root, team), "team", **kwargs)  # type: ignore[arg-type]
 
     @classmethod
-    def for_team_proposals(cls, storage_dir: Path, team: str, **kwargs: object) -> MemoryStore:
-        """Extraction's proposals for `team`, waiting in the member's storage folder for review."""
-        folder = project_memory_dir(storage_dir) / PROPOSALS_DIR / check_team_name(team)
-        return cls(folder, "team", proposals=True, **kwargs)  # type: ignore[arg-type]
+    def for_pending(cls, storage_dir: Path, team: str = "", **kwargs: object) -> MemoryStore:
+        """What extraction found, waiting in the member's storage folder for review: their own
+        memories, or with `team` those proposed for that team."""
+        pending = project_memory_dir(storage_dir) / PENDING_DIR
+        if team:
+            return cls(pending / "team" / check_team_name(team), "team", pending=True, **kwargs)  # type: ignore[arg-type]
+        return cls(pending / "project", "project", pending=True, **kwargs)  # type: ignore[arg-type]
 
     @property
     def shared(self) -> bool:
         """Other people write here too: files readable by the folder's group, the index under a lock."""
-        return self.scope == "team" and not self.proposals
+        return self.scope == "team" and not self.pending
+
+    @property
+    def storage_folder(self) -> Path | None:
+        """The storage folder beside the notebook this folder lives in (the project scope's, and
+        every pending one's: `<storage>/memory/pending/...`), or None (the user's, a team's)."""
+        if self.pending:
+            return self.folder.parents[2 if self.scope == "project" else 3]
+        return self.folder.parent if self.scope == "project" else None
 
     @property
     def index_path(self) -> Path:
@@ -491,11 +505,12 @@ class MemoryStore:
     ) -> None:
         """Write and delete memory files, then rebuild the index once."""
         mode = SHARED_FILE_MODE if self.shared else None
-        if self.scope == "project":  # a first memory may come before the first session: its storage folder
+        storage = self.storage_folder
+        if storage is not None:  # a first memory may come before the first session: its storage folder
             try:
-                make_storage_folder(self.folder.parent)
+                make_storage_folder(storage)
             except OSError as error:
-                raise StorageError(describe_os_error(error, self.folder.parent)) from error
+                raise StorageError(describe_os_error(error, storage)) from error
         for memory in write:
             atomic_write_text(self.path_of(memory.id), memory.to_markdown(), mode=mode)
         for memory_id in remove:

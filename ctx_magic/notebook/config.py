@@ -29,6 +29,8 @@ from ctx_magic.settings import (
     KERNEL_INVENTORY_TOKENS,
     MAX_RETRIES,
     MEMORY_BUDGET_TOKENS,
+    MEMORY_REVIEW,
+    MEMORY_REVIEWS,
     MIN_CONTEXT_WINDOW,
     MIN_REPLY_TOKENS,
     MIN_STALL_SECONDS,
@@ -173,6 +175,10 @@ class CtxMagic(Configurable):
         "Facts that extraction finds for the team wait in your own folder until you accept them "
         "(%memory review, %memory accept ID); off = they go to the team's folder at once. %memory add --team "
         "always goes at once.")).tag(config=True)
+    memory_review = _choice(MEMORY_REVIEW, MEMORY_REVIEWS, (
+        "'ask': every memory extraction finds (at a session's end, %memory extract) waits, in no prompt, until "
+        "you keep it (%memory pending, keep ID, edit ID TEXT, discard ID, or the panel's buttons); 'off': "
+        "stored at once (facts for the team then follow team_review)."))
 
     @validate("team")
     def _team_name(self, proposal: dict[str, Any]) -> str:

@@ -179,21 +179,25 @@ class AgentMagics(Magics):
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
     @argument("command", nargs="?", default="show",
-              choices=["show", "add", "forget", "extract", "dream", "review", "accept", "reject"],
-              help="What to do with long-term memory; review, accept and reject: the team memories extraction "
-                   "proposed (CtxMagic.team_review).")
+              choices=["show", "add", "forget", "extract", "dream", "pending", "keep", "edit", "discard", "review",
+                       "accept", "reject"],
+              help="What to do with long-term memory; pending, keep, edit and discard: every memory extraction found "
+                   "that waits for you (CtxMagic.memory_review = 'ask'); review, accept and reject: those proposed "
+                   "for the team (CtxMagic.team_review).")
     @argument("--no-decay", action="store_true", dest="no_decay",
               help="With add: the memory keeps its full relevance forever.")
     @argument("--team", action="store_true",
               help="With add: a fact about the shared data or code for the whole team (CtxMagic.team). "
                    "With forget: the team's memory with this id.")
     @argument("rest", nargs=argparse.REMAINDER, help="With add: the text to remember. With forget: the id. "
-                                                     "With accept and reject: ids, or all.")
+                                                     "With keep, discard, accept and reject: ids, or all. With "
+                                                     "edit: the id, then the text to keep instead.")
     @line_magic
     @one_line_errors
     def memory(self, line: str) -> None:
         """Long-term memory across sessions: show, add [--no-decay] [--team] TEXT, forget [--team] ID,
-        extract, dream, review, accept ID|all, reject ID|all."""
+        extract, dream, pending, keep ID|all, edit ID TEXT, discard ID|all, review, accept ID|all,
+        reject ID|all."""
         args = parse(self.memory, line)
         # What follows the command is its text, taken as typed; the flags may sit anywhere in it.
         no_decay = args.no_decay or "--no-decay" in args.rest
@@ -216,6 +220,18 @@ class AgentMagics(Magics):
             notice(memory.extract(host.require()))
         elif args.command == "review":
             notice(memory.review())
+        elif args.command == "pending":
+            notice(memory.pending())
+        elif args.command in ("keep", "discard"):
+            if not words:
+                raise CtxMagicError(f"%memory {args.command} needs the ids of pending memories, or all "
+                                    "(see %memory pending).")
+            notice(memory.keep(words) if args.command == "keep" else memory.discard(words))
+        elif args.command == "edit":
+            if len(words) < 2:
+                raise CtxMagicError("%memory edit needs the id of a pending memory and the text to keep instead "
+                                    "(see %memory pending).")
+            notice(memory.edit(words[0], " ".join(words[1:])))
         elif args.command in ("accept", "reject"):
             if not words:
                 raise CtxMagicError(f"%memory {args.command} needs the ids of proposed team memories, or all "

@@ -1,12 +1,14 @@
 """Memory for this kernel's sessions: the session notes keeper of the current session, and
 long-term memories (the project's, the user's and the team's): put in a session's system prompt
 at its first turn, extracted when it ends, consolidated when the dream's gates open, and what
-`%memory` does with them (with the review of what extraction proposes for the team)."""
+`%memory` does with them (with the review of what extraction found: with `memory_review = 'ask'`
+all of it, else what it proposes for the team)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
@@ -43,6 +45,7 @@ class MemoryLink:
         self._manager.team_name = settings.team
         self._manager.author = settings.author
         self._manager.team_review = settings.team_review
+        self._manager.memory_review = settings.memory_review
         return self._manager
 
     def attach(self, session: Session) -> None:
@@ -110,16 +113,48 @@ class MemoryLink:
     def extract(self, session: Session) -> str:
         manager = self.manager
         added = manager.extract(session)
-        lines = "\n".join(f"- {m.text}{self._team_mark(m)}" for m in added) or "(nothing new)"
+        lines = "\n".join(f"- {m.text}{self._review_mark(m)}" for m in added) or "(nothing new)"
         refused = f"\n{manager.last_refused}" if manager.last_refused else ""
         return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
 
-    def _team_mark(self, memory: Memory) -> str:
+    def _review_mark(self, memory: Memory) -> str:
+        manager = self.manager
         if memory.scope != "team":
-            return ""
-        if self.manager.team_review:
+            return f" (waiting for your review: %memory keep {memory.id})" if manager.asks else ""
+        if manager.team_review or manager.asks:
             return f" (proposed for the team: %memory accept {memory.id})"
         return " (for the team)"
+
+    def pending(self) -> str:
+        """Every memory extraction found that waits for this member: their own and the team's."""
+        waiting = self.manager.pending()
+        if not waiting:
+            return ("No memories wait for review (with CtxMagic.memory_review = 'ask', what extraction finds "
+                    "waits here).")
+        lines = [f"{count(len(waiting), 'memory', 'memories')} found by extraction, waiting for you (in no prompt "
+                 "until kept): %memory keep ID (or all), %memory edit ID NEW TEXT, %memory discard ID (or all)."]
+        lines += [f"- {m.id} [{m.type}{', for the team' if m.scope == 'team' else ''}"
+                  f"{'' if m.decay else ', no decay'}]: {shown_text(m)}" for m in waiting]
+        return "\n".join(lines)
+
+    def keep(self, ids: Sequence[str]) -> str:
+        kept = self.manager.keep(ids)
+        if not kept:
+            return "No memories wait for review."
+        lines = "\n".join(f"- {m.id}{' (for the team)' if m.scope == 'team' else ''}: {shown_text(m)}" for m in kept)
+        return f"Kept {count(len(kept), 'memory', 'memories')}:\n{lines}"
+
+    def edit(self, memory_id: str, text: str) -> str:
+        kept = self.manager.edit(memory_id, text)
+        where = " for the team" if kept.scope == "team" else ""
+        return f"Kept{where} as {kept.id}: {shown_text(kept)}"
+
+    def discard(self, ids: Sequence[str]) -> str:
+        dropped = self.manager.discard(ids)
+        if not dropped:
+            return "No memories wait for review."
+        return f"Discarded {count(len(dropped), 'pending memory', 'pending memories')}: " + ", ".join(
+            m.id for m in dropped) + "."
 
     def review(self) -> str:
         """The team memories extraction proposed, waiting for this member's accept."""
@@ -167,6 +202,10 @@ class MemoryLink:
             lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{by}{decay}] relevance {row['relevance']:.2f}, "
                          f"{row['age_days']} days old: {row['text']}")
         lines += self._unreadable_lines()
+        own = len(self.manager.pending("project"))
+        if own:
+            lines.append(f"{count(own, 'memory', 'memories')} found by extraction {'waits' if own == 1 else 'wait'} "
+                         "for your review: %memory pending.")
         waiting = len(self.manager.proposed()) if self.manager.team_on else 0
         if waiting:
             lines.append(f"{count(waiting, 'team memory', 'team memories')} proposed by extraction "
@@ -201,6 +240,11 @@ class MemoryLink:
         notice = manager.team_notice()
         return (f"Team memory: team {manager.team_name!r} in {team.folder}, you add as {manager.member!r}."
                 + (f"\n{notice}" if notice else ""))
+
+    def pending_rows(self) -> list[dict[str, Any]]:
+        """What the panel lists as waiting for review, each with where it goes once kept."""
+        return [{"id": m.id, "text": shown_text(m), "type": m.type, "scope": m.scope}
+                for m in self.manager.pending()]
 
     def wait(self) -> None:
         if self._manager is not None:

@@ -95,7 +95,8 @@ class PanelLink:
         if self.widget is None:
             index = CellIndex(live=lambda: self._session.live.messages if self._session is not None else ())
             self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
-                                       kernel=KERNEL_RUN, stop_run=self._runs.stop if self._runs is not None else None)
+                                       kernel=KERNEL_RUN, stop_run=self._runs.stop if self._runs is not None else None,
+                                       answer_pending=self.answer_pending)
         self.widget.reset()
         settings = session.frame.settings
 
@@ -115,8 +116,19 @@ class PanelLink:
         timer once the cache has gone cold)."""
         if self.widget is not None and self._session is not None:
             self.widget.load(self._status(self._session), notes=self._memory.notes_text(),
-                             memories=self._memory.manager.rows())
+                             memories=self._memory.manager.rows(), pending=self._memory.pending_rows())
         self.runs_changed()
+
+    def answer_pending(self, memory_id: str, action: str) -> None:
+        """The panel's Keep or Discard of a pending memory (clicked between cells, when the kernel reads
+        widget messages), shown in the panel's refreshed lists; a failure (a secret, the team folder gone)
+        is said after the next turn, and the memory still waits."""
+        manager = self._memory.manager
+        try:
+            (manager.keep if action == "keep" else manager.discard)([memory_id])
+        except CtxMagicError as error:
+            manager.last_error = str(error)  # said after the next turn, like the background's failures
+        self.refresh()
 
     def runs_changed(self) -> None:
         """The background runs' rows (from the run watch's thread as they change, and at refreshes)."""

@@ -29,6 +29,7 @@ from ctx_magic.events import Compacted, Event, ServerCompacted, Status
 from ctx_magic.ui.cards import ChangeCards, counts_html, markdown_outputs, memories_html, persisted_html
 from ctx_magic.ui.fold import EventFold, context_traits
 from ctx_magic.ui.marks import CellIndex
+from ctx_magic.ui.pending import Answer, PendingRows
 from ctx_magic.ui.picture import chart_html, composition_html, headline_html, next_call_html
 from ctx_magic.ui.runs import RunRows
 
@@ -82,6 +83,9 @@ class ContextPanel(widgets.VBox):
     persisted = List().tag(sync=True)
     session_notes = Unicode("").tag(sync=True)
     memories = List().tag(sync=True)
+    pending_memories = List().tag(sync=True)
+    """Memories extraction found that wait for the person's Keep or Discard (`memory_review = 'ask'`,
+    and those proposed for the team): id, text, type, and scope (where each goes once kept)."""
     cell_marks = Dict().tag(sync=True)
     """Cells whose output the agent no longer sees in full: key (the cell's id, or `count:N` for a
     cell of this kernel without one) -> count, kind (persisted, cleared, summarized), why, what
@@ -98,7 +102,8 @@ class ContextPanel(widgets.VBox):
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
                  load_originals: Callable[[Sequence[str]], str] | None = None,
                  cells: CellIndex | None = None, kernel: str | None = None,
-                 stop_run: Callable[[str], Any] | None = None, **kwargs: Any) -> None:
+                 stop_run: Callable[[str], Any] | None = None, answer_pending: Answer | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.clock = clock
         self._pending: dict[str, Any] = {}
@@ -122,11 +127,13 @@ class ContextPanel(widgets.VBox):
                                             layout=widgets.Layout(width="100%", display="none"))
         self.notes_card.add_class("ctx-magic-card")
         self.memory_html = widgets.HTML()
+        self.pending = PendingRows(answer_pending)
+        """The memories waiting for review, each with Keep and Discard buttons."""
         self._notes_shown = ""
         title = widgets.HTML('<div class="ctx-magic-section-title">What happened to the context</div>')
         self.children = (widgets.HTML(panel_style()), self.header, self.headline, self.next_line, self.bar, self.chart,
                          self.counts, self.runs.box, title, self.cards.box, self.persisted_html, self.notes_card,
-                         self.memory_html)
+                         self.pending.box, self.memory_html)
         for child in self.children:
             if isinstance(child, (widgets.HTML, widgets.Output)):
                 child.layout.width = "100%"
@@ -154,14 +161,14 @@ class ContextPanel(widgets.VBox):
         return self._pending.get(name, getattr(self, name))
 
     def load(self, status: StatusSnapshot, *, notes: str = "",
-             memories: Sequence[Mapping[str, Any]] = ()) -> None:
+             memories: Sequence[Mapping[str, Any]] = (), pending: Sequence[Mapping[str, Any]] = ()) -> None:
         """Set every figure at once from the session's status (turn ends, a resumed session)."""
         usage = dataclasses.asdict(status.usage)
         self._pending.update({
             **context_traits(status.context), "session_id": status.session_id, "breaker_open": status.breaker_open,
             "model": f"{status.model} · {status.backend}", "spend": usage,
             "cache_hit_ratio": round(status.usage.cache_hit_ratio, 4), "cache_breaks": list(status.cache_breaks),
-            "session_notes": notes, "memories": list(memories),
+            "session_notes": notes, "memories": list(memories), "pending_memories": list(pending),
             "composition": status.composition.to_json(), "cost": status.cost_json(),
             "next_call": {"cache": status.cache.to_json() if status.cache is not None else None,
                           "ahead": status.ahead.to_json() if status.ahead is not None else None},
@@ -204,6 +211,7 @@ class ContextPanel(widgets.VBox):
         self.persisted_html.value = persisted_html(self.persisted)
         self._render_notes()
         self.memory_html.value = memories_html(self.memories)
+        self.pending.show(self.pending_memories)
 
     def _render_notes(self) -> None:
         if self.session_notes == self._notes_shown:

@@ -501,3 +501,22 @@ def test_two_processes_racing_for_the_lock_dream_once(tmp_path: Path) -> None:
     assert in_model == [f"in-model-{winner}"]  # the loser never reached the model
     assert results[loser]["reason"].startswith("another dream is running")
     assert not (tmp_path / "storage" / "memory" / LOCK_NAME).exists()
+
+
+def test_with_review_the_facts_a_dream_gathers_wait_and_only_what_was_kept_is_tidied(
+        storage: Path, store: MemoryStore) -> None:
+    preference = "I prefer plotly over matplotlib for charts."
+    store.apply(write=[stored(preference, age_days=40, base=0.7), stored("The loader had a bug on day 3.",
+                                                                         age_days=120)], now=T0)
+    notes = f"# Learnings\n- {preference}\n- Never use seaborn in this project.\n- The data was loaded.\n"
+    add_sessions(storage, 5, T0 - timedelta(hours=6), notes)
+    api = OfflineAPI(OfflineConfig(window=200_000))
+    model = SdkTextModel(AnthropicModel(offline_client(api, max_retries=0), name="claude-offline-test"))
+    pending = MemoryStore.for_pending(storage)
+
+    result = dream(storage, model, now=T0, pending=pending)
+
+    assert result == DreamResult("dreamed", "", added=0, merged=0, pruned=1, waiting=1)
+    assert "1 new waiting for your review: %memory pending." in result.summary()
+    assert [m.text for m in store.all()] == [preference]  # the new fact reached no store
+    assert [(m.text, m.scope) for m in pending.all()] == [("Never use seaborn in this project.", "project")]
