@@ -94,7 +94,8 @@ def test_thinking_survives_compaction_and_resume_in_a_restarted_stand_in(tmp_pat
 
 
 def test_an_idle_gap_over_the_ttl_keeps_only_the_last_thinking_turn_and_resume_agrees(tmp_path):
-    with rig(tmp_path, window=200_000, config=THINKING) as r:
+    editing = dataclasses.replace(THINKING, append_only="off")  # a model without the prefix check
+    with rig(tmp_path, window=200_000, config=editing) as r:
         for n in range(3):
             run_turn(r.session, prompt(n))
             r.clock.advance(60)  # active use: well inside the 5-minute cache TTL
@@ -106,7 +107,7 @@ def test_an_idle_gap_over_the_ttl_keeps_only_the_last_thinking_turn_and_resume_a
         cleared = [e for e in events if isinstance(e, ThinkingCleared)]
         sent = main_calls(r.api)[-1].body["messages"]
         expected = r.session.request(r.session.setup()).messages
-        resumed, _ = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic", THINKING,
+        resumed, _ = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic", editing,
                                   session_id=r.session.session_id, resume=True, root=tmp_path, clock=r.clock)
     assert result.error is None
     assert len(cleared) == 1 and cleared[0].trigger == "idle" and cleared[0].tokens_freed > 0

@@ -149,3 +149,17 @@ def test_an_early_compaction_is_weighed_from_claude_codes_trigger_and_only_as_a_
     assert still.compact == (COMPACT_WITH_SUMMARY,) and "summarizing now costs less" in still.reason
     assert decide(situation(9_000, th=small, calls=200, growth=10)).compact == ()  # under Claude Code's trigger
     assert decide(situation(15_000, th=small, calls=5, growth=10)).compact == ()  # it may end soon
+
+
+def test_append_only_a_pressure_clearing_prices_the_thinking_it_drops():
+    """Clearing an old result in an append-only conversation drops the thinking after it too:
+    cheaper to carry, but its reasoning is lost (priced as the output to think it again), so a
+    clearing that pays back with no thinking after it does not with much (60 calls to come)."""
+    plain = situation(150_000, clearable_tokens=60_000, clear_prefix=5_000, calls=60, breaker_open=True)
+    assert decide(plain).clear == "pressure"
+    costly = dataclasses.replace(plain, thinking_after_clear=40_000)
+    assert decide(costly).clear is None
+    light = dataclasses.replace(plain, thinking_after_clear=2_000)
+    plan = decide(light)
+    assert plan.clear == "pressure" and plan.tokens_after == 88_000
+    assert "drops 2,000 tokens of thinking" in plan.reason
