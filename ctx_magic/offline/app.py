@@ -149,7 +149,7 @@ class OfflineAPI:
             reply = outcome.reply
             record = RecordedRequest(
                 method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault,
-                outcome.provider, outcome.betas,
+                outcome.provider, outcome.betas, outcome.thinking_mismatches,
             )
             self._records.append(record)
             self._request_count += 1

@@ -23,6 +23,7 @@ Edits apply to what the model sees; the client's history is not changed (the API
 from __future__ import annotations
 
 import base64
+import binascii
 import copy
 import hashlib
 import hmac
@@ -34,7 +35,7 @@ from ctx_magic.context.tokens import count_text
 from ctx_magic.offline.compaction import server_summary
 from ctx_magic.offline.conversation import Block, Request, content_blocks, messages
 from ctx_magic.offline.invalid import InvalidRequest, at
-from ctx_magic.offline.thinking import SERVER_SECRET, THINKING_BLOCK_TYPES
+from ctx_magic.offline.thinking import SERVER_SECRET, THINKING_BLOCK_TYPES, UNBOUND_PREFIX
 
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 COMPACTION_BETA = "compact-2026-01-12"
@@ -50,9 +51,31 @@ MIN_COMPACT_TRIGGER = 50_000  # ...and its minimum
 CLEARED_RESULT = "[Tool result cleared by context management]"
 
 
-def sign_compaction(content: str) -> str:
-    mac = hmac.new(SERVER_SECRET, b"compaction\0" + content.encode("utf-8"), hashlib.sha256).digest()
-    return base64.b64encode(mac).decode("ascii")
+def _compaction_mac(content: str, boundary: bytes) -> bytes:
+    return hmac.new(SERVER_SECRET, b"compaction\0" + boundary + content.encode("utf-8"), hashlib.sha256).digest()
+
+
+def sign_compaction(content: str, boundary: bytes = UNBOUND_PREFIX) -> str:
+    """A compaction block's signature: the state of the conversation it summarized (so the prefix
+    check accepts the summary in place of what it replaced, prefix_check.py) and a MAC over it
+    and the summary."""
+    return base64.b64encode(boundary + _compaction_mac(content, boundary)).decode("ascii")
+
+
+def compaction_boundary(block: Mapping[str, Any]) -> bytes | None:
+    """The conversation state a compaction block the stand-in signed stands for; None when its
+    signature does not verify (or it has no summary: a failed compaction, a no-op)."""
+    content, signature = block.get("content"), block.get("signature")
+    if not isinstance(content, str) or not isinstance(signature, str):
+        return None
+    try:
+        raw = base64.b64decode(signature, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    boundary, mac = raw[:-len(UNBOUND_PREFIX)], raw[-len(UNBOUND_PREFIX):]
+    if len(boundary) != len(UNBOUND_PREFIX) or not hmac.compare_digest(_compaction_mac(content, boundary), mac):
+        return None
+    return boundary
 
 
 @dataclass
@@ -114,7 +137,7 @@ def check_compaction_blocks(request: Request) -> None:
             content = block.get("content")
             if content is None:
                 continue  # a failed compaction: a no-op, the docs say
-            if not isinstance(content, str) or block.get("signature") != sign_compaction(content):
+            if compaction_boundary(block) is None:
                 raise at(f"messages.{i}.content.{j}", "Invalid `signature` in `compaction` block")
 
 
@@ -176,8 +199,10 @@ def _clear_tool_uses(request: dict[str, Any], edit: Mapping[str, Any], tokens: C
     return edited, cleared
 
 
-def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int]) -> Managed:
-    """What the model sees of `request` once the server's context management ran."""
+def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int],
+           boundary: bytes = UNBOUND_PREFIX) -> Managed:
+    """What the model sees of `request` once the server's context management ran (`boundary`:
+    the state of the conversation as sent, which a compaction block made here stands for)."""
     seen = copy.deepcopy(dict(request))
     seen.pop("context_management", None)
     _from_last_compaction(seen)
@@ -200,15 +225,15 @@ def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int
         if edit["type"] == COMPACT:
             trigger = _value(edit.get("trigger"), "input_tokens", DEFAULT_COMPACT_TRIGGER, "trigger")
             if tokens(managed.request) > trigger:
-                _compact(managed, bool(edit.get("pause_after_compaction")))
+                _compact(managed, bool(edit.get("pause_after_compaction")), boundary)
     return managed
 
 
-def _compact(managed: Managed, pause: bool) -> None:
+def _compact(managed: Managed, pause: bool, boundary: bytes) -> None:
     """The conversation becomes one summary: the answer opens with it and is written after it."""
     before = managed.request
     summary = server_summary(messages(before))
-    managed.compaction = {"type": "compaction", "content": summary, "signature": sign_compaction(summary)}
+    managed.compaction = {"type": "compaction", "content": summary, "signature": sign_compaction(summary, boundary)}
     managed.compacted_from = before
     managed.pause = pause
     managed.request = {**before, "messages": [{"role": "user", "content": [{"type": "text", "text": summary}]}]}
