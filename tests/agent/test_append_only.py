@@ -14,7 +14,7 @@ from ctx_magic.agent.loop import run_turn
 from ctx_magic.events import ThinkingCleared
 from ctx_magic.settings import Settings
 
-ADAPTIVE = Settings(thinking="adaptive")  # the stand-in writes thinking in every reply
+DEFAULTS = Settings()  # no thinking parameter: these models think adaptively all the same
 CONTEXT_TOOLS = {"compact", "snip", "search_transcript"}
 CHECKED = ("claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-5-5", "claude-fable-5-1", "claude-fable-5-2",
            "claude-mythos-5-1", "claude-mythos-5-2")
@@ -22,6 +22,12 @@ CHECKED = ("claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-5-5", "claude-f
 
 def code_turn(n: int, lines: int = 60) -> str:
     return f"Turn {n}\n```python\nprint('\\n'.join(f'value {n} {{i}}' for i in range({lines})))\n```"
+
+
+def accepted(requests) -> bool:  # type: ignore[no-untyped-def]
+    """Every Messages call answered, none with a thinking block the prefix check failed (refused or let through)."""
+    calls = [q for q in requests if q.path == "/v1/messages"]
+    return bool(calls) and all(q.status == 200 and not q.thinking_mismatches for q in calls)
 
 
 def thinking_sent_back(requests) -> int:  # type: ignore[no-untyped-def]
@@ -42,7 +48,7 @@ def test_the_catalog_names_the_models_with_the_check_and_the_setting_forces_it()
 
 def test_system_and_tools_are_the_same_in_every_request_with_the_context_tools_from_the_first(tmp_path):
     """A pin and a compaction's summary call included: nothing before a block changes under it."""
-    with rig(tmp_path, window=200_000, config=ADAPTIVE) as r:
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
         run_turn(r.session, code_turn(0))
         r.session.pin_board.pin("Always report temperatures in kelvin.")
         run_turn(r.session, code_turn(1))
@@ -53,11 +59,14 @@ def test_system_and_tools_are_the_same_in_every_request_with_the_context_tools_f
     assert len({repr(_plain([q.body["system"], q.body["tools"]])) for q in messages}) == 1
     pinned = next(n for n, q in enumerate(messages) if "kelvin" in repr(q.body["messages"]))
     assert "kelvin" in repr(messages[pinned].body["messages"][-1])  # news arrives at the end
-    assert thinking_sent_back(messages) > 0 and thinking_prefix_problems(r.api.requests) == []
+    sent_back = [b for q in messages[1:] for m in q.body["messages"] if m["role"] == "assistant"
+                 for b in m["content"] if b.get("type") == "thinking"]
+    assert any(b["thinking"] == "" for b in sent_back)  # notes between tool calls: empty, sent back as they came
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
 
 
 def test_a_model_without_the_check_keeps_the_context_tools_for_the_first_cut(tmp_path):
-    with rig(tmp_path, window=200_000, config=Settings(thinking="adaptive", append_only="off")) as r:
+    with rig(tmp_path, window=200_000, config=Settings(append_only="off")) as r:
         run_turn(r.session, code_turn(0))
         first = r.api.requests[-1].body
     assert not {t["name"] for t in first["tools"]} & CONTEXT_TOOLS
@@ -65,7 +74,7 @@ def test_a_model_without_the_check_keeps_the_context_tools_for_the_first_cut(tmp
 
 def test_an_idle_break_drops_all_thinking_and_the_requests_after_it_stay_valid(tmp_path):
     events: list = []
-    with rig(tmp_path, window=200_000, config=ADAPTIVE) as r:
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
         r.session.listeners.append(events.append)
         for n in range(3):
             run_turn(r.session, code_turn(n))
@@ -77,12 +86,12 @@ def test_an_idle_break_drops_all_thinking_and_the_requests_after_it_stay_valid(t
     assert [e.trigger for e in cleared] == ["idle"] and cleared[0].blocks >= 3
     assert thinking_sent_back([r.api.requests[-1]]) > 0  # the turns after the break think again
     assert all(b.get("type") not in THINKING_TYPES for m in after[:6] for b in m["content"])
-    assert thinking_prefix_problems(r.api.requests) == []
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
 
 
 def test_a_snip_and_the_models_clearing_drop_exactly_the_thinking_they_invalidate(tmp_path):
     events: list = []
-    with rig(tmp_path, window=200_000, config=ADAPTIVE) as r:
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
         r.session.listeners.append(events.append)
         for n in range(6):
             run_turn(r.session, code_turn(n))
@@ -97,12 +106,12 @@ def test_a_snip_and_the_models_clearing_drop_exactly_the_thinking_they_invalidat
     assert cleared == [old] and [e.trigger for e in dropped] == ["edit", "edit"]
     assert 0 < dropped[0].blocks < before  # the head's thinking, before the marker, stays
     assert thinking_sent_back(r.api.requests[-1:]) > 0
-    assert thinking_prefix_problems(r.api.requests) == []
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
 
 
 def test_a_client_summary_keeps_no_thinking_from_before_it(tmp_path):
     events: list = []
-    with rig(tmp_path, window=200_000, config=ADAPTIVE) as r:
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
         r.session.listeners.append(events.append)
         for n in range(3):
             run_turn(r.session, code_turn(n))
@@ -113,4 +122,4 @@ def test_a_client_summary_keeps_no_thinking_from_before_it(tmp_path):
     assert live_thinking == []
     assert r.api.model_calls("compaction") == 1
     assert thinking_sent_back(r.api.requests[-1:]) > 0  # thinking written after the summary is sent back
-    assert thinking_prefix_problems(r.api.requests) == []
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
