@@ -16,8 +16,17 @@ deterministic, as the context-editing and compaction docs describe them.
   50,000 at least), the answer opens with a `compaction` block summarizing the conversation and
   is written with that summary as its context; the usage carries the compaction's own iteration.
 - `applied_edits` lists the edits that cleared something, with what they cleared.
+- **On-demand compaction** (top-level `compaction: {"type": "summarize"}`, beta
+  `compact-2026-09-04`, not with `context_management`, on the models the docs list): the answer is
+  the `compaction` block alone, stop reason `compaction`, billed as one call that read the
+  conversation and wrote the summary. The summary is the stand-in's own extractive one; any
+  `instructions` are accepted and do not change it.
+- A compaction block's signature seals what it stands for, the state of the conversation it
+  summarized and its last role, so the prefix check lets kept turns keep valid thinking
+  (prefix_check.py); only a compaction run on a model with preserved thinking is sealed so.
 
-Edits apply to what the model sees; the client's history is not changed (the API is stateless).
+Edits apply to what the model sees; the client's history is not changed (the API is stateless),
+and the prefix check has read it as sent, before any edit.
 """
 
 from __future__ import annotations
