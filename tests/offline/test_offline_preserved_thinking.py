@@ -13,6 +13,7 @@ import anthropic
 import pytest
 
 from ctx_magic.offline import OfflineAPI, serve_in_thread
+from ctx_magic.offline.__main__ import parse_args
 from ctx_magic.offline.counting import input_tokens
 
 from .offline_support import PYTHON_TOOL, user
@@ -129,8 +130,11 @@ def test_blocks_let_through_are_billed_as_sent(old_api: OfflineAPI, http_client:
     assert reply.usage.input_tokens == input_tokens(body)
 
 
-def test_a_new_account_is_the_default(api: OfflineAPI) -> None:
+def test_a_new_account_is_the_default_and_the_command_line_chooses(api: OfflineAPI) -> None:
     assert api.config.account == "new"
+    assert parse_args(["--account", "old"]).account == "old"
+    with pytest.raises(SystemExit):
+        parse_args(["--account", "ancient"])
 
 
 # --- adaptive thinking by default ---
