@@ -36,8 +36,10 @@ from ctx_magic.offline.policy import Policy
 from ctx_magic.offline.prefix_check import BINDING_BETA, check_block_binding, check_prefixes
 from ctx_magic.offline.server_context import (
     BETA_OF,
+    ON_DEMAND_BETA,
     Managed,
     check_compaction_blocks,
+    check_compaction_param,
     check_context_management,
     manage,
     with_management,
@@ -70,6 +72,7 @@ def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...]
         check_request(request, max_output=max_output, provider=provider)
         check_context_management(request, betas)
         check_block_binding(request, betas)
+        check_compaction_param(request, betas)
         check_compaction_blocks(request)
     except (ValueError, InvalidRequest) as error:
         return None, ApiError(400, "invalid_request_error", str(error))
@@ -96,7 +99,9 @@ class MessagesEndpoint:
 
     def count_tokens(self, body: bytes, config: OfflineConfig, *, provider: str = "anthropic") -> Outcome:
         """POST /v1/messages/count_tokens: the same count the usage of a reply reports."""
-        request, error = parse_request(body, max_output=None, betas=tuple(BETA_OF.values()), provider=provider)
+        # count_tokens takes the betas' parameters and counts the conversation as sent
+        request, error = parse_request(body, max_output=None, betas=(*BETA_OF.values(), ON_DEMAND_BETA, BINDING_BETA),
+                                       provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
         count = functools.partial(input_tokens, unit=unit_named(config.unit))
@@ -111,15 +116,16 @@ class MessagesEndpoint:
         request, error = parse_request(body, max_output=config.max_output, betas=betas, provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
+        kind = "compaction" if request.get("compaction") is not None else policy.kind(request)
         prefixes = check_prefixes(request, config.account)
         refusal = prefixes.refusal
         if refusal is not None:
-            return Outcome(provider_error(provider, ApiError(400, "invalid_request_error", str(refusal))), body=request,
-                           provider=provider, betas=betas, thinking_mismatches=tuple(prefixes.mismatches()))
-        kind = policy.kind(request)
+            return Outcome(provider_error(provider, ApiError(400, "invalid_request_error", str(refusal))), kind=kind,
+                           body=request, provider=provider, betas=betas,
+                           thinking_mismatches=tuple(prefixes.mismatches()))
         unit = unit_named(config.unit)
         count = functools.partial(input_tokens, unit=unit)
-        managed = manage(prefixes.shown(request), count, prefixes.state)  # the check read it as sent
+        managed = manage(prefixes.shown(request), count, prefixes.seal)  # the check read it as sent
         seen = managed.compacted_from or managed.request  # what the model reads before any compaction
         segments = request_segments(seen, unit)
         tokens = sum(s.tokens for s in segments)
@@ -141,7 +147,7 @@ class MessagesEndpoint:
         if fault == "html_body":
             return outcome(HttpReply(200, HTML_HEADERS, [HTML_PAGE]))
         minimum = config.cache_minimum(request["model"])
-        if managed.compaction is not None:  # the compaction read everything; the answer reads the summary
+        if managed.compaction is not None and not managed.on_demand:  # the answer reads the summary
             segments = request_segments(managed.request, unit)
         usage = self.cache.account(segments, minimum).to_json()
         message = self._message(request, policy, usage, fault, managed, unit, prefixes.next_prefix)

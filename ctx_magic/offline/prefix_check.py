@@ -9,12 +9,13 @@ recomputes the digest from the request in hand.
 The digest is a chain, so a change invalidates only the thinking after it: the head is a hash of
 `system` and `tools`; every message block, in order, is folded into a running state (its role and
 its content). What does not count as a change: `cache_control` (a caching marker, not content),
-fields sent as null, and a string content against the one text block it stands for (the API
-reads them alike). A thinking block left out or moved changes the state every later block was
-bound to, so those fail; the blocks before it stay valid, and so does thinking produced later
-(its prefix is the history as sent now). A compaction block the stand-in signed carries the state
-of the conversation it summarized, and the chain resumes from it: turns kept after a summary the
-API wrote keep valid thinking. Blocks before the last compaction block are not read at all.
+fields sent as null, and a string content (of a message or a tool result) against the one text
+block it stands for (the API reads them alike). A thinking block left out or moved changes the
+state every later block was bound to, so those fail; the blocks before it stay valid, and so does
+thinking produced later (its prefix is the history as sent now). A compaction block the stand-in
+signed carries the state of the conversation it summarized, and the chain resumes from it: turns
+kept after a summary the API wrote keep valid thinking. Blocks before the last compaction block
+are not read at all.
 
 What a failure does, as the docs give it:
 - `thinking.block_binding.prefix_mismatch_behavior` (beta header
@@ -42,7 +43,7 @@ from typing import Any
 
 from ctx_magic.offline.conversation import Request, content_blocks, messages, system_blocks
 from ctx_magic.offline.invalid import InvalidRequest, at
-from ctx_magic.offline.server_context import compaction_boundary
+from ctx_magic.offline.server_context import UNSEALED, Seal, compaction_seal
 from ctx_magic.offline.thinking import THINKING_BLOCK_TYPES, UNBOUND_PREFIX, preserves_thinking, signed_prefix
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
@@ -52,8 +53,11 @@ START = hashlib.sha256(b"ctx-magic offline stand-in: conversation start").digest
 
 
 def _content(value: Any) -> Any:
-    """A value as the check compares it: without cache_control and without null fields."""
+    """A value as the check compares it: without cache_control and without null fields, a tool
+    result's string content as the one text block it stands for."""
     if isinstance(value, Mapping):
+        if value.get("type") == "tool_result" and isinstance(value.get("content"), str):
+            value = {**value, "content": [{"type": "text", "text": value["content"]}]}
         return {k: _content(v) for k, v in value.items() if k != "cache_control" and v is not None}
     if isinstance(value, list):
         return [_content(v) for v in value]
@@ -84,34 +88,47 @@ class SentThinking:
     """The digest of its prefix in this request."""
 
 
+OUT_OF_PLACE = b"a kept turn that does not follow the summarized messages"
+
+
 @dataclass(frozen=True)
 class Conversation:
     thinking: tuple[SentThinking, ...]
     """The thinking blocks after the last compaction block, in order."""
-    state: bytes
-    """The chain's state after the last block: what a compaction of this conversation stands for."""
+    seal: Seal
+    """The chain's state after the last block, and the last message's role: what a compaction
+    of this conversation stands for."""
     next_prefix: bytes
     """The prefix digest of a block the answer adds at the end."""
 
 
 def read(request: Request) -> Conversation:
-    """The request's thinking blocks with their prefixes, and the state at its end."""
+    """The request's thinking blocks with their prefixes, and the state at its end. After a
+    compaction block the chain resumes from the state it stands for; the first message after it
+    must not have the role of the last one it summarized, nor be a system message (a kept turn
+    follows the summarized messages directly), else every later block fails."""
     model = str(request.get("model", ""))
     top = head(request)
-    state, found = START, []
+    state, found, summarized_role = START, [], None
     for i, message in enumerate(messages(request)):
-        role = message.get("role")
+        role = str(message.get("role", ""))
         for j, block in enumerate(content_blocks(message)):
             if block.get("type") == "compaction":
-                boundary = compaction_boundary(block)
-                if boundary is not None:
-                    state, found = boundary, []
+                seal = compaction_seal(block)
+                if seal is not None:
+                    state, found, summarized_role = seal.boundary, [], seal.last_role
                 continue  # a failed compaction (no summary) is a no-op
+            if summarized_role is not None:
+                if role in (summarized_role, "system"):
+                    state = _hash(state, OUT_OF_PLACE)
+                summarized_role = None
             if block.get("type") in THINKING_BLOCK_TYPES and role == "assistant":
                 found.append(SentThinking(f"messages.{i}.content.{j}", i, j, str(block["type"]),
                                           signed_prefix(block, model), _hash(top, state)))
             state = _hash(state, [role, _content(block)])
-    return Conversation(tuple(found), state, _hash(top, state))
+    history = messages(request)
+    last_role = str(history[-1].get("role", "")) if history else ""
+    return Conversation(tuple(found), Seal(state, last_role), _hash(top, state))
 
 
 def _behavior(request: Request) -> str | None:
@@ -149,7 +166,9 @@ class PrefixCheck:
     behavior: str = "allow"
     """"error" (a 400), "drop_block" (removed) or "allow" (not enforced: shown all the same)."""
     next_prefix: bytes = UNBOUND_PREFIX
-    state: bytes = START
+    seal: Seal = UNSEALED
+    """What a compaction made by this request stands for (unsealed where the model has no
+    preserved thinking: the check accepts only a summary such a model wrote)."""
 
     @property
     def refusal(self) -> InvalidRequest | None:
@@ -181,8 +200,8 @@ def check_prefixes(request: Request, account: str) -> PrefixCheck:
     """The prefix check of `request` for an account of that age ("new" or "old")."""
     conversation = read(request)
     if not preserves_thinking(str(request.get("model", ""))):
-        return PrefixCheck(next_prefix=conversation.next_prefix, state=conversation.state)
+        return PrefixCheck(next_prefix=conversation.next_prefix, seal=Seal(UNBOUND_PREFIX, conversation.seal.last_role))
     first = next((n for n, b in enumerate(conversation.thinking) if b.signed != b.expected), None)
     invalid = conversation.thinking[first:] if first is not None else ()
     behavior = _behavior(request) or ("error" if account == "new" else "allow")
-    return PrefixCheck(invalid, behavior, conversation.next_prefix, conversation.state)
+    return PrefixCheck(invalid, behavior, conversation.next_prefix, conversation.seal)

@@ -1,11 +1,12 @@
 """Extended thinking in the stand-in: the `thinking` parameter, signed thinking blocks, their rules.
 
 The request's `thinking` is `{"type": "enabled", "budget_tokens": N}` (1,024 <= N < max_tokens),
-`{"type": "adaptive"}` (the model decides; optional `display`) or `{"type": "disabled"}`.
-With thinking on, the answer opens with a thinking block whose `signature` the stand-in makes
-itself: an HMAC of the thinking text under a fixed server secret, base64. A redacted_thinking
-block carries its text and such a MAC together, base64, as opaque `data`. Blocks that come back
-are checked against their MAC, so one whose text was changed, or made up, is refused.
+`{"type": "adaptive"}` (the model decides; optional `display` and `block_binding`),
+`{"type": "between_tools"}` or `{"type": "disabled"}`. With thinking on, the answer opens with a
+thinking block whose `signature` the stand-in makes itself: an HMAC of the thinking text under a
+fixed server secret, base64. A redacted_thinking block carries its text and such a MAC together,
+base64, as opaque `data`. Blocks that come back are checked against their MAC, so one whose text
+was changed, or made up, is refused.
 
 The rules, as the API's extended-thinking docs give them:
 - thinking on allows tool_choice auto or none only (the others force a tool call);
@@ -17,8 +18,18 @@ The rules, as the API's extended-thinking docs give them:
 - every thinking / redacted_thinking block sent back must verify, wherever it is;
 - the 5.5 models (and Fable / Mythos 5.1 and later) bind a block to the model that wrote it:
   their signatures cover the model id, so such a block verifies only on that model, and a block
-  of another model does not verify on them (the models' migration guides: "thinking blocks are
-  bound to the model and the conversation"; the conversation part is not modelled).
+  of another model does not verify on them (Haiku 5.5's blocks name no model).
+
+The models with preserved thinking (PRESERVED_THINKING_MODELS, the one list of them) add:
+- they think adaptively when the request has no `thinking` parameter; none takes a budget
+  (`enabled`), only Haiku 5.5 takes `disabled` (at an effort of high or lower), only Sonnet 5.5
+  takes `between_tools` (no up-front thinking, only between tool calls): the refusal is the API's
+  "`thinking.type.X` is not supported for this model" 400;
+- the thinking between tool calls (after tool results) comes back with empty text unless
+  `display` asks for text, and `display: "omitted"` empties every block: such a block is still
+  signed and must go back exactly as returned;
+- a block is also bound to its conversation: its signature carries a digest of everything before
+  it (`system`, `tools`, earlier messages), which the prefix check compares (prefix_check.py).
 
 The secret is a constant: signatures stay valid across stand-in restarts, as the API's do
 across sessions.
