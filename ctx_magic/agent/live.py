@@ -134,11 +134,15 @@ class LiveContext:
         """The estimate's new correction ratio."""
         self.state = dataclasses.replace(self.state, correction=correction)
 
-    def keep_thinking_of(self, model: str, provider: str) -> ThinkingCleared | None:
+    def keep_thinking_of(self, model: str, provider: str, *, append_only: bool = False) -> ThinkingCleared | None:
         """After a switch of model or provider, the thinking blocks other models wrote leave the
-        live context (their signatures are bound to the model that made them)."""
+        live context (their signatures are bound to the model that made them); append-only, the
+        thinking after the first of them goes too (its prefix held them)."""
         messages, event = clear_foreign_thinking(
             self.messages, lambda m: (m.meta.get("model"), m.meta.get("provider", "anthropic")) == (model, provider))
+        if event is not None and append_only:
+            first = min(i for i, m in enumerate(self.messages) if m.uuid in event.message_uuids)
+            messages, event = drop_thinking_from(self.messages, first, "model-switch")
         if event is not None:
             self.adopt(messages, self.state, [event])
         return event

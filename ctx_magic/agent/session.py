@@ -205,7 +205,8 @@ class Session:
         """Another model (or provider) for the next turns: the thinking blocks other models wrote
         leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
-        return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"))
+        return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"),
+                                          append_only=self.frame.window.append_only)
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()

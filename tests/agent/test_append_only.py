@@ -123,3 +123,24 @@ def test_a_client_summary_keeps_no_thinking_from_before_it(tmp_path):
     assert r.api.model_calls("compaction") == 1
     assert thinking_sent_back(r.api.requests[-1:]) > 0  # thinking written after the summary is sent back
     assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_switch_of_model_and_back_sends_only_thinking_the_model_can_take(tmp_path):
+    """Sonnet, then Opus, then Sonnet again: each switch drops the blocks the other model wrote and
+    all thinking after the first of them; every request is accepted and the thinking written after
+    the last switch is sent back."""
+    import dataclasses
+
+    from ctx_magic.agent.model import AnthropicModel
+
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        sonnet = r.session.frame.model
+        run_turn(r.session, code_turn(0))
+        opus = AnthropicModel(sonnet.client, name="claude-opus-5-5")
+        r.session.switch_model(dataclasses.replace(DEFAULTS, model="claude-opus-5-5"), opus)
+        run_turn(r.session, code_turn(1))
+        dropped = r.session.switch_model(DEFAULTS, sonnet)
+        run_turn(r.session, code_turn(2))
+    assert dropped is not None and dropped.trigger == "model-switch"
+    assert thinking_sent_back(r.api.requests[-1:]) > 0
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
