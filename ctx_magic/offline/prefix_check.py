@@ -198,9 +198,10 @@ class PrefixCheck:
 
 def check_prefixes(request: Request, account: str) -> PrefixCheck:
     """The prefix check of `request` for an account of that age ("new" or "old")."""
+    if not preserves_thinking(str(request.get("model", ""))):  # nothing to check, no summary to seal
+        history = messages(request)
+        return PrefixCheck(seal=Seal(UNBOUND_PREFIX, str(history[-1].get("role", "")) if history else ""))
     conversation = read(request)
-    if not preserves_thinking(str(request.get("model", ""))):
-        return PrefixCheck(next_prefix=conversation.next_prefix, seal=Seal(UNBOUND_PREFIX, conversation.seal.last_role))
     first = next((n for n, b in enumerate(conversation.thinking) if b.signed != b.expected), None)
     invalid = conversation.thinking[first:] if first is not None else ()
     behavior = _behavior(request) or ("error" if account == "new" else "allow")
