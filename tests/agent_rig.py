@@ -32,15 +32,16 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_retries: int = 0,
-        config: Settings | None = None, executor: Executor | None = None) -> Iterator[Rig]:
+        config: Settings | None = None, executor: Executor | None = None,
+        model: str = "claude-sonnet-5-5") -> Iterator[Rig]:
     """A session talking to a live offline server on 127.0.0.1 through the real SDK; the
     server's prompt cache runs on the session's clock, so an idle gap also expires it."""
     clock = ManualClock()
     api = OfflineAPI(OfflineConfig(window=window, max_output=max_output), clock=clock)
     with serve_in_thread(api) as (url, _stop):
         client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=max_retries)
-        model = AnthropicModel(client, name="claude-sonnet-5-5")
-        session, _ = open_session(model, executor or LocalExecutor(), tmp_path / ".ctx_magic", config or Settings(),
+        session, _ = open_session(AnthropicModel(client, name=model), executor or LocalExecutor(),
+                                  tmp_path / ".ctx_magic", config or Settings(model=model),
                                   root=tmp_path, clock=clock, sleep=clock.advance)
         yield Rig(api, session, clock, url)
         session.recorder.close()

@@ -66,7 +66,7 @@ def test_system_and_tools_are_the_same_in_every_request_with_the_context_tools_f
 
 
 def test_a_model_without_the_check_keeps_the_context_tools_for_the_first_cut(tmp_path):
-    with rig(tmp_path, window=200_000, config=Settings(append_only="off")) as r:
+    with rig(tmp_path, window=200_000, model="claude-sonnet-4-6") as r:
         run_turn(r.session, code_turn(0))
         first = r.api.requests[-1].body
     assert not {t["name"] for t in first["tools"]} & CONTEXT_TOOLS

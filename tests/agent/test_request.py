@@ -10,7 +10,6 @@ from builders import assistant, text
 
 from ctx_magic.agent.request import build_request, cache_control, system_blocks
 from ctx_magic.messages import Message, tool_result_block, tool_use_block, user_text
-from ctx_magic.settings import Settings
 
 EPHEMERAL = {"type": "ephemeral"}
 EPHEMERAL_1H = {"type": "ephemeral", "ttl": "1h"}
@@ -301,7 +300,7 @@ def test_the_context_tools_join_the_requests_at_the_first_cut_of_the_context_and
     from ctx_magic.agent.compaction import manual_compact
     from ctx_magic.agent.loop import run_turn
 
-    with rig(tmp_path, window=200_000, config=Settings(append_only="off")) as r:  # a model without the check
+    with rig(tmp_path, window=200_000, model="claude-sonnet-4-6") as r:  # a model without the check
         run_turn(r.session, prompt(0))
         run_turn(r.session, prompt(1))
         before = [{t["name"] for t in q.body["tools"]} for q in r.api.requests if q.kind == "normal"]
