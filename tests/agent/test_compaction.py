@@ -57,7 +57,7 @@ def test_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tmp_p
 
 
 def test_partial_up_to_and_from_through_the_session(tmp_path):
-    with rig(tmp_path, window=100_000) as r:
+    with rig(tmp_path, window=100_000, model=EDITING) as r:  # no thinking: the cuts fall where they are asked
         for n in range(4):
             run_turn(r.session, code_turn(n, lines=20))
         before = list(r.session.live.messages)
