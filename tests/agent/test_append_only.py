@@ -144,3 +144,24 @@ def test_a_switch_of_model_and_back_sends_only_thinking_the_model_can_take(tmp_p
     assert dropped is not None and dropped.trigger == "model-switch"
     assert thinking_sent_back(r.api.requests[-1:]) > 0
     assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_request_too_large_strips_an_old_image_and_the_thinking_after_it(tmp_path):
+    from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block
+
+    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        run_turn(r.session, code_turn(0))
+        r.session.append(Message("assistant", (tool_use_block("toolu_plot", "python", {"code": "plot()"}),),
+                                 api_id="msg_local", usage=Usage(3_000, 20), timestamp=r.clock()))
+        r.session.append(Message("user", (tool_result_block("toolu_plot", [{"type": "text", "text": "a plot"}, png]),),
+                                 timestamp=r.clock()))
+        run_turn(r.session, code_turn(1))  # thinking written after the image
+        r.api.inject("413")
+        result = run_turn(r.session, code_turn(2))
+        records = r.session.store.load_transcript().records
+    assert result.error is None
+    assert any(rec.get("event") == "thinking_cleared" and rec.get("trigger") == "edit" for rec in records)
+    assert thinking_prefix_problems(r.api.requests) == []
+    assert all(q.status == 200 and not q.thinking_mismatches for q in r.api.requests
+               if q.path == "/v1/messages" and q.fault is None)
