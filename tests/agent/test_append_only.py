@@ -165,3 +165,21 @@ def test_a_request_too_large_strips_an_old_image_and_the_thinking_after_it(tmp_p
     assert thinking_prefix_problems(r.api.requests) == []
     assert all(q.status == 200 and not q.thinking_mismatches for q in r.api.requests
                if q.path == "/v1/messages" and q.fault is None)
+
+
+def test_a_resumed_session_sends_the_prefix_its_thinking_was_written_after(tmp_path):
+    from ctx_magic.agent.session import open_session
+
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        run_turn(r.session, code_turn(0))
+        run_turn(r.session, code_turn(1))
+        bound = r.session.frame.bound
+        r.session.close()
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
+                                         DEFAULTS, session_id=r.session.session_id, resume=True, root=tmp_path,
+                                         clock=r.clock)
+        result = run_turn(resumed, code_turn(2))
+        resumed.close()
+    assert problems == [] and result.error is None and resumed.frame.bound == bound
+    assert thinking_sent_back(r.api.requests[-1:]) > 0
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
