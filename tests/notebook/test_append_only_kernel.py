@@ -7,6 +7,7 @@ accepted with every thinking block sent back after the prefix it was written aft
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from agent_rig import THINKING_TYPES, thinking_prefix_problems
@@ -68,6 +69,10 @@ def test_a_session_on_a_model_with_the_prefix_check_is_never_refused(kernels, tm
     compactions = [r.get("trigger") for r in records if r.get("event") == "compacted"]
     calls = main_requests(api)
     assert all("Traceback" not in s and "refused" not in s for s in shown)
+    said = "\n".join(shown)
+    for why in ("after an idle gap", "that followed an edit of the conversation",  # each drop said in one line
+                "that the compaction left without what came before them"):
+        assert re.search(rf"Cleared \d+ thinking blocks? {why}", said), why
     assert {"persisted", "cleared", "snipped", "thinking_cleared"} <= set(events)
     assert "manual" in compactions and "auto" in compactions[compactions.index("manual"):]
     assert [(q.status, q.thinking_mismatches) for q in calls if q.status != 200 or q.thinking_mismatches] == []
