@@ -32,7 +32,7 @@ from ctx_magic.context.composition import compose
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import is_thinking
+from ctx_magic.context.thinking import is_thinking, keep_valid_thinking
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
@@ -221,7 +221,8 @@ class RequestFrame:
         request = build_request(messages, system=setup.system_prompt, tools=setup.specs,
                                 max_tokens=(max_tokens or window.reply_cap) + window.thinking_budget,
                                 cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
-                                turns=self._turns if purpose == "main" else None)  # side calls: other threads
+                                turns=self._turns if purpose == "main" else None,  # side calls: other threads
+                                append_only=window.append_only)
         return dataclasses.replace(
             request, purpose=purpose, thinking=thinking_param(window),
             context_management=server.context_management if server is not None else None,
@@ -364,7 +365,8 @@ def system_blocks(system_prompt: str, *, cache_ttl: str | None = CACHE_TTL) -> l
 
 
 def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
-                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
+                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None,
+                  append_only: bool = False) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages
     (at most 100 images of them: the oldest become a line saying so), same-role runs merged,
     tool results first in each user turn, and the cache breakpoints: on the last block, and on
@@ -375,8 +377,10 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
     user who ran many cells between two turns adds more than that, and the whole cached
     conversation would be written again. A breakpoint where the previous request ended finds
     its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
+    An image left out changes what came before the thinking after it: `append_only`, that goes too.
     """
-    messages, _omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
+    limited, omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
+    messages = keep_valid_thinking(messages, limited)[0] if omitted and append_only else limited
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
     built = turns.turns(messages) if turns is not None else _add_turns([], messages)
     return ModelRequest(
