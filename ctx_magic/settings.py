@@ -45,6 +45,8 @@ AGENT_CELLS_MODES = ("off", "button", "insert")
 AGENT_CELLS = "button"  # offered, not imposed: cells appear only where the person asks for them
 STALL_SECONDS = 45.0  # silence after a prompt before a run counts as stalled: long enough for a compile's pauses
 MIN_STALL_SECONDS = 1.0  # below this a run between two prints would look stalled
+APPEND_ONLY_MODES = ("auto", "on", "off")
+APPEND_ONLY = "auto"  # the model catalog knows which models check the prefix of the thinking sent back
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class ModelLimits:
     """The beta header that opens `long_window`."""
     context_edits: tuple[str, ...] = CONTEXT_EDITS
     """The server-side context-management strategies the model takes."""
+    prefix_check: bool = False
+    """The model checks the prefix of every thinking block sent back: the `system`, the `tools` and
+    every message before it must be what they were when the block was written."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ class Window:
     """Tokens reserved for thinking on top of the reply cap (0 without thinking)."""
     betas: tuple[str, ...] = ()
     """Beta headers the window needs (the 1M window of Sonnet 4 / 4.5)."""
+    append_only: bool = False
+    """The conversation is append-only: the system prompt and tools fixed, news appended, and
+    every edit of what was sent drops the thinking after it (the model's prefix check)."""
 
     @property
     def max_tokens(self) -> int:
@@ -125,6 +133,7 @@ class Settings:
     author: str = ""
     team_review: bool = TEAM_REVIEW
     memory_review: str = MEMORY_REVIEW
+    append_only: str = APPEND_ONLY
 
     @property
     def idle_seconds(self) -> float:
@@ -163,4 +172,9 @@ class Settings:
                 cap = max(MIN_REPLY_TOKENS, min(cap, limits.max_output - budget))
                 budget = max(0, min(budget, limits.max_output - cap))
             mode = mode if budget >= MIN_THINKING_BUDGET or mode == "adaptive" else "off"
-        return Window(window, cap, source, mode, budget if mode != "off" else 0, betas)
+        return Window(window, cap, source, mode, budget if mode != "off" else 0, betas,
+                      self.is_append_only(limits))
+
+    def is_append_only(self, limits: ModelLimits) -> bool:
+        """Whether conversations are append-only: the setting, or with 'auto' the model's prefix check."""
+        return limits.prefix_check if self.append_only == "auto" else self.append_only == "on"

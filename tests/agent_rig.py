@@ -32,15 +32,16 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_retries: int = 0,
-        config: Settings | None = None, executor: Executor | None = None) -> Iterator[Rig]:
+        config: Settings | None = None, executor: Executor | None = None,
+        model: str = "claude-sonnet-5-5") -> Iterator[Rig]:
     """A session talking to a live offline server on 127.0.0.1 through the real SDK; the
     server's prompt cache runs on the session's clock, so an idle gap also expires it."""
     clock = ManualClock()
     api = OfflineAPI(OfflineConfig(window=window, max_output=max_output), clock=clock)
     with serve_in_thread(api) as (url, _stop):
         client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=max_retries)
-        model = AnthropicModel(client, name="claude-sonnet-5-5")
-        session, _ = open_session(model, executor or LocalExecutor(), tmp_path / ".ctx_magic", config or Settings(),
+        session, _ = open_session(AnthropicModel(client, name=model), executor or LocalExecutor(),
+                                  tmp_path / ".ctx_magic", config or Settings(model=model),
                                   root=tmp_path, clock=clock, sleep=clock.advance)
         yield Rig(api, session, clock, url)
         session.recorder.close()
@@ -93,3 +94,50 @@ def prompt(n: int) -> str:
         "print('\\n'.join(rows))\n"
         "```"
     )
+
+
+THINKING_TYPES = ("thinking", "redacted_thinking")
+
+
+def _plain(value):  # type: ignore[no-untyped-def]
+    """A request part without its cache breakpoints (they move from call to call; the prefix is the content)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _prefix(body, turns: int | None = None):  # type: ignore[no-untyped-def]
+    messages = body.get("messages", [])
+    return _plain([body.get("system"), body.get("tools"), messages if turns is None else messages[:turns]])
+
+
+def thinking_prefix_problems(requests) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every thinking block sent back whose prefix (system, tools and the messages before its turn)
+    is not the whole request of the main call that wrote it: what a model with the prefix check
+    refuses or drops. A block is known by its signature and the prefix it is sent after (the
+    stand-in's thinking texts repeat); it was written by the last accepted main call before the
+    first request that sends it back after that prefix, so a block sent after an edited prefix
+    meets a writer whose request was another."""
+    writer: dict[tuple[str, str], int] = {}
+    problems: list[str] = []
+    last_main: int | None = None
+    for n, record in enumerate(requests):
+        body = record.body if isinstance(record.body, dict) else {}
+        for turn, message in enumerate(body.get("messages", [])):
+            content = message.get("content")
+            if message.get("role") != "assistant" or not isinstance(content, list):
+                continue
+            for block in content:
+                if block.get("type") not in THINKING_TYPES:
+                    continue
+                prefix = json.dumps(_prefix(body, turn), sort_keys=True)
+                key = (str(block.get("signature") or block.get("data")), prefix)
+                written_by = writer.setdefault(key, last_main) if last_main is not None else None
+                if written_by is None or _prefix(requests[written_by].body) != _prefix(body, turn):
+                    problems.append(f"request {n} ({record.kind}): the thinking of messages.{turn} was written "
+                                    f"after another prefix (by request {written_by})")
+        if record.kind == "normal" and record.status == 200:
+            last_main = n
+    return problems

@@ -1,6 +1,7 @@
 """What ctx_magic knows about Claude models when the Models API cannot tell it: windows, output
 limits, the thinking types each accepts, which need a beta header for their long window, which
-take the server's context edits and compaction, and their ids on Bedrock and Vertex.
+take the server's context edits and compaction, which check the prefix of the thinking sent back
+to them, and their ids on Bedrock and Vertex.
 
 The Models API is asked first (agent/model.py); this table is the fallback, and the only source
 on Bedrock and Vertex, whose SDK clients have no Models API. Figures from each model's overview
@@ -44,15 +45,25 @@ class ModelSpec:
     """Bedrock's id when it is not `anthropic.<id>`."""
     vertex_id: str = ""
     """Vertex's id when it is not the first-party id."""
+    prefix_check: bool = False
+    """Every thinking block sent back must come after the same `system`, `tools` and messages as
+    when it was written, else it (and all thinking after it) is refused or dropped."""
 
     def limits(self) -> ModelLimits:
         return ModelLimits(self.window, self.max_output, "table", thinking_types=self.thinking,
                            long_window=self.long_window, long_context_beta=self.long_context_beta,
-                           context_edits=self.edits)
+                           context_edits=self.edits, prefix_check=self.prefix_check)
 
 
 _M = ONE_MILLION
 MODEL_TABLE: tuple[ModelSpec, ...] = (
+    ModelSpec("claude-fable-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-fable-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-mythos-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-mythos-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-opus-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-sonnet-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-haiku-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
     ModelSpec("claude-fable-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),  # thinking always on
     ModelSpec("claude-mythos-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
     ModelSpec("claude-mythos-preview", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
@@ -89,6 +100,12 @@ def model_spec(model: str) -> ModelSpec | None:
     name = canonical_model(model)
     rows = [spec for spec in MODEL_TABLE if name.startswith(spec.prefix)]
     return max(rows, key=lambda spec: len(spec.prefix), default=None)
+
+
+def checks_thinking_prefix(model: str) -> bool:
+    """Whether the model runs the prefix check on the thinking blocks sent back to it."""
+    spec = model_spec(model)
+    return spec is not None and spec.prefix_check
 
 
 def table_limits(model: str) -> ModelLimits:

@@ -174,6 +174,8 @@ def _apply(session: Session, result: CompactionResult, reason: str) -> Compactio
     """Swap in the new context, record it, run the post-compact and session-start hooks."""
     result = dataclasses.replace(result, event=dataclasses.replace(result.event, reason=reason))
     session.compacted(result.new_messages, result.messages, result.event)
+    if session.frame.window.append_only:  # kept messages follow the summary now: their thinking's prefix is gone
+        session.live.drop_thinking("compaction")
     for hook in session.hooks.post_compact:
         hook(result.event)
     for hook in session.hooks.session_start:

@@ -20,7 +20,7 @@ from ctx_magic.context.decide import Plan, SessionFacts, decide
 from ctx_magic.context.engine import Prepared, clear_now, measure, prepare, snip_now
 from ctx_magic.context.microcompact import idle_gap
 from ctx_magic.context.state import ContextState, result_counts
-from ctx_magic.context.thinking import clear_foreign_thinking
+from ctx_magic.context.thinking import clear_foreign_thinking, drop_thinking_from
 from ctx_magic.context.tokens import ContextCount, Correction
 from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped, ThinkingCleared
 from ctx_magic.messages import Message
@@ -71,13 +71,20 @@ class LiveContext:
 
     # -- changes on demand -------------------------------------------------------------------------
 
-    def clear_results(self, tool_use_ids: Sequence[str], trigger: str,
-                      compactable_tools: frozenset[str]) -> tuple[list[str], list[str]]:
+    def clear_results(self, tool_use_ids: Sequence[str], trigger: str, compactable_tools: frozenset[str], *,
+                      append_only: bool = False) -> tuple[list[str], list[str]]:
         """Clear named results now (the model's snip tool); (cleared, unknown or protected)."""
         messages, state, events, unknown = clear_now(self.messages, self.state, tool_use_ids, trigger,
-                                                     compactable_tools)
+                                                     compactable_tools, append_only=append_only)
         self.adopt(messages, state, events)
-        return [i for e in events for i in e.replacements], unknown
+        return [i for e in events if isinstance(e, Cleared) for i in e.replacements], unknown
+
+    def drop_thinking(self, trigger: str) -> ThinkingCleared | None:
+        """Every thinking block leaves the live context (a compaction gave everything a new prefix)."""
+        messages, event = drop_thinking_from(self.messages, 0, trigger)
+        if event is not None:
+            self.adopt(messages, self.state, [event])
+        return event
 
     def snip(self, keep_last: int, now: float, setup: CallSetup) -> int:
         """Snip the middle now, keeping about `keep_last` recent messages; how many were snipped."""
@@ -127,11 +134,15 @@ class LiveContext:
         """The estimate's new correction ratio."""
         self.state = dataclasses.replace(self.state, correction=correction)
 
-    def keep_thinking_of(self, model: str, provider: str) -> ThinkingCleared | None:
+    def keep_thinking_of(self, model: str, provider: str, *, append_only: bool = False) -> ThinkingCleared | None:
         """After a switch of model or provider, the thinking blocks other models wrote leave the
-        live context (their signatures are bound to the model that made them)."""
+        live context (their signatures are bound to the model that made them); append-only, the
+        thinking after the first of them goes too (its prefix held them)."""
         messages, event = clear_foreign_thinking(
             self.messages, lambda m: (m.meta.get("model"), m.meta.get("provider", "anthropic")) == (model, provider))
+        if event is not None and append_only:
+            first = min(i for i, m in enumerate(self.messages) if m.uuid in event.message_uuids)
+            messages, event = drop_thinking_from(self.messages, first, "model-switch")
         if event is not None:
             self.adopt(messages, self.state, [event])
         return event

@@ -24,6 +24,7 @@ from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_
 from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import persist_oversized, strip_images
+from ctx_magic.context.thinking import keep_valid_thinking
 from ctx_magic.context.tokens import OVERHEAD_META, ContextCount
 from ctx_magic.errors import (
     CompactionFailed,
@@ -80,8 +81,10 @@ class Turn:
         return self.session.live.is_live_result(tool_use_id)
 
     def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
-        compactable = self._setup.context.compactable_tools if self._setup is not None else frozenset()
-        return self.session.live.clear_results(tool_use_ids, "model", compactable)
+        context = self._setup.context if self._setup is not None else None
+        compactable = context.compactable_tools if context is not None else frozenset()
+        return self.session.live.clear_results(tool_use_ids, "model", compactable,
+                                               append_only=context is not None and context.append_only)
 
     def ask_compaction(self, instructions: str) -> bool:
         if "model" in self.result.compactions or self.compact_request is not None:
@@ -300,4 +303,8 @@ def _shrink_request(session: Session, setup: CallSetup) -> None:
         session.record(event)
     if changed:
         session.record(ImagesStripped(tuple(changed)))
+    if setup.window.append_only:  # what came before the thinking after the first change is not what it was
+        messages, dropped = keep_valid_thinking(session.live.messages, messages)
+        if dropped is not None:
+            session.record(dropped)
     session.live.replace(messages, session.live.state.with_persisted(persisted))

@@ -249,7 +249,7 @@ class AnthropicModel:
         thinking, edits = _capabilities(getattr(info, "capabilities", None), table)
         return ModelLimits(int(window), int(max_output), "models-api", thinking_types=thinking,
                            long_window=table.long_window, long_context_beta=table.long_context_beta,
-                           context_edits=edits)
+                           context_edits=edits, prefix_check=table.prefix_check)
 
     def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
                on_thinking: Callable[[str], None] | None = None) -> ModelReply:

@@ -32,7 +32,7 @@ from ctx_magic.context.composition import compose
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import is_thinking
+from ctx_magic.context.thinking import is_thinking, keep_valid_thinking
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
@@ -142,6 +142,10 @@ class RequestFrame:
         self.sent_signature: str | None = None
         """The system prompt and tools of the last main call (`CallSetup.signature`); kept across
         a resume, so the first call after it knows whether they changed since."""
+        self.bound: tuple[str, tuple[dict[str, Any], ...]] | None = None
+        """In an append-only conversation, the system prompt and tool specs its first main call went
+        out with: every later request sends them unchanged (a thinking block is checked against
+        them), until a compaction of ctx_magic's replaces everything before it."""
         self._turns = TurnCache()
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
@@ -170,12 +174,15 @@ class RequestFrame:
         asks for the setup with (or without) the context tools, whether or not they are offered yet."""
         settings, window = self.settings, self.window
         offered = self.context_tools if context_tools is None else context_tools
+        offered = offered or window.append_only  # a tool that joins later would change every block's prefix
         tools = self._tools(offered=offered)
-        specs = tools.specs()
+        specs, system = tools.specs(), self.system_prompt()
+        if window.append_only and self.bound is not None:
+            system, specs = self.bound[0], list(self.bound[1])
         specs_json = json.dumps(specs)
-        system = self.system_prompt()
         context = ContextSettings.create(
             window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
+            append_only=window.append_only,
             compactable_tools=tools.clearable(), tool_results_dir=str(store.tool_results_dir),
             transcript_path=str(store.transcript_path))
         server, thinking, edits = None, False, ()
@@ -200,6 +207,8 @@ class RequestFrame:
         clearing), so the tools' definitions cost the cache little then."""
         if isinstance(event, CONTEXT_CUTS):
             self.offer_context_tools()
+        if isinstance(event, Compacted):  # everything before it was replaced: a new prefix may start
+            self.bound = None
 
     def offer_context_tools(self) -> None:
         self.context_tools = True
@@ -212,19 +221,22 @@ class RequestFrame:
         request = build_request(messages, system=setup.system_prompt, tools=setup.specs,
                                 max_tokens=(max_tokens or window.reply_cap) + window.thinking_budget,
                                 cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
-                                turns=self._turns if purpose == "main" else None)  # side calls: other threads
+                                turns=self._turns if purpose == "main" else None,  # side calls: other threads
+                                append_only=window.append_only)
         return dataclasses.replace(
             request, purpose=purpose, thinking=thinking_param(window),
             context_management=server.context_management if server is not None else None,
             betas=tuple(dict.fromkeys([*window.betas, *(server.betas if server is not None else ())])))
 
-    def sent(self, messages: Sequence[Message], signature: str) -> bool:
-        """A main call went out with `messages` and a system prompt and tools of `signature`: the
-        cache now holds the prefix ending with them. Whether the system prompt or the tools
-        changed since the previous main call."""
+    def sent(self, messages: Sequence[Message], setup: CallSetup) -> bool:
+        """A main call went out with `messages` and `setup`'s system prompt and tools: the cache
+        now holds the prefix ending with them (and, append-only, they are the conversation's from
+        now on). Whether the system prompt or the tools changed since the previous main call."""
         self.cached_tail = next((m.uuid for m in reversed(messages) if m.sent), None)
-        changed = self.sent_signature is not None and signature != self.sent_signature
-        self.sent_signature = signature
+        changed = self.sent_signature is not None and setup.signature != self.sent_signature
+        self.sent_signature = setup.signature
+        if setup.window.append_only and self.bound is None:
+            self.bound = setup.system_prompt, setup.specs
         return changed
 
 
@@ -353,7 +365,8 @@ def system_blocks(system_prompt: str, *, cache_ttl: str | None = CACHE_TTL) -> l
 
 
 def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
-                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
+                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None,
+                  append_only: bool = False) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages
     (at most 100 images of them: the oldest become a line saying so), same-role runs merged,
     tool results first in each user turn, and the cache breakpoints: on the last block, and on
@@ -364,8 +377,10 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
     user who ran many cells between two turns adds more than that, and the whole cached
     conversation would be written again. A breakpoint where the previous request ended finds
     its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
+    An image left out changes what came before the thinking after it: `append_only`, that goes too.
     """
-    messages, _omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
+    limited, omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
+    messages = keep_valid_thinking(messages, limited)[0] if omitted and append_only else limited
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
     built = turns.turns(messages) if turns is not None else _add_turns([], messages)
     return ModelRequest(

@@ -201,7 +201,7 @@ class Session:
             self.record(edited)
             self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
         self.meter.main_call(reply.usage.prompt_tokens)
-        frame_changed = self.frame.sent(self.live.messages, setup.signature)
+        frame_changed = self.frame.sent(self.live.messages, setup)
         broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=setup.settings.cache_ttl_seconds,
                                    signature=setup.signature)
         if broke is not None:
@@ -227,7 +227,8 @@ class Session:
         """Another model (or provider) for the next turns: the thinking blocks other models wrote
         leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
-        return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"))
+        return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"),
+                                          append_only=self.frame.window.append_only)
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()
@@ -255,6 +256,8 @@ class Session:
             "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
             "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
             "sent_signature": self.frame.sent_signature,
+            "bound_frame": {"system": self.frame.bound[0], "tools": list(self.frame.bound[1])} if self.frame.bound
+            else None,
             "extra": self.plugins.saved(),
         }
 
@@ -269,6 +272,9 @@ class Session:
         self.frame.set_memory_section(str(saved.get("system_extra") or ""))  # the same system prompt as before
         self.frame.cached_tail = saved.get("cached_tail")  # and the same breakpoints
         self.frame.sent_signature = saved.get("sent_signature")  # a change of tools since is seen as one
+        bound = saved.get("bound_frame")
+        if isinstance(bound, dict) and isinstance(bound.get("system"), str) and isinstance(bound.get("tools"), list):
+            self.frame.bound = bound["system"], tuple(bound["tools"])  # what the thinking so far was written after
         if state.cleared or self.compaction.boundaries or any(
                 m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages):
             self.frame.offer_context_tools()  # and the same tools, once the context was cut

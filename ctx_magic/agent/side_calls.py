@@ -17,7 +17,7 @@ from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.fit import FIT_MARGIN_SHARE, fit_messages
 from ctx_magic.context.invariants import without_empty
-from ctx_magic.context.thinking import side_call_view
+from ctx_magic.context.thinking import keep_valid_thinking, side_call_view
 from ctx_magic.context.thresholds import MAX_OUTPUT_TOKENS_FOR_SUMMARY
 from ctx_magic.context.tokens import count_context, count_text
 from ctx_magic.errors import CompactionFailed
@@ -77,6 +77,8 @@ class SideCalls:
         """The messages as the call may send them, `prompt` after them, seen as a side call sees
         them (context/thinking.side_call_view)."""
         sent = [*self._fitted(setup, messages, reply_tokens, prompt), user_text(prompt)]
+        if setup.window.append_only:  # what the call changed of the conversation voids the thinking after it
+            sent, _ = keep_valid_thinking(self._live.messages, sent)
         warm = self._live.cache_warm(self._clock(), setup.settings.cache_ttl_seconds)
         return self._frame.build(side_call_view(sent, cache_warm=warm), setup, purpose=purpose,
                                  max_tokens=reply_tokens)

@@ -96,6 +96,10 @@ class Situation:
     notes_tail: int = 0
     """The recent messages a compaction from the notes keeps (its tail)."""
     facts: SessionFacts = NO_FACTS
+    thinking_after_clear: int = 0
+    """Thinking tokens after the first result a pressure clearing would change, in an append-only
+    conversation: the clearing drops them too (their prefix changed). They are not read again, but
+    their reasoning is lost: priced as the output it would take to think it again."""
 
     @property
     def notes_ready(self) -> bool:
@@ -186,8 +190,9 @@ def _options(s: Situation, cached: int) -> list[_Option]:
     options = [_Option("wait", Start(s.tokens, cached), s.tokens)]
     freed = s.clearable_tokens
     if s.may_clear and freed > 0 and freed >= s.clear_at_least and s.tokens >= th.warning:
-        after = s.tokens - freed
-        options.append(_Option("clear", Start(after, min(cached, s.clear_prefix)), after))
+        lost = s.thinking_after_clear
+        after = max(0, s.tokens - freed - lost)
+        options.append(_Option("clear", Start(after, min(cached, s.clear_prefix), s.facts.prices.output * lost), after))
     can_compact = s.facts.auto_compaction and not s.facts.breaker_open and not s.held_back
     if can_compact and (s.tokens >= th.autocompact or s.tokens >= early_compaction_from(th)):
         summary = s.expected_summary()
@@ -252,9 +257,11 @@ def _plan(s: Situation, option: _Option, why: str) -> Plan:
     th = s.thresholds
     if option.name == "clear":
         freed = s.clearable_tokens
+        lost = (f" and drops {s.thinking_after_clear:,} tokens of thinking after the first one"
+                if s.thinking_after_clear else "")
         plan = Plan("pressure", tokens_after=option.tokens_after, zone=th.zone(option.tokens_after),
                     why_clear=f"{s.tokens:,} tokens, past the warning level {th.warning:,}: clearing frees "
-                              f"{freed:,} ({why})")
+                              f"{freed:,}{lost} ({why})")
         return _compaction(dataclasses.replace(s, tokens=option.tokens_after, may_clear=False,
                                                clearable_tokens=0)).after(plan)
     methods = (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY) if option.name == COMPACT_FROM_NOTES else (

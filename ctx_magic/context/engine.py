@@ -24,7 +24,7 @@ from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, cle
 from ctx_magic.context.notes import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, fold_cells, snip_middle
 from ctx_magic.context.state import ContextState, apply_decisions, result_counts
-from ctx_magic.context.thinking import clear_old_thinking
+from ctx_magic.context.thinking import KEEP_THINKING_TURNS, clear_old_thinking, is_thinking, keep_valid_thinking
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
@@ -33,7 +33,7 @@ from ctx_magic.context.tokens import (
     find_anchor,
     message_tokens,
 )
-from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped
+from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped, ThinkingCleared
 from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Message
 from ctx_magic.settings import (
@@ -74,10 +74,14 @@ class ContextSettings:
     """Transcript named in snip markers."""
     clear_idle_thinking: bool = True
     """After an idle gap, keep only the last thinking turn."""
+    append_only: bool = False
+    """The model checks each thinking block's prefix: an edit of what was sent drops the thinking
+    after it (idle thinking clearing then keeps none: the last turn's follows the first cleared)."""
 
     @classmethod
     def create(cls, window: int, reply_cap: int, settings: Settings | None = None, *,
-               env: Mapping[str, str] | None = None, thinking_budget: int = 0, **where: object) -> ContextSettings:
+               env: Mapping[str, str] | None = None, thinking_budget: int = 0, append_only: bool = False,
+               **where: object) -> ContextSettings:
         """The engine's settings for a window, reply cap and thinking budget; `where` sets the
         paths and the compactable tools."""
         settings = settings or Settings()
@@ -85,7 +89,7 @@ class ContextSettings:
                                         thinking_budget=thinking_budget)
         return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_seconds=settings.idle_seconds,
                    clear_at_least=settings.clear_at_least, snip_max_messages=settings.snip_max_messages,
-                   budget=scaled_budget(thresholds.scale), **where)  # type: ignore[arg-type]
+                   budget=scaled_budget(thresholds.scale), append_only=append_only, **where)  # type: ignore[arg-type]
 
     @property
     def clear_threshold(self) -> int:
@@ -239,13 +243,33 @@ def _clear_thinking(messages: list[Message], state: ContextState, settings: Cont
     if not settings.clear_idle_thinking or gap is None or gap <= settings.idle_seconds:
         return messages, state, []
     old = messages
-    messages, event = clear_old_thinking(messages)
+    messages, event = clear_old_thinking(messages, keep_turns=0 if settings.append_only else KEEP_THINKING_TURNS)
     if event is None:
         return old, state, []
     changed = {u for u in event.message_uuids}
     indices = [i for i, m in enumerate(old) if m.uuid in changed]
     freed = _freed_before_anchor(old, messages, indices, find_anchor(messages))
     return messages, _with_freed(state, messages, freed), [event]
+
+
+def _keep_valid_thinking(before: Sequence[Message], messages: list[Message], state: ContextState,
+                         settings: ContextSettings):
+    """Append-only: the thinking after the first edit of what was sent leaves (its prefix changed)."""
+    if not settings.append_only:
+        return messages, state, []
+    out, event = keep_valid_thinking(before, messages)
+    if event is None:
+        return messages, state, []
+    changed = set(event.message_uuids)
+    indices = [i for i, m in enumerate(messages) if m.uuid in changed]
+    freed = _freed_before_anchor(messages, out, indices, find_anchor(out))
+    return out, _with_freed(state, out, freed), [event]
+
+
+def thinking_tokens_from(messages: Sequence[Message], start: int) -> int:
+    """The thinking blocks' tokens at or after message `start` (what an edit there would drop)."""
+    return sum(block_tokens(b) for m in messages[start:] if m.role == "assistant" and m.sent
+               for b in m.content if is_thinking(b))
 
 
 def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], trigger: str,
@@ -303,6 +327,9 @@ def situation(messages: Sequence[Message], state: ContextState, now: float, sett
     warm_pressure = not idle and count.tokens >= settings.thresholds.warning
     wanted = may_clear and state.compactable and (idle or warm_pressure)
     clearable = _clearable_sizes(messages, state, settings) if wanted else {}
+    thinking_after = 0
+    if warm_pressure and settings.append_only and clearable:
+        thinking_after = thinking_tokens_from(messages, min(state.positions[i] for i in clearable))
     seen = Situation(
         tokens=count.tokens, estimated_tokens=count.estimated_tokens, thresholds=settings.thresholds,
         idle_seconds=gap, idle_limit_seconds=settings.idle_seconds,
@@ -310,7 +337,7 @@ def situation(messages: Sequence[Message], state: ContextState, now: float, sett
         clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens) if warm_pressure else 0,
         clear_at_least=settings.clear_threshold, overhead=overhead_tokens,
         notes_tail=tail_limits(settings.thresholds.autocompact)[0] if facts.notes_tokens else 0,
-        may_clear=may_clear, facts=facts,
+        may_clear=may_clear, facts=facts, thinking_after_clear=thinking_after,
     )
     return seen, clearable
 
@@ -365,20 +392,21 @@ def prepare(
     folded: list[Snipped] = []
     if may_clear and seen.idle:  # the cache has expired: folding old cells costs nothing either
         msgs, state, folded = _fold_cells(msgs, state, settings, now)
+    msgs, state, invalidated = _keep_valid_thinking(messages, msgs, state, settings)
     count = measure(msgs, state, overhead_tokens)
     seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens, may_clear=False,
                                clearable_tokens=0 if cleared else seen.clearable_tokens)
     if cleared or folded:  # what follows the clearing is decided on the context as it now is
         plan = decide(seen).after(plan)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
-    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, *folded, measured]
+    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, *folded, *invalidated, measured]
     return Prepared(msgs, state, events, count, seen, plan)
 
 
 def clear_now(
     messages: Sequence[Message], state: ContextState, tool_use_ids: Sequence[str], trigger: str,
-    compactable_tools: frozenset[str] = COMPACTABLE_TOOLS,
-) -> tuple[list[Message], ContextState, list[Cleared], list[str]]:
+    compactable_tools: frozenset[str] = COMPACTABLE_TOOLS, append_only: bool = False,
+) -> tuple[list[Message], ContextState, list[Cleared | ThinkingCleared], list[str]]:
     """Clear named results at once (the model's snip tool, the user). Returns unknown ids too.
 
     Only results that are live and not cleared yet can be cleared; protected tools' results
@@ -389,13 +417,15 @@ def clear_now(
     live = set(state.compactable)
     ids = [i for i in tool_use_ids if i in live]
     unknown = [i for i in tool_use_ids if i not in live]
+    before = msgs
     msgs, state, events = _clear(msgs, state, ids, trigger)
-    return msgs, state, events, unknown
+    msgs, state, invalidated = _keep_valid_thinking(before, msgs, state, ContextSettings(append_only=append_only))
+    return msgs, state, [*events, *invalidated], unknown
 
 
 def snip_now(
     messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, keep_last: int
-) -> tuple[list[Message], ContextState, list[Persisted | Snipped]]:
+) -> tuple[list[Message], ContextState, list[Persisted | Snipped | ThinkingCleared]]:
     """Snip the middle at once, keeping the head and about `keep_last` recent messages.
 
     Results no call has seen yet (an interrupted turn's) meet the tool-result budget first: once
@@ -404,4 +434,5 @@ def snip_now(
     msgs, state, persisted = _budget(msgs, state, settings, start)
     keep = KEEP_HEAD + 1 + keep_last
     msgs, state, snipped = _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
-    return msgs, state, [*persisted, *snipped]
+    msgs, state, invalidated = _keep_valid_thinking(messages, msgs, state, settings)
+    return msgs, state, [*persisted, *snipped, *invalidated]

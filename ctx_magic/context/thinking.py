@@ -16,10 +16,16 @@ block that was changed; so this module never edits a block, it only removes whol
 
 A "thinking turn" is everything the model said between two prompts of the user: a tool loop's
 answers together. Keeping the last whole turn keeps every block a loop in progress needs.
+
+- **Append-only conversations** (models that check each block's prefix: the system prompt, the
+  tools and every message before it must be what they were when the block was written): an edit
+  of anything already sent invalidates every thinking block after it, so `keep_valid_thinking`
+  removes exactly those, and the thinking before the edit stays.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 
 from ctx_magic.context.tokens import message_tokens
@@ -116,3 +122,42 @@ def side_call_view(messages: Sequence[Message], *, cache_warm: bool) -> list[Mes
     if cache_warm:
         return list(messages)
     return [without_thinking(m) for m in messages]
+
+
+EDIT_TRIGGER = "edit"  # thinking removed because an edit before it changed its prefix
+
+
+def _same(a: Message, b: Message) -> bool:
+    return a is b or (a.role == b.role and a.content == b.content)
+
+
+def first_change(before: Sequence[Message], after: Sequence[Message]) -> int | None:
+    """Where `after` first sends something other than `before` did: the index in `after` of its
+    first sent message that differs from `before`'s sent message at the same place. None when
+    `after` sends what `before` sent with only messages added at the end (or taken from it)."""
+    n = min(len(before), len(after))
+    if all(map(operator.is_, before[:n], after[:n])):  # the common case: only appended (compared in C)
+        return None
+    old = [m for m in before if m.sent]
+    new = [(i, m) for i, m in enumerate(after) if m.sent]
+    for (index, message), previous in zip(new, old, strict=False):
+        if not _same(previous, message):
+            return index
+    return None
+
+
+def drop_thinking_from(messages: Sequence[Message], start: int, trigger: str = EDIT_TRIGGER
+                       ) -> tuple[list[Message], ThinkingCleared | None]:
+    """Every thinking block at or after message `start` removed (those an edit at `start` invalidates)."""
+    return strip_thinking(messages, [i for i in range(start, len(messages)) if has_thinking(messages[i])], trigger)
+
+
+def keep_valid_thinking(before: Sequence[Message], after: Sequence[Message], trigger: str = EDIT_TRIGGER
+                        ) -> tuple[list[Message], ThinkingCleared | None]:
+    """`after` (an edit of `before`) without the thinking blocks the edit invalidates: those after
+    its first change. The model would refuse them (or drop them unannounced), and a thinking
+    block between others may not be left out either, so all of them go; those before stay valid."""
+    start = first_change(before, after)
+    if start is None:
+        return list(after), None
+    return drop_thinking_from(after, start, trigger)

@@ -11,7 +11,7 @@ from ctx_magic.agent.loop import TurnResult, run_turn
 from ctx_magic.agent.session import Session
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Event, Notice, Status
+from ctx_magic.events import Event, Notice, Status, ThinkingCleared
 from ctx_magic.notebook.agent_cells import AgentCells
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.config import CtxMagic
@@ -20,6 +20,7 @@ from ctx_magic.notebook.executor import KernelExecutor
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
+from ctx_magic.notebook.notices import thinking_cleared_line
 from ctx_magic.notebook.outputs import pinned_source
 from ctx_magic.notebook.panel_link import PanelLink
 from ctx_magic.notebook.wording import compacted_line, deferred_line, not_due_line, summary_line
@@ -142,13 +143,19 @@ class Commands:
             session.defer_compaction()
             return deferred_line(ahead)
 
-    def snip(self, keep_last: int) -> int:
+    def snip(self, keep_last: int) -> tuple[int, list[str]]:
+        """The messages snipped, and a line for each drop of the thinking the snip invalidated."""
         with self.lock:
             session = self.host.require()
-            count = session.live.snip(keep_last, session.clock(), session.setup())
+            dropped: list[Event] = []
+            session.listeners.append(dropped.append)
+            try:
+                count = session.live.snip(keep_last, session.clock(), session.setup())
+            finally:
+                session.listeners.remove(dropped.append)
             session.end_turn()
             self.panel.refresh()
-            return count
+            return count, [thinking_cleared_line(e) for e in dropped if isinstance(e, ThinkingCleared)]
 
     def pin(self, text: str | None = None, *, cell: int | None = None) -> Pin:
         """Pin an instruction, or the source of the cell with execution count `cell`."""

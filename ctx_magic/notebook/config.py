@@ -20,6 +20,8 @@ from ctx_magic.prices import Prices
 from ctx_magic.settings import (
     AGENT_CELLS,
     AGENT_CELLS_MODES,
+    APPEND_ONLY,
+    APPEND_ONLY_MODES,
     CACHE_TTL,
     CACHE_TTL_SECONDS,
     DEFAULT_MAX_OUTPUT,
@@ -161,6 +163,10 @@ class CtxMagic(Configurable):
     stall_seconds = FiniteFloat(STALL_SECONDS, min=MIN_STALL_SECONDS, help=(
         "Seconds without output after a line that looks like a prompt ([Y/n], Password:, Continue?) before the "
         "agent's running code counts as stalled; input() and getpass() count at once.")).tag(config=True)
+    append_only = _choice(APPEND_ONLY, APPEND_ONLY_MODES, (
+        "Append-only conversations (system prompt and tools fixed, news appended, an edit drops the thinking "
+        "after it): 'auto' where the model checks the prefix of the thinking sent back (the model catalog), "
+        "'on' or 'off' to force it for a gateway's or an unknown model id."))
 
     team = Unicode("", help=(
         "Your team's name: with team_memory_dir, long-term memories about the shared data and code go to "

@@ -169,8 +169,10 @@ class AgentMagics(Magics):
                 raise UsageError(f"--{name.rstrip('_').replace('_', '-')} needs a number of 0 or more.")
         instructions = " ".join(args.instructions).strip() or None
         if args.snip is not None:
-            count = self.commands.snip(args.snip)
+            count, dropped = self.commands.snip(args.snip)
             notice(f"Snipped {count} messages." if count else "Nothing to snip yet.")
+            for line in dropped:
+                notice(line)
             return
         direction, index = ("up_to", args.up_to) if args.up_to is not None else (
             ("from", args.from_) if args.from_ is not None else ("full", None))

@@ -71,9 +71,17 @@ def cleared_line(event: Cleared) -> str:
             "tokens freed (the transcript keeps them)")
 
 
+THINKING_CLEARED_WHY = {
+    "idle": "after an idle gap",
+    "model-switch": "that the new model cannot take",
+    "edit": "that followed an edit of the conversation (the model checks what came before each one)",
+    "compaction": "that the compaction left without what came before them (the model checks it)",
+}
+
+
 def thinking_cleared_line(event: ThinkingCleared) -> str:
-    why = "after an idle gap" if event.trigger == "idle" else "that the new model cannot take"
-    return (f"Cleared {count(event.blocks, 'old thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
+    why = THINKING_CLEARED_WHY.get(event.trigger, event.trigger)
+    return (f"Cleared {count(event.blocks, 'thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
             "(the transcript keeps them)")
 
 

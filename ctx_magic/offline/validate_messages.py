@@ -108,7 +108,9 @@ def _check_block(located: Located, model: str) -> None:
 
 
 def _roles(model: str) -> tuple[str, ...]:
-    if api_count.family_of(model) is not api_count.CLAUDE_4:
+    """Mid-conversation system messages: from Claude Opus 4.8 on (the newest tokenizer family;
+    Opus 4.7, counted in a family of its own, is not among the models the docs list)."""
+    if api_count.family_of(model) is api_count.CLAUDE_5:
         return ("user", "assistant", "system")
     return ("user", "assistant")
 

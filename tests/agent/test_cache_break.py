@@ -32,7 +32,7 @@ def test_a_lost_cache_is_reported_once_as_unexplained(tmp_path):
 
 
 def test_an_idle_gap_past_the_ttl_is_reported_as_expiry(tmp_path):
-    with rig(tmp_path, window=200_000) as r:
+    with rig(tmp_path, window=200_000, model="claude-sonnet-4-6") as r:  # no thinking: the idle rules change nothing
         turns(r, range(3))  # three results: fewer than keep_recent, so the idle clearing has nothing to do
         r.clock.advance(10 * 60)
         turns(r, [3])

@@ -21,6 +21,8 @@ from ctx_magic.offline.conversation import asked_text
 from ctx_magic.offline.policy import Answer, Policy, Rule
 from ctx_magic.settings import Settings
 
+EDITING = "claude-sonnet-4-6"  # no prefix check on thinking: the context tools arrive at the first cut
+
 
 def code_turn(n: int, lines: int = 200) -> str:
     return f"Turn {n}\n```python\nprint('\\n'.join(f'value {n} {{i}}' for i in range({lines})))\n```"
@@ -55,7 +57,7 @@ def test_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tmp_p
 
 
 def test_partial_up_to_and_from_through_the_session(tmp_path):
-    with rig(tmp_path, window=100_000) as r:
+    with rig(tmp_path, window=100_000, model=EDITING) as r:  # no thinking: the cuts fall where they are asked
         for n in range(4):
             run_turn(r.session, code_turn(n, lines=20))
         before = list(r.session.live.messages)
@@ -135,8 +137,9 @@ def offered(request) -> set[str]:  # type: ignore[no-untyped-def]
 
 def test_the_model_can_compact_with_its_own_tool_once_the_context_was_cut(tmp_path):
     """The context tools come in with the first cut of the context (here the user's compaction):
-    before it the model is not offered `compact`, after it it can compact by itself."""
-    with rig(tmp_path) as r:
+    before it the model is not offered `compact`, after it it can compact by itself (a model
+    without the prefix check on thinking: with it, they are offered from the first request)."""
+    with rig(tmp_path, model=EDITING) as r:
         r.api.policy = Policy().with_rule(tool_rule("compact", "wrap up", {"instructions": "keep totals"}))
         run_turn(r.session, code_turn(0, lines=10))
         before = offered(r.api.requests[-1])
@@ -151,7 +154,7 @@ def test_the_model_can_compact_with_its_own_tool_once_the_context_was_cut(tmp_pa
 
 
 def test_the_model_can_snip_old_results_once_the_context_was_cut(tmp_path):
-    with rig(tmp_path) as r:
+    with rig(tmp_path, model=EDITING) as r:
         for n in range(7):
             run_turn(r.session, code_turn(n, lines=20))
         assert "snip" not in offered(r.api.requests[-1])
@@ -306,7 +309,7 @@ def test_an_estimate_over_the_threshold_is_checked_with_the_exact_count(tmp_path
 def test_the_first_compaction_says_the_size_the_next_request_will_have(tmp_path):
     """The first compaction brings the context tools in: the size it reports after it counts
     their definitions, as the next request (and %ctx status right after) does."""
-    with rig(tmp_path, window=100_000) as r:
+    with rig(tmp_path, window=100_000, model=EDITING) as r:
         for n in range(2):
             run_turn(r.session, code_turn(n, lines=20))
         assert not r.session.setup().context_tools

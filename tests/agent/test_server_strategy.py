@@ -83,7 +83,7 @@ def test_server_clearing_is_applied_recorded_shown_and_priced(tmp_path):
             panel.handle(event)
         panel.flush()
     thresholds = r.session.setup().context.thresholds
-    sent = calls[-1].body["context_management"]["edits"]
+    sent = [e for e in calls[-1].body["context_management"]["edits"] if e["type"] == "clear_tool_uses_20250919"]
     assert sent[0]["trigger"]["value"] == thresholds.warning and sent[0]["keep"]["value"] == 2
     edited = [e for e in events if isinstance(e, ServerEdited)]
     assert edited and edited[0].applied_edits[0]["type"] == "clear_tool_uses_20250919"

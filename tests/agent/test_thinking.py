@@ -23,7 +23,7 @@ from ctx_magic.offline.thinking import signature_valid
 from ctx_magic.settings import Settings
 
 THINKING = Settings(thinking="enabled", thinking_budget=1_024)
-MODEL = "claude-sonnet-5-5"  # a model that binds its thinking blocks to itself
+BUDGETED = "claude-sonnet-4-6"  # takes a thinking budget (the 5.5 models think adaptively only)
 
 
 def main_calls(api: OfflineAPI) -> list:
@@ -35,7 +35,7 @@ def thinking_of(session) -> list[dict]:
 
 
 def test_a_tool_loop_with_thinking_sends_the_blocks_back_byte_for_byte(tmp_path):
-    with rig(tmp_path, window=200_000, config=THINKING) as r:
+    with rig(tmp_path, window=200_000, config=dataclasses.replace(THINKING, model=BUDGETED), model=BUDGETED) as r:
         deltas: list[str] = []
         r.session.listeners.append(lambda e: deltas.append(e.text) if isinstance(e, ThinkingDelta) else None)
         result = run_turn(r.session, prompt(0))
@@ -46,11 +46,11 @@ def test_a_tool_loop_with_thinking_sends_the_blocks_back_byte_for_byte(tmp_path)
     assert all(q.body["max_tokens"] == r.session.frame.window.reply_cap + 1_024 for q in calls)
     answer = r.session.live.messages[1]
     block = answer.content[0]
-    assert block["type"] == "thinking" and signature_valid(block["thinking"], block["signature"], MODEL)
+    assert block["type"] == "thinking" and signature_valid(block["thinking"], block["signature"], BUDGETED)
     assert "".join(deltas) == block["thinking"]  # streamed as it came, then kept whole
     continued = calls[1].body["messages"][1]["content"]
     assert json.dumps(continued[0]) == json.dumps(block)  # the loop sent it back unchanged
-    assert answer.meta["model"] == MODEL
+    assert answer.meta["model"] == BUDGETED
 
 
 def test_the_stand_in_refuses_an_edited_block_so_the_test_above_can_fail(tmp_path):
@@ -69,7 +69,7 @@ def test_the_stand_in_refuses_an_edited_block_so_the_test_above_can_fail(tmp_pat
 
 
 def test_thinking_survives_compaction_and_resume_in_a_restarted_stand_in(tmp_path):
-    with rig(tmp_path, window=200_000, config=THINKING) as r:
+    with rig(tmp_path, window=200_000, config=dataclasses.replace(THINKING, model=BUDGETED), model=BUDGETED) as r:
         for n in range(3):
             assert run_turn(r.session, prompt(n)).error is None
         manual_compact(r.session, direction="from", index=len(r.session.live.messages) - 4)  # keeps the last loop
@@ -82,8 +82,9 @@ def test_thinking_survives_compaction_and_resume_in_a_restarted_stand_in(tmp_pat
         r.session.close()
     restarted = OfflineAPI(OfflineConfig(window=200_000, max_output=4_096), clock=r.clock)  # a new server process
     with serve_in_thread(restarted) as (url, _stop):
-        model = AnthropicModel(anthropic.Anthropic(api_key="k", base_url=url, max_retries=0), name=MODEL)
-        resumed, problems = open_session(model, r.session.frame.executor, store, THINKING, session_id=sid, resume=True,
+        model = AnthropicModel(anthropic.Anthropic(api_key="k", base_url=url, max_retries=0), name=BUDGETED)
+        resumed, problems = open_session(model, r.session.frame.executor, store,
+                                         dataclasses.replace(THINKING, model=BUDGETED), session_id=sid, resume=True,
                                          root=tmp_path, clock=r.clock)
         assert problems == []
         assert [json.dumps(b) for b in thinking_of(resumed)] == [json.dumps(b) for b in kept]
@@ -94,7 +95,8 @@ def test_thinking_survives_compaction_and_resume_in_a_restarted_stand_in(tmp_pat
 
 
 def test_an_idle_gap_over_the_ttl_keeps_only_the_last_thinking_turn_and_resume_agrees(tmp_path):
-    with rig(tmp_path, window=200_000, config=THINKING) as r:
+    editing = dataclasses.replace(THINKING, model="claude-sonnet-4-6")  # a model without the prefix check
+    with rig(tmp_path, window=200_000, config=editing, model=editing.model) as r:
         for n in range(3):
             run_turn(r.session, prompt(n))
             r.clock.advance(60)  # active use: well inside the 5-minute cache TTL
@@ -106,7 +108,7 @@ def test_an_idle_gap_over_the_ttl_keeps_only_the_last_thinking_turn_and_resume_a
         cleared = [e for e in events if isinstance(e, ThinkingCleared)]
         sent = main_calls(r.api)[-1].body["messages"]
         expected = r.session.request(r.session.setup()).messages
-        resumed, _ = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic", THINKING,
+        resumed, _ = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic", editing,
                                   session_id=r.session.session_id, resume=True, root=tmp_path, clock=r.clock)
     assert result.error is None
     assert len(cleared) == 1 and cleared[0].trigger == "idle" and cleared[0].tokens_freed > 0
@@ -143,7 +145,7 @@ def test_redacted_thinking_goes_back_unchanged_too(tmp_path):
 
 
 def test_side_calls_keep_the_blocks_while_the_cache_is_warm_and_drop_them_when_it_is_cold(tmp_path):
-    with rig(tmp_path, window=200_000, config=THINKING) as r:
+    with rig(tmp_path, window=200_000, config=dataclasses.replace(THINKING, model=BUDGETED), model=BUDGETED) as r:
         run_turn(r.session, prompt(0))
         r.session.side_calls.text(r.session.live.messages, "Save the memories worth keeping.")
         warm = main_calls(r.api)[-1].body["messages"]

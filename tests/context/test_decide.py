@@ -164,3 +164,17 @@ def test_a_deferral_never_holds_past_the_blocking_limit():
     plan = decide(situation(178_000, deferred=True))
     assert plan.compact == (COMPACT_WITH_SUMMARY,)
     assert "the user's deferral ends at the blocking limit 177,000" in plan.reason
+
+
+def test_append_only_a_pressure_clearing_prices_the_thinking_it_drops():
+    """Clearing an old result in an append-only conversation drops the thinking after it too:
+    cheaper to carry, but its reasoning is lost (priced as the output to think it again), so a
+    clearing that pays back with no thinking after it does not with much (60 calls to come)."""
+    plain = situation(150_000, clearable_tokens=60_000, clear_prefix=5_000, calls=60, breaker_open=True)
+    assert decide(plain).clear == "pressure"
+    costly = dataclasses.replace(plain, thinking_after_clear=40_000)
+    assert decide(costly).clear is None
+    light = dataclasses.replace(plain, thinking_after_clear=2_000)
+    plan = decide(light)
+    assert plan.clear == "pressure" and plan.tokens_after == 88_000
+    assert "drops 2,000 tokens of thinking" in plan.reason

@@ -68,3 +68,36 @@ def test_no_cut_falls_inside_a_loop_that_opened_with_thinking():
     assert reactive_split(messages, keep=2) == 1  # a reactive compaction keeps the loop whole
     plain = [user_text("start"), *[without_thinking(m) for m in loop(0, rounds=3)[1:]]]
     assert safe_cuts(plain)[3] and reactive_split(plain, keep=2) == 5  # without thinking, pairs are enough
+
+
+# -- append-only conversations: an edit voids the thinking after it --------------------------------
+
+
+def test_only_appended_messages_are_no_change_and_an_edit_is_found_where_it_is():
+    from ctx_magic.context.thinking import first_change
+
+    before = loop(0) + loop(1)
+    assert first_change(before, [*before, user_text("more")]) is None
+    assert first_change(before, before[:-2]) is None  # taken from the end: nothing sent before it changed
+    edited = list(before)
+    edited[2] = edited[2].with_content([{**edited[2].content[0], "content": "[cleared]"}])
+    assert first_change(before, edited) == 2
+    copied = [m.with_content(list(m.content)) for m in before]  # equal values, other objects: no change
+    assert first_change(before, copied) is None
+
+
+def test_an_edit_drops_exactly_the_thinking_after_it_and_keeps_the_thinking_before():
+    from ctx_magic.context.thinking import keep_valid_thinking
+
+    before = loop(0) + loop(1) + loop(2)
+    first_of_loop_1 = len(loop(0))
+    edited = list(before)
+    at = first_of_loop_1 + 2  # loop 1's first tool result, after its thinking answer
+    edited[at] = edited[at].with_content([{**edited[at].content[0], "content": "[cleared]"}])
+    kept, event = keep_valid_thinking(before, edited)
+    assert event is not None and event.trigger == "edit"
+    assert event.blocks == 1  # loop 2's: loop 1's came before the edit
+    assert [len(t) for t in thinking_turns(kept)] == [1, 1]
+    assert kept[: at + 1] == edited[: at + 1]
+    unchanged, none = keep_valid_thinking(before, [*before, user_text("next")])
+    assert none is None and unchanged[-1].text == "next"

@@ -35,9 +35,9 @@ def test_a_turn_with_thinking_shows_it_collapsed_and_says_what_it_cost(shell):
     assert done.endswith("this turn") and " · $0.0" in done
     _r, text = run(shell, "%ctx status")
     seen = status(shell)
-    assert "thinking enabled (2,048 tokens reserved)" in text and "from models-api" in text
+    assert "thinking adaptive (2,048 tokens reserved)" in text and "from models-api" in text  # what the model takes
     assert "spent $" in text and "prices per million tokens: input $2" in text
-    assert seen["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert seen["thinking"] == {"type": "adaptive", "budget_tokens": 2048}
     assert seen["cost"]["session_usd"] > 0 and seen["cost"]["prices_source"] == "table"
     assert seen["window_source"] == "models-api"
     session = controller(shell).host.session

@@ -1,0 +1,185 @@
+"""Append-only conversations, through the loop against the stand-in over real HTTP: on a model
+that checks the prefix of every thinking block sent back, the system prompt and the tools are the
+same in every request (the context tools from the first), news is appended, and each edit of what
+was sent (an idle clearing, a snip, the model's own clearing, a summary) leaves only thinking whose
+prefix is what it was written after."""
+
+from __future__ import annotations
+
+from agent_rig import THINKING_TYPES, _plain, rig, thinking_prefix_problems
+
+from ctx_magic.agent.catalog import MODEL_TABLE, checks_thinking_prefix, table_limits
+from ctx_magic.agent.compaction import manual_compact
+from ctx_magic.agent.loop import run_turn
+from ctx_magic.events import ThinkingCleared
+from ctx_magic.settings import Settings
+
+DEFAULTS = Settings()  # no thinking parameter: these models think adaptively all the same
+CONTEXT_TOOLS = {"compact", "snip", "search_transcript"}
+CHECKED = ("claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-5-5", "claude-fable-5-1", "claude-fable-5-2",
+           "claude-mythos-5-1", "claude-mythos-5-2")
+
+
+def code_turn(n: int, lines: int = 60) -> str:
+    return f"Turn {n}\n```python\nprint('\\n'.join(f'value {n} {{i}}' for i in range({lines})))\n```"
+
+
+def accepted(requests) -> bool:  # type: ignore[no-untyped-def]
+    """Every Messages call answered, none with a thinking block the prefix check failed (refused or let through)."""
+    calls = [q for q in requests if q.path == "/v1/messages"]
+    return bool(calls) and all(q.status == 200 and not q.thinking_mismatches for q in calls)
+
+
+def thinking_sent_back(requests) -> int:  # type: ignore[no-untyped-def]
+    return sum(1 for q in requests for m in (q.body or {}).get("messages", []) if isinstance(m.get("content"), list)
+               for b in m["content"] if b.get("type") in THINKING_TYPES)
+
+
+def test_the_catalog_names_the_models_with_the_check_and_the_setting_forces_it():
+    assert {spec.prefix for spec in MODEL_TABLE if spec.prefix_check} == set(CHECKED)
+    assert all(checks_thinking_prefix(model) for model in CHECKED)
+    assert not any(checks_thinking_prefix(model) for model in ("claude-sonnet-4-6", "claude-opus-4-8",
+                                                               "claude-sonnet-5", "claude-opus-5", "my-gateway-model"))
+    assert Settings().resolve(table_limits("claude-sonnet-5-5")).append_only
+    assert not Settings().resolve(table_limits("claude-sonnet-4-6")).append_only
+    assert Settings(append_only="on").resolve(table_limits("my-gateway-model")).append_only
+    assert not Settings(append_only="off").resolve(table_limits("claude-opus-5-5")).append_only
+
+
+def test_system_and_tools_are_the_same_in_every_request_with_the_context_tools_from_the_first(tmp_path):
+    """A pin and a compaction's summary call included: nothing before a block changes under it."""
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        run_turn(r.session, code_turn(0))
+        r.session.pin_board.pin("Always report temperatures in kelvin.")
+        run_turn(r.session, code_turn(1))
+        r.session.notice("a line for the user only")
+        run_turn(r.session, "what did batch 1 show?")
+        messages = [q for q in r.api.requests if q.path == "/v1/messages"]
+    assert {t["name"] for t in messages[0].body["tools"]} >= CONTEXT_TOOLS
+    assert len({repr(_plain([q.body["system"], q.body["tools"]])) for q in messages}) == 1
+    pinned = next(n for n, q in enumerate(messages) if "kelvin" in repr(q.body["messages"]))
+    assert "kelvin" in repr(messages[pinned].body["messages"][-1])  # news arrives at the end
+    sent_back = [b for q in messages[1:] for m in q.body["messages"] if m["role"] == "assistant"
+                 for b in m["content"] if b.get("type") == "thinking"]
+    assert any(b["thinking"] == "" for b in sent_back)  # notes between tool calls: empty, sent back as they came
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_model_without_the_check_keeps_the_context_tools_for_the_first_cut(tmp_path):
+    with rig(tmp_path, window=200_000, model="claude-sonnet-4-6") as r:
+        run_turn(r.session, code_turn(0))
+        first = r.api.requests[-1].body
+    assert not {t["name"] for t in first["tools"]} & CONTEXT_TOOLS
+
+
+def test_an_idle_break_drops_all_thinking_and_the_requests_after_it_stay_valid(tmp_path):
+    events: list = []
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        r.session.listeners.append(events.append)
+        for n in range(3):
+            run_turn(r.session, code_turn(n))
+        r.clock.advance(10 * 60)  # the cache has expired: old results are cleared, the thinking goes
+        run_turn(r.session, code_turn(3))
+        run_turn(r.session, code_turn(4))
+        after = r.api.requests[-1].body["messages"]
+    cleared = [e for e in events if isinstance(e, ThinkingCleared)]
+    assert [e.trigger for e in cleared] == ["idle"] and cleared[0].blocks >= 3
+    assert thinking_sent_back([r.api.requests[-1]]) > 0  # the turns after the break think again
+    assert all(b.get("type") not in THINKING_TYPES for m in after[:6] for b in m["content"])
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_snip_and_the_models_clearing_drop_exactly_the_thinking_they_invalidate(tmp_path):
+    events: list = []
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        r.session.listeners.append(events.append)
+        for n in range(6):
+            run_turn(r.session, code_turn(n))
+        before = sum(1 for m in r.session.live.messages for b in m.content if b.get("type") in THINKING_TYPES)
+        assert r.session.live.snip(4, r.clock(), r.session.setup()) > 0  # what %compact --snip does
+        run_turn(r.session, code_turn(6))
+        old = next(i for m in r.session.live.messages[:4] for i in m.tool_result_ids)
+        cleared, _ = r.session.live.clear_results([old], "model", r.session.setup().context.compactable_tools,
+                                                  append_only=True)
+        run_turn(r.session, code_turn(7))
+    dropped = [e for e in events if isinstance(e, ThinkingCleared)]
+    assert cleared == [old] and [e.trigger for e in dropped] == ["edit", "edit"]
+    assert 0 < dropped[0].blocks < before  # the head's thinking, before the marker, stays
+    assert thinking_sent_back(r.api.requests[-1:]) > 0
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_client_summary_keeps_no_thinking_from_before_it(tmp_path):
+    events: list = []
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        r.session.listeners.append(events.append)
+        for n in range(3):
+            run_turn(r.session, code_turn(n))
+        manual_compact(r.session, "keep the values")
+        live_thinking = [b for m in r.session.live.messages for b in m.content if b.get("type") in THINKING_TYPES]
+        run_turn(r.session, code_turn(3))
+        run_turn(r.session, code_turn(4))
+    assert live_thinking == []
+    assert r.api.model_calls("compaction") == 1
+    assert thinking_sent_back(r.api.requests[-1:]) > 0  # thinking written after the summary is sent back
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_switch_of_model_and_back_sends_only_thinking_the_model_can_take(tmp_path):
+    """Sonnet, then Opus, then Sonnet again: each switch drops the blocks the other model wrote and
+    all thinking after the first of them; every request is accepted and the thinking written after
+    the last switch is sent back."""
+    import dataclasses
+
+    from ctx_magic.agent.model import AnthropicModel
+
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        sonnet = r.session.frame.model
+        run_turn(r.session, code_turn(0))
+        opus = AnthropicModel(sonnet.client, name="claude-opus-5-5")
+        r.session.switch_model(dataclasses.replace(DEFAULTS, model="claude-opus-5-5"), opus)
+        run_turn(r.session, code_turn(1))
+        dropped = r.session.switch_model(DEFAULTS, sonnet)
+        run_turn(r.session, code_turn(2))
+    assert dropped is not None and dropped.trigger == "model-switch"
+    assert thinking_sent_back(r.api.requests[-1:]) > 0
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_request_too_large_strips_an_old_image_and_the_thinking_after_it(tmp_path):
+    from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block
+
+    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        run_turn(r.session, code_turn(0))
+        r.session.append(Message("assistant", (tool_use_block("toolu_plot", "python", {"code": "plot()"}),),
+                                 api_id="msg_local", usage=Usage(3_000, 20), timestamp=r.clock()))
+        r.session.append(Message("user", (tool_result_block("toolu_plot", [{"type": "text", "text": "a plot"}, png]),),
+                                 timestamp=r.clock()))
+        run_turn(r.session, code_turn(1))  # thinking written after the image
+        r.api.inject("413")
+        result = run_turn(r.session, code_turn(2))
+        records = r.session.store.load_transcript().records
+    assert result.error is None
+    assert any(rec.get("event") == "thinking_cleared" and rec.get("trigger") == "edit" for rec in records)
+    assert thinking_prefix_problems(r.api.requests) == []
+    assert all(q.status == 200 and not q.thinking_mismatches for q in r.api.requests
+               if q.path == "/v1/messages" and q.fault is None)
+
+
+def test_a_resumed_session_sends_the_prefix_its_thinking_was_written_after(tmp_path):
+    from ctx_magic.agent.session import open_session
+
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        run_turn(r.session, code_turn(0))
+        run_turn(r.session, code_turn(1))
+        bound = r.session.frame.bound
+        r.session.close()
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
+                                         DEFAULTS, session_id=r.session.session_id, resume=True, root=tmp_path,
+                                         clock=r.clock)
+        result = run_turn(resumed, code_turn(2))
+        resumed.close()
+    assert problems == [] and result.error is None and resumed.frame.bound == bound
+    assert thinking_sent_back(r.api.requests[-1:]) > 0
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)

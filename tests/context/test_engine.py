@@ -1,0 +1,69 @@
+"""The engine's passes in an append-only conversation (context/engine.py): every edit of what was
+sent drops the thinking after its first change and nothing before it; idle thinking clearing keeps
+none (the last turn's would follow the first block cleared)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from builders import assistant, call, results, text
+
+from ctx_magic.context.engine import ContextSettings, clear_now, prepare, snip_now, sync_index
+from ctx_magic.context.state import ContextState
+from ctx_magic.context.thinking import has_thinking, thinking_turns
+from ctx_magic.events import Cleared, Snipped, ThinkingCleared
+from ctx_magic.messages import Message, user_text
+
+APPEND_ONLY = ContextSettings(append_only=True)
+NOW = 10_000.0
+
+
+def thought(n: int) -> dict:
+    return {"type": "thinking", "thinking": f"reasoning {n} " * 40, "signature": f"sig{n}"}
+
+
+def turns(count: int, t: float = 0.0) -> list[Message]:
+    """`count` user turns, each an answer opening with thinking and a python call, its result, a reply."""
+    out: list[Message] = []
+    for n in range(count):
+        use = call(tool_use_id=f"t{n}")
+        out += [user_text(f"prompt {n}", timestamp=t), assistant(thought(n), use, t=t),
+                results((use["id"], f"output {n} " * 300), t=t), assistant(text(f"done {n}"), t=t)]
+    return out
+
+
+def test_idle_thinking_clearing_keeps_no_thinking_when_append_only():
+    messages = turns(3)
+    prepared = prepare(messages, ContextState(), now=NOW, settings=APPEND_ONLY)
+    cleared = [e for e in prepared.events if isinstance(e, ThinkingCleared)]
+    assert [e.trigger for e in cleared] == ["idle"] and cleared[0].blocks == 3
+    assert thinking_turns(prepared.messages) == []
+    editing = prepare(messages, ContextState(), now=NOW, settings=ContextSettings())
+    assert len(thinking_turns(editing.messages)) == 1  # a model without the check keeps the last turn
+
+
+def test_clearing_a_result_drops_the_thinking_after_it_only_when_append_only():
+    messages = turns(3)
+    _, state, _ = sync_index(messages, ContextState())
+    msgs, _, events, _ = clear_now(messages, state, ["t1"], "model", append_only=True)
+    assert [type(e) for e in events] == [Cleared, ThinkingCleared]
+    assert events[1].trigger == "edit" and events[1].blocks == 1  # turn 2's; turns 0 and 1 wrote theirs before it
+    assert [has_thinking(m) for m in msgs if m.role == "assistant"] == [True, False, True, False, False, False]
+    msgs, _, events, _ = clear_now(messages, state, ["t1"], "model")
+    assert [type(e) for e in events] == [Cleared]
+    assert len(thinking_turns(msgs)) == 3
+
+
+def test_a_snip_drops_the_thinking_it_kept_after_the_marker():
+    messages = turns(8)
+    settings = dataclasses.replace(APPEND_ONLY, clear_idle_thinking=False)
+    msgs, _, events = snip_now(messages, ContextState(), NOW, settings, keep_last=4)
+    snipped = [e for e in events if isinstance(e, Snipped)]
+    dropped = [e for e in events if isinstance(e, ThinkingCleared)]
+    assert snipped and dropped and dropped[0].trigger == "edit"
+    marker = next(i for i, m in enumerate(msgs) if m.uuid == snipped[0].marker_uuid)
+    assert not any(has_thinking(m) for m in msgs[marker:])
+    assert msgs[:marker] == messages[:marker] and any(has_thinking(m) for m in msgs[:marker])  # the head keeps its own
+    kept, _, plain = snip_now(messages, ContextState(), NOW, dataclasses.replace(settings, append_only=False), 4)
+    assert not any(isinstance(e, ThinkingCleared) for e in plain)
+    assert any(has_thinking(m) for m in kept[-4:])
