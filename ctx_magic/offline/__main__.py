@@ -1,10 +1,12 @@
 """`python -m ctx_magic.offline --port N --window TOKENS [--max-output T] [--min-cacheable T] [--auth-token TOKEN]
-[--unit U] [--max-seconds S]`.
+[--unit U] [--account new|old] [--max-seconds S]`.
 
 Runs the offline stand-in for the Anthropic Messages API on 127.0.0.1 and prints one line
 with its URL. Point a client at it with ANTHROPIC_BASE_URL=<url> and any API key, or, with
 `--auth-token`, as at an LLM gateway: ANTHROPIC_AUTH_TOKEN=<that token> (any other credential is a 401).
 `--unit` makes it count tokens otherwise than the real API, on purpose (x1.3, x0.8, noisy).
+`--account old` answers as to an account created before 2026-08-31: thinking blocks that fail the
+prefix check of the models with preserved thinking are let through instead of refused.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from ctx_magic.offline.app import OfflineAPI
 from ctx_magic.offline.counting import UNIT_VARIABLE, UNITS
 from ctx_magic.offline.server import start_server
-from ctx_magic.offline.shapes import DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineConfig
+from ctx_magic.offline.shapes import ACCOUNTS, DEFAULT_MAX_OUTPUT, DEFAULT_WINDOW, OfflineConfig
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -43,6 +45,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
              f"to test a client that counts differently (default: ${UNIT_VARIABLE}, else calibrated)",
     )
     parser.add_argument(
+        "--account", choices=list(ACCOUNTS), default=OfflineConfig.account,
+        help="the account's age for the prefix check on thinking blocks: new (created on or after 2026-08-31: "
+             "a failing block is a 400) or old (not enforced unless the request asks) (default: new)",
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop by itself after this many seconds (tests use it)"
     )
     args = parser.parse_args(argv)
@@ -58,7 +65,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     config = OfflineConfig(window=args.window, max_output=args.max_output, min_cacheable_tokens=args.min_cacheable,
-                           credential=args.auth_token)
+                           credential=args.auth_token, account=args.account)
     if args.unit is not None:
         config = dataclasses.replace(config, unit=args.unit)
     api = OfflineAPI(config)

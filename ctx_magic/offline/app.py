@@ -13,8 +13,11 @@ checks the key, records every API call and keeps the queued faults; the endpoint
 - POST /v1/messages/count_tokens -> {"input_tokens": N}, the same count the usage reports;
 - the same two as Bedrock and Vertex serve them (providers.py), for the SDK's AnthropicBedrock
   and AnthropicVertex clients;
-- `context_management` (with its beta header): the API's context edits and server compaction,
-  deterministic (server_context.py);
+- `context_management` and `compaction` (with their beta headers): the API's context edits,
+  server and on-demand compaction, deterministic (server_context.py);
+- the prefix check of the models with preserved thinking, per `OfflineConfig.account`, with
+  drop_block and `input_transformations` (prefix_check.py); every request's failing blocks are
+  in its record (`thinking_mismatches`);
 - GET /v1/models and /v1/models/{id} (any id starting with "claude-" is known), with the
   model's capabilities (models.py);
 - GET /_offline/requests (every request recorded, counts by kind), DELETE it to reset,
@@ -149,7 +152,7 @@ class OfflineAPI:
             reply = outcome.reply
             record = RecordedRequest(
                 method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault,
-                outcome.provider, outcome.betas,
+                outcome.provider, outcome.betas, outcome.thinking_mismatches,
             )
             self._records.append(record)
             self._request_count += 1

@@ -33,10 +33,13 @@ from ctx_magic.offline.faults import (
     stream_body,
 )
 from ctx_magic.offline.policy import Policy
+from ctx_magic.offline.prefix_check import BINDING_BETA, check_block_binding, check_prefixes
 from ctx_magic.offline.server_context import (
     BETA_OF,
+    ON_DEMAND_BETA,
     Managed,
     check_compaction_blocks,
+    check_compaction_param,
     check_context_management,
     manage,
     with_management,
@@ -68,6 +71,8 @@ def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...]
         request = json.loads(body or b"null")
         check_request(request, max_output=max_output, provider=provider)
         check_context_management(request, betas)
+        check_block_binding(request, betas)
+        check_compaction_param(request, betas)
         check_compaction_blocks(request)
     except (ValueError, InvalidRequest) as error:
         return None, ApiError(400, "invalid_request_error", str(error))
@@ -94,7 +99,9 @@ class MessagesEndpoint:
 
     def count_tokens(self, body: bytes, config: OfflineConfig, *, provider: str = "anthropic") -> Outcome:
         """POST /v1/messages/count_tokens: the same count the usage of a reply reports."""
-        request, error = parse_request(body, max_output=None, betas=tuple(BETA_OF.values()), provider=provider)
+        # count_tokens takes the betas' parameters and counts the conversation as sent
+        request, error = parse_request(body, max_output=None, betas=(*BETA_OF.values(), ON_DEMAND_BETA, BINDING_BETA),
+                                       provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
         count = functools.partial(input_tokens, unit=unit_named(config.unit))
@@ -109,10 +116,15 @@ class MessagesEndpoint:
         request, error = parse_request(body, max_output=config.max_output, betas=betas, provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
-        kind = policy.kind(request)
+        prefixes = check_prefixes(request, config.account)
+        refusal = prefixes.refusal
+        if refusal is not None:
+            return Outcome(provider_error(provider, ApiError(400, "invalid_request_error", str(refusal))), body=request,
+                           provider=provider, betas=betas, thinking_mismatches=tuple(prefixes.mismatches()))
+        kind = "compaction" if request.get("compaction") is not None else policy.kind(request)
         unit = unit_named(config.unit)
         count = functools.partial(input_tokens, unit=unit)
-        managed = manage(request, count)
+        managed = manage(prefixes.shown(request), count, prefixes.seal)  # the check read it as sent
         seen = managed.compacted_from or managed.request  # what the model reads before any compaction
         segments = request_segments(seen, unit)
         tokens = sum(s.tokens for s in segments)
@@ -127,16 +139,19 @@ class MessagesEndpoint:
         if failed is None and managed.compaction is None and tokens + int(request["max_tokens"]) > window:
             failed = reply_past_window(tokens, int(request["max_tokens"]), window)
         outcome = functools.partial(Outcome, kind=kind, input_tokens=tokens, fault=fault, body=request,
-                                    provider=provider, betas=betas)
+                                    provider=provider, betas=betas,
+                                    thinking_mismatches=tuple(prefixes.mismatches()))
         if failed is not None:
             return outcome(provider_error(provider, failed))
         if fault == "html_body":
             return outcome(HttpReply(200, HTML_HEADERS, [HTML_PAGE]))
         minimum = config.cache_minimum(request["model"])
-        if managed.compaction is not None:  # the compaction read everything; the answer reads the summary
+        if managed.compaction is not None and not managed.on_demand:  # the answer reads the summary
             segments = request_segments(managed.request, unit)
         usage = self.cache.account(segments, minimum).to_json()
-        message = self._message(request, policy, usage, fault, managed, unit)
+        message = self._message(request, policy, usage, fault, managed, unit, prefixes.next_prefix)
+        if BINDING_BETA in betas:
+            message["input_transformations"] = prefixes.transformations()
         if streaming:
             stream = stream_body(fault, stream_events(message), self.stall_release)
             if provider == "bedrock":
@@ -147,11 +162,13 @@ class MessagesEndpoint:
         return outcome(json_reply(200, message))
 
     def _message(self, request: Mapping[str, Any], policy: Policy, usage: dict[str, Any], fault: str | None,
-                 managed: Managed | None = None, unit: Unit = CALIBRATED) -> dict[str, Any]:
-        """The policy's answer (after its thinking), cut to max_tokens, with ids and usage; with
-        the server's compaction block first, and its edits, when context management ran."""
+                 managed: Managed | None = None, unit: Unit = CALIBRATED, prefix: bytes = b"") -> dict[str, Any]:
+        """The policy's answer (after its thinking, bound to `prefix`), cut to max_tokens, with ids
+        and usage; with the server's compaction block first, and its edits, when context
+        management ran."""
         answer = policy.answer(request)
-        thinking = thinking_blocks(request, redacted=fault == "redacted_thinking") if should_think(request) else []
+        thinking = (thinking_blocks(request, redacted=fault == "redacted_thinking", prefix=prefix)
+                    if should_think(request) else [])
         content, cut = fit_output([*thinking, *(dict(b) for b in answer.content)], int(request["max_tokens"]),
                                   request.get("model"))
         if fault in ("empty_reply", "whitespace_reply"):

@@ -16,28 +16,48 @@ deterministic, as the context-editing and compaction docs describe them.
   50,000 at least), the answer opens with a `compaction` block summarizing the conversation and
   is written with that summary as its context; the usage carries the compaction's own iteration.
 - `applied_edits` lists the edits that cleared something, with what they cleared.
+- **On-demand compaction** (top-level `compaction: {"type": "summarize"}`, beta
+  `compact-2026-09-04`, not with `context_management`, on the models the docs list): the answer is
+  the `compaction` block alone, stop reason `compaction`, billed as one call that read the
+  conversation and wrote the summary. The summary is the stand-in's own extractive one; any
+  `instructions` are accepted and do not change it.
+- A compaction block's signature seals what it stands for, the state of the conversation it
+  summarized and its last role, so the prefix check lets kept turns keep valid thinking
+  (prefix_check.py); only a compaction run on a model with preserved thinking is sealed so.
 
-Edits apply to what the model sees; the client's history is not changed (the API is stateless).
+Edits apply to what the model sees; the client's history is not changed (the API is stateless),
+and the prefix check has read it as sent, before any edit.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import copy
 import hashlib
 import hmac
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctx_magic.context import api_count
 from ctx_magic.context.tokens import count_text
 from ctx_magic.offline.compaction import server_summary
 from ctx_magic.offline.conversation import Block, Request, content_blocks, messages
 from ctx_magic.offline.invalid import InvalidRequest, at
-from ctx_magic.offline.thinking import SERVER_SECRET, THINKING_BLOCK_TYPES
+from ctx_magic.offline.thinking import SERVER_SECRET, THINKING_BLOCK_TYPES, UNBOUND_PREFIX
 
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 COMPACTION_BETA = "compact-2026-01-12"
+ON_DEMAND_BETA = "compact-2026-09-04"  # the top-level `compaction` parameter
+# The models the on-demand compaction docs list (exact ids, a date suffix allowed).
+ON_DEMAND_MODELS = (
+    "claude-fable-5-1", "claude-mythos-5-1", "claude-fable-5", "claude-mythos-5", "claude-mythos-preview",
+    "claude-opus-5-5", "claude-opus-5", "claude-opus-4-8", "claude-opus-4-7", "claude-opus-4-6",
+    "claude-sonnet-5-5", "claude-sonnet-5", "claude-sonnet-4-6", "claude-haiku-5-5",
+)
+DATE_SUFFIX = re.compile(r"-\d{8}$")
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"
 COMPACT = "compact_20260112"
@@ -50,9 +70,55 @@ MIN_COMPACT_TRIGGER = 50_000  # ...and its minimum
 CLEARED_RESULT = "[Tool result cleared by context management]"
 
 
-def sign_compaction(content: str) -> str:
-    mac = hmac.new(SERVER_SECRET, b"compaction\0" + content.encode("utf-8"), hashlib.sha256).digest()
-    return base64.b64encode(mac).decode("ascii")
+ROLE_CODES = {"user": b"u", "assistant": b"a", "system": b"s", "": b"-"}  # the last summarized message's role
+
+
+def _compaction_mac(content: str, seal: bytes) -> bytes:
+    return hmac.new(SERVER_SECRET, b"compaction\0" + seal + content.encode("utf-8"), hashlib.sha256).digest()
+
+
+def sign_compaction(content: str, boundary: bytes = UNBOUND_PREFIX, last_role: str = "") -> str:
+    """A compaction block's signature: the state of the conversation it summarized and the role of
+    its last message (so the prefix check accepts the summary in place of what it replaced, see
+    prefix_check.py), and a MAC over them and the summary."""
+    seal = boundary + ROLE_CODES.get(last_role, b"-")
+    return base64.b64encode(seal + _compaction_mac(content, seal)).decode("ascii")
+
+
+@dataclass(frozen=True)
+class Seal:
+    """What a compaction block the stand-in signed stands for."""
+
+    boundary: bytes
+    """The state of the conversation it summarized (prefix_check.py)."""
+    last_role: str
+    """The role of the last message it summarized ("" when unknown)."""
+
+
+UNSEALED = Seal(UNBOUND_PREFIX, "")  # a summary that stands for no conversation the prefix check knows
+
+
+def compaction_block(summary: str, seal: Seal) -> Block:
+    return {"type": "compaction", "content": summary,
+            "signature": sign_compaction(summary, seal.boundary, seal.last_role)}
+
+
+def compaction_seal(block: Mapping[str, Any]) -> Seal | None:
+    """What a compaction block stands for; None when its signature does not verify (or it has no
+    summary: a failed compaction, a no-op)."""
+    content, signature = block.get("content"), block.get("signature")
+    if not isinstance(content, str) or not isinstance(signature, str):
+        return None
+    try:
+        raw = base64.b64decode(signature, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    width = len(UNBOUND_PREFIX)
+    seal, mac = raw[:-width], raw[-width:]
+    roles = {code: role for role, code in ROLE_CODES.items()}
+    if len(seal) != width + 1 or seal[-1:] not in roles or not hmac.compare_digest(_compaction_mac(content, seal), mac):
+        return None
+    return Seal(seal[:width], roles[seal[-1:]])
 
 
 @dataclass
@@ -66,6 +132,9 @@ class Managed:
     compacted_from: dict[str, Any] | None = None
     """The request the compaction iteration read (for its usage)."""
     pause: bool = False
+    on_demand: bool = False
+    """The request asked for the summary alone (`compaction`): the answer is the block, billed as
+    one call that read the conversation and wrote the summary."""
 
 
 def _edits(request: Request) -> list[Mapping[str, Any]]:
@@ -103,6 +172,39 @@ def check_context_management(request: Request, betas: Sequence[str]) -> None:
                          f"Input should be greater than or equal to {MIN_COMPACT_TRIGGER}")
 
 
+def takes_on_demand_compaction(model: str) -> bool:
+    """Whether the model takes the `compaction` parameter (an id naming no family, the stand-in's
+    own test ids, takes it too)."""
+    return DATE_SUFFIX.sub("", model) in ON_DEMAND_MODELS or api_count.model_version(model) is None
+
+
+def check_compaction_param(request: Request, betas: Sequence[str]) -> None:
+    """On-demand compaction: `{"type": "summarize", "instructions": ...}` with its beta header, not
+    with `context_management`, on a model that takes it, and not right after a tool call left
+    without its result."""
+    config = request.get("compaction")
+    if config is None:
+        return
+    if ON_DEMAND_BETA not in betas:
+        raise InvalidRequest(f"compaction: requires the beta header 'anthropic-beta: {ON_DEMAND_BETA}'")
+    if not isinstance(config, Mapping) or config.get("type") != "summarize":
+        raise at("compaction.type", "Input should be 'summarize'")
+    extra = sorted(set(config) - {"type", "instructions"})
+    if extra:
+        raise at(f"compaction.{extra[0]}", "Extra inputs are not permitted")
+    if config.get("instructions") is not None and not isinstance(config["instructions"], str):
+        raise at("compaction.instructions", "Input should be a valid string")
+    if request.get("context_management") is not None:
+        raise InvalidRequest("`compaction` cannot be combined with `context_management`.")
+    if not takes_on_demand_compaction(str(request.get("model", ""))):
+        raise InvalidRequest(f"compaction: on-demand compaction is not supported for model {request.get('model')}")
+    history = messages(request)
+    if history and history[-1].get("role") == "assistant" and any(
+            b.get("type") == "tool_use" for b in content_blocks(history[-1])):
+        raise at(f"messages.{len(history) - 1}", "a compaction request cannot end with a tool call that has no "
+                 "result: compact where every tool call has its result")
+
+
 def check_compaction_blocks(request: Request) -> None:
     """Every compaction block sent back is in an assistant message and verifies."""
     for i, message in enumerate(messages(request)):
@@ -114,7 +216,7 @@ def check_compaction_blocks(request: Request) -> None:
             content = block.get("content")
             if content is None:
                 continue  # a failed compaction: a no-op, the docs say
-            if not isinstance(content, str) or block.get("signature") != sign_compaction(content):
+            if compaction_seal(block) is None:
                 raise at(f"messages.{i}.content.{j}", "Invalid `signature` in `compaction` block")
 
 
@@ -176,10 +278,13 @@ def _clear_tool_uses(request: dict[str, Any], edit: Mapping[str, Any], tokens: C
     return edited, cleared
 
 
-def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int]) -> Managed:
-    """What the model sees of `request` once the server's context management ran."""
+def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int], seal: Seal | None = None
+           ) -> Managed:
+    """What the model sees of `request` once the server's context management ran (`seal`: what a
+    compaction block made here stands for, the conversation as sent; see prefix_check.py)."""
     seen = copy.deepcopy(dict(request))
     seen.pop("context_management", None)
+    seen.pop("compaction", None)
     _from_last_compaction(seen)
     managed = Managed(seen)
     for edit in _edits(request):
@@ -196,19 +301,22 @@ def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int
             if cleared:
                 managed.applied_edits.append({"type": kind, "cleared_tool_uses": cleared,
                                               "cleared_input_tokens": before - tokens(managed.request)})
+    if request.get("compaction") is not None:  # on demand: the answer is the summary alone
+        _compact(managed, True, seal or UNSEALED)
+        managed.on_demand = True
     for edit in _edits(request):
         if edit["type"] == COMPACT:
             trigger = _value(edit.get("trigger"), "input_tokens", DEFAULT_COMPACT_TRIGGER, "trigger")
             if tokens(managed.request) > trigger:
-                _compact(managed, bool(edit.get("pause_after_compaction")))
+                _compact(managed, bool(edit.get("pause_after_compaction")), seal or UNSEALED)
     return managed
 
 
-def _compact(managed: Managed, pause: bool) -> None:
+def _compact(managed: Managed, pause: bool, seal: Seal) -> None:
     """The conversation becomes one summary: the answer opens with it and is written after it."""
     before = managed.request
     summary = server_summary(messages(before))
-    managed.compaction = {"type": "compaction", "content": summary, "signature": sign_compaction(summary)}
+    managed.compaction = compaction_block(summary, seal)
     managed.compacted_from = before
     managed.pause = pause
     managed.request = {**before, "messages": [{"role": "user", "content": [{"type": "text", "text": summary}]}]}
@@ -220,6 +328,9 @@ def with_management(managed: Managed, request: Mapping[str, Any], content: list[
     """An answer with what the server's context management adds to it: the compaction block
     first and its iteration in the usage, `context_management.applied_edits`."""
     extra: dict[str, Any] = {}
+    if managed.on_demand and managed.compaction is not None:
+        usage = {**usage, "output_tokens": count_text(managed.compaction["content"])}
+        return [dict(managed.compaction)], "compaction", usage, extra
     if managed.compaction is not None:
         compaction = managed.compaction
         stop = "compaction" if managed.pause else stop

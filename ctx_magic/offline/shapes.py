@@ -19,6 +19,7 @@ DEFAULT_MAX_OUTPUT = 64_000  # a current model's output limit
 MAX_REQUEST_BYTES = 32_000_000  # the API refuses bodies over 32 MB with 413 request_too_large
 KNOWN_MODEL_PREFIX = "claude-"
 TEST_MODEL_PREFIX = "claude-offline"  # ids tests make up for the stand-in itself
+ACCOUNTS = ("new", "old")  # created on or after 2026-08-31 00:00 UTC (the prefix check enforced by default), or before
 
 
 def known_model(model_id: str) -> bool:
@@ -60,6 +61,10 @@ class RecordedRequest:
     """anthropic | bedrock | vertex: whose paths and body the request came in."""
     betas: tuple[str, ...] = ()
     """The beta headers it carried (for Bedrock, its body's anthropic_beta)."""
+    thinking_mismatches: tuple[dict[str, str], ...] = ()
+    """The thinking blocks that failed the prefix check, each {type, path, reason}: type is
+    `thinking_dropped`, `thinking_mismatch_allowed` (let through, on an old account) or
+    `thinking_refused` (the request got the 400), whether or not the answer reported them."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -85,10 +90,18 @@ class OfflineConfig:
     credential: str | None = None
     """The one API key or bearer token accepted, as a gateway configured with a key accepts only
     it; None: any non-empty credential but the key `invalid`."""
+    account: str = "new"
+    """How old the account is, for the prefix check of the models with preserved thinking: "new"
+    (created on or after 2026-08-31, where a failing thinking block earns a 400 by default) or
+    "old" (the check is not enforced unless the request asks for it; the blocks are let through)."""
     unit: str = field(default_factory=environment_unit)
     """How the server counts tokens: "calibrated" (like the real API), or on purpose otherwise
     ("x1.3", "x0.8", "noisy"; counting.UNITS) to test a client that counts differently.
     Defaults to the CTX_MAGIC_OFFLINE_UNIT environment variable, else "calibrated"."""
+
+    def __post_init__(self) -> None:
+        if self.account not in ACCOUNTS:
+            raise ValueError(f"account must be one of {', '.join(ACCOUNTS)}, not {self.account!r}")
 
     def cache_minimum(self, model: str) -> int:
         """The minimum cacheable length in force for `model`."""
@@ -104,6 +117,7 @@ class Outcome:
     body: Any = None
     provider: str = "anthropic"
     betas: tuple[str, ...] = ()
+    thinking_mismatches: tuple[dict[str, str], ...] = ()
 
 
 def json_reply(status: int, data: Any, headers: tuple[tuple[str, str], ...] = ()) -> HttpReply:

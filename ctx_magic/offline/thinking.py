@@ -1,11 +1,12 @@
 """Extended thinking in the stand-in: the `thinking` parameter, signed thinking blocks, their rules.
 
 The request's `thinking` is `{"type": "enabled", "budget_tokens": N}` (1,024 <= N < max_tokens),
-`{"type": "adaptive"}` (the model decides; optional `display`) or `{"type": "disabled"}`.
-With thinking on, the answer opens with a thinking block whose `signature` the stand-in makes
-itself: an HMAC of the thinking text under a fixed server secret, base64. A redacted_thinking
-block carries its text and such a MAC together, base64, as opaque `data`. Blocks that come back
-are checked against their MAC, so one whose text was changed, or made up, is refused.
+`{"type": "adaptive"}` (the model decides; optional `display` and `block_binding`),
+`{"type": "between_tools"}` or `{"type": "disabled"}`. With thinking on, the answer opens with a
+thinking block whose `signature` the stand-in makes itself: an HMAC of the thinking text under a
+fixed server secret, base64. A redacted_thinking block carries its text and such a MAC together,
+base64, as opaque `data`. Blocks that come back are checked against their MAC, so one whose text
+was changed, or made up, is refused.
 
 The rules, as the API's extended-thinking docs give them:
 - thinking on allows tool_choice auto or none only (the others force a tool call);
@@ -17,8 +18,18 @@ The rules, as the API's extended-thinking docs give them:
 - every thinking / redacted_thinking block sent back must verify, wherever it is;
 - the 5.5 models (and Fable / Mythos 5.1 and later) bind a block to the model that wrote it:
   their signatures cover the model id, so such a block verifies only on that model, and a block
-  of another model does not verify on them (the models' migration guides: "thinking blocks are
-  bound to the model and the conversation"; the conversation part is not modelled).
+  of another model does not verify on them (Haiku 5.5's blocks name no model).
+
+The models with preserved thinking (PRESERVED_THINKING_MODELS, the one list of them) add:
+- they think adaptively when the request has no `thinking` parameter; none takes a budget
+  (`enabled`), only Haiku 5.5 takes `disabled` (at an effort of high or lower), only Sonnet 5.5
+  takes `between_tools` (no up-front thinking, only between tool calls): the refusal is the API's
+  "`thinking.type.X` is not supported for this model" 400;
+- the thinking between tool calls (after tool results) comes back with empty text unless
+  `display` asks for text, and `display: "omitted"` empties every block: such a block is still
+  signed and must go back exactly as returned;
+- a block is also bound to its conversation: its signature carries a digest of everything before
+  it (`system`, `tools`, earlier messages), which the prefix check compares (prefix_check.py).
 
 The secret is a constant: signatures stay valid across stand-in restarts, as the API's do
 across sessions.
@@ -40,14 +51,30 @@ SERVER_SECRET = b"ctx-magic offline stand-in: thinking signatures"  # fixed: val
 MIN_BUDGET_TOKENS = 1_024  # the API's smallest thinking budget
 MIN_TOP_P_WITH_THINKING = 0.95  # the API's lowest top_p when thinking is on
 MAC_BYTES = 32  # SHA-256
-THINKING_TYPES = ("enabled", "adaptive", "disabled")
-DISPLAY_VALUES = ("summarized", "omitted")
+THINKING_TYPES = ("enabled", "adaptive", "disabled", "between_tools")
+DISPLAY_VALUES = ("summarized", "omitted", "updates")
 UNFORCED_CHOICES = ("auto", "none")  # the tool_choice types thinking allows
 QUOTE_CHARS = 80  # how much of the latest user text the deterministic thinking quotes
 THINKING_BLOCK_TYPES = ("thinking", "redacted_thinking")
-# Models whose thinking blocks are bound to the model that wrote them (by id prefix).
-BOUND_THINKING_MODELS = ("claude-opus-5-5", "claude-sonnet-5-5", "claude-fable-5-1", "claude-mythos-5-1",
-                         "claude-fable-5-2", "claude-mythos-5-2")
+# The models with preserved thinking (by id prefix): they think adaptively by default and run the
+# prefix check on every thinking block sent back (prefix_check.py). The one list of them.
+PRESERVED_THINKING_MODELS = ("claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-5-5", "claude-fable-5-1",
+                             "claude-fable-5-2", "claude-mythos-5-1", "claude-mythos-5-2")
+# Those whose blocks are also bound to the model that wrote them: Haiku 5.5's blocks replay
+# unchanged on other models, so its signatures do not name it.
+BOUND_THINKING_MODELS = tuple(m for m in PRESERVED_THINKING_MODELS if m != "claude-haiku-5-5")
+PREFIX_BYTES = 32  # a SHA-256 of the block's prefix, carried in the signature of a preserved-thinking block
+UNBOUND_PREFIX = bytes(PREFIX_BYTES)  # a block bound to no conversation: it fails every prefix check
+# The models that take no `thinking: {"type": "disabled"}` (thinking is always on, or, on Sonnet
+# 5.5, turned down with "between_tools"); Haiku 5.5 takes it at an effort of high or lower.
+ALWAYS_THINKING_MODELS = tuple(m for m in PRESERVED_THINKING_MODELS if m != "claude-haiku-5-5")
+BETWEEN_TOOLS_MODELS = ("claude-sonnet-5-5",)
+EFFORTS_WITHOUT_DISABLED = ("xhigh", "max")  # Haiku 5.5 refuses "disabled" with these
+
+
+def preserves_thinking(model: str) -> bool:
+    """Whether `model` has preserved thinking (adaptive by default, the prefix check)."""
+    return model.startswith(PRESERVED_THINKING_MODELS)
 
 
 def binding(model: str) -> bytes:
@@ -55,42 +82,74 @@ def binding(model: str) -> bytes:
     return model.encode("utf-8") if model.startswith(BOUND_THINKING_MODELS) else b""
 
 
-def _mac(kind: bytes, text: bytes, model: str = "") -> bytes:
-    return hmac.new(SERVER_SECRET, kind + b"\0" + binding(model) + b"\0" + text, hashlib.sha256).digest()
+def _prefix_of(model: str, prefix: bytes) -> bytes:
+    """The prefix digest a signature carries: 32 bytes for a preserved-thinking model, else none."""
+    return (prefix or UNBOUND_PREFIX) if preserves_thinking(model) else b""
 
 
-def sign(thinking: str, model: str = "") -> str:
-    """The signature the stand-in gives a thinking text (written by `model`)."""
-    return base64.b64encode(_mac(b"thinking", thinking.encode("utf-8"), model)).decode("ascii")
+def _mac(kind: bytes, text: bytes, model: str = "", prefix: bytes = b"") -> bytes:
+    message = kind + b"\0" + binding(model) + b"\0" + prefix + text
+    return hmac.new(SERVER_SECRET, message, hashlib.sha256).digest()
+
+
+def sign(thinking: str, model: str = "", prefix: bytes = b"") -> str:
+    """The signature the stand-in gives a thinking text written by `model`: its MAC, and for a
+    model with preserved thinking the digest of the block's prefix before it, covered by the MAC."""
+    carried = _prefix_of(model, prefix)
+    return base64.b64encode(carried + _mac(b"thinking", thinking.encode("utf-8"), model, carried)).decode("ascii")
+
+
+def _decoded(value: Any) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _split(raw: bytes, model: str) -> tuple[bytes, bytes, bytes]:
+    """(payload, prefix digest, MAC) of a signature or redacted data read for `model`."""
+    width = PREFIX_BYTES if preserves_thinking(model) else 0
+    return raw[:-(MAC_BYTES + width)], raw[len(raw) - MAC_BYTES - width:-MAC_BYTES], raw[-MAC_BYTES:]
 
 
 def signature_valid(thinking: Any, signature: Any, model: str = "") -> bool:
-    if not isinstance(thinking, str) or not isinstance(signature, str):
+    raw = _decoded(signature)
+    if not isinstance(thinking, str) or raw is None or len(raw) != MAC_BYTES + len(_prefix_of(model, b"")):
         return False
-    return hmac.compare_digest(sign(thinking, model), signature)
+    _, prefix, mac = _split(raw, model)
+    return hmac.compare_digest(_mac(b"thinking", thinking.encode("utf-8"), model, prefix), mac)
 
 
-def redact(thinking: str, model: str = "") -> str:
-    """A redacted_thinking block's opaque data: the text and its MAC, base64."""
-    payload = thinking.encode("utf-8")
-    return base64.b64encode(payload + _mac(b"redacted", payload, model)).decode("ascii")
+def redact(thinking: str, model: str = "", prefix: bytes = b"") -> str:
+    """A redacted_thinking block's opaque data: the text, the prefix digest (preserved-thinking
+    models) and their MAC, base64."""
+    payload, carried = thinking.encode("utf-8"), _prefix_of(model, prefix)
+    return base64.b64encode(payload + carried + _mac(b"redacted", payload, model, carried)).decode("ascii")
 
 
 def redacted_valid(data: Any, model: str = "") -> bool:
-    if not isinstance(data, str):
+    raw = _decoded(data)
+    if raw is None or len(raw) < MAC_BYTES + len(_prefix_of(model, b"")):
         return False
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    payload, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]
-    return len(raw) > MAC_BYTES and hmac.compare_digest(_mac(b"redacted", payload, model), mac)
+    payload, prefix, mac = _split(raw, model)
+    return hmac.compare_digest(_mac(b"redacted", payload, model, prefix), mac)
+
+
+def signed_prefix(block: Mapping[str, Any], model: str) -> bytes:
+    """The prefix digest a (verified) thinking or redacted_thinking block carries, for `model`."""
+    raw = _decoded(block.get("signature") if block.get("type") == "thinking" else block.get("data")) or b""
+    return _split(raw, model)[1] if preserves_thinking(model) and len(raw) > MAC_BYTES else b""
 
 
 def thinking_mode(request: Request) -> str:
-    """"enabled", "adaptive" or "disabled" (no thinking parameter means disabled)."""
+    """"enabled", "adaptive", "between_tools" or "disabled". No thinking parameter means adaptive
+    on a model with preserved thinking (they think by default), disabled on the others."""
     thinking = request.get("thinking")
-    return str(thinking.get("type")) if isinstance(thinking, Mapping) else "disabled"
+    if isinstance(thinking, Mapping):
+        return str(thinking.get("type"))
+    return "adaptive" if preserves_thinking(str(request.get("model", ""))) else "disabled"
 
 
 # --- the parameter ---
@@ -102,17 +161,36 @@ def check_thinking_param(request: Request, max_tokens: int | None) -> None:
     if thinking is None:
         return
     if not isinstance(thinking, Mapping) or thinking.get("type") not in THINKING_TYPES:
-        raise at("thinking.type", "Input should be 'enabled', 'adaptive' or 'disabled'")
+        raise at("thinking.type", "Input should be 'enabled', 'adaptive', 'disabled' or 'between_tools'")
     kind = thinking["type"]
-    extra = set(thinking) - {"type", "budget_tokens", "display"}
+    allowed = {"type"} | ({"budget_tokens", "display", "block_binding"} if kind in ("enabled", "adaptive") else set())
+    extra = set(thinking) - allowed
     if extra or (kind != "enabled" and "budget_tokens" in thinking):
         raise at(f"thinking.{kind}.{sorted(extra or {'budget_tokens'})[0]}", "Extra inputs are not permitted")
-    if "display" in thinking and (kind == "disabled" or thinking["display"] not in DISPLAY_VALUES):
-        raise at(f"thinking.{kind}.display", "Input should be 'summarized' or 'omitted'")
+    if "display" in thinking and thinking["display"] not in DISPLAY_VALUES:
+        raise at(f"thinking.{kind}.display", "Input should be 'summarized', 'omitted' or 'updates'")
+    _check_type_for_model(request, kind)
     if kind == "enabled":
         _check_budget(thinking.get("budget_tokens"), max_tokens)
-    if kind != "disabled":
+    if kind not in ("disabled", "between_tools"):
         _check_compatible(request, kind)
+
+
+def _check_type_for_model(request: Request, kind: str) -> None:
+    """The types a model refuses: the preserved-thinking models take no budget and (but Haiku 5.5
+    at an effort of high or lower) no "disabled"; only Sonnet 5.5 takes "between_tools"."""
+    model = str(request.get("model", ""))
+    config = request.get("output_config")
+    effort = config.get("effort") if isinstance(config, Mapping) else None
+    refused = (
+        (kind == "enabled" and preserves_thinking(model))
+        or (kind == "disabled" and (model.startswith(ALWAYS_THINKING_MODELS) or (
+            preserves_thinking(model) and effort in EFFORTS_WITHOUT_DISABLED)))
+        or (kind == "between_tools" and not model.startswith(BETWEEN_TOOLS_MODELS))
+    )
+    if refused:
+        raise InvalidRequest(f'"thinking.type.{kind}" is not supported for this model. Use "thinking.type.adaptive" '
+                             'and "output_config.effort" to control thinking behavior.')
 
 
 def _check_budget(budget: Any, max_tokens: int | None) -> None:
@@ -200,19 +278,37 @@ def check_thinking_turn(request: Request) -> None:
 # --- the answer ---
 
 
+def _after_tool_results(request: Request) -> bool:
+    history = messages(request)
+    return bool(history) and history[-1].get("role") == "user" and is_tool_results_only(history[-1])
+
+
 def should_think(request: Request) -> bool:
     """Whether the answer opens with thinking: thinking on, and (for `enabled`) a new turn; the
-    model does not think again after tool results unless thinking is adaptive (interleaved)."""
-    if thinking_mode(request) == "adaptive":
+    model does not think again after tool results unless thinking is adaptive (interleaved);
+    `between_tools` thinks only there."""
+    mode = thinking_mode(request)
+    if mode == "adaptive":
         return True
-    if thinking_mode(request) != "enabled":
-        return False
-    history = messages(request)
-    return not (history and history[-1].get("role") == "user" and is_tool_results_only(history[-1]))
+    if mode == "between_tools":
+        return _after_tool_results(request)
+    return mode == "enabled" and not _after_tool_results(request)
+
+
+def _display(request: Request) -> str | None:
+    thinking = request.get("thinking")
+    return thinking.get("display") if isinstance(thinking, Mapping) else None
 
 
 def thinking_text(request: Request) -> str:
-    """Deterministic thinking: what the stand-in saw, in one short paragraph."""
+    """Deterministic thinking: what the stand-in saw, in one short paragraph. Empty where the API
+    returns a thinking block with empty text: with `display: "omitted"`, and, on a model with
+    preserved thinking, the notes between tool calls (after tool results) unless `display` asks
+    for text ("summarized" or "updates")."""
+    display = _display(request)
+    if display == "omitted" or (preserves_thinking(str(request.get("model", ""))) and _after_tool_results(request)
+                                and display not in ("summarized", "updates")):
+        return ""
     history = messages(request)
     latest = next((m for m in reversed(history) if m.get("role") == "user"), None)
     texts = [b.get("text", "") for b in content_blocks(latest or {}) if b.get("type") == "text"]
@@ -221,10 +317,12 @@ def thinking_text(request: Request) -> str:
             f"the latest user turn: {quoted}")
 
 
-def thinking_blocks(request: Request, *, redacted: bool = False) -> list[Block]:
-    """The block(s) an answer opens with: signed thinking, or its redacted form."""
+def thinking_blocks(request: Request, *, redacted: bool = False, prefix: bytes = b"") -> list[Block]:
+    """The block(s) an answer opens with: signed thinking, or its redacted form. `prefix` is the
+    digest of what comes before the block (prefix_check.py), which a preserved-thinking model's
+    signature carries."""
     text = thinking_text(request)
     model = str(request.get("model", ""))
     if redacted:
-        return [{"type": "redacted_thinking", "data": redact(text, model)}]
-    return [{"type": "thinking", "thinking": text, "signature": sign(text, model)}]
+        return [{"type": "redacted_thinking", "data": redact(text, model, prefix)}]
+    return [{"type": "thinking", "thinking": text, "signature": sign(text, model, prefix)}]

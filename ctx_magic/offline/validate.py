@@ -38,7 +38,7 @@ TOOL_CHOICES = ("auto", "any", "tool", "none")
 FORCING_CHOICES = ("any", "tool")  # these need tools to choose from
 SHARED_FIELDS = frozenset({
     "model", "messages", "system", "tools", "tool_choice", "thinking", "cache_control", "context_management",
-    "mcp_servers", "output_config", "output_format",
+    "mcp_servers", "output_config", "output_format", "compaction",
 })
 MESSAGES_FIELDS = SHARED_FIELDS | {
     "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "stream", "metadata", "service_tier",
@@ -179,7 +179,7 @@ def check_request(request: Any, *, max_output: int | None, provider: str = "anth
     _check_tool_choice(request, _check_tools(request))
     _check_system(request)
     check_messages(request["messages"], str(request.get("model", "")), provider)
-    if max_output is not None:
+    if max_output is not None and request.get("compaction") is None:  # a compaction request may end anywhere
         check_no_prefill(request["messages"], str(request["model"]))
     check_cache_controls(request)
     check_thinking_turn(request)

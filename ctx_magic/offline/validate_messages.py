@@ -108,7 +108,9 @@ def _check_block(located: Located, model: str) -> None:
 
 
 def _roles(model: str) -> tuple[str, ...]:
-    if api_count.family_of(model) is api_count.CLAUDE_5:
+    """Mid-conversation system messages: from Claude Opus 4.8 on (the newest tokenizer family but
+    Opus 4.7, which the mid-conversation system message docs do not list)."""
+    if api_count.family_of(model) is api_count.CLAUDE_5 and api_count.model_version(model) != ("opus", 4, 7):
         return ("user", "assistant", "system")
     return ("user", "assistant")
 
