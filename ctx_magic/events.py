@@ -305,11 +305,12 @@ class ReplyWithdrawn(Event):
 @dataclass(frozen=True)
 class ThinkingCleared(Event):
     """Thinking blocks left the live context: old turns after an idle gap (as in Claude Code: only the last
-    thinking turn is kept once the cache has expired), or blocks another model made (a switch)."""
+    thinking turn is kept once the cache has expired), blocks another model made (a switch), or blocks
+    the API's prefix check refused and every thinking block after them."""
 
     name: ClassVar[str] = "thinking_cleared"
     durable: ClassVar[bool] = True
-    trigger: str  # idle | model-switch
+    trigger: str  # idle | model-switch | prefix-check
     message_uuids: tuple[str, ...]
     blocks: int
     tokens_freed: int

@@ -72,6 +72,9 @@ def cleared_line(event: Cleared) -> str:
 
 
 def thinking_cleared_line(event: ThinkingCleared) -> str:
+    if event.trigger == "prefix-check":
+        return (f"Removed {count(event.blocks, 'thinking block')} the API refused because the conversation before "
+                "them had changed since they were written; the turn goes on (the transcript keeps them)")
     why = "after an idle gap" if event.trigger == "idle" else "that the new model cannot take"
     return (f"Cleared {count(event.blocks, 'old thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
             "(the transcript keeps them)")
