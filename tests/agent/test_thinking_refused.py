@@ -123,3 +123,32 @@ def test_thinking_the_api_reports_dropped_is_sent_no_more(tmp_path):
     assert all(not q.thinking_mismatches for q in after[1:])  # the dropped blocks were not sent again
     cleared = [e for e in seen if isinstance(e, ThinkingCleared)]
     assert [e.trigger for e in cleared] == ["prefix-check"]
+
+
+@dataclasses.dataclass
+class ForeignThinkingGateway(AnthropicModel):
+    """A gateway that opens every conversation with a turn of its own, whose thinking was written
+    in another conversation: a block the client never had, so only the API can drop it."""
+
+    foreign: tuple = ()
+
+    def stream(self, request, on_text=None, *, on_thinking=None):  # type: ignore[no-untyped-def, override]
+        opening = [{"role": "user", "content": "Context from the gateway."},
+                   {"role": "assistant", "content": list(self.foreign)}]
+        request = dataclasses.replace(request, messages=[*opening, *request.messages])
+        return super().stream(request, on_text, on_thinking=on_thinking)
+
+
+def test_a_refused_block_the_client_does_not_hold_is_dropped_by_the_api_and_the_turn_goes_on(tmp_path):
+    with rig(tmp_path) as r:
+        model = r.session.frame.model
+        elsewhere = model.stream(dataclasses.replace(r.session.request(r.session.setup()), system=[
+            {"type": "text", "text": "Another conversation."}], messages=[{"role": "user", "content": "hi"}]))
+        r.session.frame.model = ForeignThinkingGateway(model.client, name=model.name, foreign=elsewhere.content)
+        calls = len(_main_calls(r.api))
+        results = [run_turn(r.session, prompt(n)) for n in range(2)]
+    assert [res.error for res in results] == [None, None]
+    after = _main_calls(r.api)[calls:]
+    refused = [n for n, q in enumerate(after) if q.status == 400]
+    assert refused and all(after[n + 1].status == 200 and BINDING_BETA in after[n + 1].betas for n in refused)
+    assert all("messages.1.content.0" in {m["path"] for m in after[n + 1].thinking_mismatches} for n in refused)
