@@ -234,7 +234,9 @@ def _loop(session: Session, turn: Turn) -> None:
         if reply.invalid_thinking:
             # Dropped by the API (or let through), so not to be sent again; the answer's own thinking
             # goes with them, as its prefix held them: sent without them, it would fail in turn.
-            _drop_refused_thinking(session, request, [_position(path) for path in reply.invalid_thinking])
+            if not _drop_refused_thinking(session, request, [_position(path) for path in reply.invalid_thinking]):
+                session.notice(f"The API dropped {len(reply.invalid_thinking)} thinking block(s) this session does "
+                               "not hold (added on the way to it) because they were bound to another conversation.")
         after_server = compaction.server_compacted(session, answer)
         if after_server is not None:
             result.compactions.append("server")

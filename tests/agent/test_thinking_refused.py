@@ -146,8 +146,12 @@ def test_a_refused_block_the_client_does_not_hold_is_dropped_by_the_api_and_the_
             {"type": "text", "text": "Another conversation."}], messages=[{"role": "user", "content": "hi"}]))
         r.session.frame.model = ForeignThinkingGateway(model.client, name=model.name, foreign=elsewhere.content)
         calls = len(_main_calls(r.api))
+        seen = []
+        r.session.listeners.append(seen.append)
         results = [run_turn(r.session, prompt(n)) for n in range(2)]
     assert [res.error for res in results] == [None, None]
+    said = [e.text for e in seen if isinstance(e, Notice) and "does not hold" in e.text]
+    assert said and all("\n" not in line for line in said)
     after = _main_calls(r.api)[calls:]
     refused = [n for n, q in enumerate(after) if q.status == 400]
     assert refused and all(after[n + 1].status == 200 and BINDING_BETA in after[n + 1].betas for n in refused)
