@@ -116,12 +116,13 @@ class MessagesEndpoint:
         request, error = parse_request(body, max_output=config.max_output, betas=betas, provider=provider)
         if error is not None:
             return Outcome(provider_error(provider, error), body=request, provider=provider)
+        kind = "compaction" if request.get("compaction") is not None else policy.kind(request)
         prefixes = check_prefixes(request, config.account)
         refusal = prefixes.refusal
         if refusal is not None:
-            return Outcome(provider_error(provider, ApiError(400, "invalid_request_error", str(refusal))), body=request,
-                           provider=provider, betas=betas, thinking_mismatches=tuple(prefixes.mismatches()))
-        kind = "compaction" if request.get("compaction") is not None else policy.kind(request)
+            return Outcome(provider_error(provider, ApiError(400, "invalid_request_error", str(refusal))), kind=kind,
+                           body=request, provider=provider, betas=betas,
+                           thinking_mismatches=tuple(prefixes.mismatches()))
         unit = unit_named(config.unit)
         count = functools.partial(input_tokens, unit=unit)
         managed = manage(prefixes.shown(request), count, prefixes.seal)  # the check read it as sent

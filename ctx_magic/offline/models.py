@@ -9,6 +9,7 @@ from typing import Any
 
 from ctx_magic.offline.faults import ApiError
 from ctx_magic.offline.shapes import HttpReply, OfflineConfig, error_reply, json_reply, known_model
+from ctx_magic.offline.thinking import refused_types
 
 STANDARD_WINDOW = 200_000
 LONG_CONTEXT_BETA = "context-1m-2025-08-07"
@@ -20,8 +21,10 @@ def _support(flag: bool) -> dict[str, bool]:
     return {"supported": flag}
 
 
-def capabilities(thinking_types: tuple[str, ...], context_edits: tuple[str, ...]) -> dict[str, Any]:
-    """The Models API's `capabilities` object, as the stand-in's model has them."""
+def capabilities(thinking_types: tuple[str, ...], context_edits: tuple[str, ...], model: str = "") -> dict[str, Any]:
+    """The Models API's `capabilities` object, as the stand-in's model has them (the thinking
+    types `model` refuses reported as unsupported, as the Messages endpoint refuses them)."""
+    refused = refused_types(model)
     edits = ("clear_thinking_20251015", "clear_tool_uses_20250919", "compact_20260112")
     return {
         "batch": _support(False), "citations": _support(False), "code_execution": _support(False),
@@ -31,8 +34,8 @@ def capabilities(thinking_types: tuple[str, ...], context_edits: tuple[str, ...]
         "server_tools": {"supported": False, "code_execution": _support(False), "web_search": _support(False)},
         "structured_outputs": _support(False),
         "thinking": {"supported": bool(thinking_types), "types": {
-            "adaptive": _support("adaptive" in thinking_types), "enabled": _support("enabled" in thinking_types),
-            "disabled": _support(True), "between_tools": _support(False)}},
+            **{kind: _support(kind in thinking_types and kind not in refused) for kind in ("adaptive", "enabled")},
+            **{kind: _support(kind not in refused) for kind in ("disabled", "between_tools")}}},
     }
 
 
@@ -54,7 +57,7 @@ def model_info(config: OfflineConfig, model_id: str) -> dict[str, Any]:
         "lifecycle": "active",
         "max_input_tokens": window(config, model_id),  # Sonnet 4 / 4.5: 200,000 without the 1M beta
         "max_tokens": config.max_output,
-        "capabilities": capabilities(config.thinking_types, config.context_edits),
+        "capabilities": capabilities(config.thinking_types, config.context_edits, model_id),
     }
 
 

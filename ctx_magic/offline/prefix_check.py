@@ -9,12 +9,13 @@ recomputes the digest from the request in hand.
 The digest is a chain, so a change invalidates only the thinking after it: the head is a hash of
 `system` and `tools`; every message block, in order, is folded into a running state (its role and
 its content). What does not count as a change: `cache_control` (a caching marker, not content),
-fields sent as null, and a string content against the one text block it stands for (the API
-reads them alike). A thinking block left out or moved changes the state every later block was
-bound to, so those fail; the blocks before it stay valid, and so does thinking produced later
-(its prefix is the history as sent now). A compaction block the stand-in signed carries the state
-of the conversation it summarized, and the chain resumes from it: turns kept after a summary the
-API wrote keep valid thinking. Blocks before the last compaction block are not read at all.
+fields sent as null, and a string content (of a message or a tool result) against the one text
+block it stands for (the API reads them alike). A thinking block left out or moved changes the
+state every later block was bound to, so those fail; the blocks before it stay valid, and so does
+thinking produced later (its prefix is the history as sent now). A compaction block the stand-in
+signed carries the state of the conversation it summarized, and the chain resumes from it: turns
+kept after a summary the API wrote keep valid thinking. Blocks before the last compaction block
+are not read at all.
 
 What a failure does, as the docs give it:
 - `thinking.block_binding.prefix_mismatch_behavior` (beta header
@@ -52,8 +53,11 @@ START = hashlib.sha256(b"ctx-magic offline stand-in: conversation start").digest
 
 
 def _content(value: Any) -> Any:
-    """A value as the check compares it: without cache_control and without null fields."""
+    """A value as the check compares it: without cache_control and without null fields, a tool
+    result's string content as the one text block it stands for."""
     if isinstance(value, Mapping):
+        if value.get("type") == "tool_result" and isinstance(value.get("content"), str):
+            value = {**value, "content": [{"type": "text", "text": value["content"]}]}
         return {k: _content(v) for k, v in value.items() if k != "cache_control" and v is not None}
     if isinstance(value, list):
         return [_content(v) for v in value]
@@ -194,9 +198,10 @@ class PrefixCheck:
 
 def check_prefixes(request: Request, account: str) -> PrefixCheck:
     """The prefix check of `request` for an account of that age ("new" or "old")."""
+    if not preserves_thinking(str(request.get("model", ""))):  # nothing to check, no summary to seal
+        history = messages(request)
+        return PrefixCheck(seal=Seal(UNBOUND_PREFIX, str(history[-1].get("role", "")) if history else ""))
     conversation = read(request)
-    if not preserves_thinking(str(request.get("model", ""))):
-        return PrefixCheck(next_prefix=conversation.next_prefix, seal=Seal(UNBOUND_PREFIX, conversation.seal.last_role))
     first = next((n for n, b in enumerate(conversation.thinking) if b.signed != b.expected), None)
     invalid = conversation.thinking[first:] if first is not None else ()
     behavior = _behavior(request) or ("error" if account == "new" else "allow")

@@ -176,19 +176,24 @@ def check_thinking_param(request: Request, max_tokens: int | None) -> None:
         _check_compatible(request, kind)
 
 
+def refused_types(model: str) -> frozenset[str]:
+    """The thinking types `model` refuses at any effort: the preserved-thinking models take no
+    budget and (but Haiku 5.5) no "disabled"; only Sonnet 5.5 takes "between_tools"."""
+    refused = {"between_tools"} if not model.startswith(BETWEEN_TOOLS_MODELS) else set()
+    if preserves_thinking(model):
+        refused.add("enabled")
+    if model.startswith(ALWAYS_THINKING_MODELS):
+        refused.add("disabled")
+    return frozenset(refused)
+
+
 def _check_type_for_model(request: Request, kind: str) -> None:
-    """The types a model refuses: the preserved-thinking models take no budget and (but Haiku 5.5
-    at an effort of high or lower) no "disabled"; only Sonnet 5.5 takes "between_tools"."""
+    """The types a model refuses (Haiku 5.5 refuses "disabled" only at the highest efforts)."""
     model = str(request.get("model", ""))
     config = request.get("output_config")
     effort = config.get("effort") if isinstance(config, Mapping) else None
-    refused = (
-        (kind == "enabled" and preserves_thinking(model))
-        or (kind == "disabled" and (model.startswith(ALWAYS_THINKING_MODELS) or (
-            preserves_thinking(model) and effort in EFFORTS_WITHOUT_DISABLED)))
-        or (kind == "between_tools" and not model.startswith(BETWEEN_TOOLS_MODELS))
-    )
-    if refused:
+    if kind in refused_types(model) or (kind == "disabled" and preserves_thinking(model)
+                                        and effort in EFFORTS_WITHOUT_DISABLED):
         raise InvalidRequest(f'"thinking.type.{kind}" is not supported for this model. Use "thinking.type.adaptive" '
                              'and "output_config.effort" to control thinking behavior.')
 

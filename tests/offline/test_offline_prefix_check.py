@@ -166,3 +166,19 @@ def test_the_refusal_is_recorded_with_the_blocks_it_names(api: OfflineAPI, http_
 def test_the_account_setting_takes_only_new_or_old(api: OfflineAPI) -> None:
     with pytest.raises(ValueError, match="account must be one of new, old"):
         dataclasses.replace(api.config, account="ancient")
+
+
+def test_a_tool_result_string_and_its_text_block_are_the_same_prefix(http_client: anthropic.Anthropic) -> None:
+    question = user("Run this:\n```python\nprint(6 * 7)\n```")
+    first = ask(http_client, [question])
+    call = next(b for b in first.content if b.type == "tool_use")
+    result = {"type": "tool_result", "tool_use_id": call.id, "content": "42"}
+    loop = [question, {"role": "assistant", "content": first.to_dict()["content"]},
+            {"role": "user", "content": [result]}]
+    after = ask(http_client, loop)
+    as_block = copy.deepcopy(loop)
+    as_block[2]["content"][0]["content"] = [{"type": "text", "text": "42"}]
+    follow_up = [*as_block, {"role": "assistant", "content": after.to_dict()["content"]}, user("Thanks.")]
+    assert ask(http_client, follow_up).content
+    follow_up[2]["content"][0]["content"] = "41"
+    assert refused(http_client, follow_up) == f"messages.3.content.0: {BOUND}"

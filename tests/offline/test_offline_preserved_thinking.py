@@ -13,6 +13,7 @@ import anthropic
 import pytest
 
 from ctx_magic.offline import OfflineAPI, serve_in_thread
+from ctx_magic.offline.__main__ import parse_args
 from ctx_magic.offline.counting import input_tokens
 
 from .offline_support import PYTHON_TOOL, refusal, user
@@ -129,8 +130,11 @@ def test_blocks_let_through_are_billed_as_sent(old_api: OfflineAPI, http_client:
     assert reply.usage.input_tokens == input_tokens(body)
 
 
-def test_a_new_account_is_the_default(api: OfflineAPI) -> None:
+def test_a_new_account_is_the_default_and_the_command_line_chooses(api: OfflineAPI) -> None:
     assert api.config.account == "new"
+    assert parse_args(["--account", "old"]).account == "old"
+    with pytest.raises(SystemExit):
+        parse_args(["--account", "ancient"])
 
 
 # --- adaptive thinking by default ---
@@ -283,3 +287,14 @@ def test_server_compaction_keeps_the_thinking_of_the_answer_after_it_valid(wide_
     assert [b.type for b in first.content][:2] == ["compaction", "thinking"]
     follow = [long, sent_back(first), user("Plot it.")]
     assert beta(client, follow, ["compact-2026-01-12"], context_management=edits).content
+
+
+def test_the_models_api_reports_the_thinking_types_each_model_takes(http_client: anthropic.Anthropic) -> None:
+    def types(model: str) -> dict[str, bool]:
+        thinking = http_client.models.retrieve(model).to_dict()["capabilities"]["thinking"]["types"]
+        return {kind: value["supported"] for kind, value in thinking.items()}
+
+    assert types("claude-sonnet-5-5") == {"adaptive": True, "enabled": False, "disabled": False, "between_tools": True}
+    assert types("claude-opus-5-5") == {"adaptive": True, "enabled": False, "disabled": False, "between_tools": False}
+    assert types("claude-haiku-5-5")["disabled"] is True
+    assert types("claude-sonnet-4-6") == {"adaptive": True, "enabled": True, "disabled": True, "between_tools": False}
