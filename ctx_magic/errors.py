@@ -146,6 +146,32 @@ class UnknownModel(ModelError):
     pass
 
 
+# "messages.1.content.0: Invalid `signature` in `thinking` block. The block is bound to a different
+# conversation. ...": the prefix check of a model with preserved thinking refused a block sent back.
+_BOUND_ELSEWHERE = re.compile(r"messages\.(\d+)\.content\.(\d+):[^.]*\bblock\b.*bound to a different conversation",
+                              re.IGNORECASE | re.DOTALL)
+
+
+class ThinkingRefused(ModelError):
+    """The API refused a thinking block sent back: what came before it (system, tools or an earlier
+    message) is not what it was when the block was written. That block and every later thinking
+    block are invalid; sending the same request again cannot work."""
+
+    def __init__(self, message: str, message_index: int, block_index: int) -> None:
+        super().__init__(message)
+        self.message_index = message_index
+        self.block_index = block_index
+
+    @classmethod
+    def from_api_message(cls, message: str) -> ThinkingRefused | None:
+        """The refusal the API's 400 message describes, or None when it is another error."""
+        found = _BOUND_ELSEWHERE.search(message)
+        if found is None:
+            return None
+        return cls(f"The API refused a thinking block sent back ({message.split(':', 1)[0]}): the conversation "
+                   "before it changed after it was written.", int(found.group(1)), int(found.group(2)))
+
+
 class ContextFull(CtxMagicError):
     """The context is past the blocking limit and could not be compacted."""
 

@@ -305,12 +305,13 @@ class ReplyWithdrawn(Event):
 @dataclass(frozen=True)
 class ThinkingCleared(Event):
     """Thinking blocks left the live context: old turns after an idle gap (as in Claude Code: only the last
-    thinking turn is kept once the cache has expired), blocks another model made (a switch), or, in an
-    append-only conversation, the blocks after an edit or a compaction (their prefix changed)."""
+    thinking turn is kept once the cache has expired), blocks another model made (a switch), in an
+    append-only conversation the blocks after an edit or a compaction (their prefix changed), or blocks
+    the API's prefix check refused and every thinking block after them."""
 
     name: ClassVar[str] = "thinking_cleared"
     durable: ClassVar[bool] = True
-    trigger: str  # idle | model-switch | edit | compaction
+    trigger: str  # idle | model-switch | edit | compaction | prefix-check
     message_uuids: tuple[str, ...]
     blocks: int
     tokens_freed: int

@@ -3,8 +3,10 @@
 its turn.
 
 A prompt-too-long from the API gets one reactive compaction per turn; a 413 for bytes
-gets its images stripped once. Every error a user can meet ends the turn with one clear
-message and a valid conversation; an interrupt closes any open tool call.
+gets its images stripped once; thinking the API refuses (its prefix check) leaves the live
+context, and the call is made again (with the API asked to drop what still fails, at most once).
+Every error a user can meet ends the turn with one clear message and a valid conversation; an
+interrupt closes any open tool call.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from ctx_magic.agent import compaction
 from ctx_magic.agent.context_tools import search_session
-from ctx_magic.agent.model import ModelReply, stream_reply
+from ctx_magic.agent.model import ModelReply, ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
@@ -24,7 +26,7 @@ from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_
 from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import persist_oversized, strip_images
-from ctx_magic.context.thinking import keep_valid_thinking
+from ctx_magic.context.thinking import drop_refused_thinking, keep_valid_thinking
 from ctx_magic.context.tokens import OVERHEAD_META, ContextCount
 from ctx_magic.errors import (
     CompactionFailed,
@@ -34,6 +36,7 @@ from ctx_magic.errors import (
     PromptTooLong,
     Remedy,
     RequestTooLarge,
+    ThinkingRefused,
 )
 from ctx_magic.events import (
     Event,
@@ -49,6 +52,9 @@ from ctx_magic.events import (
 from ctx_magic.messages import Block, Message, result_text, says_something, tool_result_block
 
 MAX_MODEL_CALLS_PER_TURN = 50  # bounds one turn however the model behaves
+# Thinking refused by the prefix check: removed here and asked again, then asked once with the API
+# dropping what still fails; a third refusal ends the turn.
+THINKING_REFUSALS_PER_TURN = 2
 EMPTY_REPLY_ATTEMPTS = 2  # an answer of nothing (or only whitespace) is asked for once more
 EMPTY_REPLY = "The model's reply was empty"
 
@@ -174,11 +180,21 @@ def _fitted(session: Session, setup: CallSetup, blocks: list[Block]) -> list[Blo
 def _loop(session: Session, turn: Turn) -> None:
     result = turn.result
     reactive_used = stripped = False
-    empty = 0
+    empty = refusals = 0
     for _ in range(MAX_MODEL_CALLS_PER_TURN):
         setup, prepared = _ready(session, result)
+        request = session.request(setup)
+        if refusals:  # the client's own removal did not do: the API drops what fails, this once
+            request = request.dropping_invalid_thinking()
         try:
-            reply = _call(session, setup, prepared.count)
+            reply = _call(session, request, setup, prepared.count)
+        except ThinkingRefused as error:
+            refusals += 1
+            if refusals > THINKING_REFUSALS_PER_TURN:
+                raise
+            if not _drop_refused_thinking(session, request, [(error.message_index, error.block_index)]):
+                refusals = THINKING_REFUSALS_PER_TURN  # not a block of ours: only the API can drop it
+            continue
         except PromptTooLong as error:
             if reactive_used:
                 raise CtxMagicError(f"{error} It happened again after compacting; the conversation is kept as it "
@@ -199,6 +215,7 @@ def _loop(session: Session, turn: Turn) -> None:
             _shrink_request(session, setup)
             continue
         result.model_calls += 1
+        refusals = 0
         if not says_something(reply.content):
             # Stored, an empty answer would break every later request (the API refuses empty
             # messages); asked again, the model usually answers.
@@ -216,6 +233,12 @@ def _loop(session: Session, turn: Turn) -> None:
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
                          usage=reply.usage, meta=meta)
         session.append(answer)
+        if reply.invalid_thinking:
+            # Dropped by the API (or let through), so not to be sent again; the answer's own thinking
+            # goes with them, as its prefix held them: sent without them, it would fail in turn.
+            if not _drop_refused_thinking(session, request, [_position(path) for path in reply.invalid_thinking]):
+                session.notice(f"The API dropped {len(reply.invalid_thinking)} thinking block(s) this session does "
+                               "not hold (added on the way to it) because they were bound to another conversation.")
         after_server = compaction.server_compacted(session, answer)
         if after_server is not None:
             result.compactions.append("server")
@@ -272,12 +295,12 @@ def _ready(session: Session, result: TurnResult) -> tuple[CallSetup, Prepared]:
     return setup, prepared
 
 
-def _call(session: Session, setup: CallSetup, count: ContextCount) -> ModelReply:
+def _call(session: Session, request: ModelRequest, setup: CallSetup, count: ContextCount) -> ModelReply:
     """One whole reply (a stream that broke off is asked for again, model.stream_reply); when
     none comes, what the broken attempts showed in the cell is withdrawn."""
     session.emit(Status("thinking"))
     try:
-        reply = stream_reply(session.frame.model, session.request(setup),
+        reply = stream_reply(session.frame.model, request,
                              on_text=lambda text: session.emit(TextDelta(text)),
                              on_thinking=lambda text: session.emit(ThinkingDelta(text)),
                              restarted=lambda attempt, attempts, error: session.emit(
@@ -288,6 +311,34 @@ def _call(session: Session, setup: CallSetup, count: ContextCount) -> ModelReply
         raise
     session.learn(reply, count, setup)
     return reply
+
+
+def _position(path: str) -> tuple[int, int]:
+    """(message, block) of an API path such as 'messages.3.content.0' ((-1, -1) for another)."""
+    parts = path.split(".")
+    if len(parts) == 4 and parts[0] == "messages" and parts[2] == "content" and parts[1].isdigit() \
+            and parts[3].isdigit():
+        return int(parts[1]), int(parts[3])
+    return -1, -1
+
+
+def _drop_refused_thinking(session: Session, request: ModelRequest, positions: Sequence[tuple[int, int]]) -> bool:
+    """The thinking the API refused at `positions` of `request`, and every later thinking block,
+    out of the live context (recorded, and said in one line by the event); False when none of
+    those blocks is there to remove."""
+    sent = request.messages
+    refused = [block for m, b in positions if 0 <= m < len(sent)
+               for block in _content(sent[m])[b:b + 1] if b >= 0]
+    messages, event = drop_refused_thinking(session.live.messages, refused)
+    if event is None:
+        return False
+    session.live.adopt(messages, session.live.state, [event])
+    return True
+
+
+def _content(message: Any) -> list[Block]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return list(content) if isinstance(content, list) else []
 
 
 def _shrink_request(session: Session, setup: CallSetup) -> None:

@@ -6,6 +6,7 @@ the SDK can raise is mapped here to ctx_magic's own errors, each with one clear 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from ctx_magic.errors import (
     ServerError,
     StreamDropped,
     StreamOverloaded,
+    ThinkingRefused,
     UnknownModel,
     is_prompt_too_long,
 )
@@ -33,6 +35,10 @@ STREAM_ATTEMPTS = 3  # a reply that broke off mid-stream is asked for again, twi
 STREAM_BACKOFF_SECONDS = 0.5  # the SDK's first retry wait, doubled at each retry after an overload
 THINKING_TYPES = ("enabled", "adaptive")  # the order ModelLimits lists them in
 BEDROCK_VERSION = "bedrock-2023-05-31"  # the anthropic_version Bedrock's InvokeModel bodies carry
+BINDING_BETA = "thinking-binding-controls-2026-08-01"  # lets a request choose what a failed prefix check does
+# input_transformations entries for thinking blocks that failed the prefix check: removed by the
+# API, or (an account that does not enforce the check) shown to the model all the same.
+INVALID_THINKING_TRANSFORMATIONS = ("thinking_dropped", "thinking_mismatch_allowed")
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,16 @@ class ModelRequest:
         """Whether the call goes to the beta endpoint (betas or context management asked)."""
         return bool(self.betas) or self.context_management is not None
 
+    def dropping_invalid_thinking(self) -> ModelRequest:
+        """The same request, asking the API to drop the thinking blocks that fail its prefix check
+        (and list them in `input_transformations`) instead of refusing the request. Thinking
+        stays as asked: adaptive where no `thinking` was sent, as the models with the check
+        think by default."""
+        thinking = dict(self.thinking or {"type": "adaptive"})
+        thinking["block_binding"] = {"prefix_mismatch_behavior": "drop_block"}
+        betas = self.betas if BINDING_BETA in self.betas else (*self.betas, BINDING_BETA)
+        return dataclasses.replace(self, thinking=thinking, betas=betas)
+
 
 @dataclass(frozen=True)
 class ModelReply:
@@ -86,6 +102,9 @@ class ModelReply:
     """The server's context edits applied to this request (context_management.applied_edits)."""
     compaction_usage: tuple[Usage, ...] = ()
     """Usage of server compaction iterations, billed beside `usage` (which sizes the context)."""
+    invalid_thinking: tuple[str, ...] = ()
+    """Where the request's thinking blocks that failed the prefix check were ('messages.3.content.0'),
+    as the reply's input_transformations listed them."""
 
     @property
     def tool_uses(self) -> list[Block]:
@@ -143,6 +162,9 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
             return _midstream(_api_error_type(error), message)
         if is_prompt_too_long(status, message):
             return PromptTooLong.from_api_message(message)
+        refused = ThinkingRefused.from_api_message(message) if status == 400 else None
+        if refused is not None:
+            return refused
         if status == 413:
             return RequestTooLarge(f"The request is larger than the API accepts (413): {message}")
         if status == 401:
@@ -283,6 +305,7 @@ class AnthropicModel:
             model=final.model,
             applied_edits=tuple(edit.model_dump(exclude_none=True) for edit in edits),
             compaction_usage=tuple(_usage(i) for i in iterations if getattr(i, "type", "") == "compaction"),
+            invalid_thinking=_invalid_thinking(final),
         )
 
     def count_tokens(self, request: ModelRequest) -> int:
@@ -341,6 +364,20 @@ def _incomplete(seen: set[str], response: Any) -> StreamDropped:
         return StreamDropped("The reply stream ended before the reply was complete (no message_stop).")
     return StreamDropped(f"The API answered with {kind} instead of a reply stream (HTTP "
                          f"{getattr(response, 'status_code', '?')}): a proxy or gateway on the way may have failed.")
+
+
+def _invalid_thinking(final: Any) -> tuple[str, ...]:
+    """The paths of the thinking blocks the reply's input_transformations report as failing the
+    prefix check (the SDK types the entries; an SDK that does not know the field keeps it as extra)."""
+    entries = getattr(final, "input_transformations", None) or (getattr(final, "model_extra", None) or {}).get(
+        "input_transformations") or []
+    found = []
+    for entry in entries:
+        kind, path = (entry.get("type"), entry.get("path")) if isinstance(entry, Mapping) else (
+            getattr(entry, "type", None), getattr(entry, "path", None))
+        if kind in INVALID_THINKING_TRANSFORMATIONS and path:
+            found.append(str(path))
+    return tuple(found)
 
 
 def _usage(usage: Any) -> Usage:

@@ -17,10 +17,10 @@ from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.fit import FIT_MARGIN_SHARE, fit_messages
 from ctx_magic.context.invariants import without_empty
-from ctx_magic.context.thinking import keep_valid_thinking, side_call_view
+from ctx_magic.context.thinking import keep_valid_thinking, side_call_view, without_thinking
 from ctx_magic.context.thresholds import MAX_OUTPUT_TOKENS_FOR_SUMMARY
 from ctx_magic.context.tokens import count_context, count_text
-from ctx_magic.errors import CompactionFailed
+from ctx_magic.errors import CompactionFailed, ThinkingRefused
 from ctx_magic.messages import Block, Message, user_text
 from ctx_magic.store.session import SessionDir
 
@@ -64,11 +64,17 @@ class SideCalls:
 
     def _ask(self, messages: Sequence[Message], prompt: str, max_tokens: int, purpose: str) -> ModelReply:
         """One whole reply (a stream that broke off is asked for again, as in the main loop), its
-        usage added to the session's totals."""
+        usage added to the session's totals. Thinking the API refuses (its prefix check) is sent
+        no more: the call is asked again without any, which its answer does not need (its last
+        message is a new prompt) and a request without thinking has nothing to check."""
         setup = self._frame.setup(messages, self._store)
         reply_tokens = min(max_tokens, setup.window.reply_cap)
         request = self._request(setup, messages, prompt, reply_tokens, purpose)
-        reply = stream_reply(self._frame.model, request, sleep=self._sleep)
+        try:
+            reply = stream_reply(self._frame.model, request, sleep=self._sleep)
+        except ThinkingRefused:
+            request = self._request(setup, [without_thinking(m) for m in messages], prompt, reply_tokens, purpose)
+            reply = stream_reply(self._frame.model, request, sleep=self._sleep)
         self._meter.add(reply.usage)
         return reply
 

@@ -10,6 +10,9 @@ block that was changed; so this module never edits a block, it only removes whol
   cache TTL (the cache is cold anyway) only the last thinking turn is kept.
 - **A model switch** removes the blocks another model made: signatures are bound to the model
   that wrote them, and the new one refuses the others (its earlier turns do not need them).
+- **A refused prefix** (models with preserved thinking): the API refuses, or drops, a thinking
+  block whose earlier context changed after it was written; that block and every later thinking
+  block are invalid, so all of them leave the live context (`drop_refused_thinking`).
 - **Side calls** (summary, notes, memories) see no thinking when the cache is cold; while it is
   warm they get the live context as it is, so their request starts with the main call's cached
   prefix (see `side_call_view`).
@@ -107,6 +110,31 @@ def clear_foreign_thinking(messages: Sequence[Message], written_here: Callable[[
     """The thinking of every answer the new model (on its provider) did not write, removed."""
     foreign = [i for i, m in enumerate(messages) if has_thinking(m) and not written_here(m)]
     return strip_thinking(messages, foreign, "model-switch")
+
+
+def _identity(block: Block) -> tuple[str, str] | None:
+    """What tells one thinking block from every other: its signature (its data, redacted)."""
+    if block.get("type") == "thinking" and block.get("signature"):
+        return "thinking", str(block["signature"])
+    if block.get("type") == "redacted_thinking" and block.get("data"):
+        return "redacted_thinking", str(block["data"])
+    return None
+
+
+def drop_refused_thinking(messages: Sequence[Message], refused: Sequence[Block]
+                          ) -> tuple[list[Message], ThinkingCleared | None]:
+    """The messages without the thinking the prefix check refused: from the first message holding
+    one of the `refused` blocks (as they were sent, found by signature) on, every answer loses its
+    thinking. Removing only the refused block would not do: a change invalidates every thinking
+    block after it, and a block left out between others invalidates those after it too. Thinking
+    before that message stays. No event when none of the blocks is in `messages`."""
+    keys = {key for key in map(_identity, refused) if key is not None}
+    start = next((i for i, m in enumerate(messages) if has_thinking(m)
+                  and any(_identity(b) in keys for b in m.content)), None)
+    if start is None:
+        return list(messages), None
+    later = [i for i in range(start, len(messages)) if has_thinking(messages[i])]
+    return strip_thinking(messages, later, "prefix-check")
 
 
 def side_call_view(messages: Sequence[Message], *, cache_warm: bool) -> list[Message]:

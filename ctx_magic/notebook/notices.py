@@ -80,6 +80,9 @@ THINKING_CLEARED_WHY = {
 
 
 def thinking_cleared_line(event: ThinkingCleared) -> str:
+    if event.trigger == "prefix-check":
+        return (f"Removed {count(event.blocks, 'thinking block')} the API refused because the conversation before "
+                "them had changed since they were written; the turn goes on (the transcript keeps them)")
     why = THINKING_CLEARED_WHY.get(event.trigger, event.trigger)
     return (f"Cleared {count(event.blocks, 'thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
             "(the transcript keeps them)")

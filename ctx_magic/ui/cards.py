@@ -27,7 +27,8 @@ CLEARED_WHY = {"idle": "after an idle gap (the prompt cache had expired, so clea
                "model": "at the agent's request", "user": "at your request",
                "server": "by the API's own context editing, in this request (the server strategy)",
                "thinking-idle": "after an idle gap: only the last thinking turn is kept once the cache has expired",
-               "thinking-model-switch": "the new model cannot take another model's thinking blocks"}
+               "thinking-model-switch": "the new model cannot take another model's thinking blocks",
+               "thinking-prefix-check": "the API refused them: the conversation before them had changed"}
 
 
 def count(n: int, one: str, many: str | None = None) -> str:

@@ -10,7 +10,14 @@ import httpx2
 import pytest
 
 from ctx_magic.agent.catalog import FALLBACK_LIMITS, table_limits
-from ctx_magic.agent.model import STREAM_BACKOFF_SECONDS, AnthropicModel, ModelRequest, map_error, stream_reply
+from ctx_magic.agent.model import (
+    BINDING_BETA,
+    STREAM_BACKOFF_SECONDS,
+    AnthropicModel,
+    ModelRequest,
+    map_error,
+    stream_reply,
+)
 from ctx_magic.agent.request import build_request
 from ctx_magic.agent.tools import PYTHON_TOOL
 from ctx_magic.errors import (
@@ -24,6 +31,7 @@ from ctx_magic.errors import (
     ServerError,
     StreamDropped,
     StreamOverloaded,
+    ThinkingRefused,
     UnknownModel,
 )
 from ctx_magic.messages import Message, text_block, user_text
@@ -533,3 +541,31 @@ def test_tool_choice_none_is_honored_by_the_server(model: AnthropicModel) -> Non
     ask = request(user_text("```python\nprint(1)\n```"), tools=[PYTHON_TOOL])
     forbidden = ModelRequest(ask.system, ask.tools, ask.messages, ask.max_tokens, tool_choice={"type": "none"})
     assert model.stream(forbidden).tool_uses == []
+
+
+# --- the prefix check of the models with preserved thinking ----------------------------------
+
+
+def _edited_history(model: AnthropicModel) -> ModelRequest:
+    """A second request whose first message changed after the reply to it was written."""
+    first = model.stream(request(user_text("What is in the frame?")))
+    assert first.content[0]["type"] == "thinking"  # the model thinks by default
+    return request(user_text("What is in the frame? (edited)"), Message("assistant", first.content),
+                   user_text("And now?"))
+
+
+def test_a_refused_prefix_is_thinking_refused_naming_the_block(url: str) -> None:
+    model = AnthropicModel(sdk(url), name="claude-sonnet-5-5")
+    with pytest.raises(ThinkingRefused) as caught:
+        model.stream(_edited_history(model))
+    assert (caught.value.message_index, caught.value.block_index) == (1, 0)
+    assert_one_clear_line(caught.value)
+
+
+def test_asked_to_drop_failing_thinking_the_api_answers_and_lists_it(url: str, api: OfflineAPI) -> None:
+    model = AnthropicModel(sdk(url), name="claude-sonnet-5-5")
+    reply = model.stream(_edited_history(model).dropping_invalid_thinking())
+    assert text_of(reply.content) and reply.invalid_thinking == ("messages.1.content.0",)
+    assert api.requests[-1].betas == (BINDING_BETA,)
+    assert api.requests[-1].body["thinking"] == {"type": "adaptive",
+                                                 "block_binding": {"prefix_mismatch_behavior": "drop_block"}}

@@ -10,6 +10,7 @@ from ctx_magic.context.snip import safe_cuts
 from ctx_magic.context.thinking import (
     clear_foreign_thinking,
     clear_old_thinking,
+    drop_refused_thinking,
     side_call_view,
     thinking_turns,
     without_thinking,
@@ -50,6 +51,21 @@ def test_a_switch_removes_what_another_model_wrote_and_keeps_the_rest():
     cleared, event = clear_foreign_thinking(messages, lambda m: m.meta.get("model") == "new")
     assert event is not None and event.message_uuids == (messages[1].uuid,) and event.trigger == "model-switch"
     assert cleared[1].content == (text("b"),) and cleared[3] == mine
+
+
+def test_a_refused_block_and_every_later_one_leave_and_earlier_thinking_stays():
+    messages = loop(0) + loop(1) + loop(2)
+    refused = dict(thought(1))  # as the request sent it (the same signature)
+    dropped, event = drop_refused_thinking(messages, [refused])
+    assert event is not None and event.trigger == "prefix-check" and event.blocks == 2
+    assert [len(t) for t in thinking_turns(dropped)] == [1]  # loop 0's thinking, before the refused one
+    assert dropped[:len(loop(0))] == messages[:len(loop(0))]
+    assert [m.uuid for m in dropped] == [m.uuid for m in messages]
+
+
+def test_a_refused_block_that_is_not_in_the_context_changes_nothing():
+    messages = loop(0)
+    assert drop_refused_thinking(messages, [thought(9), {"type": "text", "text": "x"}]) == (messages, None)
 
 
 def test_side_calls_see_the_blocks_only_while_the_cache_is_warm():

@@ -165,6 +165,9 @@ def test_stream_faults_are_asked_again_withdrawn_or_said_in_one_line(tmp_path, s
     assert "AssertionError" not in shown
     assert_no_traceback(shown)
     assert "Done" in kernel.execute("%%agent\nstill there?")
+    offline.inject("reset")  # the connection reset mid-reply (a TCP RST): asked again, whatever the SDK calls it
+    shown = kernel.execute("%%agent\n" + "and after a reset? " * 50)
+    assert "reset by peer" in shown and "asking again (attempt 2 of 3)" in shown and "Done" in shown
     messages = [json.loads(line) for line in
                 SessionDir(tmp_path / ".ctx_magic", session_id(kernel)).transcript_path.open()]
     uses = [b for r in messages if r.get("type") == "message" for b in r["content"] if b["type"] == "tool_use"]

@@ -14,7 +14,7 @@ import pytest
 from ctx_magic.offline import OfflineAPI
 from ctx_magic.offline.thinking import PRESERVED_THINKING_MODELS
 
-from .offline_support import PYTHON_TOOL, user
+from .offline_support import PYTHON_TOOL, refusal, user
 
 MODEL = "claude-sonnet-5-5"
 SYSTEM = "You are a careful data assistant."
@@ -43,7 +43,7 @@ def conversation(client: anthropic.Anthropic, questions: list[str], model: str =
 def refused(client: anthropic.Anthropic, history: list[dict[str, Any]], **extra: Any) -> str:
     with pytest.raises(anthropic.BadRequestError) as caught:
         ask(client, history, **extra)
-    return caught.value.api_message or ""
+    return refusal(caught.value)
 
 
 @pytest.fixture

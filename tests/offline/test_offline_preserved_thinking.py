@@ -16,7 +16,7 @@ from ctx_magic.offline import OfflineAPI, serve_in_thread
 from ctx_magic.offline.__main__ import parse_args
 from ctx_magic.offline.counting import input_tokens
 
-from .offline_support import PYTHON_TOOL, user
+from .offline_support import PYTHON_TOOL, refusal, user
 from .test_offline_prefix_check import BOUND, MODEL, SYSTEM, ask, conversation
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
@@ -83,7 +83,7 @@ def test_block_binding_without_its_beta_header_is_refused(http_client: anthropic
                                                           history: list[dict[str, Any]]) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         ask(http_client, history, thinking=DROP)
-    assert caught.value.api_message == ("thinking.block_binding: This setting requires the value "
+    assert refusal(caught.value) == ("thinking.block_binding: This setting requires the value "
                                         f"`{BINDING_BETA}` in the `anthropic-beta` header.")
 
 
@@ -98,7 +98,7 @@ def test_error_behavior_answers_400_even_on_an_old_account(old_api: OfflineAPI, 
     thinking = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "error"}}
     with pytest.raises(anthropic.BadRequestError) as caught:
         beta(http_client, history, [BINDING_BETA], system="Edited.", thinking=thinking)
-    assert caught.value.api_message == f"messages.1.content.0: {BOUND}"
+    assert refusal(caught.value) == f"messages.1.content.0: {BOUND}"
 
 
 def test_drop_block_streams_its_list_in_message_start(http_client: anthropic.Anthropic,
@@ -170,7 +170,7 @@ def test_the_thinking_types_these_models_refuse(http_client: anthropic.Anthropic
     extra = {"output_config": {"effort": effort}} if effort else {}
     with pytest.raises(anthropic.BadRequestError) as caught:
         ask(http_client, [user("hi")], model=model, thinking=thinking, **extra)
-    assert caught.value.api_message == (f'"thinking.type.{kind}" is not supported for this model. Use '
+    assert refusal(caught.value) == (f'"thinking.type.{kind}" is not supported for this model. Use '
                                         '"thinking.type.adaptive" and "output_config.effort" to control thinking '
                                         'behavior.')
 
@@ -202,7 +202,7 @@ def test_a_system_message_inserted_before_thinking_fails_it(http_client: anthrop
     inserted = [*history[:2], {"role": "system", "content": "Be brief."}, *history[2:]]
     with pytest.raises(anthropic.BadRequestError) as caught:
         ask(http_client, inserted)
-    assert caught.value.api_message == f"messages.4.content.0: {BOUND}"
+    assert refusal(caught.value) == f"messages.4.content.0: {BOUND}"
 
 
 def test_models_before_opus_4_8_refuse_system_messages(http_client: anthropic.Anthropic) -> None:
