@@ -191,7 +191,7 @@ class OfflineAPI:
             reply = outcome.reply
             record = RecordedRequest(
                 method, route, outcome.body, outcome.kind, outcome.input_tokens, reply.status, outcome.fault,
-                outcome.provider, outcome.betas, outcome.thinking_mismatches,
+                outcome.provider, outcome.betas, thinking_mismatches=outcome.thinking_mismatches,
             )
             self._record(record, len(body))
             self._request_count += 1
