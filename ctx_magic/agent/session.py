@@ -35,7 +35,7 @@ from ctx_magic.context.cache_outlook import CacheOutlook, cache_outlook
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.costs import RelativePrices
 from ctx_magic.context.decide import SessionFacts
-from ctx_magic.context.engine import Prepared, figures, situation
+from ctx_magic.context.engine import Prepared, figures, prepare, situation
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.resume import compactions, fold_transcript
@@ -298,6 +298,8 @@ class Session:
         context = dataclasses.replace(context, composition=setup.composition(live.messages, live.state, tokens))
         window, settings, compaction = setup.window, setup.settings, self.compaction
         cache = self._cache_outlook(setup, tokens)
+        if cache.cold:  # the next call writes what the engine leaves: an idle gap clears old results and thinking first
+            cache = self._cache_outlook(setup, self._tokens_next_call(setup))
         next_turn = compaction.turns + 1
         seen, _ = situation(live.messages, live.state, self.clock(), setup.context,
                             overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, next_turn))
@@ -322,6 +324,15 @@ class Session:
     def report(self) -> ContextReport:
         """The context's figures for scripts and hooks (`ctx_magic.context()`)."""
         return self.status().report()
+
+    def _tokens_next_call(self, setup: CallSetup) -> int:
+        """What the next call would send if it were made now: the engine's zero-call layers run on
+        the live context at this moment, nothing adopted or written."""
+        live = self.live
+        prepared = prepare(live.messages, live.state, self.clock(), setup.context,
+                           overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, self.compaction.turns + 1),
+                           may_clear=not setup.server_clears)
+        return prepared.situation.tokens
 
     def _cache_outlook(self, setup: CallSetup, tokens: int) -> CacheOutlook:
         """The cache the next call finds: cold past its lifetime, or once what the last call sent

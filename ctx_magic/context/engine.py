@@ -162,7 +162,11 @@ def sync_index(
 def _freed_before_anchor(
     old: Sequence[Message], new: Sequence[Message], indices: Iterable[int], anchor: int
 ) -> int:
-    return sum(message_tokens(old[i]) - message_tokens(new[i]) for i in set(indices) if i < anchor)
+    """What a layer took from the messages the last usage covers: those before the anchor, and the
+    last response itself (its thinking, dropped after an idle gap, was billed as its output)."""
+    anchor_id = new[anchor].api_id if anchor >= 0 else None
+    return sum(message_tokens(old[i]) - message_tokens(new[i]) for i in set(indices)
+               if i < anchor or (anchor_id is not None and old[i].api_id == anchor_id))
 
 
 def _with_freed(state: ContextState, messages: Sequence[Message], freed: int) -> ContextState:

@@ -67,12 +67,20 @@ def test_past_the_ttl_the_predicted_write_is_what_the_next_call_is_billed(tmp_pa
 
 
 def test_a_changed_system_prompt_makes_the_next_call_a_rewrite_before_the_ttl(tmp_path):
-    with rig(tmp_path) as r:
+    with rig(tmp_path, model="claude-sonnet-4-6") as r:  # no prefix check: its system prompt may change
         run_turn(r.session, wordy(0))
         r.session.frame.set_memory_section("Remember: the units are metres.")
         cache = r.session.report().cache
     assert cache is not None and cache.cold
     assert cache.reason == "the system prompt or the tools changed since the last call"
+
+
+def test_an_append_only_conversation_keeps_its_system_prompt_and_its_cache_warm_through_a_memory(tmp_path):
+    with rig(tmp_path) as r:  # claude-sonnet-5-5: the memory comes as a new message, the prefix stays
+        run_turn(r.session, wordy(0))
+        r.session.frame.set_memory_section("Remember: the units are metres.")
+        cache = r.session.report().cache
+    assert cache is not None and cache.state == "warm"
 
 
 def test_a_hook_with_a_context_parameter_gets_the_figures_and_a_two_argument_hook_works_as_before(tmp_path):
