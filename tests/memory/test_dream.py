@@ -19,17 +19,12 @@ from memory_rig import SdkTextModel
 
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.errors import ModelError
-from ctx_magic.memory.dream import (
-    LOCK_NAME,
+from ctx_magic.memory.dream import LOCK_NAME, DreamResult, Held, dream, gather, plan_consolidation
+from ctx_magic.memory.dream_gates import (
     STATE_NAME,
-    DreamResult,
     DreamState,
-    Held,
     check_interval_gate,
-    dream,
-    gather,
     load_state,
-    plan_consolidation,
     save_state,
     sessions_gate,
     time_gate,

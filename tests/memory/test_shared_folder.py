@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctx_magic.memory.dream import STATE_NAME, load_state
+from ctx_magic.memory.dream_gates import STATE_NAME, load_state
 from ctx_magic.memory.lock import LOCK_NAME, OS_LOCK_NAME, DreamLock, Held, acquire_lock
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.shared_folder import (

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ctx_magic.context.tokens import count_text
-from ctx_magic.memory.dream import STATE_NAME, DreamState, load_state, save_state
+from ctx_magic.memory.dream_gates import STATE_NAME, DreamState, load_state, save_state
 from ctx_magic.memory.lock import LOCK_NAME, DreamLock, Held, acquire_lock
 from ctx_magic.memory.longterm import Candidate, TeamShare, belongs_to_team, extract_memories
 from ctx_magic.memory.manager import MemoryManager
