@@ -38,20 +38,19 @@ from ctx_magic.memory.longterm import (
     tagged_block,
 )
 from ctx_magic.memory.prompts import CONSOLIDATED_TAG, consolidate_prompt, entry_line, gather_prompt
-from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line
-from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, read_regular_file
-from ctx_magic.memory.store import (
+from ctx_magic.memory.record import (
     BASE_RELEVANCE,
-    INDEX_NAME,
     MAX_BASE_RELEVANCE,
     SHARED_TYPES,
     Memory,
-    MemoryStore,
     MemoryType,
     Scope,
     memory_id,
     sort_by_relevance,
 )
+from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line
+from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, read_regular_file
+from ctx_magic.memory.store import INDEX_NAME, MemoryStore
 from ctx_magic.store.files import atomic_write_bytes, describe_os_error
 from ctx_magic.store.session import SessionDir
 

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from ctx_magic.memory.record import format_time, parse_time
 from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, read_regular_file
-from ctx_magic.memory.store import format_time, parse_time
 from ctx_magic.store.files import atomic_write_json
 from ctx_magic.store.session import SessionDir, list_sessions
 

@@ -32,7 +32,8 @@ from ctx_magic.memory.dream_gates import (
 from ctx_magic.memory.lock import DreamLock, acquire_lock
 from ctx_magic.memory.longterm import Candidate
 from ctx_magic.memory.prompts import CONSOLIDATE_HEADING, GATHER_HEADING
-from ctx_magic.memory.store import Memory, MemoryStore, format_time, memory_id
+from ctx_magic.memory.record import Memory, format_time, memory_id
+from ctx_magic.memory.store import MemoryStore
 from ctx_magic.messages import Message
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.transport import offline_client
