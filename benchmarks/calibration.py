@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 from benchmarks.calibration_corpus import Exchange, Session, load_exchanges, load_sessions  # noqa: E402
 from benchmarks.calibration_models import breakdown  # noqa: E402
 from benchmarks.corpus_location import corpus_missing, corpus_path  # noqa: E402
-from ctx_magic.context import api_count  # noqa: E402
+from ctx_magic.context import api_count, model_families  # noqa: E402
 from ctx_magic.context.tokens import Correction  # noqa: E402
 from ctx_magic.offline.cache import PromptCache, minimum_cacheable_tokens  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, request_segments  # noqa: E402
@@ -132,7 +132,7 @@ def exact_requests(exchanges: Sequence[Exchange], history: Path | None = None) -
         if c in COUNTABLE:
             groups["all countable"].append(pairs[id(e)])
             groups["held out" if e.held_out else "fitted on"].append(pairs[id(e)])
-            groups[f"family {api_count.family_of(e.request.get('model')).name}"].append(pairs[id(e)])
+            groups[f"family {model_families.family_of(e.request.get('model')).name}"].append(pairs[id(e)])
             if e.endpoint == "count_tokens":
                 groups["count_tokens answers"].append(pairs[id(e)])
         groups["everything recorded"].append(pairs[id(e)])
@@ -207,7 +207,7 @@ def _block_text(block: dict[str, Any]) -> str:
     return str(block.get("thinking", ""))
 
 
-def delta_kind(blocks: Sequence[dict[str, Any]], family: api_count.Family) -> str:
+def delta_kind(blocks: Sequence[dict[str, Any]], family: model_families.Family) -> str:
     """The kind of the largest block added: images and thinking by type, the rest by their text."""
     largest = max(blocks, key=lambda b: api_count.block_tokens(b, family))
     if largest.get("type") == "image" or any(
@@ -222,7 +222,7 @@ def delta_kind(blocks: Sequence[dict[str, Any]], family: api_count.Family) -> st
     return f"tool results: {kind}" if largest.get("type") == "tool_result" else kind
 
 
-def _estimate(messages: Sequence[dict[str, Any]], previous_role: str | None, family: api_count.Family,
+def _estimate(messages: Sequence[dict[str, Any]], previous_role: str | None, family: model_families.Family,
               model: str) -> int:
     request = {"model": model, "messages": [{"role": previous_role, "content": "x"}] if previous_role else []}
     request["messages"] = [*request["messages"], *messages]
@@ -232,7 +232,7 @@ def _estimate(messages: Sequence[dict[str, Any]], previous_role: str | None, fam
 
 def claude_code_deltas(sessions: Sequence[Session]) -> list[Delta]:
     deltas: list[Delta] = []
-    default = api_count.family_of(None)
+    default = model_families.family_of(None)
     for session in sessions:
         for before, after in zip(session.responses, session.responses[1:]):
             real = after.prompt_tokens - before.prompt_tokens
@@ -243,7 +243,7 @@ def claude_code_deltas(sessions: Sequence[Session]) -> list[Delta]:
             if not blocks:
                 continue
             previous = session.messages[before.start - 1]["role"] if before.start else None
-            family = api_count.family_of(after.model)
+            family = model_families.family_of(after.model)
             deltas.append(Delta(real, _estimate(added, previous, family, after.model),
                                 _estimate(added, previous, default, after.model), delta_kind(blocks, family),
                                 session.held_out))
@@ -360,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sessions = load_sessions(corpus)
     print(f"recorded: {len(exchanges)} calls to the Messages API in {len({e.file for e in exchanges})} cassettes, "
           f"{sum(len(s.responses) for s in sessions):,} Claude Code responses in {len(sessions)} logs; "
-          f"text counted with {api_count.counter_name()}")
+          f"text counted with {model_families.counter_name()}")
     for name in args.only or list(SECTIONS):
         SECTIONS[name](exchanges, sessions, args.history)
     return 0

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.calibration_corpus import Exchange
-from ctx_magic.context import api_count
+from ctx_magic.context import model_families
 
 Pairs = dict[int, tuple[int, int]]  # id(exchange) -> (predicted, real)
 Row = Callable[[Sequence[tuple[int, int]]], list[str]]
@@ -45,7 +45,7 @@ def breakdown(countable: Sequence[Exchange], pairs: Pairs, row: Row, header: Seq
     family: dict[tuple[str, str], list[Exchange]] = defaultdict(list)
     model: dict[str, list[Exchange]] = defaultdict(list)
     for e in countable:
-        family[(api_count.family_of(e.request.get("model")).name, classify(e))].append(e)
+        family[(model_families.family_of(e.request.get("model")).name, classify(e))].append(e)
         model[str(e.request.get("model"))].append(e)
     table("Exact requests by model family and class (countable classes)", ["family / class", *header],
           [[f"{f} / {c}", *row([pairs[id(e)] for e in family[(f, c)]])] for f, c in sorted(family)])

@@ -13,32 +13,32 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ctx_magic.context import api_count
+from ctx_magic.context import api_count, model_families
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.messages import Block, Message, Usage
 from ctx_magic.settings import DEFAULT_MODEL
 
-DEFAULT_FAMILY = api_count.family_of(DEFAULT_MODEL)
+DEFAULT_FAMILY = model_families.family_of(DEFAULT_MODEL)
 # The counter is calibrated on real traffic (median error about 1 % on whole requests), so an
 # estimate starts unpadded; the ratio then follows what the API reports (Correction).
 STARTING_RATIO = 1.0
 
 
-def count_text(text: str, *, use_tokenizer: bool = True, family: api_count.Family = DEFAULT_FAMILY) -> int:
+def count_text(text: str, *, use_tokenizer: bool = True, family: model_families.Family = DEFAULT_FAMILY) -> int:
     """Tokens of a piece of text in the API's unit (the default model's tokenizer unless told)."""
     if not text:
         return 0
     if use_tokenizer:
-        return api_count.text_tokens(text, family)
+        return model_families.text_tokens(text, family)
     return math.ceil(o200k_tokens(text, use_tokenizer=False) * family.text_factor)
 
 
-def block_tokens(block: Block, family: api_count.Family = DEFAULT_FAMILY) -> int:
+def block_tokens(block: Block, family: model_families.Family = DEFAULT_FAMILY) -> int:
     """One content block as the API counts it, its wrapper included."""
     return api_count.block_tokens(block, family)
 
 
-def message_tokens(message: Message, family: api_count.Family = DEFAULT_FAMILY) -> int:
+def message_tokens(message: Message, family: model_families.Family = DEFAULT_FAMILY) -> int:
     """Estimate of one message (its header and blocks), memoized on the (immutable) message."""
     key = "tokens" if family is DEFAULT_FAMILY else f"tokens:{family.name}"
     cached = message.memo.get(key)

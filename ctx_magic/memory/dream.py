@@ -1,8 +1,7 @@
 """The dream: consolidation of long-term memory across sessions, after Claude Code's dreaming.
 
-Gates, cheapest first: at least 24 hours since the last dream, the session folders scanned at
-most every 10 minutes, at least 5 sessions since the last dream, then a lock file that no
-live process holds. Four phases run under the lock:
+Once its gates open (dream_gates.py) and a lock file no live process holds is taken, four
+phases run under the lock:
 
 1. orient: read the stored memories and the notes of the sessions since the last dream;
 2. gather: ask the model for candidate facts in those notes;
@@ -17,15 +16,15 @@ meanwhile stays).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from ctx_magic.context.tokens import count_text
 from ctx_magic.errors import CtxMagicError
+from ctx_magic.memory.dream_gates import STATE_NAME, load_state, open_gates, save_state, sessions_gate, sessions_since
 from ctx_magic.memory.lock import LOCK_NAME, Held, acquire_lock
 from ctx_magic.memory.longterm import (
     MAX_PER_SESSION,
@@ -39,35 +38,26 @@ from ctx_magic.memory.longterm import (
     tagged_block,
 )
 from ctx_magic.memory.prompts import CONSOLIDATED_TAG, consolidate_prompt, entry_line, gather_prompt
-from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line
-from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, read_regular_file
-from ctx_magic.memory.store import (
+from ctx_magic.memory.record import (
     BASE_RELEVANCE,
-    INDEX_NAME,
     MAX_BASE_RELEVANCE,
     SHARED_TYPES,
     Memory,
-    MemoryStore,
     MemoryType,
     Scope,
-    format_time,
     memory_id,
-    parse_time,
     sort_by_relevance,
 )
-from ctx_magic.store.files import atomic_write_bytes, atomic_write_json, describe_os_error
-from ctx_magic.store.session import SessionDir, list_sessions
+from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line
+from ctx_magic.memory.shared_folder import SHARED_FILE_MODE, read_regular_file
+from ctx_magic.memory.store import INDEX_NAME, MemoryStore
+from ctx_magic.store.files import atomic_write_bytes, describe_os_error
+from ctx_magic.store.session import SessionDir
 
-MIN_HOURS_SINCE_DREAM = 24  # Claude Code: time gate, minHours = 24
-MIN_SESSIONS_SINCE_DREAM = 5  # Claude Code: session gate, minSessions = 5 new transcripts
-CHECK_INTERVAL = timedelta(minutes=10)  # the session scan runs at most every 10 minutes
 PRUNE_BELOW = 0.1  # ~100 days for a full-score decaying memory, past Claude Code's last row (day 90: x0.125)
 NOTES_BUDGET_TOKENS = 40_000  # about three full notes files (session notes cap one at 12,000), newest first
 MAX_CANDIDATES = MAX_PER_SESSION  # a dream gathers no more than a session may extract (Claude Code: 20)
 DREAM_SOURCE = "dream"  # source_session of memories a dream writes
-
-STATE_NAME = "dream-state.json"
-_SESSION_STAMP = "%Y%m%d-%H%M%S"  # the prefix of session ids (ctx_magic.store.session)
 
 DreamOutcome = Literal["dreamed", "skipped", "locked", "failed"]
 
@@ -99,120 +89,6 @@ class DreamResult:
         if self.status == "failed":
             return f"Dream failed and was rolled back: {self.reason}"
         return f"No dream: {self.reason}"
-
-
-# -- gates (pure) -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DreamState:
-    last_dream: datetime | None = None
-    last_check: datetime | None = None
-
-    def to_json(self) -> dict[str, str | None]:
-        return {k: format_time(v) if v else None for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_json(cls, data: Any) -> DreamState:
-        if not isinstance(data, Mapping):
-            return cls()
-        found: dict[str, datetime | None] = {}
-        for name in ("last_dream", "last_check"):
-            value = data.get(name)
-            try:  # a time we wrote is a string; a number or a list is someone else's edit
-                found[name] = parse_time(value) if isinstance(value, str) and value else None
-            except ValueError:
-                found[name] = None
-        return cls(**found)
-
-
-def time_gate(state: DreamState, now: datetime) -> str | None:
-    """Why the time gate is closed, or None when at least 24 hours passed since the last dream."""
-    if state.last_dream is None:
-        return None
-    hours = max(0.0, (now - state.last_dream).total_seconds() / 3600)  # a clock ahead of ours stamped it: just now
-    if hours >= MIN_HOURS_SINCE_DREAM:
-        return None
-    return f"the last dream was {hours:.1f} hours ago ({MIN_HOURS_SINCE_DREAM} needed)"
-
-
-def check_interval_gate(state: DreamState, now: datetime) -> str | None:
-    """Why the sessions are not scanned now, or None when the last scan is 10 minutes old."""
-    if state.last_check is None or now - state.last_check >= CHECK_INTERVAL:
-        return None
-    minutes = (now - state.last_check).total_seconds() / 60
-    return f"sessions were checked {minutes:.0f} minutes ago (every {CHECK_INTERVAL.seconds // 60} at most)"
-
-
-def sessions_gate(count: int) -> str | None:
-    if count >= MIN_SESSIONS_SINCE_DREAM:
-        return None
-    return f"{count} sessions since the last dream ({MIN_SESSIONS_SINCE_DREAM} needed)"
-
-
-def session_created(session: SessionDir) -> datetime:
-    """When a session began: its id's time stamp, else its folder's modification time."""
-    try:
-        stamp = datetime.strptime(session.session_id[:15], _SESSION_STAMP)
-        return stamp.replace(tzinfo=timezone.utc)
-    except ValueError:
-        return datetime.fromtimestamp(session.root.stat().st_mtime, timezone.utc)
-
-
-def sessions_since(storage_dir: Path, since: datetime | None, exclude: str | None = None) -> list[SessionDir]:
-    """Session folders created after `since` (all of them if None), oldest first."""
-    return [
-        s
-        for s in list_sessions(Path(storage_dir))
-        if s.session_id != exclude and (since is None or session_created(s) > since)
-    ]
-
-
-def _is_lock_file(name: str) -> bool:
-    """Locks and half-written temporary files: never snapshotted, never put back."""
-    return name.startswith((LOCK_NAME, "."))
-
-
-def load_state(folder: Path) -> DreamState:
-    """The folder's dream state; the empty state when it is missing, unreadable or not a small regular
-    file (a FIFO planted there would otherwise hold every member's dream check for good)."""
-    try:
-        return DreamState.from_json(json.loads(read_regular_file(folder / STATE_NAME).data))
-    except (OSError, ValueError):
-        return DreamState.from_json({})
-
-
-def snapshot_folder(folder: Path, skip: Callable[[str], bool]) -> dict[str, bytes]:
-    """The bytes of every small regular file of `folder` that `skip` does not name: what a failed
-    dream puts back. Anything else (a link, a FIFO, a huge file) is never read: the dream never
-    writes one, and a file it replaces that is missing here is only removed on failure."""
-    if not folder.is_dir():
-        return {}
-    found: dict[str, bytes] = {}
-    for path in folder.iterdir():
-        if skip(path.name):
-            continue
-        try:
-            found[path.name] = read_regular_file(path).data
-        except OSError:
-            continue
-    return found
-
-
-def save_state(folder: Path, state: DreamState, *, shared: bool = False) -> None:
-    atomic_write_json(folder / STATE_NAME, state.to_json(), mode=SHARED_FILE_MODE if shared else None)
-
-
-def open_gates(folder: Path, now: datetime, *, shared: bool = False) -> tuple[DreamState, str | None]:
-    """The cheapest gates (the time since the last dream, then the interval between checks): the
-    folder's state and why they are closed, or None; a check that passes them is recorded."""
-    state = load_state(folder)
-    closed = time_gate(state, now) or check_interval_gate(state, now)
-    if closed:
-        return state, closed
-    state = dataclasses.replace(state, last_check=now)
-    save_state(folder, state, shared=shared)
-    return state, None
 
 
 # -- the phases -----------------------------------------------------------------------------
@@ -415,6 +291,31 @@ def run_phases(store: MemoryStore, sessions: Sequence[SessionDir], model: TextMo
                         source_session=DREAM_SOURCE)
             waiting += 1
     return DreamResult("dreamed", "", added, plan.merged, len(stale) + plan.dropped, (*refused, *plan.refused), waiting)
+
+
+# -- rollback -----------------------------------------------------------------------------
+
+
+def _is_lock_file(name: str) -> bool:
+    """Locks and half-written temporary files: never snapshotted, never put back."""
+    return name.startswith((LOCK_NAME, "."))
+
+
+def snapshot_folder(folder: Path, skip: Callable[[str], bool]) -> dict[str, bytes]:
+    """The bytes of every small regular file of `folder` that `skip` does not name: what a failed
+    dream puts back. Anything else (a link, a FIFO, a huge file) is never read: the dream never
+    writes one, and a file it replaces that is missing here is only removed on failure."""
+    if not folder.is_dir():
+        return {}
+    found: dict[str, bytes] = {}
+    for path in folder.iterdir():
+        if skip(path.name):
+            continue
+        try:
+            found[path.name] = read_regular_file(path).data
+        except OSError:
+            continue
+    return found
 
 
 def put_back(store: MemoryStore, snapshot: Mapping[str, bytes], touched: set[str]) -> None:

@@ -26,8 +26,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from ctx_magic.memory.record import format_time, parse_time
 from ctx_magic.memory.shared_folder import LOCK_FILE_MODE, LockSupport, lock_support, read_regular_file
-from ctx_magic.memory.store import format_time, parse_time
 
 LOCK_STALE_AFTER = timedelta(hours=1)  # a dream lock older than an hour belongs to a dead process
 GUARD_TIMEOUT_SECONDS = 10.0  # breaking a stale lock takes milliseconds; past this, give up as "locked"

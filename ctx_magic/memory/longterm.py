@@ -21,8 +21,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ctx_magic.memory.prompts import MEMORIES_TAG, longterm_prompt
+from ctx_magic.memory.record import MEMORY_TYPES, SHARED_TYPES, Memory, MemoryType, sort_by_relevance
 from ctx_magic.memory.secrets import detect_secret
-from ctx_magic.memory.store import MEMORY_TYPES, SHARED_TYPES, Memory, MemoryStore, MemoryType, sort_by_relevance
+from ctx_magic.memory.store import MemoryStore
 from ctx_magic.messages import Message
 
 MAX_PER_SESSION = 20  # Claude Code: at most 20 memories extracted per session

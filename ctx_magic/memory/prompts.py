@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ctx_magic.context.tokens import count_text
+from ctx_magic.memory.record import Memory, signed, sort_by_relevance
 from ctx_magic.memory.secrets import find_secret
-from ctx_magic.memory.store import Memory, signed, sort_by_relevance
 from ctx_magic.settings import MEMORY_BUDGET_TOKENS
 
 AGE_NOTE_AFTER_DAYS = 30  # one half-life (Claude Code's decay): past it, the prompt says the memory may be stale

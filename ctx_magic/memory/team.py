@@ -15,13 +15,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from ctx_magic.memory.dream import (
-    MIN_SESSIONS_SINCE_DREAM,
-    DreamResult,
-    open_gates,
-    run_locked,
-    run_phases,
-)
+from ctx_magic.memory.dream import DreamResult, run_locked, run_phases
+from ctx_magic.memory.dream_gates import MIN_SESSIONS_SINCE_DREAM, open_gates
 from ctx_magic.memory.longterm import TextModel
 from ctx_magic.memory.shared_folder import lock_support
 from ctx_magic.memory.store import MemoryStore, account_name

@@ -18,9 +18,10 @@ from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.agent_cells import as_agent_cell
+from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import notice
-from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, cell_messages, is_own_or_skipped, pinned_source
+from ctx_magic.notebook.outputs import CellRecord, cell_messages, is_own_or_skipped, pinned_source
 from ctx_magic.notebook.wording import with_remedy
 from ctx_magic.store.pending import PendingCells, absorbed_ids
 from ctx_magic.store.session import SessionDir

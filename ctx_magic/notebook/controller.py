@@ -21,6 +21,7 @@ from ctx_magic.agent.status import ContextReport
 from ctx_magic.events import Event, notify
 from ctx_magic.notebook.agent_cells import AgentCells
 from ctx_magic.notebook.backend import Backend
+from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.commands import Commands
 from ctx_magic.notebook.config import CtxMagic
@@ -30,7 +31,6 @@ from ctx_magic.notebook.history import KernelHistory, cells_held
 from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
-from ctx_magic.notebook.outputs import OutputRecorder
 from ctx_magic.notebook.panel_link import PanelLink
 from ctx_magic.notebook.tasks import RunBoard
 from ctx_magic.notebook.workspace import Workspace

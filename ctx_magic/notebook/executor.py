@@ -13,9 +13,10 @@ from typing import Any
 
 from ctx_magic.agent.tools import PYTHON_TOOL, Tool, ToolCall, ToolContext, ToolError, ToolInterrupted, ToolOutput
 from ctx_magic.events import ApprovalAsked, Notice, ToolOutputDelta
+from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.inventory import inventory
-from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, strip_ansi
+from ctx_magic.notebook.outputs import CellRecord, strip_ansi
 from ctx_magic.notebook.runs import Run
 from ctx_magic.notebook.tasks import RunBoard, stalled_text, started_text
 from ctx_magic.notebook.workspace import Workspace

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ctx_magic.context import api_count
+from ctx_magic.context import api_count, model_families
 from ctx_magic.offline.conversation import Block, Request, content_blocks, messages, system_blocks
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # the API's two prompt-cache lifetimes
@@ -151,7 +151,7 @@ def _units(request: Request, unit: Unit) -> list[tuple[str, int, str | None]]:
     """(hash key, tokens, breakpoint) per block in cache order: tools, system, messages. The
     request's frame and hidden prompts (tool use, thinking, structured output) count with the
     first unit, where the API puts them."""
-    family = api_count.family_of(request.get("model"))
+    family = model_families.family_of(request.get("model"))
     units: list[tuple[str, int, str | None]] = []
     for tool in request.get("tools") or []:
         units.append((f"tool:{canonical(tool)}", api_count.tool_tokens(tool, family), breakpoint_ttl(tool)))
@@ -196,18 +196,18 @@ def input_tokens(request: Request, unit: Unit = CALIBRATED) -> int:
 
 def output_tokens(content: list[Block], model: str | None = None, unit: Unit = CALIBRATED) -> int:
     """Tokens of generated content, counted as the API counts the same blocks sent back."""
-    family = api_count.family_of(model)
+    family = model_families.family_of(model)
     return sum(unit.apply(api_count.block_tokens(b, family), canonical(b)) for b in content)
 
 
-def truncate_text(text: str, max_tokens: int, family: api_count.Family = api_count.CLAUDE_5) -> str:
+def truncate_text(text: str, max_tokens: int, family: model_families.Family = model_families.CLAUDE_5) -> str:
     """The longest prefix of `text` (by characters) that counts at most `max_tokens`."""
-    if api_count.text_tokens(text, family) <= max_tokens:
+    if model_families.text_tokens(text, family) <= max_tokens:
         return text
     low, high = 0, len(text)  # invariant: text[:low] fits, text[:high] does not
     while high - low > 1:
         middle = (low + high) // 2
-        if api_count.text_tokens(text[:middle], family) <= max_tokens:
+        if model_families.text_tokens(text[:middle], family) <= max_tokens:
             low = middle
         else:
             high = middle
@@ -219,7 +219,7 @@ def fit_output(content: list[Block], max_tokens: int, model: str | None = None) 
 
     Returns the content and whether anything was cut (then the stop reason is max_tokens).
     """
-    family = api_count.family_of(model)
+    family = model_families.family_of(model)
     kept: list[Block] = []
     left = max_tokens
     for block in content:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctx_magic.context import api_count
+from ctx_magic.context import model_families
 from ctx_magic.context.tokens import count_text
 from ctx_magic.offline.compaction import server_summary
 from ctx_magic.offline.conversation import Block, Request, content_blocks, messages
@@ -175,7 +175,7 @@ def check_context_management(request: Request, betas: Sequence[str]) -> None:
 def takes_on_demand_compaction(model: str) -> bool:
     """Whether the model takes the `compaction` parameter (an id naming no family, the stand-in's
     own test ids, takes it too)."""
-    return DATE_SUFFIX.sub("", model) in ON_DEMAND_MODELS or api_count.model_version(model) is None
+    return DATE_SUFFIX.sub("", model) in ON_DEMAND_MODELS or model_families.model_version(model) is None
 
 
 def check_compaction_param(request: Request, betas: Sequence[str]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctx_magic.context import api_count
+from ctx_magic.context import model_families
 from ctx_magic.offline import providers
 from ctx_magic.offline.cache import minimum_cacheable_tokens
 from ctx_magic.offline.counting import environment_unit
@@ -26,7 +26,7 @@ def known_model(model_id: str) -> bool:
     """An id the stand-in answers for: a Claude model family's name (opus, sonnet, haiku, fable,
     mythos: a misspelt one is a 404, as from the API) or one of the stand-in's own test ids."""
     return model_id.startswith(TEST_MODEL_PREFIX) or (
-        model_id.startswith(KNOWN_MODEL_PREFIX) and api_count.names_a_family(model_id))
+        model_id.startswith(KNOWN_MODEL_PREFIX) and model_families.names_a_family(model_id))
 LISTED_MODELS = ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5")
 JSON_HEADERS = (("content-type", "application/json"),)
 HTML_HEADERS = (("content-type", "text/html; charset=utf-8"),)

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ctx_magic.context import api_count
+from ctx_magic.context import model_families
 from ctx_magic.offline.invalid import InvalidRequest, at
 from ctx_magic.offline.thinking import check_thinking_param, check_thinking_turn
 from ctx_magic.offline.validate_cache import check_cache_controls
@@ -77,7 +77,7 @@ def _check_fields(request: Mapping[str, Any], max_output: int | None) -> None:
 def _takes_temperature_with_top_p(model: str) -> bool:
     """Claude 3, Sonnet 4 and Opus 4 take both; Opus 4.1 and every later model only one (Anthropic's
     migration notes for the 4.5 models; an id that names no version is held to the stricter rule)."""
-    version = api_count.model_version(model)
+    version = model_families.model_version(model)
     return version is not None and (version[1] < 4 or version[1:] == (4, 0))
 
 
@@ -166,7 +166,7 @@ def _check_effort(request: Mapping[str, Any]) -> None:
     if not isinstance(config, Mapping) or config.get("effort") is None:
         return
     effort = config["effort"]
-    if effort == XHIGH and api_count.family_of(str(request.get("model"))) is api_count.CLAUDE_4:
+    if effort == XHIGH and model_families.family_of(str(request.get("model"))) is model_families.CLAUDE_4:
         raise InvalidRequest(f"This model does not support effort level '{XHIGH}'. "
                              f"Supported levels: {', '.join(sorted(EFFORT_LEVELS))}.")
     if effort not in (*EFFORT_LEVELS, XHIGH):

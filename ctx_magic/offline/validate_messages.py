@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ctx_magic.context import api_count
+from ctx_magic.context import model_families
 from ctx_magic.offline.conversation import Block, content_blocks
 from ctx_magic.offline.images import check_images
 from ctx_magic.offline.invalid import InvalidRequest, Located, all_blocks, at, message_content
@@ -110,7 +110,7 @@ def _check_block(located: Located, model: str) -> None:
 def _roles(model: str) -> tuple[str, ...]:
     """Mid-conversation system messages: from Claude Opus 4.8 on (the newest tokenizer family;
     Opus 4.7, counted in a family of its own, is not among the models the docs list)."""
-    if api_count.family_of(model) is api_count.CLAUDE_5:
+    if model_families.family_of(model) is model_families.CLAUDE_5:
         return ("user", "assistant", "system")
     return ("user", "assistant")
 
@@ -229,7 +229,7 @@ def takes_prefill(model: str) -> bool:
     """Whether the model continues a final assistant message: Anthropic's migration guide for the
     4.6 models says a prefill is refused from them on (Fable and Mythos are newer still). An id
     naming no family (the stand-in's own test ids) takes one."""
-    version = api_count.model_version(model)
+    version = model_families.model_version(model)
     if version is None:
         return True
     name, major, minor = version

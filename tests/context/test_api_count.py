@@ -8,7 +8,8 @@ import struct
 import pytest
 
 from ctx_magic.context import api_count
-from ctx_magic.context.api_count import CLAUDE_4, CLAUDE_5, OPUS_4_7, family_of, request_tokens, text_tokens
+from ctx_magic.context.api_count import request_tokens
+from ctx_magic.context.model_families import CLAUDE_4, CLAUDE_5, OPUS_4_7, family_of, text_tokens
 
 TOOL = {"name": "python", "description": "Run Python code.",
         "input_schema": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}

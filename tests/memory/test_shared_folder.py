@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ctx_magic.memory.dream import STATE_NAME, load_state
+from ctx_magic.memory.dream_gates import STATE_NAME, load_state
 from ctx_magic.memory.lock import LOCK_NAME, OS_LOCK_NAME, DreamLock, Held, acquire_lock
 from ctx_magic.memory.manager import MemoryManager
+from ctx_magic.memory.record import memory_id
 from ctx_magic.memory.shared_folder import (
     INDEX_LOCK_NAME,
     MAX_FILE_BYTES,
@@ -23,7 +24,7 @@ from ctx_magic.memory.shared_folder import (
     index_lock,
     read_regular_file,
 )
-from ctx_magic.memory.store import INDEX_NAME, MemoryStore, memory_id
+from ctx_magic.memory.store import INDEX_NAME, MemoryStore
 from ctx_magic.memory.team import dream_team
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)

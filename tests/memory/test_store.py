@@ -11,19 +11,9 @@ import pytest
 
 from ctx_magic.context.tokens import count_text
 from ctx_magic.memory.prompts import memory_prompt_section, prompt_line, select_for_prompt
+from ctx_magic.memory.record import NEAR_DUPLICATE_RATIO, Memory, memory_id, relevance, shown_text
 from ctx_magic.memory.secrets import detect_secret
-from ctx_magic.memory.store import (
-    INDEX_NAME,
-    NEAR_DUPLICATE_RATIO,
-    Memory,
-    MemoryStore,
-    SecretRefused,
-    memory_id,
-    project_memory_dir,
-    relevance,
-    shown_text,
-    user_memory_dir,
-)
+from ctx_magic.memory.store import INDEX_NAME, MemoryStore, SecretRefused, project_memory_dir, user_memory_dir
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -19,21 +19,14 @@ from pathlib import Path
 import pytest
 
 from ctx_magic.context.tokens import count_text
-from ctx_magic.memory.dream import STATE_NAME, DreamState, load_state, save_state
+from ctx_magic.memory.dream_gates import STATE_NAME, DreamState, load_state, save_state
 from ctx_magic.memory.lock import LOCK_NAME, DreamLock, Held, acquire_lock
 from ctx_magic.memory.longterm import Candidate, TeamShare, belongs_to_team, extract_memories
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.prompts import TEAM_SHARE_OF_BUDGET, memory_prompt_section, prompt_line, select_for_prompt
+from ctx_magic.memory.record import Memory, memory_id
 from ctx_magic.memory.shared_folder import LockSupport, judge, lock_support, mount_of
-from ctx_magic.memory.store import (
-    INDEX_NAME,
-    Memory,
-    MemoryStore,
-    account_name,
-    check_team_name,
-    memory_id,
-    team_memory_dir,
-)
+from ctx_magic.memory.store import INDEX_NAME, MemoryStore, account_name, check_team_name, team_memory_dir
 from ctx_magic.memory.team import MIN_TEAM_CHANGES, default_author, dream_team, folder_problem, lock_notice
 from ctx_magic.messages import Message
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from kernel_rig import SETUP, kernel_env, start
 
-from ctx_magic.memory.store import INDEX_NAME, Memory, account_name
+from ctx_magic.memory.record import Memory
+from ctx_magic.memory.store import INDEX_NAME, account_name
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
 

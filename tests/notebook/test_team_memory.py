@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from notebook_rig import controller, offline_shell, run
 
+from ctx_magic.memory.record import Memory
 from ctx_magic.memory.shared_folder import LockSupport
-from ctx_magic.memory.store import Memory, account_name
+from ctx_magic.memory.store import account_name
 
 FACT = "The sales table's region column is free text; use region_code."
 ME = account_name(os.getuid())  # the OS account the tests run as: every file's owner

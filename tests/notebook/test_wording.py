@@ -10,7 +10,7 @@ import pytest
 from IPython.core.error import UsageError
 from notebook_rig import captured, cell, controller, offline_shell, run
 
-from ctx_magic.context import api_count
+from ctx_magic.context import model_families
 from ctx_magic.events import Compacted, ServerCompacted
 from ctx_magic.notebook.display import approval_request
 from ctx_magic.notebook.magics import MESSAGE_IN_LINE
@@ -86,10 +86,10 @@ def test_status_says_which_counter_counts_the_estimates(shell):
     run(shell, "%%agent\nhello")
     with captured() as out:
         shell.run_line_magic("ctx", "status")
-    assert f"estimates counted with {api_count.counter_name()}" in out.outputs[0].data["text/plain"]
+    assert f"estimates counted with {model_families.counter_name()}" in out.outputs[0].data["text/plain"]
     with captured() as out:
         shell.run_line_magic("ctx", "status --json")
-    assert json.loads(out.stdout)["token_counter"] == api_count.counter_name()
+    assert json.loads(out.stdout)["token_counter"] == model_families.counter_name()
 
 
 def test_memory_show_with_no_memories_says_so_and_how_to_add_one(shell):

@@ -13,21 +13,21 @@ from typing import Any
 import anthropic
 import pytest
 
-from ctx_magic.context import api_count
+from ctx_magic.context import api_count, model_families
 from ctx_magic.offline import OfflineAPI, OfflineConfig, offline_client
 from ctx_magic.offline.cache import minimum_cacheable_tokens
 from ctx_magic.offline.counting import input_tokens
 
 from .offline_support import MAX_OUTPUT, MODEL, PYTHON_TOOL, FakeClock, marked, user, words
 
-FAMILY = api_count.family_of(MODEL)
+FAMILY = model_families.family_of(MODEL)
 HEADER = api_count.ROLE_CHANGE  # a message after one of the other role
 FRAME = FAMILY.frame  # the request's own frame: counted with its first block
 
 
 def count(n: int, word: str = "alpha") -> int:
     """The tokens of `words(n, word)` in the stand-in's unit."""
-    return api_count.text_tokens(words(n, word), FAMILY)
+    return model_families.text_tokens(words(n, word), FAMILY)
 
 
 SYSTEM_WORDS = 1_200
@@ -191,7 +191,7 @@ def test_mixed_ttls_bill_1h_up_to_the_last_1h_breakpoint_and_5m_after_it(client:
     messages = [{"role": "user", "content": [marked(words(1_100), "1h")]}, {"role": "assistant", "content": "ok"},
                 {"role": "user", "content": [marked(words(300), "1h"), marked(words(80), "5m")]}]
     reply = _ask(client, messages=messages)
-    ok = api_count.text_tokens("ok", FAMILY)
+    ok = model_families.text_tokens("ok", FAMILY)
     up_to_last_1h = (FRAME + count(1_100)) + (HEADER + ok) + (HEADER + count(300))
     assert reply.usage.cache_creation.ephemeral_1h_input_tokens == up_to_last_1h
     assert reply.usage.cache_creation.ephemeral_5m_input_tokens == count(80)
@@ -203,9 +203,9 @@ def test_mixed_ttls_bill_1h_up_to_the_last_1h_breakpoint_and_5m_after_it(client:
 
 def test_a_prefix_under_the_model_minimum_is_neither_written_nor_read(client: anthropic.Anthropic) -> None:
     request = {"system": _system(n=2_000), "messages": [user(words(10))]}
-    claude_4 = api_count.family_of("claude-sonnet-4-6")
-    system = claude_4.frame + api_count.text_tokens(words(2_000, "gamma"), claude_4)
-    question = api_count.text_tokens(words(10), claude_4)
+    claude_4 = model_families.family_of("claude-sonnet-4-6")
+    system = claude_4.frame + model_families.text_tokens(words(2_000, "gamma"), claude_4)
+    question = model_families.text_tokens(words(10), claude_4)
     assert system < 4_096
     for _ in range(2):  # Haiku 4.5 caches from 4,096 tokens
         assert _figures(_ask(client, model="claude-haiku-4-5", **request)) == (0, 0, system + question)

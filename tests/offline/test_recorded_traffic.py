@@ -15,7 +15,7 @@ from corpus_rig import require_corpus
 
 from benchmarks.calibration import COUNTABLE, request_blocks, request_class
 from benchmarks.calibration_corpus import Exchange, load_exchanges
-from ctx_magic.context import api_count
+from ctx_magic.context import api_count, model_families
 from ctx_magic.offline import OfflineAPI, OfflineConfig, offline_client
 from ctx_magic.offline.counting import input_tokens
 
@@ -82,9 +82,9 @@ def test_requests_with_custom_tools_are_counted_within_five_percent() -> None:
 
 def _exact_counter() -> bool:
     """Whether Claude's tokenizer counts (ctok); CI installs it, so there its absence fails."""
-    if not api_count.exact_counter() and os.environ.get("CI") == "true":
+    if not model_families.exact_counter() and os.environ.get("CI") == "true":
         pytest.fail("ctok is not installed: .ci/run installs it after the test dependencies")
-    return api_count.exact_counter()
+    return model_families.exact_counter()
 
 
 def _countable() -> list[Exchange]:
@@ -139,5 +139,5 @@ def test_an_image_the_recorded_api_counted_is_counted_by_its_size() -> None:
                    and base64_images_only(e.request)]
     assert with_images
     assert all(error <= 0.05 for error in _errors(with_images))
-    family = api_count.family_of("claude-sonnet-4-5")
+    family = model_families.family_of("claude-sonnet-4-5")
     assert api_count.image_tokens_for(1000, 1000, family) == 1334  # the docs' 1000 x 1000 example
