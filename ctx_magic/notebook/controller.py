@@ -32,7 +32,7 @@ from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import OutputRecorder
 from ctx_magic.notebook.panel_link import PanelLink
-from ctx_magic.notebook.tasks import RunBoard
+from ctx_magic.notebook.runs.board import RunBoard
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.store.files import make_storage_folder, open_private_append
 

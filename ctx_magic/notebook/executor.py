@@ -16,8 +16,8 @@ from ctx_magic.events import ApprovalAsked, Notice, ToolOutputDelta
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.inventory import inventory
 from ctx_magic.notebook.outputs import CellRecord, OutputRecorder, strip_ansi
-from ctx_magic.notebook.runs import Run
-from ctx_magic.notebook.tasks import RunBoard, stalled_text, started_text
+from ctx_magic.notebook.runs.board import RunBoard, stalled_text, started_text
+from ctx_magic.notebook.runs.run import Run
 from ctx_magic.notebook.workspace import Workspace
 
 NOTEBOOK_TOOL = {

@@ -17,7 +17,7 @@ from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_jso
 from ctx_magic.messages import Message
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import KERNEL_RUN
-from ctx_magic.notebook.tasks import RunBoard
+from ctx_magic.notebook.runs.board import RunBoard
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.prices import UNKNOWN_PRICES, Prices, model_prices
 from ctx_magic.ui.cards import close_tree

@@ -12,8 +12,8 @@ from notebook_rig import controller, run
 from tasks_rig import WAIT, board_shell, log_text, only_run, wait_for
 
 from ctx_magic.notebook.outputs import KERNEL_RUN
-from ctx_magic.notebook.runs import read_log
-from ctx_magic.notebook.tasks import OTHER_SESSIONS_RUNS
+from ctx_magic.notebook.runs.board import OTHER_SESSIONS_RUNS
+from ctx_magic.notebook.runs.run import read_log
 from ctx_magic.settings import STALL_SECONDS
 
 PACED = """```python background

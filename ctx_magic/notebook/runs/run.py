@@ -32,8 +32,8 @@ from typing import IO, Any
 
 from ctx_magic.errors import StorageError
 from ctx_magic.notebook.outputs import KERNEL_RUN, CellRecord, display_text, formatted, printed, strip_ansi
-from ctx_magic.notebook.run_io import RunIO
-from ctx_magic.notebook.stall import TAIL_CHARS, is_stalled, last_line, shown_prompt
+from ctx_magic.notebook.runs.routing import RunIO
+from ctx_magic.notebook.runs.stall import TAIL_CHARS, is_stalled, last_line, shown_prompt
 from ctx_magic.store.files import atomic_write_json, open_private_append, read_json
 
 LIVE = ("running", "stalled")
@@ -247,7 +247,7 @@ class Run:
         self.save()
         self.done.set()
 
-    # -- what its code prints, displays and reads (run_io.py routes them here) -------------------
+    # -- what its code prints, displays and reads (routing.py routes them here) -------------------
 
     def printed(self, stream: str, text: str) -> None:
         with self.lock:

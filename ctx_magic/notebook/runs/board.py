@@ -20,8 +20,8 @@ from ctx_magic.agent.tools import ToolError
 from ctx_magic.images import human_size
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.outputs import KERNEL_RUN
-from ctx_magic.notebook.run_io import RunIO
-from ctx_magic.notebook.runs import (
+from ctx_magic.notebook.runs.routing import RunIO
+from ctx_magic.notebook.runs.run import (
     CHECK_SECONDS,
     INTERRUPT_GRACE,
     LIVE,
@@ -384,7 +384,7 @@ def _log_tail(path: Path | None, size: int = 2_000) -> str:
 
 
 def _last_printed_line(tail: str) -> str:
-    from ctx_magic.notebook.stall import last_line
+    from ctx_magic.notebook.runs.stall import last_line
 
     line = last_line(tail).strip()
     return line if len(line) <= LAST_LINE_CHARS else line[: LAST_LINE_CHARS - 1] + "…"

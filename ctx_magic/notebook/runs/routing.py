@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ctx_magic.notebook.runs import Run
+    from ctx_magic.notebook.runs.run import Run
 
 _GROUPS = hasattr(os, "killpg")  # POSIX: a run's subprocesses are killed with everything they started
 POPEN_STREAM_ARGS = 3  # Popen(args, bufsize, executable, stdin, ...): stdin given by position is left alone
