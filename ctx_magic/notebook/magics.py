@@ -27,7 +27,7 @@ from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.export import Target, export_notebook, export_transcript
-from ctx_magic.notebook.runs.board import runs_listing
+from ctx_magic.notebook.runs.wording import runs_listing
 from ctx_magic.notebook.wording import error_line, pins_listing, status_text
 
 AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]

@@ -12,8 +12,8 @@ from notebook_rig import controller, run
 from tasks_rig import WAIT, board_shell, log_text, only_run, wait_for
 
 from ctx_magic.notebook.outputs import KERNEL_RUN
-from ctx_magic.notebook.runs.board import OTHER_SESSIONS_RUNS
-from ctx_magic.notebook.runs.run import read_log
+from ctx_magic.notebook.runs.log import read_log
+from ctx_magic.notebook.runs.wording import OTHER_SESSIONS_RUNS
 from ctx_magic.settings import STALL_SECONDS
 
 PACED = """```python background
@@ -258,8 +258,8 @@ def test_stopping_a_run_kills_what_its_subprocess_started_too(rig, tmp_path):
     started = only_run(board)
     wait_for(started, lambda: "training" in started.tail)  # the shell's child, not the shell, prints it
     assert board.stop("t1") == "Run t1 stopped."
-    started._pump_thread.join(WAIT)
-    assert not started._pump_thread.is_alive()  # nothing holds the run's output pipe any more
+    started.children._pump_thread.join(WAIT)
+    assert not started.children._pump_thread.is_alive()  # nothing holds the run's output pipe any more
     stat = Path(f"/proc/{pid_file.read_text()}/stat")
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or dead unreaped
 

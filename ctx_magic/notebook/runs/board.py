@@ -11,7 +11,7 @@ changed, so the requests' cached prefix is never disturbed by a run going on.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -20,24 +20,21 @@ from ctx_magic.agent.tools import ToolError
 from ctx_magic.images import human_size
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.outputs import KERNEL_RUN
+from ctx_magic.notebook.runs.log import LIVE, RUN_ID, RunInfo, log_tail, read_log, stored_info, write_info
 from ctx_magic.notebook.runs.routing import RunIO
-from ctx_magic.notebook.runs.run import (
-    CHECK_SECONDS,
-    INTERRUPT_GRACE,
-    LIVE,
-    RUN_ID,
-    Run,
-    RunInfo,
+from ctx_magic.notebook.runs.run import Run
+from ctx_magic.notebook.runs.wording import (
+    OTHER_SESSIONS_RUNS,
+    STALLED,
     duration,
-    read_log,
-    stored_info,
-    write_info,
+    last_printed_line,
+    news_line,
+    words,
 )
 from ctx_magic.store.files import make_private_folder
 
-LAST_LINE_CHARS = 120
-OTHER_SESSIONS_RUNS = ("Still running from other sessions of this kernel "
-                       "(%agent --resume ID reads, answers or stops them):")
+CHECK_SECONDS = 1.0  # how often runs are looked at for a stall (and the panel's last lines refreshed)
+INTERRUPT_GRACE = 2.0  # seconds an interrupted foreground run gets to stop before it is left in the background
 
 
 class RunBoard:
@@ -119,8 +116,7 @@ class RunBoard:
                     self._emit_new(run, emitted, on_output)
                     return True
                 if run.check(self.now(), self._settings.stall_seconds) and run.state == "stalled":
-                    with run.lock:
-                        run.reported = "stalled"  # the tool result tells the agent
+                    run.told("stalled")  # the tool result tells the agent
                     try:
                         self._keep(run)
                     except ToolError:
@@ -172,11 +168,7 @@ class RunBoard:
             runs = list(self.runs.values())
         threshold = self._settings.stall_seconds
         for run in runs:
-            moved = run.check(self.now(), threshold)
-            current = (run.state, run.size)
-            if moved or current != run.seen:
-                run.seen = current
-                run.save()
+            if run.look(self.now(), threshold):
                 changed = True
             live = live or run.live
         if changed:
@@ -210,7 +202,7 @@ class RunBoard:
             return self._unknown(run_id)
         start = info.read_to if offset is None else max(0, offset)
         text, end, size = read_log(path, start)
-        head = f"Run {run_id}: {info.words(self.now())}; its log has {human_size(size)}"
+        head = f"Run {run_id}: {words(info, self.now())}; its log has {human_size(size)}"
         if start > size:  # nothing was read: where the agent read to stays where it was
             self._told(run, info)
             return f"{head}; offset {start:,} is past its end: nothing there."
@@ -225,7 +217,7 @@ class RunBoard:
         if info is None:
             return self._unknown(run_id)
         if run is None or not run.stop():
-            return f"Run {run_id} is not running: {info.words(self.now())}."
+            return f"Run {run_id} is not running: {words(info, self.now())}."
         run.done.wait(self.stop_grace)
         self.check()
         return (f"Run {run_id} stopped." if run.done.is_set() else
@@ -238,7 +230,7 @@ class RunBoard:
         if info is None:
             return self._unknown(run_id)
         if run is None or not run.live:
-            return f"Run {run_id} is not running: {info.words(self.now())}."
+            return f"Run {run_id} is not running: {words(info, self.now())}."
         where = run.answer(text if isinstance(text, str) else text(run.waiting))
         if where is None:
             return (f"Run {run_id} is not waiting for an answer it can be given: no input() or getpass() of its "
@@ -256,7 +248,7 @@ class RunBoard:
         """This kernel's live runs started in other sessions (before `%agent --new` or a resume),
         each with its line: they go on, and are read, answered and stopped from their own session."""
         folder, now = self._folder(), self.now()
-        return [(run, f"{run.id} of session {path.parent.parent.name}: {run.info().words(now)}")
+        return [(run, f"{run.id} of session {path.parent.parent.name}: {words(run.info(), now)}")
                 for path, run in sorted(self.runs.items()) if path.parent != folder and run.live]
 
     def elsewhere(self) -> list[str]:
@@ -291,10 +283,7 @@ class RunBoard:
     def _told(self, run: Run | None, info: RunInfo, *, read_to: int | None = None) -> None:
         """The agent now knows the run's state (and has read its log up to `read_to`)."""
         if run is not None:
-            with run.lock:
-                run.reported = run.state
-                run.read_to = read_to if read_to is not None else run.read_to
-            run.save()
+            run.told(read_to=read_to)
             return
         folder = self._folder()
         if folder is not None:
@@ -321,9 +310,9 @@ class RunBoard:
         for info in self.infos():
             run, _info, path = self.find(info.id)
             size = path.stat().st_size if path is not None and path.exists() else 0
-            tail = run.tail if run is not None else _log_tail(path)
-            line = _last_printed_line(tail)
-            rows.append({"id": info.id, "state": info.state, "words": info.words(now), "size": size,
+            tail = run.tail if run is not None else log_tail(path)
+            line = last_printed_line(tail)
+            rows.append({"id": info.id, "state": info.state, "words": words(info, now), "size": size,
                          "last_line": line, "log": str(path) if path is not None else "",
                          "can_stop": run is not None and run.live})
         return rows
@@ -331,7 +320,7 @@ class RunBoard:
     def live_lines(self) -> list[str]:
         """The live runs in one line each (said again after a compaction, which summarizes the news)."""
         now = self.now()
-        return [f"Background run {info.id}: {info.words(now)}." for info in self.infos() if info.state in LIVE]
+        return [f"Background run {info.id}: {words(info, now)}." for info in self.infos() if info.state in LIVE]
 
     def close(self) -> None:
         """The extension is unloaded: its runs are stopped and the routing put back."""
@@ -344,54 +333,6 @@ class RunBoard:
             run.save()
             run.close_log()
         self.io.uninstall()
-
-
-def news_line(info: RunInfo, now: float, *, unread: int) -> str:
-    """The one line the agent gets when a run's state changed."""
-    if info.state == "stalled":
-        line = (f"Background run {info.id} is {info.words(now)}: answer it (task, action 'answer'), stop it, "
-                "or ask the user")
-    elif info.state == "running":
-        line = f"Background run {info.id} is running again (its output resumed)"
-    else:
-        line = f"Background run {info.id} {info.words(now)}"
-    if unread and info.state != "stalled":
-        line += f"; {human_size(unread)} of its output not read yet (task, action 'read')"
-    return line + "."
-
-
-def runs_listing(rows: list[dict[str, Any]], elsewhere: Sequence[str] = ()) -> str:
-    """`%ctx tasks`: one line per run, then its last printed line and its log; then `elsewhere`,
-    the runs of this kernel still live in other sessions (`RunBoard.elsewhere`)."""
-    lines = [] if rows else ["No background runs in this session."]
-    for row in rows:
-        lines.append(f"{row['id']}  {row['words']}  ({human_size(row['size'])} of output)")
-        if row["last_line"]:
-            lines.append(f"    last line: {row['last_line']}")
-        lines.append(f"    log: {row['log']}")
-    return "\n".join([*lines, *elsewhere])
-
-
-def _log_tail(path: Path | None, size: int = 2_000) -> str:
-    if path is None:
-        return ""
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, path.stat().st_size - size))
-            return log.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _last_printed_line(tail: str) -> str:
-    from ctx_magic.notebook.runs.stall import last_line
-
-    line = last_line(tail).strip()
-    return line if len(line) <= LAST_LINE_CHARS else line[: LAST_LINE_CHARS - 1] + "…"
-
-
-STALLED = "stalled: waiting for input after"
-"""How the `python` tool's result says a foreground run waits for an answer (and went on in the background)."""
 
 
 def started_text(run: Run) -> str:

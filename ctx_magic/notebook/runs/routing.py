@@ -251,7 +251,7 @@ class RunIO:
             if run is None or len(args) > POPEN_STREAM_ARGS:
                 original(popen, *args, **kwargs)
                 return
-            for name, fd in run.child_streams().items():
+            for name, fd in run.children.streams().items():
                 if kwargs.get(name) is None:
                     kwargs[name] = fd
             # A process group of its own: stopping the run kills what the child started too (a shell's
@@ -260,7 +260,7 @@ class RunIO:
             if grouped:
                 kwargs["start_new_session"] = True
             original(popen, *args, **kwargs)
-            run.adopt(popen, grouped=grouped)
+            run.children.adopt(popen, grouped=grouped)
 
         return init
 
