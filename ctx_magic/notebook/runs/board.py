@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ctx_magic.agent.tools import ToolError
 from ctx_magic.notebook.config import CtxMagic
-from ctx_magic.notebook.outputs import KERNEL_RUN
-from ctx_magic.notebook.runs.log import LIVE, RUN_ID, RunInfo, read_log, stored_info, write_info
+from ctx_magic.notebook.runs.log import RUN_ID, RunInfo, kept_info, read_log, write_told
 from ctx_magic.notebook.runs.routing import RunIO
 from ctx_magic.notebook.runs.run import Run
 from ctx_magic.notebook.runs.watch import Watch, follow
@@ -149,7 +147,7 @@ class RunBoard:
         run = self.runs.get(path)
         if run is not None:
             return run, run.info(), path
-        info = self._stored(path.with_suffix(".json"))
+        info = kept_info(path.with_suffix(".json"))
         return None, info, path if info is not None else None
 
     def read(self, run_id: str, offset: int | None = None) -> str:
@@ -208,28 +206,17 @@ class RunBoard:
         found = []
         for path in folder.glob("t*.json"):
             run = self.runs.get(path.with_suffix(".log"))
-            info = run.info() if run is not None else self._stored(path)
+            info = run.info() if run is not None else kept_info(path)
             if info is not None:
                 found.append(info)
         return sorted(found, key=lambda info: int(info.id[1:]))
-
-    def _stored(self, path: Path) -> RunInfo | None:
-        """A run another kernel left: one that was running then ended with that kernel."""
-        info = stored_info(path)
-        if info is not None and info.state in LIVE and info.kernel != KERNEL_RUN:
-            info = replace(info, state="ended", detail="")
-            write_info(path, info)
-        return info
 
     def told(self, run: Run | None, info: RunInfo, *, read_to: int | None = None) -> None:
         """The agent now knows the run's state (and has read its log up to `read_to`)."""
         if run is not None:
             run.told(read_to=read_to)
-            return
-        folder = self._folder()
-        if folder is not None:
-            write_info(folder / f"{info.id}.json",
-                       replace(info, reported=info.state, read_to=read_to if read_to is not None else info.read_to))
+        elif (folder := self._folder()) is not None:
+            write_told(folder / f"{info.id}.json", info, read_to)
 
     def close(self) -> None:
         """The extension is unloaded: its runs are stopped and the routing put back."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctx_magic.errors import StorageError
-from ctx_magic.notebook.outputs import printed
+from ctx_magic.notebook.outputs import KERNEL_RUN, printed
 from ctx_magic.store.files import atomic_write_json, read_json
 
 LIVE = ("running", "stalled")
@@ -59,6 +59,20 @@ def stored_info(path: Path) -> RunInfo | None:
                        int(data.get("read_to") or 0), float(data.get("silent_for") or 0.0), str(data.get("code", "")))
     except (TypeError, ValueError):
         return None
+
+
+def kept_info(path: Path) -> RunInfo | None:
+    """A run's json read back; one another kernel left running has ended with that kernel (and is saved so)."""
+    info = stored_info(path)
+    if info is not None and info.state in LIVE and info.kernel != KERNEL_RUN:
+        info = replace(info, state="ended", detail="")
+        write_info(path, info)
+    return info
+
+
+def write_told(path: Path, info: RunInfo, read_to: int | None) -> None:
+    """What the agent was told of a run no object of this kernel holds (one a dead kernel left)."""
+    write_info(path, replace(info, reported=info.state, read_to=read_to if read_to is not None else info.read_to))
 
 
 def read_log(path: Path, offset: int, limit: int = READ_MAX_BYTES) -> tuple[str, int, int]:
