@@ -1,7 +1,7 @@
 """What a run's thread prints, displays and reads, and the subprocesses it starts: routed to
 that run, never to the cell that happens to be running.
 
-The agent's code runs in a thread of its own (runs.py) while the user's cells run on the
+The agent's code runs in a thread of its own (run.py) while the user's cells run on the
 kernel's main thread. Output is routed by thread: each routing point is wrapped once, and the
 wrapper asks whether the calling thread belongs to a run (or runs an asyncio task the run
 scheduled there); every other thread goes through untouched, so the user's own cells print and

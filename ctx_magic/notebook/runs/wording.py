@@ -62,7 +62,7 @@ def news_line(info: RunInfo, now: float, *, unread: int) -> str:
 
 def runs_listing(rows: list[dict[str, Any]], elsewhere: Sequence[str] = ()) -> str:
     """`%ctx tasks`: one line per run, then its last printed line and its log; then `elsewhere`,
-    the runs of this kernel still live in other sessions (`RunBoard.elsewhere`)."""
+    the runs of this kernel still live in other sessions (`news.elsewhere`)."""
     lines = [] if rows else ["No background runs in this session."]
     for row in rows:
         lines.append(f"{row['id']}  {row['words']}  ({human_size(row['size'])} of output)")
