@@ -311,7 +311,7 @@ def test_the_traceback_of_the_agents_code_starts_at_its_code_as_a_cells_does(rig
     run(shell, "%%agent\ndivide\n```python\nx = 1\nx / 0\n```")
     result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]
     error = result["content"].split("[error]\n", 1)[1]
-    assert "runs.py" not in error and "_main" not in error  # nothing of ctx_magic's own frames
+    assert "notebook/runs/" not in error and "_main" not in error  # nothing of ctx_magic's own frames
     assert error.splitlines()[:4] == [
         "-" * 75, "ZeroDivisionError                         Traceback (most recent call last)",
         error.splitlines()[2], "      1 x = 1"]
