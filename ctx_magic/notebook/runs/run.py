@@ -35,7 +35,8 @@ class Run:
         self.record = CellRecord(code)
         """What a foreground run printed, displayed, returned and raised (its tool result)."""
         self._output = RunOutput(self.record, background=background)
-        self.id, self.log_path = "", None
+        self.id = ""
+        self.log_path: Path | None = None
         self.state, self.detail, self.tail = "running", "", ""
         self.started_at = self.last_output_at = clock()
         self.ended_at: float | None = None
