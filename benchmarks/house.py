@@ -1,6 +1,7 @@
 """`python benchmarks/house.py`: how the package is built, counted from its source.
 
-Prints the lines per package, the Protocols and the classes that implement each (matched by
+Prints the lines per package, the modules over 400 lines and classes over 200 (`--sizes FOLDER`:
+each module's lines and its classes' instead), the Protocols and the classes that implement each (matched by
 the names a class defines), the properties that only forward to another object's attribute,
 the functions that take more than eight parameters and the class names used twice. Nothing
 is imported: the source is parsed with `ast`, so the counts are the same on any machine.
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_PARAMETERS = 8  # a function past this wants one value instead of a bundle of keywords
+MAX_MODULE_LINES = 400  # the house's rule: a module past this is read in more than one sitting
+MAX_CLASS_LINES = 200  # and a class past this has more than one job
 
 
 @dataclass
@@ -153,14 +156,49 @@ def line_kinds(source: str) -> Counter[str]:
     return kinds
 
 
+def _class_sizes(tree: ast.AST) -> list[tuple[str, int]]:
+    return [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+            if isinstance(n, ast.ClassDef) and n.end_lineno is not None]
+
+
+def sizes(files: list[Path], root: Path) -> None:
+    """Each module's lines and its classes' lines."""
+    print("| module | lines | classes (lines) |\n| --- | ---: | --- |")
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        shown = ", ".join(f"{name} {count}" for name, count in _class_sizes(ast.parse(source)))
+        print(f"| {path.relative_to(root)} | {len(source.splitlines()):,} | {shown} |")
+
+
+def oversized(files: list[Path], root: Path) -> None:
+    """The modules and classes past the house's sizes."""
+    modules, big = [], []
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            modules.append(f"{path.relative_to(root)} {len(source.splitlines())}")
+        big += [f"{path.relative_to(root)} {name} {count}" for name, count in _class_sizes(ast.parse(source))
+                if count > MAX_CLASS_LINES]
+    print(f"\n## Modules over {MAX_MODULE_LINES} lines: {len(modules)}\n")
+    for line in modules:
+        print(f"- {line}")
+    print(f"\n## Classes over {MAX_CLASS_LINES} lines: {len(big)}\n")
+    for line in big:
+        print(f"- {line}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--package", default="ctx_magic", help="the package folder to count")
+    parser.add_argument("--sizes", metavar="FOLDER", help="only the lines of each module under FOLDER and its classes")
     parser.add_argument("--seams", default="Model,Executor,ToolContext,Summarizer,TextModel",
                         help="Protocols that stand at a true seam, listed apart")
     options = parser.parse_args()
     root = Path(options.package).resolve().parent
     files = python_files(Path(options.package).resolve())
+    if options.sizes:
+        sizes(python_files(Path(options.sizes).resolve()), Path.cwd())
+        return
 
     lines: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -190,6 +228,8 @@ def main() -> None:
         single += len(implementers) <= 1 and not seam
         print(f"| {proto.name} | {proto.where} | {', '.join(implementers) or '-'} | {'yes' if seam else ''} |")
     print(f"\nProtocols with at most one implementation, seams aside: {single}\n")
+
+    oversized(files, root)
 
     forwarding = forwarding_properties(files, root)
     print(f"## Forwarding-only properties: {len(forwarding)}\n")

@@ -32,7 +32,7 @@ from ctx_magic.messages import Block, Message, text_block, tool_use_block
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import shown_text
 from ctx_magic.notebook.outputs import CellRecord, printed, strip_ansi
-from ctx_magic.notebook.runs import running_cell_number
+from ctx_magic.notebook.runs.cell_code import running_cell_number
 
 AGENT_CODE_MIME = "application/vnd.ctx-magic.agent-code+json"
 """The MIME type of a block of the agent's code, rendered by the labextension (src/agentcells.ts)."""

@@ -32,7 +32,8 @@ from ctx_magic.notebook.host import SessionHost
 from ctx_magic.notebook.idle import IdleWatch
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.panel_link import PanelLink
-from ctx_magic.notebook.tasks import RunBoard
+from ctx_magic.notebook.runs.board import RunBoard
+from ctx_magic.notebook.runs.news import elsewhere
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.store.files import make_storage_folder, open_private_append
 
@@ -155,7 +156,7 @@ class Controller:
             raise
         if session is not current:
             if current is not None:
-                notes += self.runs.elsewhere()
+                notes += elsewhere(self.runs)
             session.listeners.append(self._heard)
             self.cells.attach(session.store)  # cells run from now on survive a kernel restart
             self.memory.attach(session)

@@ -17,8 +17,10 @@ from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.inventory import inventory
 from ctx_magic.notebook.outputs import CellRecord, strip_ansi
-from ctx_magic.notebook.runs import Run
-from ctx_magic.notebook.tasks import RunBoard, stalled_text, started_text
+from ctx_magic.notebook.runs.board import RunBoard
+from ctx_magic.notebook.runs.news import live_lines, news
+from ctx_magic.notebook.runs.run import Run
+from ctx_magic.notebook.runs.wording import stalled_text, started_text
 from ctx_magic.notebook.workspace import Workspace
 
 NOTEBOOK_TOOL = {
@@ -212,7 +214,7 @@ class KernelExecutor:
 
     def news(self) -> list[str]:
         """One line per background run whose state changed since the agent was last told."""
-        return self.runs.news()
+        return news(self.runs)
 
     def _no_await_here(self, code: str) -> ToolOutput | None:
         """Top-level `await` needs the kernel's event loop, which is busy running this very turn."""
@@ -263,7 +265,7 @@ class KernelExecutor:
             notes.append(f"The most recent code you ran in the notebook's kernel:\n{shown}")
         state = inventory(self.shell.user_ns, self._settings.kernel_inventory_tokens,
                           getattr(self.shell, "user_ns_hidden", None))
-        runs = self.runs.live_lines()
+        runs = live_lines(self.runs)
         return [*notes, *([state] if state else []), *(["\n".join(runs)] if runs else [])]
 
 

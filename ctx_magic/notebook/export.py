@@ -26,7 +26,7 @@ from ctx_magic.notebook.agent_cells import (
 )
 from ctx_magic.notebook.executor import NOT_RUN
 from ctx_magic.notebook.markdown_text import code_fence, plain_as_markdown
-from ctx_magic.notebook.tasks import STALLED
+from ctx_magic.notebook.runs.wording import STALLED
 from ctx_magic.store.files import atomic_write_text, describe_os_error
 from ctx_magic.ui.cards import count
 

@@ -27,7 +27,8 @@ from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.export import Target, export_notebook, export_transcript
-from ctx_magic.notebook.tasks import runs_listing
+from ctx_magic.notebook.runs.news import elsewhere, rows
+from ctx_magic.notebook.runs.wording import runs_listing
 from ctx_magic.notebook.wording import error_line, pins_listing, status_text
 
 AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]
@@ -360,7 +361,7 @@ class AgentMagics(Magics):
         """`%ctx tasks`, `%ctx answer ID [TEXT]`, `%ctx stop ID`: the agent's background runs."""
         runs = self.controller.runs
         if command == "tasks":
-            plain_or_rich({"text/plain": runs_listing(runs.rows(), runs.elsewhere())})
+            plain_or_rich({"text/plain": runs_listing(rows(runs), elsewhere(runs))})
             return
         if not words:
             raise UsageError(f"%ctx {command} needs the id of a background run (see %ctx tasks).")

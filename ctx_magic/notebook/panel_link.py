@@ -17,7 +17,8 @@ from ctx_magic.events import DURABLE_EVENTS, Event, UsageUpdated, event_from_jso
 from ctx_magic.messages import Message
 from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.outputs import KERNEL_RUN
-from ctx_magic.notebook.tasks import RunBoard
+from ctx_magic.notebook.runs.board import RunBoard
+from ctx_magic.notebook.runs.news import rows
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.prices import UNKNOWN_PRICES, Prices, model_prices
 from ctx_magic.ui.cards import close_tree
@@ -133,7 +134,7 @@ class PanelLink:
     def runs_changed(self) -> None:
         """The background runs' rows (from the run watch's thread as they change, and at refreshes)."""
         if self.widget is not None and self._runs is not None:
-            self.widget.runs.show(self._runs.rows())
+            self.widget.runs.show(rows(self._runs))
 
     def show_once(self) -> None:
         """In JupyterLab or Notebook 7, the sidebar's anchor once per kernel (after a restart, the

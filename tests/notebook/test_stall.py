@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctx_magic.notebook.stall import is_stalled, last_line, looks_like_prompt, shown_prompt
+from ctx_magic.notebook.runs.stall import is_stalled, last_line, looks_like_prompt, shown_prompt
 from ctx_magic.settings import STALL_SECONDS
 
 PROMPTS = [

@@ -12,8 +12,9 @@ from notebook_rig import controller, run
 from tasks_rig import WAIT, board_shell, log_text, only_run, wait_for
 
 from ctx_magic.notebook.outputs import KERNEL_RUN
-from ctx_magic.notebook.runs import read_log
-from ctx_magic.notebook.tasks import OTHER_SESSIONS_RUNS
+from ctx_magic.notebook.runs.log import read_log
+from ctx_magic.notebook.runs.news import news
+from ctx_magic.notebook.runs.wording import OTHER_SESSIONS_RUNS
 from ctx_magic.settings import STALL_SECONDS
 
 PACED = """```python background
@@ -204,7 +205,7 @@ def test_a_silent_loop_whose_last_line_is_not_a_prompt_is_never_a_stall(rig):
         clock.advance(900)
         board.check()
         assert started.state == "running"
-    assert board.news() == []
+    assert news(board) == []
     shell.user_ns["resume"].set()
     assert started.done.wait(20) and started.state == "finished"
 
@@ -230,7 +231,7 @@ def test_a_foreground_prompt_ends_the_turns_wait_once_the_threshold_has_passed(r
     helper.join(20)
     assert started.state == "stalled" and started.id == "t1" and started.reported == "stalled"
     assert "Continue? [y/n]" in "".join(printed)
-    assert board.news() == []  # the tool's own result told the agent
+    assert news(board) == []  # the tool's own result told the agent
     board.answer("t1", "n")
     assert started.done.wait(20)
     assert log_text(board, "t1").endswith("Continue? [y/n] n\ngot n\n")
@@ -258,8 +259,8 @@ def test_stopping_a_run_kills_what_its_subprocess_started_too(rig, tmp_path):
     started = only_run(board)
     wait_for(started, lambda: "training" in started.tail)  # the shell's child, not the shell, prints it
     assert board.stop("t1") == "Run t1 stopped."
-    started._pump_thread.join(WAIT)
-    assert not started._pump_thread.is_alive()  # nothing holds the run's output pipe any more
+    started.children._pump_thread.join(WAIT)
+    assert not started.children._pump_thread.is_alive()  # nothing holds the run's output pipe any more
     stat = Path(f"/proc/{pid_file.read_text()}/stat")
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or dead unreaped
 
@@ -298,11 +299,11 @@ def test_a_failed_run_says_its_error_and_keeps_the_traceback_in_its_log(rig):
     clock.advance(5)
     go.set()
     assert only_run(board).done.wait(20)
-    (line,) = board.news()
+    (line,) = news(board)
     assert line.startswith("Background run t1 failed after 5 s: ZeroDivisionError: division by zero; ")
     assert line.endswith("of its output not read yet (task, action 'read').")
     assert "ZeroDivisionError" in log_text(board, "t1")
-    assert board.news() == []  # told once
+    assert news(board) == []  # told once
 
 
 def test_the_traceback_of_the_agents_code_starts_at_its_code_as_a_cells_does(rig):
@@ -310,7 +311,7 @@ def test_the_traceback_of_the_agents_code_starts_at_its_code_as_a_cells_does(rig
     run(shell, "%%agent\ndivide\n```python\nx = 1\nx / 0\n```")
     result = [b for m in controller(shell).host.session.live.messages for b in m.blocks("tool_result")][-1]
     error = result["content"].split("[error]\n", 1)[1]
-    assert "runs.py" not in error and "_main" not in error  # nothing of ctx_magic's own frames
+    assert "notebook/runs/" not in error and "_main" not in error  # nothing of ctx_magic's own frames
     assert error.splitlines()[:4] == [
         "-" * 75, "ZeroDivisionError                         Traceback (most recent call last)",
         error.splitlines()[2], "      1 x = 1"]

@@ -1,7 +1,7 @@
 """What a run's thread prints, displays and reads, and the subprocesses it starts: routed to
 that run, never to the cell that happens to be running.
 
-The agent's code runs in a thread of its own (runs.py) while the user's cells run on the
+The agent's code runs in a thread of its own (run.py) while the user's cells run on the
 kernel's main thread. Output is routed by thread: each routing point is wrapped once, and the
 wrapper asks whether the calling thread belongs to a run (or runs an asyncio task the run
 scheduled there); every other thread goes through untouched, so the user's own cells print and
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ctx_magic.notebook.runs import Run
+    from ctx_magic.notebook.runs.run import Run
 
 _GROUPS = hasattr(os, "killpg")  # POSIX: a run's subprocesses are killed with everything they started
 POPEN_STREAM_ARGS = 3  # Popen(args, bufsize, executable, stdin, ...): stdin given by position is left alone
@@ -251,7 +251,7 @@ class RunIO:
             if run is None or len(args) > POPEN_STREAM_ARGS:
                 original(popen, *args, **kwargs)
                 return
-            for name, fd in run.child_streams().items():
+            for name, fd in run.children.streams().items():
                 if kwargs.get(name) is None:
                     kwargs[name] = fd
             # A process group of its own: stopping the run kills what the child started too (a shell's
@@ -260,7 +260,7 @@ class RunIO:
             if grouped:
                 kwargs["start_new_session"] = True
             original(popen, *args, **kwargs)
-            run.adopt(popen, grouped=grouped)
+            run.children.adopt(popen, grouped=grouped)
 
         return init
 
