@@ -34,7 +34,7 @@ from benchmarks.replay.identifiers import uses_by_action
 from benchmarks.replay.side_output import STAND_IN, ReplySizes, sized_reply
 from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
-from ctx_magic.offline.counting import has_images
+from ctx_magic.offline.counting import has_images, output_tokens
 
 MODEL = "claude-sonnet-5-5"
 API_HEADERS = {"x-api-key": "offline", "content-type": "application/json", "anthropic-version": "2023-06-01"}
@@ -74,6 +74,11 @@ class Call:
     images: bool = False
     """The request holds an image: a change of this from one call to the next invalidates every
     cached message block on the real API (and in the stand-in)."""
+    refused_thinking: bool = False
+    """The prefix check refused the request: a thinking block sent back was bound to another
+    conversation (its system, tools or earlier messages changed since it was written)."""
+    thinking_dropped: tuple[tuple[str, int], ...] = ()
+    """The thinking blocks the API dropped from the request (drop_block): (signature, tokens) each."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -137,6 +142,20 @@ def stream_usage(chunks: Sequence[bytes]) -> dict[str, Any]:
 
 PRECISE_RULES = frozenset({"compaction", "session-notes", "memory-longterm", "memory-dream-gather",
                            "memory-dream-consolidate"})
+
+
+def thinking_failures(request: Mapping[str, Any], mismatches: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """What the prefix check did to a request's thinking: refused it, or dropped these blocks
+    (each named by its signature, so a block dropped from every later request counts once)."""
+    dropped = []
+    for mismatch in mismatches:
+        if mismatch.get("type") != "thinking_dropped":
+            continue
+        _, i, _, j = mismatch["path"].split(".")
+        block = request["messages"][int(i)]["content"][int(j)]
+        dropped.append((str(block.get("signature") or block.get("data")), output_tokens([block], MODEL)))
+    return {"refused_thinking": any(m.get("type") == "thinking_refused" for m in mismatches),
+            "thinking_dropped": tuple(dropped)}
 
 
 class ScriptedPolicy:
@@ -221,6 +240,8 @@ class Meter:
                 usage = stream_usage(chunks) if stream else json.loads(b"".join(chunks)).get("usage", {})
             rule = self.api.policy.rule(record.body) if hasattr(self.api.policy, "rule") and record.body else ""
             call = usage_call(record.kind, reply.status, self.clock(), usage, rule)
+            if record.thinking_mismatches:
+                call = dataclasses.replace(call, **thinking_failures(record.body, record.thinking_mismatches))
             if reply.status == 200 and record.kind == "normal":
                 call = dataclasses.replace(call, extends=extends(self.final_request, record.body),
                                            images=has_images(record.body))

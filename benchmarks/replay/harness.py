@@ -188,6 +188,8 @@ class Outcome:
     overflow: bool = False
     error: str | None = None
     events: Counter[str] = field(default_factory=Counter)
+    thinking_cleared: Counter[str] = field(default_factory=Counter)
+    """Thinking the client itself took out of messages it still sends: blocks and tokens."""
 
 
 class Run:
