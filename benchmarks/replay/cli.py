@@ -94,7 +94,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if sizes and sizes != SENSITIVITY:
             parser.error(f"unknown reply sizes {sizes!r} in {name!r} (known: {SENSITIVITY})")
         if base != FLOOR:
-            strategy(base)  # an unknown name fails here, before anything runs
+            try:
+                strategy(base)  # an unknown name fails here, before anything runs
+            except ValueError as error:
+                parser.error(str(error))
     return args
 
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a package of the repository, not of the installed ctx_magic
 
 from benchmarks.replay.billing import Call, Meter, new_bench, price  # noqa: E402
-from benchmarks.replay.cli import left_out_line, report, run_replays  # noqa: E402
+from benchmarks.replay.cli import left_out_line, parse_args, report, run_replays  # noqa: E402
 from benchmarks.replay.corpus import (  # noqa: E402
     BASH_TOOL,
     Action,
@@ -46,7 +46,7 @@ from benchmarks.replay.side_output import (  # noqa: E402
     real_sizes,
     sized_reply,
 )
-from benchmarks.replay.strategies import strategy  # noqa: E402
+from benchmarks.replay.strategies import DEFAULT, THINKING, strategy  # noqa: E402
 from benchmarks.replay.table import grouped, overhead_table, overheads, warm_misses, window_tables  # noqa: E402
 from ctx_magic.context.tokens import count_text  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
@@ -432,3 +432,48 @@ def test_a_compaction_can_lose_what_later_actions_use_and_the_bill_says_so() -> 
     raw, cc = reference_run(replay), run_one("cc-default", replay, 32_000)
     assert raw.ids_used == cc.ids_used > 0 and raw.ids_kept == raw.ids_used
     assert cc.events["auto"] >= 1 and cc.ids_kept < cc.ids_used
+
+
+# -- the thinking sent back to a model that checks its prefix --------------------------------------
+
+
+@needs_corpus
+def test_on_a_model_with_the_prefix_check_only_the_editing_run_that_asks_no_drop_block_is_refused() -> None:
+    """The notebook replay on claude-sonnet-5-5 (replies carry thinking, a new account: a thinking
+    block whose prefix changed earns a 400). Append-only ctx_magic takes out the thinking its own
+    idle clearing invalidates and is never refused; editing with drop_block, the API drops the
+    blocks instead (each counted once, however many requests carry it); editing without it, the
+    first request after the idle clearing is refused and the session ends there."""
+    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    append_only, edit, refused = (run_one(name, replay, 32_000)
+                                  for name in ("ctx_magic", "ctx_magic-edit", "ctx_magic-edit-refused"))
+    assert (append_only.refused_thinking, append_only.thinking_dropped()) == (0, (0, 0))
+    assert append_only.thinking_cleared["blocks"] == 4 and not append_only.overflow
+    assert edit.refused_thinking == 0 and edit.thinking_dropped() == (8, 398) and not edit.overflow
+    assert any(c.thinking_dropped for c in edit.calls[1:]) and edit.ids_kept == edit.ids_used
+    assert refused.refused_thinking == 1 and refused.overflow and "Invalid `signature`" in (refused.error or "")
+    raw = run_one("raw", replay, 32_000)  # append-only by construction
+    assert (raw.refused_thinking, raw.thinking_dropped(), sum(raw.thinking_cleared.values())) == (0, (0, 0), 0)
+
+
+def test_thinking_picks_its_strategies_and_leaves_the_default_run_as_it_was() -> None:
+    assert parse_args([]).strategies == list(DEFAULT) and not parse_args([]).thinking
+    assert parse_args(["--thinking"]).strategies == ["raw", "cc-default", "ctx_magic", "ctx_magic-edit"] == \
+        list(THINKING)
+    assert parse_args(["--thinking", "--strategies", "ctx_magic-edit-refused"]).strategies == \
+        ["raw", "ctx_magic-edit-refused"]
+    with pytest.raises(SystemExit):
+        parse_args(["--strategies", "ctx_magic-rewrite"])
+
+
+@needs_corpus
+def test_the_thinking_table_reads_the_refused_requests_and_the_thinking_dropped() -> None:
+    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    runs = run_replays([replay], [32_000], ["raw", "ctx_magic-edit", "ctx_magic-edit-refused"], STAND_IN)
+    printed = report(runs, per_session=0, thinking=True)
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in printed.splitlines()
+            if line.startswith("| ") and "blocks)" in line}
+    assert rows["raw"][3:6] == ["0", "0 tokens (0 blocks)", "0 tokens (0 blocks)"]
+    assert rows["ctx_magic-edit"][3] == "0" and rows["ctx_magic-edit"][5] == "398 tokens (8 blocks)"
+    assert rows["ctx_magic-edit-refused"][2:4] == ["1 of 1", "1"]
+    assert "refused requests" not in report(runs, per_session=0)  # the default report is unchanged
