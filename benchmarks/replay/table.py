@@ -298,8 +298,8 @@ def variant_base(name: str) -> str:
 
 # -- the thinking sent back (the prefix check of the models with preserved thinking) ---------------
 
-THINKING_HEADER = ("strategy", "billed vs raw", "overflow runs", "refused requests", "thinking dropped by the client",
-                   "thinking dropped by the API", "identifiers kept")
+THINKING_HEADER = ("strategy", "billed vs raw", "overflow runs", "refused requests", "thinking written",
+                   "thinking dropped by the client", "thinking dropped by the API", "identifiers kept")
 THINKING_BARS = {32_000: (0.95, 0.92), 200_000: (0.99, 1.00)}
 """The append-only bars: no more bill, no fewer identifiers kept, than ctx_magic on a model without
 the check (bill as measured at these windows, identifiers kept as in this file's tables)."""
@@ -315,16 +315,17 @@ def thinking_row(name: str, runs: Runs, reference: Runs) -> list[str]:
         cleared.update(r.thinking_cleared)
     return [name, f"{sum(r.cost for r in results) / total:.2f}" if total else "-",
             f"{sum(r.overflow for r in results)} of {len(results)}", f"{sum(r.refused_thinking for r in results):,}",
+            f"{sum(c.thinking_written for r in results for c in r.calls):,} tokens",
             f"{cleared['tokens']:,} tokens ({cleared['blocks']:,} blocks)", f"{tokens:,} tokens ({blocks:,} blocks)",
             ids_share(results)]
 
 
 def thinking_table(by_strategy: dict[str, Runs]) -> str:
     """Per strategy: the bill against raw (append-only by construction), the requests the prefix
-    check refused, the thinking lost from messages still sent (taken out by the client after an
-    idle gap, an edit or a compaction's kept turns; or dropped by the API, each block once), and
-    the identifiers kept. A summary that replaces whole turns, thinking included, is not counted
-    here: it is a compaction."""
+    check refused, the thinking the main calls' replies carried, the thinking lost from messages
+    still sent (taken out by the client after an idle gap, an edit or a compaction's kept turns;
+    or dropped by the API, each block once), and the identifiers kept. A summary that replaces
+    whole turns, thinking included, is not counted here: it is a compaction."""
     reference = by_strategy[REFERENCE]
     return markdown(THINKING_HEADER, [thinking_row(name, runs, reference) for name, runs in by_strategy.items()
                                       if name != REFERENCE])

@@ -473,7 +473,12 @@ def test_the_thinking_table_reads_the_refused_requests_and_the_thinking_dropped(
     printed = report(runs, per_session=0, thinking=True)
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in printed.splitlines()
             if line.startswith("| ") and "blocks)" in line}
-    assert rows["raw"][3:6] == ["0", "0 tokens (0 blocks)", "0 tokens (0 blocks)"]
-    assert rows["ctx_magic-edit"][3] == "0" and rows["ctx_magic-edit"][5] == "398 tokens (8 blocks)"
+    assert rows["raw"][3] == "0" and rows["raw"][5:7] == ["0 tokens (0 blocks)", "0 tokens (0 blocks)"]
+    assert rows["ctx_magic-edit"][3] == "0" and rows["ctx_magic-edit"][6] == "398 tokens (8 blocks)"
+    main = [c.thinking_written for r in runs.results if r.strategy == "raw" for c in r.calls if c.kind == "normal"]
+    assert rows["raw"][4] == f"{sum(main):,} tokens"
+    # Every main reply thinks: with text on a new prompt, an empty block between tool calls.
+    assert min(main) == output_tokens([{"type": "thinking", "thinking": "", "signature": ""}], "claude-sonnet-5-5")
+    assert main[0] > min(main) and len(main) == replay.steps
     assert rows["ctx_magic-edit-refused"][2:4] == ["1 of 1", "1"]
     assert "refused requests" not in report(runs, per_session=0)  # the default report is unchanged
