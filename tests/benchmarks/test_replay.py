@@ -50,6 +50,7 @@ from benchmarks.replay.strategies import DEFAULT, THINKING, strategy  # noqa: E4
 from benchmarks.replay.table import grouped, overhead_table, overheads, warm_misses, window_tables  # noqa: E402
 from ctx_magic.context.tokens import count_text  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
+from ctx_magic.offline.thinking import thinking_blocks  # noqa: E402
 
 CORPUS = corpus_path()
 needs_corpus = pytest.mark.skipif(  # absent under CI the tests run, and fail
@@ -70,6 +71,11 @@ def recording(meter: Meter) -> list[dict[str, Any]]:
 
     meter.messages = messages  # type: ignore[method-assign]
     return sent
+
+
+def reply_tokens(request: dict[str, Any], action: Action) -> int:
+    """A main reply's output tokens: the thinking the model opens it with, then the recorded action."""
+    return output_tokens([*thinking_blocks(request), *action.content()], "claude-sonnet-5-5")
 
 
 def three_turns(gap_before_third: float) -> Replay:
@@ -93,7 +99,8 @@ def test_price_of_one_usage() -> None:
 def test_three_turn_bill_by_hand() -> None:
     """raw, three turns, the third after an idle gap longer than the 5-minute cache TTL.
 
-    P1, P2, P3 are the prompts' tokens, o1, o2, o3 the replies' (as the stand-in counts them).
+    P1, P2, P3 are the prompts' tokens, o1, o2, o3 the replies' (as the stand-in counts them: the
+    replay's model thinks by default, so each reply is its thinking block and the recorded action).
     Call 1: nothing cached, all of P1 written:           1.25 P1                 + 5 o1
     Call 2: 10 s later, P1 read, the rest written:       0.1 P1 + 1.25 (P2 - P1)  + 5 o2
     Call 3: 6 minutes later, the cache expired:          1.25 P3                 + 5 o3
@@ -104,7 +111,7 @@ def test_three_turn_bill_by_hand() -> None:
     outcome = strategy("raw")(bench)
     assert not outcome.overflow
     p1, p2, p3 = (input_tokens(r) for r in sent)
-    o1, o2, o3 = (output_tokens(list(a.content())) for a in replay.actions())
+    o1, o2, o3 = (reply_tokens(r, a) for r, a in zip(sent, replay.actions()))
     assert p1 < p2 < p3 and p1 > 1_024
     expected = 1.25 * p1 + 5 * o1 + (0.1 * p1 + 1.25 * (p2 - p1) + 5 * o2) + (1.25 * p3 + 5 * o3)
     assert bench.meter.cost == pytest.approx(expected)
@@ -125,7 +132,7 @@ def test_uncached_bills_every_prompt_token_at_full_price() -> None:
     bench = new_bench(replay, 200_000)
     sent = recording(bench.meter)
     strategy("raw-uncached")(bench)
-    outputs = sum(output_tokens(list(a.content())) for a in replay.actions())
+    outputs = sum(reply_tokens(r, a) for r, a in zip(sent, replay.actions()))
     assert bench.meter.cost == pytest.approx(sum(input_tokens(r) for r in sent) + 5 * outputs)
 
 
@@ -138,7 +145,8 @@ def test_compaction_requests_get_the_default_summary_and_main_calls_the_script()
                                                   "1. Goal: x\n2. Files: y\n3. Next: z"}],
     }
     status, body = bench.meter.messages(summary_request)
-    assert status == 200 and "<summary>" in body["content"][0]["text"]
+    texts = [b["text"] for b in body["content"] if b["type"] == "text"]
+    assert status == 200 and body["content"][0]["type"] == "thinking" and "<summary>" in texts[0]
     assert bench.meter.calls[-1].kind == "compaction" and bench.policy.served == 0  # no action consumed
     assert strategy("raw")(bench).overflow is False
     assert bench.policy.served == 3
@@ -360,15 +368,19 @@ def test_cc_default_finishes_the_sessions_its_summary_call_used_to_overflow() ->
 
 @needs_corpus
 def test_a_session_far_below_its_threshold_bills_what_the_fair_raw_bills() -> None:
-    """Nothing to manage (5,380 tokens at most against a 170,616-token threshold): no context
-    tools in the requests, no side call, the same breakpoints: ctx_magic's bill is raw's."""
+    """Nothing to manage (under 10,000 tokens against a 170,616-token threshold): no side call,
+    the same breakpoints. Editing ctx_magic sends no context tools until a first cut, so its bill
+    is raw's; append-only ctx_magic (the replay's model checks the prefix of the thinking sent
+    back) offers them from the first request, as a tool joining later would change every
+    block's prefix, and pays their definitions in every request."""
     replay = load_swe(swe_paths(CORPUS)[0])
     raw = run_one("raw", replay, 200_000)
-    ours = run_one("ctx_magic", replay, 200_000)
-    assert raw.largest_request < 10_000 and not ours.side_calls()
-    assert ours.cost == pytest.approx(raw.cost, rel=0.01)
-    before = run_one("ctx_magic+tools-from-start", replay, 200_000)
-    assert before.cost > 1.02 * raw.cost  # the context tools' definitions in every request, as before
+    editing = run_one("ctx_magic-edit", replay, 200_000)
+    assert raw.largest_request < 10_000 and not editing.side_calls()
+    assert editing.cost == pytest.approx(raw.cost, rel=0.01)
+    append_only = run_one("ctx_magic", replay, 200_000)
+    assert append_only.cost > 1.02 * raw.cost and not append_only.side_calls()
+    assert append_only.cost == pytest.approx(run_one("ctx_magic+tools-from-start", replay, 200_000).cost)
 
 
 @needs_corpus
