@@ -494,3 +494,14 @@ def test_the_thinking_table_reads_the_refused_requests_and_the_thinking_dropped(
     assert main[0] > min(main) and len(main) == replay.steps
     assert rows["ctx_magic-edit-refused"][2:4] == ["1 of 1", "1"]
     assert "refused requests" not in report(runs, per_session=0)  # the default report is unchanged
+
+
+@needs_corpus
+def test_a_baseline_that_edits_under_thinking_is_refused_and_its_run_ends_there_counted() -> None:
+    """masking replaces all but the last ten results: the first request after it masks one sends
+    back thinking written after the original, and the prefix check refuses it. The run ends there
+    as a dead end, with the refusal counted, instead of stopping the benchmark."""
+    replay = load_swe(swe_paths(CORPUS)[0])
+    masked = run_one("masking", replay, 200_000)
+    assert masked.overflow and masked.refused_thinking == 1 and "Invalid `signature`" in (masked.error or "")
+    assert masked.calls[-1].status == 400 and [c.status for c in masked.calls[:-1]] == [200] * 11
