@@ -34,11 +34,12 @@ from benchmarks.replay.identifiers import uses_by_action
 from benchmarks.replay.side_output import STAND_IN, ReplySizes, sized_reply
 from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
-from ctx_magic.offline.counting import has_images
+from ctx_magic.offline.counting import has_images, output_tokens
 
 MODEL = "claude-sonnet-5-5"
 API_HEADERS = {"x-api-key": "offline", "content-type": "application/json", "anthropic-version": "2023-06-01"}
 MESSAGES = "/v1/messages"
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
 COUNT_TOKENS = "/v1/messages/count_tokens"
 
 PRICE_INPUT = 1.0
@@ -74,6 +75,13 @@ class Call:
     images: bool = False
     """The request holds an image: a change of this from one call to the next invalidates every
     cached message block on the real API (and in the stand-in)."""
+    refused_thinking: bool = False
+    """The prefix check refused the request: a thinking block sent back was bound to another
+    conversation (its system, tools or earlier messages changed since it was written)."""
+    thinking_dropped: tuple[tuple[str, int], ...] = ()
+    """The thinking blocks the API dropped from the request (drop_block): (signature, tokens) each."""
+    thinking_written: int = 0
+    """Tokens of the thinking blocks a main call's reply opened with (counted as when sent back)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -121,6 +129,22 @@ def usage_call(kind: str, status: int, at: float, usage: Mapping[str, Any], rule
                 int(usage.get("cache_read_input_tokens") or 0), int(usage.get("output_tokens") or 0), rule)
 
 
+def reply_thinking(chunks: Sequence[bytes], stream: bool) -> list[dict[str, Any]]:
+    """The thinking and redacted_thinking blocks of a reply, plain or streamed."""
+    if not stream:
+        return [b for b in json.loads(b"".join(chunks)).get("content", []) if b.get("type") in THINKING_BLOCKS]
+    blocks: dict[int, dict[str, Any]] = {}
+    for line in b"".join(chunks).decode("utf-8").splitlines():
+        if not line.startswith("data: "):
+            continue
+        event = json.loads(line[6:])
+        if event.get("type") == "content_block_start" and event["content_block"].get("type") in THINKING_BLOCKS:
+            blocks[event["index"]] = dict(event["content_block"])
+        elif event.get("type") == "content_block_delta" and event["delta"].get("type") == "thinking_delta":
+            blocks[event["index"]]["thinking"] += event["delta"]["thinking"]
+    return list(blocks.values())
+
+
 def stream_usage(chunks: Sequence[bytes]) -> dict[str, Any]:
     """The usage of a streamed reply: message_start's, updated by message_delta's."""
     usage: dict[str, Any] = {}
@@ -137,6 +161,20 @@ def stream_usage(chunks: Sequence[bytes]) -> dict[str, Any]:
 
 PRECISE_RULES = frozenset({"compaction", "session-notes", "memory-longterm", "memory-dream-gather",
                            "memory-dream-consolidate"})
+
+
+def thinking_failures(request: Mapping[str, Any], mismatches: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """What the prefix check did to a request's thinking: refused it, or dropped these blocks
+    (each named by its signature, so a block dropped from every later request counts once)."""
+    dropped = []
+    for mismatch in mismatches:
+        if mismatch.get("type") != "thinking_dropped":
+            continue
+        _, i, _, j = mismatch["path"].split(".")
+        block = request["messages"][int(i)]["content"][int(j)]
+        dropped.append((str(block.get("signature") or block.get("data")), output_tokens([block], MODEL)))
+    return {"refused_thinking": any(m.get("type") == "thinking_refused" for m in mismatches),
+            "thinking_dropped": tuple(dropped)}
 
 
 class ScriptedPolicy:
@@ -216,14 +254,17 @@ class Meter:
                 return reply
             chunks = list(reply.body)
             usage: Mapping[str, Any] = {}
+            stream = any(k.lower() == "content-type" and "event-stream" in v for k, v in reply.headers)
             if reply.status == 200:
-                stream = any(k.lower() == "content-type" and "event-stream" in v for k, v in reply.headers)
                 usage = stream_usage(chunks) if stream else json.loads(b"".join(chunks)).get("usage", {})
             rule = self.api.policy.rule(record.body) if hasattr(self.api.policy, "rule") and record.body else ""
             call = usage_call(record.kind, reply.status, self.clock(), usage, rule)
+            if record.thinking_mismatches:
+                call = dataclasses.replace(call, **thinking_failures(record.body, record.thinking_mismatches))
             if reply.status == 200 and record.kind == "normal":
                 call = dataclasses.replace(call, extends=extends(self.final_request, record.body),
-                                           images=has_images(record.body))
+                                           images=has_images(record.body),
+                                           thinking_written=output_tokens(reply_thinking(chunks, stream), MODEL))
                 self.final_request = record.body
             self.calls.append(call)
             self.clock.advance(REPLY_SECONDS + call.output_tokens / OUTPUT_TOKENS_PER_SECOND

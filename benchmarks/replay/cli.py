@@ -2,6 +2,7 @@
 
     python -m benchmarks.replay [--windows 32000,200000,1000000] [--corpus PATH] [--quick]
                                 [--strategies raw,masking,...] [--ablations] [--sources swe,notebook]
+                                [--thinking]
                                 [--replies real|stand-in] [--per-session N]
 
 One run prints every table: per window, each strategy against the reference (raw at an
@@ -27,13 +28,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import ctx_magic.context.decide as decide
+from benchmarks.replay.billing import MODEL
 from benchmarks.replay.corpus import DEFAULT_CORPUS, Replay, load_corpus
 from benchmarks.replay.ctx_strategy import CtxOptions, thresholds_at
 from benchmarks.replay.harness import longest_reply, max_output, replies_fit
 from benchmarks.replay.results import REFERENCE, SIZES_MARK, RunResult, floor_of, reference_run, run_one
 from benchmarks.replay.side_output import STAND_IN, ReplySizes, p9999_sizes, real_sizes
-from benchmarks.replay.strategies import ABLATIONS, COMPACTION_SWITCHES, DEFAULT, FLOOR, strategy
-from benchmarks.replay.table import grouped, overhead_summary, overhead_table, overheads, target_lines, window_tables
+from benchmarks.replay.strategies import ABLATIONS, COMPACTION_SWITCHES, DEFAULT, FLOOR, THINKING, strategy
+from benchmarks.replay.table import (
+    grouped,
+    overhead_summary,
+    overhead_table,
+    overheads,
+    target_lines,
+    thinking_table,
+    thinking_targets,
+    window_tables,
+)
 
 DEFAULT_WINDOWS = (32_000, 200_000, 1_000_000)
 STANDARD_WINDOW = 200_000  # past it, a window measures something only if a session grows past it
@@ -59,8 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="the shared corpus folder")
     parser.add_argument("--quick", action="store_true",
                         help="a subset: 3 trajectories, the Claude Code log, the start of a notebook")
-    parser.add_argument("--strategies", default=",".join(DEFAULT),
+    parser.add_argument("--strategies", default=None,
                         help="comma-separated (raw always runs); NAME@p99.99: NAME with p99.99-long summaries")
+    parser.add_argument("--thinking", action="store_true",
+                        help=f"the thinking sent back: {', '.join(THINKING)} (unless --strategies names others), "
+                             "and per window the prefix check's table (refused requests, thinking dropped)")
     parser.add_argument("--ablations", action="store_true", help="add ctx_magic with mechanisms switched off")
     parser.add_argument("--sources", default="", help="only these sources: swe, claude-code, notebook")
     parser.add_argument("--replies", choices=("real", "stand-in"), default="real",
@@ -71,7 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the strategy whose bill --per-session splits (default ctx_magic)")
     args = parser.parse_args(argv)
     args.windows = [int(w.replace("_", "")) for w in args.windows.split(",") if w.strip()]
-    names = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    chosen = args.strategies if args.strategies is not None else ",".join(THINKING if args.thinking else DEFAULT)
+    names = [s.strip() for s in chosen.split(",") if s.strip()]
     names += list(ABLATIONS) if args.ablations else []
     args.strategies = ["raw", *dict.fromkeys(n for n in names if n != "raw")]
     for name in args.strategies:
@@ -79,7 +94,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if sizes and sizes != SENSITIVITY:
             parser.error(f"unknown reply sizes {sizes!r} in {name!r} (known: {SENSITIVITY})")
         if base != FLOOR:
-            strategy(base)  # an unknown name fails here, before anything runs
+            try:
+                strategy(base)  # an unknown name fails here, before anything runs
+            except ValueError as error:
+                parser.error(str(error))
     return args
 
 
@@ -211,9 +229,10 @@ def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: 
     return "\n".join(lines) + "\n"
 
 
-def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8) -> str:
-    """Every window's tables (after the line naming the sessions it left out), the overhead of
-    `overhead_of` on the sessions that never near its threshold, then the targets."""
+def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8, thinking: bool = False) -> str:
+    """Every window's tables (after the line naming the sessions it left out), with `thinking` the
+    prefix check's table, the overhead of `overhead_of` on the sessions that never near its
+    threshold, then the targets."""
     tables = grouped(runs.results)
     sessions = len({r.replay for r in runs.results})
     parts: list[str] = []
@@ -221,6 +240,9 @@ def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8) -> 
         by_strategy = tables[window]
         parts.append(window_tables(window, by_strategy, left_out_line(window, runs.left_out.get(window, []), sessions))
                      + "\n")
+        if thinking:
+            parts.append(f"The thinking sent back to {MODEL} (prefix check on, an account that gets the 400):\n")
+            parts.append(thinking_table(by_strategy) + "\n")
         split = by_strategy.get(overhead_of)
         if split and per_session:
             quiet = overheads(split, by_strategy[REFERENCE], quiet_at(window))
@@ -232,7 +254,7 @@ def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8) -> 
             parts += [f"- {overhead_summary(n, overheads(by_strategy[n], by_strategy[REFERENCE], quiet_at(window)))}"
                       for n in names]
             parts.append("")
-    lines = target_lines(tables, quiet_at)
+    lines = target_lines(tables, quiet_at) + (thinking_targets(tables) if thinking else [])
     if lines:
         parts += ["## Targets\n", "\n".join(lines)]
     return "\n".join(parts)
@@ -243,4 +265,4 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     runs, sizes = run_all(args)
     print(header(args, argv, runs, sizes, time.perf_counter() - started))
-    print(report(runs, args.overhead_of, args.per_session))
+    print(report(runs, args.overhead_of, args.per_session, args.thinking))

@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,12 +37,21 @@ from benchmarks.replay.cell_render import IMAGE_MAX_BYTES, cell_record
 from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
 from ctx_magic.agent.loop import run_turn
-from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.model import AnthropicModel, ModelReply, ModelRequest
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.context.thresholds import Thresholds, compute_thresholds
-from ctx_magic.events import FOLD_TRIGGER, Cleared, Compacted, CompactionFailedEvent, Event, Persisted, Snipped
+from ctx_magic.events import (
+    FOLD_TRIGGER,
+    Cleared,
+    Compacted,
+    CompactionFailedEvent,
+    Event,
+    Persisted,
+    Snipped,
+    ThinkingCleared,
+)
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.outputs import cell_messages
@@ -55,6 +64,10 @@ NOTES_WAIT_SECONDS = 120.0  # a background notes extraction is waited for at eac
 UNBOUNDED_CALLS = 1_000_000  # the replay's per-turn model-call limit
 NEVER = 10**9  # a clearing threshold (tokens) or idle time (minutes) that is never reached
 REFERENCE_WINDOW = 200_000
+EDIT_VARIANTS: dict[str, dict[str, bool]] = {"ctx_magic": {}, "ctx_magic-edit": {"edit": True, "drop_block": True},
+                                             "ctx_magic-edit-refused": {"edit": True}}
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+DROP_BLOCK = {"prefix_mismatch_behavior": "drop_block"}
 CC_RESERVE = 20_000  # min(max output, 20,000) with a current model's 64,000 output cap
 AUTOCOMPACT_BUFFER = 13_000
 MEMORY_NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -79,12 +92,23 @@ class CtxOptions:
     before early compaction was weighed from Claude Code's trigger)."""
     tools_from_start: bool = False
     """The context tools offered from the first request (before they waited for a first cut)."""
+    edit: bool = False
+    """Append-only forced off on a model that checks the prefix of the thinking sent back: the
+    client edits what it sent as on a model without the check (`ctx_magic-edit`)."""
+    drop_block: bool = False
+    """Every call asks the API to drop the thinking blocks an edit invalidated instead of refusing
+    the request (`thinking.block_binding` and its beta header)."""
 
     @classmethod
     def parse(cls, name: str) -> CtxOptions:
         """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip` with any of the
-        switches `+cc-threshold`, `+late`, `+tools-from-start` (any subset)."""
-        options = cls()
+        switches `+cc-threshold`, `+late`, `+tools-from-start` (any subset); `ctx_magic-edit`
+        (append-only off, drop_block sent) and `ctx_magic-edit-refused` (append-only off, nothing
+        sent: the prefix check refuses) take the same switches."""
+        base = name.split("+")[0]
+        if base not in EDIT_VARIANTS:
+            raise ValueError(f"unknown ctx_magic variant {base!r} in {name!r}")
+        options = cls(**EDIT_VARIANTS[base])
         for flag in name.split("+")[1:]:
             field_name = {"no-notes": "notes", "no-memory": "memory", "no-clearing": "clearing",
                           "no-snip": "snip"}.get(flag)
@@ -181,6 +205,8 @@ def agent_config(window: int, options: CtxOptions) -> Settings:
         config = dataclasses.replace(config, clear_at_least=NEVER, idle_minutes=NEVER)
     if not options.snip:
         config = dataclasses.replace(config, snip_max_messages=NEVER)
+    if options.edit:
+        config = dataclasses.replace(config, append_only="off")
     if options.cc_threshold:
         max_output = max(256, min(MAX_OUTPUT, window // 4))  # Session.max_output with a 64,000 cap
         effective = window - min(max_output, CC_RESERVE)
@@ -198,6 +224,28 @@ def thresholds_at(window: int, options: CtxOptions | None = None) -> Thresholds:
                               env={}, thinking_budget=resolved.thinking_budget)
 
 
+class DropBlockModel(AnthropicModel):
+    """ctx_magic's model, every call asking the API to drop thinking whose prefix changed
+    (`thinking.block_binding.prefix_mismatch_behavior: "drop_block"`, with its beta header) where
+    it would otherwise refuse the request. No thinking parameter means adaptive thinking on these
+    models, so that is what the parameter says when the call sent none."""
+
+    def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
+               on_thinking: Callable[[str], None] | None = None) -> ModelReply:
+        return super().stream(with_drop_block(request), on_text, on_thinking=on_thinking)
+
+    def count_tokens(self, request: ModelRequest) -> int:
+        return super().count_tokens(with_drop_block(request))
+
+
+def with_drop_block(request: ModelRequest) -> ModelRequest:
+    thinking = dict(request.thinking or {"type": "adaptive"})
+    if thinking.get("type") not in ("adaptive", "enabled"):
+        return request
+    betas = request.betas if BINDING_BETA in request.betas else (*request.betas, BINDING_BETA)
+    return dataclasses.replace(request, thinking={**thinking, "block_binding": DROP_BLOCK}, betas=betas)
+
+
 def count_event(events: Counter[str], event: Event) -> None:
     if isinstance(event, Compacted):
         events[event.trigger] += 1
@@ -209,6 +257,14 @@ def count_event(events: Counter[str], event: Event) -> None:
         events["fold" if event.trigger == FOLD_TRIGGER else "snip"] += 1
     elif isinstance(event, CompactionFailedEvent):
         events["compaction-failed"] += 1
+
+
+def count_thinking_cleared(cleared: Counter[str], event: Event) -> None:
+    """Thinking ctx_magic took out of messages it still sends (after an idle gap, an edit, a
+    compaction's kept turns), kept apart from the rewrites column."""
+    if isinstance(event, ThinkingCleared):
+        cleared["blocks"] += event.blocks
+        cleared["tokens"] += event.tokens_freed
 
 
 def absorb_cells(session: Session, cells: list[Any], now: float) -> None:
@@ -245,14 +301,17 @@ def play_session(session: Session, bench: Bench, keeper: NotesKeeper | None) -> 
 def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
     options = options or CtxOptions()
     events: Counter[str] = Counter()
+    cleared: Counter[str] = Counter()
     with storage_folder() as root, lifted_call_limit(), late_compaction(options.late):
-        model = AnthropicModel(offline_client(bench.meter, max_retries=0), name=MODEL,  # type: ignore[arg-type]
-                               backend="offline")
+        model_class = DropBlockModel if options.drop_block else AnthropicModel
+        model = model_class(offline_client(bench.meter, max_retries=0), name=MODEL,  # type: ignore[arg-type]
+                            backend="offline")
         executor = ScriptedExecutor(bench.replay, bench.clock)
         session, _ = open_session(model, executor, root / ".ctx_magic", agent_config(bench.window, options),
                                   session_id="replay", system_prompt=bench.replay.system, root=root,
                                   clock=bench.clock)
         session.listeners.append(lambda event: count_event(events, event))
+        session.listeners.append(lambda event: count_thinking_cleared(cleared, event))
         if options.tools_from_start:
             session.frame.offer_context_tools()
         keeper = NotesKeeper(session) if options.notes else None
@@ -267,6 +326,7 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
                 keeper.wait(NOTES_WAIT_SECONDS)
             session.recorder.close()
     outcome.events = events
+    outcome.thinking_cleared = cleared
     if keeper is not None and keeper.last_error:
         events["notes-failed"] += 1
     return outcome

@@ -37,6 +37,11 @@ class Overflow(Exception):
     """A request (or a summary) stayed over the window and the strategy could not recover."""
 
 
+class Refused(Overflow):
+    """The prefix check refused a request (thinking sent back after an edit of what came before
+    it): a dead end for a baseline, which never handles it; the run ends there, counted."""
+
+
 class ReplayDesync(Exception):
     """A reply is not the recorded action: the replay would no longer be the recorded session."""
 
@@ -188,6 +193,8 @@ class Outcome:
     overflow: bool = False
     error: str | None = None
     events: Counter[str] = field(default_factory=Counter)
+    thinking_cleared: Counter[str] = field(default_factory=Counter)
+    """Thinking the client itself took out of messages it still sends: blocks and tokens."""
 
 
 class Run:
@@ -252,6 +259,8 @@ class Run:
                 continue
             if is_prompt_too_long(status, body):
                 raise Overflow(body["error"]["message"])
+            if self.bench.meter.calls and self.bench.meter.calls[-1].refused_thinking:
+                raise Refused(body["error"]["message"])
             raise RuntimeError(f"the stand-in refused a request ({status}): {body}")
 
     def side_call(self, request: Mapping[str, Any]) -> str:

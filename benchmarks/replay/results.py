@@ -53,6 +53,19 @@ class RunResult:
     ids_kept: int = 0
     ids_used: int = 0
     """Identifiers the recorded actions use (from earlier results) and how many their requests held."""
+    thinking_cleared: Counter[str] = field(default_factory=Counter)
+    """Thinking the client took out of messages it still sends (blocks, tokens)."""
+
+    @property
+    def refused_thinking(self) -> int:
+        """Requests the prefix check refused."""
+        return sum(c.refused_thinking for c in self.calls)
+
+    def thinking_dropped(self) -> tuple[int, int]:
+        """(blocks, tokens) of thinking the API dropped from requests (drop_block), each block once
+        however many requests it was dropped from."""
+        dropped = dict(d for c in self.calls for d in c.thinking_dropped)
+        return len(dropped), sum(dropped.values())
 
     @property
     def cost(self) -> float:
@@ -118,7 +131,8 @@ def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN
     largest = max((c.prompt_tokens for c in bench.meter.calls if c.status == 200), default=0)
     ids_kept, ids_used = identifiers_of(bench.policy, replay)
     return RunResult(name, replay.name, replay.source, window, list(bench.meter.calls), outcome.overflow,
-                     outcome.error, outcome.events, kept, users, intact, tail, seconds, largest, ids_kept, ids_used)
+                     outcome.error, outcome.events, kept, users, intact, tail, seconds, largest, ids_kept, ids_used,
+                     outcome.thinking_cleared)
 
 
 def reference_run(replay: Replay, sizes: ReplySizes = STAND_IN) -> RunResult:

@@ -294,3 +294,56 @@ def target_lines(tables: Grouped, quiet_at: Callable[[int], Callable[[RunResult]
 def variant_base(name: str) -> str:
     """`cc-default@p99.99` -> `cc-default`."""
     return name.split(SIZES_MARK)[0]
+
+
+# -- the thinking sent back (the prefix check of the models with preserved thinking) ---------------
+
+THINKING_HEADER = ("strategy", "billed vs raw", "overflow runs", "refused requests", "thinking written",
+                   "thinking dropped by the client", "thinking dropped by the API", "identifiers kept")
+THINKING_BARS = {32_000: (0.95, 0.92), 200_000: (0.99, 1.00)}
+"""The append-only bars: no more bill, no fewer identifiers kept, than ctx_magic on a model without
+the check (bill as measured at these windows, identifiers kept as in this file's tables)."""
+
+
+def thinking_row(name: str, runs: Runs, reference: Runs) -> list[str]:
+    results = list(runs.values())
+    total = sum(reference[k].cost for k in runs if k in reference)
+    blocks = sum(r.thinking_dropped()[0] for r in results)
+    tokens = sum(r.thinking_dropped()[1] for r in results)
+    cleared = Counter[str]()
+    for r in results:
+        cleared.update(r.thinking_cleared)
+    return [name, f"{sum(r.cost for r in results) / total:.2f}" if total else "-",
+            f"{sum(r.overflow for r in results)} of {len(results)}", f"{sum(r.refused_thinking for r in results):,}",
+            f"{sum(c.thinking_written for r in results for c in r.calls):,} tokens",
+            f"{cleared['tokens']:,} tokens ({cleared['blocks']:,} blocks)", f"{tokens:,} tokens ({blocks:,} blocks)",
+            ids_share(results)]
+
+
+def thinking_table(by_strategy: dict[str, Runs]) -> str:
+    """Per strategy: the bill against raw (append-only by construction), the requests the prefix
+    check refused, the thinking the main calls' replies carried, the thinking lost from messages
+    still sent (taken out by the client after an idle gap, an edit or a compaction's kept turns;
+    or dropped by the API, each block once), and the identifiers kept. A summary that replaces
+    whole turns, thinking included, is not counted here: it is a compaction."""
+    reference = by_strategy[REFERENCE]
+    return markdown(THINKING_HEADER, [thinking_row(name, runs, reference) for name, runs in by_strategy.items()
+                                      if name != REFERENCE])
+
+
+def thinking_targets(tables: Grouped, name: str = "ctx_magic") -> list[str]:
+    """The append-only bars at the windows that have them: no refused request, bill and identifiers
+    kept no worse than on a model without the check."""
+    lines = []
+    for window, by_strategy in sorted(tables.items()):
+        runs, bars = by_strategy.get(name), THINKING_BARS.get(window)
+        if not runs or bars is None:
+            continue
+        reference = by_strategy[REFERENCE]
+        bill = _bill(runs, runs) / _bill(reference, runs)
+        kept = sum(r.ids_kept for r in runs.values()) / max(1, sum(r.ids_used for r in runs.values()))
+        refused = sum(r.refused_thinking for r in runs.values())
+        met = "met" if bill <= bars[0] and kept >= bars[1] and refused == 0 else "not met"
+        lines.append(f"- {window:,}: {name} {bill:.2f} of raw (bar ≤ {bars[0]:.2f}), identifiers kept "
+                     f"{100 * kept:.0f} % (bar ≥ {100 * bars[1]:.0f} %), refused requests {refused} (bar 0): {met}")
+    return lines

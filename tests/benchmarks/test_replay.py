@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a package of the repository, not of the installed ctx_magic
 
 from benchmarks.replay.billing import Call, Meter, new_bench, price  # noqa: E402
-from benchmarks.replay.cli import left_out_line, report, run_replays  # noqa: E402
+from benchmarks.replay.cli import left_out_line, parse_args, report, run_replays  # noqa: E402
 from benchmarks.replay.corpus import (  # noqa: E402
     BASH_TOOL,
     Action,
@@ -46,10 +46,11 @@ from benchmarks.replay.side_output import (  # noqa: E402
     real_sizes,
     sized_reply,
 )
-from benchmarks.replay.strategies import strategy  # noqa: E402
+from benchmarks.replay.strategies import DEFAULT, THINKING, strategy  # noqa: E402
 from benchmarks.replay.table import grouped, overhead_table, overheads, warm_misses, window_tables  # noqa: E402
 from ctx_magic.context.tokens import count_text  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
+from ctx_magic.offline.thinking import thinking_blocks  # noqa: E402
 
 CORPUS = corpus_path()
 needs_corpus = pytest.mark.skipif(  # absent under CI the tests run, and fail
@@ -70,6 +71,11 @@ def recording(meter: Meter) -> list[dict[str, Any]]:
 
     meter.messages = messages  # type: ignore[method-assign]
     return sent
+
+
+def reply_tokens(request: dict[str, Any], action: Action) -> int:
+    """A main reply's output tokens: the thinking the model opens it with, then the recorded action."""
+    return output_tokens([*thinking_blocks(request), *action.content()], "claude-sonnet-5-5")
 
 
 def three_turns(gap_before_third: float) -> Replay:
@@ -93,7 +99,8 @@ def test_price_of_one_usage() -> None:
 def test_three_turn_bill_by_hand() -> None:
     """raw, three turns, the third after an idle gap longer than the 5-minute cache TTL.
 
-    P1, P2, P3 are the prompts' tokens, o1, o2, o3 the replies' (as the stand-in counts them).
+    P1, P2, P3 are the prompts' tokens, o1, o2, o3 the replies' (as the stand-in counts them: the
+    replay's model thinks by default, so each reply is its thinking block and the recorded action).
     Call 1: nothing cached, all of P1 written:           1.25 P1                 + 5 o1
     Call 2: 10 s later, P1 read, the rest written:       0.1 P1 + 1.25 (P2 - P1)  + 5 o2
     Call 3: 6 minutes later, the cache expired:          1.25 P3                 + 5 o3
@@ -104,7 +111,7 @@ def test_three_turn_bill_by_hand() -> None:
     outcome = strategy("raw")(bench)
     assert not outcome.overflow
     p1, p2, p3 = (input_tokens(r) for r in sent)
-    o1, o2, o3 = (output_tokens(list(a.content())) for a in replay.actions())
+    o1, o2, o3 = (reply_tokens(r, a) for r, a in zip(sent, replay.actions()))
     assert p1 < p2 < p3 and p1 > 1_024
     expected = 1.25 * p1 + 5 * o1 + (0.1 * p1 + 1.25 * (p2 - p1) + 5 * o2) + (1.25 * p3 + 5 * o3)
     assert bench.meter.cost == pytest.approx(expected)
@@ -125,7 +132,7 @@ def test_uncached_bills_every_prompt_token_at_full_price() -> None:
     bench = new_bench(replay, 200_000)
     sent = recording(bench.meter)
     strategy("raw-uncached")(bench)
-    outputs = sum(output_tokens(list(a.content())) for a in replay.actions())
+    outputs = sum(reply_tokens(r, a) for r, a in zip(sent, replay.actions()))
     assert bench.meter.cost == pytest.approx(sum(input_tokens(r) for r in sent) + 5 * outputs)
 
 
@@ -138,7 +145,8 @@ def test_compaction_requests_get_the_default_summary_and_main_calls_the_script()
                                                   "1. Goal: x\n2. Files: y\n3. Next: z"}],
     }
     status, body = bench.meter.messages(summary_request)
-    assert status == 200 and "<summary>" in body["content"][0]["text"]
+    texts = [b["text"] for b in body["content"] if b["type"] == "text"]
+    assert status == 200 and body["content"][0]["type"] == "thinking" and "<summary>" in texts[0]
     assert bench.meter.calls[-1].kind == "compaction" and bench.policy.served == 0  # no action consumed
     assert strategy("raw")(bench).overflow is False
     assert bench.policy.served == 3
@@ -360,15 +368,19 @@ def test_cc_default_finishes_the_sessions_its_summary_call_used_to_overflow() ->
 
 @needs_corpus
 def test_a_session_far_below_its_threshold_bills_what_the_fair_raw_bills() -> None:
-    """Nothing to manage (5,380 tokens at most against a 170,616-token threshold): no context
-    tools in the requests, no side call, the same breakpoints: ctx_magic's bill is raw's."""
+    """Nothing to manage (under 10,000 tokens against a 170,616-token threshold): no side call,
+    the same breakpoints. Editing ctx_magic sends no context tools until a first cut, so its bill
+    is raw's; append-only ctx_magic (the replay's model checks the prefix of the thinking sent
+    back) offers them from the first request, as a tool joining later would change every
+    block's prefix, and pays their definitions in every request."""
     replay = load_swe(swe_paths(CORPUS)[0])
     raw = run_one("raw", replay, 200_000)
-    ours = run_one("ctx_magic", replay, 200_000)
-    assert raw.largest_request < 10_000 and not ours.side_calls()
-    assert ours.cost == pytest.approx(raw.cost, rel=0.01)
-    before = run_one("ctx_magic+tools-from-start", replay, 200_000)
-    assert before.cost > 1.02 * raw.cost  # the context tools' definitions in every request, as before
+    editing = run_one("ctx_magic-edit", replay, 200_000)
+    assert raw.largest_request < 10_000 and not editing.side_calls()
+    assert editing.cost == pytest.approx(raw.cost, rel=0.01)
+    append_only = run_one("ctx_magic", replay, 200_000)
+    assert append_only.cost > 1.02 * raw.cost and not append_only.side_calls()
+    assert append_only.cost == pytest.approx(run_one("ctx_magic+tools-from-start", replay, 200_000).cost)
 
 
 @needs_corpus
@@ -433,3 +445,64 @@ def test_a_compaction_can_lose_what_later_actions_use_and_the_bill_says_so() -> 
     raw, cc = reference_run(replay), run_one("cc-default", replay, 32_000)
     assert raw.ids_used == cc.ids_used > 0 and raw.ids_kept == raw.ids_used
     assert cc.events["auto"] >= 1 and cc.ids_kept < cc.ids_used
+
+
+# -- the thinking sent back to a model that checks its prefix --------------------------------------
+
+
+@needs_corpus
+def test_on_a_model_with_the_prefix_check_only_the_editing_run_that_asks_no_drop_block_is_refused() -> None:
+    """The notebook replay on claude-sonnet-5-5 (replies carry thinking, a new account: a thinking
+    block whose prefix changed earns a 400). Append-only ctx_magic takes out the thinking its own
+    idle clearing invalidates and is never refused; editing with drop_block, the API drops the
+    blocks instead (each counted once, however many requests carry it); editing without it, the
+    first request after the idle clearing is refused and the session ends there."""
+    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    append_only, edit, refused = (run_one(name, replay, 32_000)
+                                  for name in ("ctx_magic", "ctx_magic-edit", "ctx_magic-edit-refused"))
+    assert (append_only.refused_thinking, append_only.thinking_dropped()) == (0, (0, 0))
+    assert append_only.thinking_cleared["blocks"] == 4 and not append_only.overflow
+    assert edit.refused_thinking == 0 and edit.thinking_dropped() == (8, 398) and not edit.overflow
+    assert any(c.thinking_dropped for c in edit.calls[1:]) and edit.ids_kept == edit.ids_used
+    assert refused.refused_thinking == 1 and refused.overflow and "Invalid `signature`" in (refused.error or "")
+    raw = run_one("raw", replay, 32_000)  # append-only by construction
+    assert (raw.refused_thinking, raw.thinking_dropped(), sum(raw.thinking_cleared.values())) == (0, (0, 0), 0)
+
+
+def test_thinking_picks_its_strategies_and_leaves_the_default_run_as_it_was() -> None:
+    assert parse_args([]).strategies == list(DEFAULT) and not parse_args([]).thinking
+    assert parse_args(["--thinking"]).strategies == ["raw", "cc-default", "ctx_magic", "ctx_magic-edit"] == \
+        list(THINKING)
+    assert parse_args(["--thinking", "--strategies", "ctx_magic-edit-refused"]).strategies == \
+        ["raw", "ctx_magic-edit-refused"]
+    with pytest.raises(SystemExit):
+        parse_args(["--strategies", "ctx_magic-rewrite"])
+
+
+@needs_corpus
+def test_the_thinking_table_reads_the_refused_requests_and_the_thinking_dropped() -> None:
+    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    runs = run_replays([replay], [32_000], ["raw", "ctx_magic-edit", "ctx_magic-edit-refused"], STAND_IN)
+    printed = report(runs, per_session=0, thinking=True)
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in printed.splitlines()
+            if line.startswith("| ") and "blocks)" in line}
+    assert rows["raw"][3] == "0" and rows["raw"][5:7] == ["0 tokens (0 blocks)", "0 tokens (0 blocks)"]
+    assert rows["ctx_magic-edit"][3] == "0" and rows["ctx_magic-edit"][6] == "398 tokens (8 blocks)"
+    main = [c.thinking_written for r in runs.results if r.strategy == "raw" for c in r.calls if c.kind == "normal"]
+    assert rows["raw"][4] == f"{sum(main):,} tokens"
+    # Every main reply thinks: with text on a new prompt, an empty block between tool calls.
+    assert min(main) == output_tokens([{"type": "thinking", "thinking": "", "signature": ""}], "claude-sonnet-5-5")
+    assert main[0] > min(main) and len(main) == replay.steps
+    assert rows["ctx_magic-edit-refused"][2:4] == ["1 of 1", "1"]
+    assert "refused requests" not in report(runs, per_session=0)  # the default report is unchanged
+
+
+@needs_corpus
+def test_a_baseline_that_edits_under_thinking_is_refused_and_its_run_ends_there_counted() -> None:
+    """masking replaces all but the last ten results: the first request after it masks one sends
+    back thinking written after the original, and the prefix check refuses it. The run ends there
+    as a dead end, with the refusal counted, instead of stopping the benchmark."""
+    replay = load_swe(swe_paths(CORPUS)[0])
+    masked = run_one("masking", replay, 200_000)
+    assert masked.overflow and masked.refused_thinking == 1 and "Invalid `signature`" in (masked.error or "")
+    assert masked.calls[-1].status == 400 and [c.status for c in masked.calls[:-1]] == [200] * 11
