@@ -36,16 +36,17 @@ from benchmarks.replay import cli  # noqa: E402 - after the ids are made repeata
 _run_one = cli.run_one
 
 
-def _seeded_run(name: str, replay: Any, window: int) -> Any:
+def _seeded_run(name: str, replay: Any, window: int, *sizes: Any) -> Any:
     _ids["rng"] = random.Random(f"{name}/{replay.name}/{window}")
-    return _run_one(name, replay, window)
+    return _run_one(name, replay, window, *sizes)
 
 
 def main(argv: list[str]) -> None:
     out, args = Path(argv[0]), cli.parse_args(argv[1:])
     cli.run_one = _seeded_run
     with out.open("w", encoding="utf-8") as lines:
-        for run in cli.run_all(args):
+        runs, _ = cli.run_all(args)
+        for run in runs.results:
             calls = [[c.kind, c.status, c.input_tokens, c.write_5m, c.write_1h, c.read, c.output_tokens, c.rule,
                       c.extends, c.images] for c in run.calls]
             figures = {"strategy": run.strategy, "replay": run.replay, "window": run.window, "overflow": run.overflow,
