@@ -71,11 +71,17 @@ class LiveContext:
 
     # -- changes on demand -------------------------------------------------------------------------
 
-    def clear_results(self, tool_use_ids: Sequence[str], trigger: str, compactable_tools: frozenset[str], *,
-                      append_only: bool = False) -> tuple[list[str], list[str]]:
-        """Clear named results now (the model's snip tool); (cleared, unknown or protected)."""
+    def clear_results(self, tool_use_ids: Sequence[str], trigger: str, setup: CallSetup
+                      ) -> tuple[list[str], list[str]]:
+        """Clear named results now (the model's snip tool); (cleared, unknown or protected).
+
+        The call's setup says which tools' results may go and whether the conversation is
+        append-only: there a clearing also drops the thinking after the first result it changes
+        (its prefix is not what it was), so no caller can clear under kept thinking by leaving a
+        flag at its default."""
         messages, state, events, unknown = clear_now(self.messages, self.state, tool_use_ids, trigger,
-                                                     compactable_tools, append_only=append_only)
+                                                     setup.context.compactable_tools,
+                                                     append_only=setup.context.append_only)
         self.adopt(messages, state, events)
         return [i for e in events if isinstance(e, Cleared) for i in e.replacements], unknown
 

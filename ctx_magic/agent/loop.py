@@ -87,10 +87,8 @@ class Turn:
         return self.session.live.is_live_result(tool_use_id)
 
     def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
-        context = self._setup.context if self._setup is not None else None
-        compactable = context.compactable_tools if context is not None else frozenset()
-        return self.session.live.clear_results(tool_use_ids, "model", compactable,
-                                               append_only=context is not None and context.append_only)
+        setup = self._setup if self._setup is not None else self.session.setup()
+        return self.session.live.clear_results(tool_use_ids, "model", setup)
 
     def ask_compaction(self, instructions: str) -> bool:
         if "model" in self.result.compactions or self.compact_request is not None:

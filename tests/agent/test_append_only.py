@@ -99,8 +99,7 @@ def test_a_snip_and_the_models_clearing_drop_exactly_the_thinking_they_invalidat
         assert r.session.live.snip(4, r.clock(), r.session.setup()) > 0  # what %compact --snip does
         run_turn(r.session, code_turn(6))
         old = next(i for m in r.session.live.messages[:4] for i in m.tool_result_ids)
-        cleared, _ = r.session.live.clear_results([old], "model", r.session.setup().context.compactable_tools,
-                                                  append_only=True)
+        cleared, _ = r.session.live.clear_results([old], "model", r.session.setup())
         run_turn(r.session, code_turn(7))
     dropped = [e for e in events if isinstance(e, ThinkingCleared)]
     assert cleared == [old] and [e.trigger for e in dropped] == ["edit", "edit"]

@@ -204,7 +204,7 @@ def take(p: Play, n: int, step: tuple, resume: bool = True) -> None:
         p.session.live.snip(step[1], p.clock(), p.session.setup())
     elif kind == "clear":
         results = [i for m in p.session.live.messages for i in m.tool_result_ids]
-        p.session.live.clear_results(results, "model", p.session.setup().context.compactable_tools)
+        p.session.live.clear_results(results, "model", p.session.setup())
     elif kind == "compact":
         with contextlib.suppress(CtxMagicError):  # nothing to compact yet: one clear line
             manual_compact(p.session)
