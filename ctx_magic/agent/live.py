@@ -17,7 +17,8 @@ from ctx_magic.agent.files import FileTools
 from ctx_magic.agent.request import CallSetup
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.decide import Plan, SessionFacts, decide
-from ctx_magic.context.engine import Prepared, clear_now, measure, prepare, snip_now
+from ctx_magic.context.engine import Prepared, clear_now, prepare, snip_now
+from ctx_magic.context.index import measure
 from ctx_magic.context.microcompact import idle_gap
 from ctx_magic.context.state import ContextState, result_counts
 from ctx_magic.context.thinking import clear_foreign_thinking, drop_thinking_from

@@ -1,7 +1,7 @@
 """The Model seam and its implementation on the official `anthropic` SDK.
 
 The loop only sees `Model`: stream a request, count its tokens, tell the window. Everything
-the SDK can raise is mapped here to ctx_magic's own errors, each with one clear line.
+the SDK can raise is mapped to ctx_magic's own errors, each with one clear line (`api_errors`).
 """
 
 from __future__ import annotations
@@ -12,22 +12,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ctx_magic.agent.api_errors import api_message, broken, incomplete, map_error
 from ctx_magic.agent.catalog import provider_model_id, table_limits
-from ctx_magic.errors import (
-    AuthenticationFailed,
-    ModelError,
-    NetworkError,
-    Overloaded,
-    PromptTooLong,
-    RateLimited,
-    RequestTooLarge,
-    ServerError,
-    StreamDropped,
-    StreamOverloaded,
-    ThinkingRefused,
-    UnknownModel,
-    is_prompt_too_long,
-)
+from ctx_magic.errors import ModelError, StreamDropped, UnknownModel
 from ctx_magic.messages import Block, Usage, usable_content
 from ctx_magic.settings import CONTEXT_EDITS, DEFAULT_MODEL, ModelLimits
 
@@ -149,82 +136,6 @@ def stream_reply(model: Model, request: ModelRequest, *, on_text: Callable[[str]
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def map_error(error: BaseException, model: str = "") -> ModelError:
-    """One ctx_magic error, with one clear line, for anything the SDK or transport raised."""
-    import anthropic
-
-    if isinstance(error, ModelError):
-        return error
-    if isinstance(error, anthropic.APIStatusError):
-        status = error.status_code
-        message = _api_message(error)
-        if status == 200:  # an `error` event in a stream that had begun with HTTP 200
-            return _midstream(_api_error_type(error), message)
-        if is_prompt_too_long(status, message):
-            return PromptTooLong.from_api_message(message)
-        refused = ThinkingRefused.from_api_message(message) if status == 400 else None
-        if refused is not None:
-            return refused
-        if status == 413:
-            return RequestTooLarge(f"The request is larger than the API accepts (413): {message}")
-        if status == 401:
-            return AuthenticationFailed(
-                "The API rejected the credential (401). Check ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, a gateway's "
-                "bearer token), or unset it to use the offline backend."
-            )
-        if status == 403:
-            return AuthenticationFailed(f"The API refused access (403): {message}")
-        if status == 404 and model:
-            return UnknownModel(f"Unknown model {model!r}: the API does not offer it ({message}).")
-        sentence = message.rstrip(". ")  # the API's own message often ends with a full stop already
-        if status == 429:
-            return RateLimited(f"Rate limited by the API (429) after retries: {sentence}. Wait a moment and rerun.")
-        if status == 529:
-            return Overloaded(f"The API is overloaded (529) after retries: {sentence}. Try again shortly.")
-        if status >= 500:
-            return ServerError(f"The API failed ({status}) after retries: {message}")
-        return ModelError(f"The API refused the request ({status}): {message}")
-    if isinstance(error, anthropic.APITimeoutError):
-        return NetworkError("The API did not answer in time (timeout) after retries.")
-    if isinstance(error, anthropic.APIConnectionError):
-        return NetworkError(f"Could not reach the API after retries: {error}")
-    text = str(error) or type(error).__name__
-    if type(error).__module__.startswith(("httpx", "httpcore", "h11")) or isinstance(error, OSError):
-        return NetworkError(f"The connection to the API failed ({text}).")
-    return ModelError(f"The model call failed: {type(error).__name__}: {text}")
-
-
-# Error events a stream can carry that asking again would not cure: the request itself is at fault.
-CLIENT_ERROR_TYPES = frozenset({"invalid_request_error", "authentication_error", "permission_error",
-                                "not_found_error", "request_too_large"})
-
-
-def _midstream(error_type: str, message: str) -> ModelError:
-    """An `error` event after the stream began: overloaded and server errors are asked again
-    (like the 529 or 500 the SDK retries before a stream starts), the others are the request's fault."""
-    sentence = message.rstrip(". ") or error_type
-    if error_type in CLIENT_ERROR_TYPES:
-        return ModelError(f"The API stopped the reply with an error ({error_type}): {sentence}.")
-    return StreamOverloaded(f"The API stopped the reply mid-stream ({error_type or 'error'}: {sentence}).")
-
-
-def _api_error_type(error: Any) -> str:
-    body = getattr(error, "body", None)
-    inner = body.get("error") if isinstance(body, Mapping) else None
-    return str(inner.get("type") or "") if isinstance(inner, Mapping) else ""
-
-
-def _api_message(error: Any) -> str:
-    body = getattr(error, "body", None)
-    if isinstance(body, Mapping):
-        inner = body.get("error")
-        if isinstance(inner, Mapping) and inner.get("message"):
-            return str(inner["message"])
-        if body.get("message"):  # Bedrock's shape: {"message": "..."}
-            return str(body["message"])
-    return str(getattr(error, "message", "") or error)
-
-
 @dataclass
 class AnthropicModel:
     """A Model on the official SDK: streaming, usage with cache fields, count_tokens, limits.
@@ -261,7 +172,7 @@ class AnthropicModel:
         try:
             info = models.retrieve(self.wire_name)
         except anthropic.NotFoundError as error:
-            raise UnknownModel(f"Unknown model {self.name!r}: {_api_message(error)}") from error
+            raise UnknownModel(f"Unknown model {self.name!r}: {api_message(error)}") from error
         except anthropic.AuthenticationError as error:
             raise map_error(error, self.name) from error
         except Exception:  # noqa: BLE001 - any other failure: fall back to the table
@@ -289,7 +200,7 @@ class AnthropicModel:
                     elif on_thinking is not None and event.type == "thinking":
                         on_thinking(event.thinking)
                 if "message_stop" not in seen:
-                    raise _incomplete(seen, stream.response)
+                    raise incomplete(seen, stream.response)
                 final = stream.get_final_message()
         except ModelError:
             raise
@@ -344,26 +255,8 @@ def _events(stream: Any) -> Iterator[Any]:
         except anthropic.APIStatusError:
             raise
         except Exception as error:  # noqa: BLE001 - any failure of a begun stream is the same fact
-            raise _broken(error) from error
+            raise broken(error) from error
         yield event
-
-
-def _broken(error: BaseException) -> StreamDropped:
-    """A reply that broke off mid-stream, in one line naming what the transport said."""
-    cause = error
-    while isinstance(cause.__cause__, Exception) and not str(cause):
-        cause = cause.__cause__
-    text = str(cause) or type(cause).__name__
-    return StreamDropped(f"The connection to the API broke while the reply was streaming ({text}).")
-
-
-def _incomplete(seen: set[str], response: Any) -> StreamDropped:
-    """What a stream that never reached `message_stop` was: a reply cut short, or no reply at all."""
-    kind = str(getattr(response, "headers", {}).get("content-type", "") or "no content type").split(";")[0]
-    if "message_start" in seen or kind == "text/event-stream":
-        return StreamDropped("The reply stream ended before the reply was complete (no message_stop).")
-    return StreamDropped(f"The API answered with {kind} instead of a reply stream (HTTP "
-                         f"{getattr(response, 'status_code', '?')}): a proxy or gateway on the way may have failed.")
 
 
 def _invalid_thinking(final: Any) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ over the cache TTL only the last thinking turn stays, before the decision looks 
 Everything here is a pure function of (messages, state, clock, settings): it returns the new
 messages, the new state and the events that describe the change; writing files and the
 transcript is the caller's job. The state carries the frozen decisions (what was persisted,
-what was cleared) and an index of what was already checked, so that a pass after one new
+what was cleared) and an index of what was already checked (context/index.py), so that a pass after one new
 message costs in proportion to the new messages, not to the history.
 """
 
@@ -14,22 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget, scaled_budget
 from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, decide
-from ctx_magic.context.invariants import check_invariants
+from ctx_magic.context.index import freed_before_anchor, measure, sync_index, with_freed
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
 from ctx_magic.context.notes import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, fold_cells, snip_middle
-from ctx_magic.context.state import ContextState, apply_decisions, result_counts
+from ctx_magic.context.state import ContextState, result_counts
 from ctx_magic.context.thinking import KEEP_THINKING_TURNS, clear_old_thinking, is_thinking, keep_valid_thinking
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
     block_tokens,
-    count_context,
     find_anchor,
     message_tokens,
 )
@@ -114,82 +113,7 @@ class Prepared:
 
 
 
-# -- the index ------------------------------------------------------------------------------
-
-
-def sync_index(
-    messages: Sequence[Message], state: ContextState, *, pending_ok: bool = False,
-    compactable_tools: frozenset[str] = COMPACTABLE_TOOLS,
-) -> tuple[list[Message], ContextState, int]:
-    """Check and index what is new since the last call; re-apply frozen decisions to it.
-
-    Returns the messages, the state and the index where the new part starts. Raises
-    InvariantError (the API's rules) naming the first offending index.
-    """
-    start = state.indexed
-    if not (0 < start <= len(messages) and messages[start - 1].uuid == state.indexed_uuid):
-        start = 0
-    check_invariants(messages, start, pending_ok=pending_ok)
-    out = list(messages)
-    names = dict(state.tool_names)
-    positions = dict(state.positions) if start else {}
-    compactable = list(state.compactable) if start else []
-    sent = state.sent_messages if start else 0
-    for index in range(start, len(out)):
-        message = out[index] = apply_decisions(out[index], state)
-        sent += message.sent
-        for block in message.blocks("tool_use"):
-            names[block["id"]] = block["name"]
-        for tool_use_id in message.tool_result_ids:
-            positions[tool_use_id] = index
-            if names.get(tool_use_id) in compactable_tools and tool_use_id not in state.cleared:
-                compactable.append(tool_use_id)
-    new_state = dataclasses.replace(
-        state,
-        tool_names=names,
-        positions=positions,
-        compactable=tuple(compactable),
-        indexed=len(out),
-        indexed_uuid=out[-1].uuid if out else None,
-        sent_messages=sent,
-    )
-    return out, new_state, start
-
-
 # -- prepare --------------------------------------------------------------------------------
-
-
-def _freed_before_anchor(
-    old: Sequence[Message], new: Sequence[Message], indices: Iterable[int], anchor: int
-) -> int:
-    """What a layer took from the messages the last usage covers: those before the anchor, and the
-    last response itself (its thinking, dropped after an idle gap, was billed as its output)."""
-    anchor_id = new[anchor].api_id if anchor >= 0 else None
-    return sum(message_tokens(old[i]) - message_tokens(new[i]) for i in set(indices)
-               if i < anchor or (anchor_id is not None and old[i].api_id == anchor_id))
-
-
-def _with_freed(state: ContextState, messages: Sequence[Message], freed: int) -> ContextState:
-    anchor = find_anchor(messages)
-    anchor_id = messages[anchor].api_id if anchor >= 0 else None
-    base = state.freed_tokens if state.freed_anchor == anchor_id else 0
-    return dataclasses.replace(state, freed_anchor=anchor_id, freed_tokens=base + freed)
-
-
-def _freed_tokens(state: ContextState, messages: Sequence[Message]) -> int:
-    anchor = find_anchor(messages)
-    anchor_id = messages[anchor].api_id if anchor >= 0 else None
-    return state.freed_tokens if anchor_id is not None and state.freed_anchor == anchor_id else 0
-
-
-def measure(messages: Sequence[Message], state: ContextState, overhead_tokens: int = 0) -> ContextCount:
-    """The live context's size (the anchored count) with the engine's frozen corrections applied."""
-    return count_context(
-        messages,
-        overhead_tokens=overhead_tokens,
-        freed_since_anchor=_freed_tokens(state, messages),
-        correction=state.correction,
-    )
 
 
 def _budget(messages: list[Message], state: ContextState, settings: ContextSettings, start: int):
@@ -200,9 +124,9 @@ def _budget(messages: list[Message], state: ContextState, settings: ContextSetti
     if not persisted:
         return messages, dataclasses.replace(state, decided=decided), []
     anchor = find_anchor(messages)
-    freed = _freed_before_anchor(old, messages, (state.positions[e.tool_use_id] for e in persisted), anchor)
+    freed = freed_before_anchor(old, messages, (state.positions[e.tool_use_id] for e in persisted), anchor)
     state = dataclasses.replace(state, decided=decided).with_persisted(persisted)
-    return messages, _with_freed(state, messages, freed), persisted
+    return messages, with_freed(state, messages, freed), persisted
 
 
 def _snip(messages: list[Message], state: ContextState, settings: ContextSettings, now: float,
@@ -227,7 +151,7 @@ def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, 
     freed = sum(message_tokens(m) for m in old[:before] if m.uuid in removed and m.sent)
     freed -= sum(message_tokens(m) for m in new[:anchor] if m.uuid in markers)
     new, state, _ = sync_index(new, dataclasses.replace(state, indexed=0), compactable_tools=settings.compactable_tools)
-    return new, _with_freed(state, new, freed), list(events)
+    return new, with_freed(state, new, freed), list(events)
 
 
 def _fold_cells(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
@@ -252,8 +176,8 @@ def _clear_thinking(messages: list[Message], state: ContextState, settings: Cont
         return old, state, []
     changed = {u for u in event.message_uuids}
     indices = [i for i, m in enumerate(old) if m.uuid in changed]
-    freed = _freed_before_anchor(old, messages, indices, find_anchor(messages))
-    return messages, _with_freed(state, messages, freed), [event]
+    freed = freed_before_anchor(old, messages, indices, find_anchor(messages))
+    return messages, with_freed(state, messages, freed), [event]
 
 
 def _keep_valid_thinking(before: Sequence[Message], messages: list[Message], state: ContextState,
@@ -266,8 +190,8 @@ def _keep_valid_thinking(before: Sequence[Message], messages: list[Message], sta
         return messages, state, []
     changed = set(event.message_uuids)
     indices = [i for i, m in enumerate(messages) if m.uuid in changed]
-    freed = _freed_before_anchor(messages, out, indices, find_anchor(out))
-    return out, _with_freed(state, out, freed), [event]
+    freed = freed_before_anchor(messages, out, indices, find_anchor(out))
+    return out, with_freed(state, out, freed), [event]
 
 
 def thinking_tokens_from(messages: Sequence[Message], start: int) -> int:
@@ -285,13 +209,13 @@ def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], tri
     if event is None:
         return messages, state, []
     anchor = find_anchor(messages)
-    freed = _freed_before_anchor(old, messages, (state.positions[i] for i in event.replacements), anchor)
+    freed = freed_before_anchor(old, messages, (state.positions[i] for i in event.replacements), anchor)
     state = dataclasses.replace(
         state,
         cleared={**state.cleared, **event.replacements},
         compactable=tuple(i for i in state.compactable if i not in event.replacements),
     )
-    return messages, _with_freed(state, messages, freed), [event]
+    return messages, with_freed(state, messages, freed), [event]
 
 
 def _result_tokens(messages: Sequence[Message], state: ContextState, tool_use_id: str) -> int:

@@ -12,7 +12,8 @@ password in plain words"), never the credential itself, or returns None. Four ne
    staple"), a login given as its user and password ("the db login is admin / Winter2024!"); the
    value decides, because "the password field is validated in forms.py" names a password without
    giving one;
-4. long random-looking strings (Shannon entropy over a threshold with mixed character kinds).
+4. long random-looking strings (Shannon entropy over a threshold with mixed character kinds,
+   in `randomness`, with the tests the other nets use to tell generated keys from words).
 
 What passes on purpose: hex strings and UUIDs on their own (git SHAs, content hashes and run ids
 look exactly like hex keys, and a memory cites them often), so a hex key is caught only when it
@@ -23,12 +24,20 @@ notebook can end up in a commit.
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
+
+from ctx_magic.memory.randomness import (
+    is_path,
+    looks_random,
+    mixed_kinds,
+    random_glued,
+    random_letters,
+    random_tokens,
+    reads_as_words,
+)
 
 # 1. Shapes of well-known credentials, most specific first (sk-ant- before sk-). No leading `\b`:
 # a key glued to a word ("aws_key_idAKIA...") is still a key; `_format_found` decides when the
@@ -130,7 +139,7 @@ method methods path paths id ids name names table tables
 # Right after the name, with nothing between: "api key AbC123...", "token 9f8e7d6c5b4a".
 _NAMED = re.compile(rf"\b{_NAME}\s+(?P<value>[^\s\"'`,;]+)", re.IGNORECASE)
 # Glued to the name, nothing between: "apikeyXk29fLq0Zm3Nw8Yt". Code glues names to words all the
-# time (tokenCount, keyIdFor2024), so such a value must look random (`_random_glued`).
+# time (tokenCount, keyIdFor2024), so such a value must look random (`random_glued`).
 _GLUED = re.compile(rf"(?<![A-Za-z0-9])(?i:{_NAME})(?P<value>[A-Z0-9][A-Za-z0-9+/]{{15,}})")
 # A URL's query: ?api_key=..., &sig=..., ;token=...; the parameter's name split into its words.
 _URL_PARAM = re.compile(r"[?&;](?P<name>[A-Za-z][A-Za-z0-9_.-]*)=(?P<value>[^&#;\s\"'<>)]+)")
@@ -138,7 +147,6 @@ _URL_SECRET_WORDS = frozenset({"password", "passwd", "pwd", "pass", "passphrase"
 _URL_KEY_WORDS = frozenset({"key", "apikey", "token", "sig", "signature", "auth", "credential", "credentials",
                             "accesskey", "secretkey", "code"})
 _NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
-_LETTER_RUN = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 
 # Values that stand for a secret without being one.
 _PLACEHOLDER = re.compile(
@@ -172,66 +180,7 @@ needed used kept stored saved read hashed salted rotated reset checked shown hid
 _ENGLISH_ENDING = re.compile(r"(?:ed|ing|able|ible|ive|al|ful|less|ly|ent|ant|ic|ous|ion|er|ry|ty|cy|ure|ise|ize)$")
 _TRAILING = ".,;:!?)]}"
 
-# 4. Long random-looking strings: at least this long, with upper, lower and digits mixed, and
-# more bits per character than English or hex (hex tops out at 4.0: commit ids pass). A random
-# 32-character base62 key has 4.5 on average; 4.2 lets 98.6 % of them be caught (4.3: 95 %)
-# with no more false alarms on the corpus (python benchmarks/secret_check.py).
-_TOKENISH = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
-HIGH_ENTROPY_MIN_CHARS = 32
-HIGH_ENTROPY_BITS_PER_CHAR = 4.2
-# A folder path mixes cases and digits too (/Users/JaneDoe/ChurnAnalysis2024/data): segments of
-# CamelCase or lowercase words are a path; random base64 has segments like "K7MDENG" or "bPxRf".
-_PATH_SEGMENT = re.compile(r"[A-Za-z][a-z]*(?:[A-Z][a-z]+)*[0-9]*|[a-z0-9_.-]+")
-MIN_PATH_SEGMENTS = 3
-# An identifier reads as words: its runs of letters (Token, Count, For, Model, Limit) average 4.6
-# characters; random base62 breaks into runs of 1-2 (Xk29fLq0Zm3Nw8Yt: 1.8). Of 20,000 random
-# strings of 16-40 characters, 41 (1 in 500) average 4 or more.
-WORDS_MEAN_RUN = 4.0
-MIN_LETTER_KEY_CHARS = 16  # a named value of letters alone is a key from this length, if not words
 MASK_STARS = 12  # a masked value shows its first characters and at most this many stars
-
-
-def shannon_bits(text: str) -> float:
-    """Bits of entropy per character of `text`, from its own character frequencies."""
-    if not text:
-        return 0.0
-    counts = Counter(text)
-    total = len(text)
-    return -sum(n / total * math.log2(n / total) for n in counts.values())
-
-
-def _is_path(token: str) -> bool:
-    segments = [s for s in token.split("/") if s]
-    return len(segments) >= MIN_PATH_SEGMENTS and all(_PATH_SEGMENT.fullmatch(s) for s in segments)
-
-
-def _reads_as_words(token: str) -> bool:
-    """An identifier or a name made of words (CamelCase, snake_case), not random characters."""
-    runs = _LETTER_RUN.findall(token)
-    return bool(runs) and sum(map(len, runs)) / len(runs) >= WORDS_MEAN_RUN
-
-
-def _mixed_kinds(token: str) -> bool:
-    """Upper case, lower case and digits all present: how generated keys look."""
-    return any(c.islower() for c in token) and any(c.isupper() for c in token) and any(c.isdigit() for c in token)
-
-
-def _random_glued(value: str) -> bool:
-    """A value glued to a word or a name: a key only if it looks generated, not like more words."""
-    return _mixed_kinds(value) and not _reads_as_words(value)
-
-
-def _random_letters(value: str) -> bool:
-    """A value named as a key that has no digit (1 random 32-character base62 key in 280 has none):
-    long, both cases, and not words run together (RefreshAccessTokenHandler)."""
-    return (len(value) >= MIN_LETTER_KEY_CHARS and any(c.islower() for c in value)
-            and any(c.isupper() for c in value) and value.isalpha() and not _reads_as_words(value))
-
-
-def _looks_random(token: str) -> bool:
-    if len(token) < HIGH_ENTROPY_MIN_CHARS or _is_path(token) or _reads_as_words(token):
-        return False
-    return _mixed_kinds(token) and shannon_bits(token) >= HIGH_ENTROPY_BITS_PER_CHAR
 
 
 def _is_password_name(name: str) -> bool:
@@ -245,11 +194,11 @@ def _key_like(value: str) -> bool:
             or value.startswith("arn:")):
         return False  # a URL after "token" is where tokens come from (one carrying a credential is caught as a
         # URL); an AWS resource name (arn:aws:kms:...:key/...) says which key, not the key
-    if _SNAKE_CASE.match(value) and _reads_as_words(value):
+    if _SNAKE_CASE.match(value) and reads_as_words(value):
         return False  # session_20241127, customer_id2: a snake_case identifier made of words
     if any(c.isalpha() for c in value) and any(c.isdigit() for c in value):
         return True
-    return _looks_random(value) or _random_letters(value)
+    return looks_random(value) or random_letters(value)
 
 
 def _reference(value: str, *, quoted: bool = False) -> bool:
@@ -347,12 +296,12 @@ def _format_found(match: re.Match[str], text: str) -> bool:
     if start == 0 or not text[start - 1].isalnum():
         return True
     found = match.group(0)
-    return found.upper() == found or _mixed_kinds(found)  # upper case (AKIA + 16): no word is spelt that way
+    return found.upper() == found or mixed_kinds(found)  # upper case (AKIA + 16): no word is spelt that way
 
 
 def _format_value(kind: str, match: re.Match[str]) -> str | None:
     value = match.group("value") if "value" in match.re.groupindex else match.group(0)
-    if kind == "an AWS secret access key" and (_HEX_40.fullmatch(value) or not _mixed_kinds(value)):
+    if kind == "an AWS secret access key" and (_HEX_40.fullmatch(value) or not mixed_kinds(value)):
         return None  # a commit id or a path after the word "secret", not a generated key
     return value
 
@@ -390,7 +339,7 @@ def detect_secret(text: str) -> SecretFinding | None:
             continue
         if match.group("name") is None:  # an environment variable's key: a key's value, not a path
             value = match.group("value").rstrip(_TRAILING)
-            if (len(value) >= MIN_ENV_KEY_CHARS and not _SNAKE_CASE.match(value) and not _is_path(value)
+            if (len(value) >= MIN_ENV_KEY_CHARS and not _SNAKE_CASE.match(value) and not is_path(value)
                     and _key_like(value) and not _reference(value, quoted=bool(match.group("quote")))):
                 return SecretFinding(f"a value assigned to {match.group('ident').lower()}", match.group("value"))
             continue
@@ -416,11 +365,10 @@ def detect_secret(text: str) -> SecretFinding | None:
         if not _reference(value) and _key_like(value):
             return SecretFinding(f"{_article(_label(match.group('name')))} in plain words", value)
     for match in _GLUED.finditer(text):
-        if _random_glued(match.group("value")):
+        if random_glued(match.group("value")):
             return SecretFinding(f"a credential glued to the word {match.group('name')}", match.group("value"))
-    for token in _TOKENISH.findall(text):
-        if _looks_random(token):
-            return SecretFinding("a long random-looking string (a key or token?)", token)
+    for token in random_tokens(text):
+        return SecretFinding("a long random-looking string (a key or token?)", token)
     return None
 
 

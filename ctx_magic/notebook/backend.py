@@ -24,7 +24,7 @@ from typing import Any
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.transport import offline_client
-from ctx_magic.settings import MAX_RETRIES, PROVIDER
+from ctx_magic.settings import PROVIDER, Settings
 
 OFFLINE_NOTICE = (
     "No ANTHROPIC_API_KEY is set: ctx_magic is using its offline stand-in, a deterministic local "
@@ -57,21 +57,23 @@ class Backend:
                        self.provider)
 
 
-def choose_backend(env: Mapping[str, str] | None = None, *, max_retries: int = MAX_RETRIES,
-                   offline_window: int = OFFLINE_WINDOW, provider: str = PROVIDER, region: str = "",
-                   project: str = "", aws_profile: str = "", vertex_credentials: Any = None,
+def choose_backend(env: Mapping[str, str] | None = None, settings: Settings | None = None, *,
+                   offline_window: int = OFFLINE_WINDOW, vertex_credentials: Any = None,
                    clock: Callable[[], float] = time.monotonic) -> Backend:
-    """The client for `provider`. For Anthropic: the server at ANTHROPIC_BASE_URL (else Anthropic's)
+    """The client for the `provider` setting, with the settings' retries, region, project and AWS
+    profile. For Anthropic: the server at ANTHROPIC_BASE_URL (else Anthropic's)
     with ANTHROPIC_AUTH_TOKEN as a bearer token or ANTHROPIC_API_KEY (the token first when both are
     set, the order Claude Code uses, so one environment serves both), else the stand-in. A base URL
     without a credential is refused: silently answering from the stand-in instead of the server
     someone pointed ctx_magic at would be a surprise. `vertex_credentials` replaces Google's
     default credentials (tests); `clock` is what the stand-in's prompt cache expires by."""
     env = os.environ if env is None else env
-    if provider == "bedrock":
-        return _bedrock(env, max_retries, region, aws_profile)
-    if provider == "vertex":
-        return _vertex(env, max_retries, region, project, vertex_credentials)
+    settings = Settings() if settings is None else settings
+    max_retries = settings.max_retries
+    if settings.provider == "bedrock":
+        return _bedrock(env, max_retries, settings.region, settings.aws_profile)
+    if settings.provider == "vertex":
+        return _vertex(env, max_retries, settings.region, settings.project, vertex_credentials)
     import anthropic
 
     token = _value(env, "ANTHROPIC_AUTH_TOKEN")

@@ -46,9 +46,7 @@ class SessionHost:
         settings = self._settings
         if self.backend is not None and (self._given or self.backend.provider == settings.provider):
             return self.backend
-        self.backend = choose_backend(self._workspace.env, max_retries=settings.max_retries, provider=settings.provider,
-                                      region=settings.region, project=settings.project,
-                                      aws_profile=settings.aws_profile, clock=self._clock)
+        self.backend = choose_backend(self._workspace.env, settings, clock=self._clock)
         return self.backend
 
     def retries_changed(self, change: Mapping[str, Any]) -> None:

@@ -92,7 +92,10 @@ OUT_OF_PLACE = b"a kept turn that does not follow the summarized messages"
 
 
 @dataclass(frozen=True)
-class Conversation:
+class ThinkingChain:
+    """A request's thinking, read against the prefix chain: what each block carries and what it
+    should, and where the chain stands at the end."""
+
     thinking: tuple[SentThinking, ...]
     """The thinking blocks after the last compaction block, in order."""
     seal: Seal
@@ -102,7 +105,7 @@ class Conversation:
     """The prefix digest of a block the answer adds at the end."""
 
 
-def read(request: Request) -> Conversation:
+def read(request: Request) -> ThinkingChain:
     """The request's thinking blocks with their prefixes, and the state at its end. After a
     compaction block the chain resumes from the state it stands for; the first message after it
     must not have the role of the last one it summarized, nor be a system message (a kept turn
@@ -128,7 +131,7 @@ def read(request: Request) -> Conversation:
             state = _hash(state, [role, _content(block)])
     history = messages(request)
     last_role = str(history[-1].get("role", "")) if history else ""
-    return Conversation(tuple(found), Seal(state, last_role), _hash(top, state))
+    return ThinkingChain(tuple(found), Seal(state, last_role), _hash(top, state))
 
 
 def _behavior(request: Request) -> str | None:

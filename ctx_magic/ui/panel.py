@@ -29,7 +29,7 @@ from ctx_magic.events import Compacted, Event, ServerCompacted, Status
 from ctx_magic.ui.cards import ChangeCards, counts_html, markdown_outputs, memories_html, persisted_html
 from ctx_magic.ui.fold import EventFold, context_traits
 from ctx_magic.ui.marks import CellIndex
-from ctx_magic.ui.pending import Answer, PendingRows
+from ctx_magic.ui.pending import PendingRows, ReviewAction
 from ctx_magic.ui.picture import chart_html, composition_html, headline_html, next_call_html
 from ctx_magic.ui.runs import RunRows
 
@@ -102,7 +102,7 @@ class ContextPanel(widgets.VBox):
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
                  load_originals: Callable[[Sequence[str]], str] | None = None,
                  cells: CellIndex | None = None, kernel: str | None = None,
-                 stop_run: Callable[[str], Any] | None = None, answer_pending: Answer | None = None,
+                 stop_run: Callable[[str], Any] | None = None, answer_pending: ReviewAction | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.clock = clock

@@ -15,7 +15,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-Answer = Callable[[str, str], Any]
+ReviewAction = Callable[[str, str], Any]
 """What a click does: (the memory's id, "keep" or "discard")."""
 
 
@@ -30,7 +30,7 @@ def pending_html(row: Mapping[str, Any]) -> str:
 class PendingRows:
     """A VBox with a row per pending memory and its buttons; rows are made once per memory."""
 
-    def __init__(self, answer: Answer | None = None) -> None:
+    def __init__(self, answer: ReviewAction | None = None) -> None:
         self._answer = answer
         self.title = widgets.HTML()
         self.box = widgets.VBox(layout=widgets.Layout(width="100%", display="none"))

@@ -9,13 +9,13 @@ import anthropic
 import httpx2
 import pytest
 
+from ctx_magic.agent.api_errors import map_error
 from ctx_magic.agent.catalog import FALLBACK_LIMITS, table_limits
 from ctx_magic.agent.model import (
     BINDING_BETA,
     STREAM_BACKOFF_SECONDS,
     AnthropicModel,
     ModelRequest,
-    map_error,
     stream_reply,
 )
 from ctx_magic.agent.request import build_request

@@ -8,7 +8,8 @@ import dataclasses
 
 from builders import assistant, call, results, text
 
-from ctx_magic.context.engine import ContextSettings, clear_now, prepare, snip_now, sync_index
+from ctx_magic.context.engine import ContextSettings, clear_now, prepare, snip_now
+from ctx_magic.context.index import sync_index
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import has_thinking, thinking_turns
 from ctx_magic.events import Cleared, Snipped, ThinkingCleared

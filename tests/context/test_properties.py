@@ -15,7 +15,8 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctx_magic.context.engine import ContextSettings, measure, prepare
+from ctx_magic.context.engine import ContextSettings, prepare
+from ctx_magic.context.index import measure
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.resume import fold_transcript
 from ctx_magic.context.state import ContextState

@@ -7,7 +7,8 @@ import math
 
 from builders import assistant, call, exchange, results, text
 
-from ctx_magic.context.engine import ContextSettings, measure, prepare, snip_now
+from ctx_magic.context.engine import ContextSettings, prepare, snip_now
+from ctx_magic.context.index import measure
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.resume import fold_transcript
 from ctx_magic.context.snip import KEEP_HEAD, folded_line, safe_cuts, snip_middle

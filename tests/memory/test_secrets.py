@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line, shannon_bits
+from ctx_magic.memory.randomness import shannon_bits
+from ctx_magic.memory.secrets import detect_secret, find_secret, refusal_line
 from ctx_magic.memory.store import MemoryStore, SecretRefused
 
 BODY = "Zq8" + "x" * 13 + "Lw4" + "b" * 9  # a made-up credential body, not a real key

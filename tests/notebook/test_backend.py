@@ -14,6 +14,7 @@ from ctx_magic.messages import Message, user_text
 from ctx_magic.notebook.backend import OFFLINE_NOTICE, choose_backend
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
+from ctx_magic.settings import Settings
 
 MODEL = "claude-offline-test"
 
@@ -58,7 +59,7 @@ def test_choose_backend_blank_key_is_still_offline() -> None:
 
 
 def test_choose_backend_with_a_key_and_base_url_talks_to_that_server(url: str, api: OfflineAPI) -> None:
-    backend = choose_backend(env={"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": url}, max_retries=1)
+    backend = choose_backend({"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": url}, Settings(max_retries=1))
     assert backend.offline is False
     assert url in backend.notice and "offline" not in backend.notice
     assert str(backend.client.base_url).rstrip("/") == url

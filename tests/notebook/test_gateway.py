@@ -17,6 +17,7 @@ from ctx_magic.messages import user_text
 from ctx_magic.notebook.backend import choose_backend
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.server import serve_in_thread
+from ctx_magic.settings import Settings
 
 TOKEN = "sk-gateway-static-key"
 MODEL = "claude-sonnet-5-5"
@@ -30,7 +31,7 @@ def gateway() -> Iterator[tuple[OfflineAPI, str]]:
 
 
 def ask(backend_env: dict[str, str], text: str) -> str:
-    backend = choose_backend(backend_env, max_retries=0)
+    backend = choose_backend(backend_env, Settings(max_retries=0))
     request = build_request([user_text(text)], system="You help.", tools=[], max_tokens=1_024, cache_ttl="5m")
     reply = AnthropicModel(backend.client, name=MODEL).stream(request)
     return "".join(block.get("text", "") for block in reply.content if block.get("type") == "text")

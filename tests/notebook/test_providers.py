@@ -58,7 +58,7 @@ def session_on(backend: Backend, tmp_path: Path, clock: ManualClock, settings: S
 
 def test_bedrock_is_the_sdks_bedrock_client_signed_with_aws_credentials_and_answers_a_tool_loop(served, tmp_path):
     api, url, clock = served
-    backend = choose_backend({**AWS, "ANTHROPIC_BEDROCK_BASE_URL": url}, provider="bedrock", max_retries=0)
+    backend = choose_backend({**AWS, "ANTHROPIC_BEDROCK_BASE_URL": url}, Settings(provider="bedrock", max_retries=0))
     assert isinstance(backend.client, anthropic.AnthropicBedrock) and backend.client.aws_region == "eu-west-1"
     assert backend.name == "bedrock" and "Amazon Bedrock (eu-west-1)" in backend.notice
     session = session_on(backend, tmp_path, clock)
@@ -77,7 +77,7 @@ def test_bedrock_is_the_sdks_bedrock_client_signed_with_aws_credentials_and_answ
 def test_bedrock_takes_an_api_key_as_a_bearer_token_and_refuses_an_unsigned_request(served, tmp_path):
     api, url, clock = served
     backend = choose_backend({"AWS_BEARER_TOKEN_BEDROCK": "bedrock-api-key", "AWS_REGION": "us-east-1",
-                              "ANTHROPIC_BEDROCK_BASE_URL": url}, provider="bedrock", max_retries=0)
+                              "ANTHROPIC_BEDROCK_BASE_URL": url}, Settings(provider="bedrock", max_retries=0))
     assert run_turn(session_on(backend, tmp_path, clock), "hello").error is None
     unsigned = httpx2.post(f"{url}/model/anthropic.claude-sonnet-5-5/invoke", json={"anthropic_version": "x"})
     assert unsigned.status_code == 403 and unsigned.headers["x-amzn-errortype"].startswith("AccessDeniedException")
@@ -85,7 +85,7 @@ def test_bedrock_takes_an_api_key_as_a_bearer_token_and_refuses_an_unsigned_requ
 
 def test_a_prompt_too_long_from_bedrock_is_recovered_like_the_apis(served, tmp_path):
     api, url, clock = served
-    backend = choose_backend({**AWS, "ANTHROPIC_BEDROCK_BASE_URL": url}, provider="bedrock", max_retries=0)
+    backend = choose_backend({**AWS, "ANTHROPIC_BEDROCK_BASE_URL": url}, Settings(provider="bedrock", max_retries=0))
     session = session_on(backend, tmp_path, clock, Settings(model="claude-sonnet-4-5"))
     for n in range(3):
         run_turn(session, prompt(n))
@@ -96,8 +96,8 @@ def test_a_prompt_too_long_from_bedrock_is_recovered_like_the_apis(served, tmp_p
 
 def test_vertex_is_the_sdks_vertex_client_with_region_and_project_from_the_settings(served, tmp_path):
     api, url, clock = served
-    backend = choose_backend({"ANTHROPIC_VERTEX_BASE_URL": url}, provider="vertex", region="us-east5",
-                             project="my-project", vertex_credentials=GoogleCredentials(), max_retries=0)
+    settings = Settings(provider="vertex", region="us-east5", project="my-project", max_retries=0)
+    backend = choose_backend({"ANTHROPIC_VERTEX_BASE_URL": url}, settings, vertex_credentials=GoogleCredentials())
     assert isinstance(backend.client, anthropic.AnthropicVertex) and backend.client.region == "us-east5"
     session = session_on(backend, tmp_path, clock)
     result = run_turn(session, prompt(0))
@@ -111,16 +111,16 @@ def test_vertex_is_the_sdks_vertex_client_with_region_and_project_from_the_setti
 
 def test_vertex_needs_a_region_and_google_auth_and_says_so_in_one_line(monkeypatch):
     with pytest.raises(CtxMagicError, match="Vertex needs a region"):
-        choose_backend({}, provider="vertex")
+        choose_backend({}, Settings(provider="vertex"))
     monkeypatch.setitem(sys.modules, "google.auth", None)  # google-auth not installed
     with pytest.raises(CtxMagicError, match=r'pip install "ctx_magic\[vertex\]"'):
-        choose_backend({"CLOUD_ML_REGION": "global"}, provider="vertex")
+        choose_backend({"CLOUD_ML_REGION": "global"}, Settings(provider="vertex"))
 
 
 def test_bedrock_without_boto3_names_the_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)  # boto3 not installed
     with pytest.raises(CtxMagicError, match=r'^Bedrock needs boto3: pip install "ctx_magic\[bedrock\]".$'):
-        choose_backend(AWS, provider="bedrock")
+        choose_backend(AWS, Settings(provider="bedrock"))
 
 
 @pytest.mark.parametrize(("model", "provider", "sent"), [
