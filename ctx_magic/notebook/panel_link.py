@@ -126,9 +126,9 @@ class PanelLink:
         is said after the next turn, and the memory still waits."""
         manager = self._memory.manager
         try:
-            (manager.keep if action == "keep" else manager.discard)([memory_id])
+            (manager.review.keep if action == "keep" else manager.review.discard)([memory_id])
         except CtxMagicError as error:
-            manager.last_error = str(error)  # said after the next turn, like the background's failures
+            manager.background.report(str(error))  # said after the next turn, like the background's failures
         self.refresh()
 
     def runs_changed(self) -> None:
