@@ -7,20 +7,18 @@ forbidden), from background threads that read a snapshot of the conversation onl
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
-from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.background import BackgroundWork
 from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.dream import DreamResult, dream
-from ctx_magic.memory.longterm import TeamShare, extract_memories
+from ctx_magic.memory.extraction import Extraction, SessionTextModel
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
 from ctx_magic.memory.review import PendingReview
 from ctx_magic.memory.secrets import refusal_line
@@ -35,28 +33,6 @@ from ctx_magic.memory.store import (
     utc_now,
 )
 from ctx_magic.memory.team import default_author, dream_team, folder_problem, lock_notice
-from ctx_magic.messages import Message
-
-EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
-# 20 memories of a sentence or two each (the extraction's cap): output is billed at five times input, so no more.
-EXTRACTION_MAX_OUTPUT = 2_000
-# Extraction at session end, for a session with something to carry over: one that compacted, or whose
-# conversation reached the size at which Claude Code starts keeping session notes (10,000 tokens).
-# A shorter one holds little a person has not said through %memory add (or %memory extract), and
-# the call (the conversation read, the prompt written, up to 2,000 output tokens at five times
-# input) was 5-8 % of a short session's bill in the replay benchmark. `%memory extract` always runs.
-EXTRACT_FROM_TOKENS = 10_000
-
-
-class SessionTextModel:
-    """A session's side call as the memory package's TextModel."""
-
-    def __init__(self, session: Session, max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> None:
-        self.session = session
-        self.max_tokens = max_tokens
-
-    def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        return self.session.side_calls.text(messages, prompt, purpose="memory", max_tokens=self.max_tokens)
 
 
 @dataclass
@@ -71,13 +47,14 @@ class MemoryManager:
     """Extraction and dreaming in threads, and the line their failures leave for the user."""
     review: PendingReview = field(init=False)
     """What extraction left waiting for the member's review, and their keep or discard."""
-    last_refused: str | None = None
-    """The last extraction's line about the memories it refused as secrets, or None."""
+    extraction: Extraction = field(init=False)
+    """The session's durable facts into memories: on demand, and in a thread at session end."""
     skipped: list[Unreadable] = field(default_factory=list)
     """The memory files the last prompt section could not read (a FIFO, a link, a huge file, ...)."""
 
     def __post_init__(self) -> None:
         self.review = PendingReview(self)
+        self.extraction = Extraction(self)
 
     def configure(self, settings: MemorySettings) -> None:
         """The member's choices changed (a `%config`): from now on these."""
@@ -203,56 +180,6 @@ class MemoryManager:
                 store.forget(memory_id, now=now)
                 return store.scope, found
         return None
-
-    # -- extraction ----------------------------------------------------------------------------
-
-    def extract(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
-        """Store the session's durable facts now; counts toward its 20."""
-        snapshot = [m for m in (messages if messages is not None else session.live.messages) if m.sent]
-        if not any(m.role == "user" for m in snapshot):
-            return []
-        already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
-        refused: list[str] = []
-        team = self.team
-        review_team = self.settings.team_review or self.asks
-        share = None if team is None else TeamShare(team, self.member, self.proposals if review_team else None)
-        added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
-                                 now=self.clock(), session_id=session.session_id, already_extracted=already,
-                                 refused=refused, team=share, pending=self.own_pending if self.asks else None)
-        session.plugins.remember(EXTRACTED_KEY, already + len(added))
-        self.last_refused = refusal_line(refused, "extracted memory")
-        return added
-
-    def waiting_lines(self, added: Sequence[Memory]) -> list[str]:
-        """What an extraction left waiting for review, in a line for the user (none when nothing waits)."""
-        team = sum(1 for m in added if m.scope == "team") if self.settings.team_review or self.asks else 0
-        own = sum(1 for m in added if m.scope != "team") if self.asks else 0
-        waits = "memory waits" if own == 1 else "memories wait"
-        return ([f"{own} {waits} for your review: %memory pending."] if own else []) + (
-            [f"{team} proposed for the team, waiting for your review: %memory review."] if team else [])
-
-    @staticmethod
-    def extraction_due(session: Session) -> bool:
-        """Whether the end of this session calls for an extraction (see EXTRACT_FROM_TOKENS)."""
-        if not any(m.role == "user" and m.sent for m in session.live.messages):
-            return False
-        return bool(session.compaction.boundaries) or session.tokens() >= EXTRACT_FROM_TOKENS
-
-    def extract_in_background(self, session: Session) -> threading.Thread:
-        """At session end: extraction in a thread that reads a snapshot only."""
-        snapshot = list(session.live.messages)
-
-        def run() -> None:
-            try:
-                added = self.extract(session, snapshot)
-                lines = [*([self.last_refused] if self.last_refused else []), *self.waiting_lines(added)]
-                if lines:
-                    self.background.report("\n".join(f"From session {session.session_id}: {line}" for line in lines))
-                session.store.save_state(session.state_json())
-            except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
-                self.background.report(f"memories were not extracted from session {session.session_id}: {error}")
-
-        return self.background.start(run, "ctx-magic-memory-extract")
 
     # -- dreaming ------------------------------------------------------------------------------
 

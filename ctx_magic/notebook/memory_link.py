@@ -14,6 +14,7 @@ from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.choices import MemorySettings
+from ctx_magic.memory.extraction import extraction_due
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.store import Memory, added_by, shown_text
 from ctx_magic.notebook.config import CtxMagic
@@ -79,16 +80,16 @@ class MemoryLink:
         return "\n".join(lines) or None
 
     def session_ended(self, session: Session) -> None:
-        """Memories extracted in the background (not from a short session: MemoryManager.extraction_due).
+        """Memories extracted in the background (not from a short session: extraction_due).
         A session whose size cannot be measured (its model is unknown) ends without them: the
         reason is said at the next chance, and the session still ends (an unload, a new session)."""
         try:
-            due = self.manager.extraction_due(session)
+            due = extraction_due(session)
         except CtxMagicError as error:
             self.manager.background.report(f"memories were not extracted from session {session.session_id}: {error}")
             return
         if due:
-            self.manager.extract_in_background(session)
+            self.manager.extraction.in_background(session)
 
     def notes_text(self) -> str:
         return self.notes.text() if self.notes is not None else ""
@@ -113,9 +114,9 @@ class MemoryLink:
 
     def extract(self, session: Session) -> str:
         manager = self.manager
-        added = manager.extract(session)
+        added = manager.extraction.run(session)
         lines = "\n".join(f"- {m.text}{self._review_mark(m)}" for m in added) or "(nothing new)"
-        refused = f"\n{manager.last_refused}" if manager.last_refused else ""
+        refused = f"\n{manager.extraction.last_refused}" if manager.extraction.last_refused else ""
         return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
 
     def _review_mark(self, memory: Memory) -> str:
