@@ -20,6 +20,7 @@ from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.dream import DreamResult, dream
 from ctx_magic.memory.extraction import Extraction, SessionTextModel
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
+from ctx_magic.memory.record import added_by, shown_text, sort_by_relevance, utc_now
 from ctx_magic.memory.review import PendingReview
 from ctx_magic.memory.secrets import refusal_line
 from ctx_magic.memory.store import (
@@ -27,10 +28,6 @@ from ctx_magic.memory.store import (
     MemoryStore,
     Scope,
     Unreadable,
-    added_by,
-    shown_text,
-    sort_by_relevance,
-    utc_now,
 )
 from ctx_magic.memory.team import default_author, dream_team, folder_problem, lock_notice
 

@@ -16,7 +16,7 @@ from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.extraction import extraction_due
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.store import Memory, added_by, shown_text
+from ctx_magic.memory.record import Memory, added_by, shown_text
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.ui.cards import count

@@ -138,8 +138,8 @@ def test_a_broken_file_is_reported_by_what_is_wrong_never_by_quoting_it(tmp_path
     reasons = sorted(p.reason for p in team.problems())
     assert reasons == ["line 2 of the front matter has no colon",
                        "unknown type (it must be one of user, feedback, project, reference)"]
-    team.rebuild_index(T0)
-    assert "Winter2024" not in team.index_text() and "horse" not in team.index_text()
+    team.index.rebuild(T0)
+    assert "Winter2024" not in team.index.text() and "horse" not in team.index.text()
 
 
 # --- a link planted at a lock's path --------------------------------------------------------------

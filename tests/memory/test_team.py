@@ -76,9 +76,9 @@ def test_a_team_memory_is_its_own_group_readable_file_with_its_author(team: Memo
     assert stat.S_IMODE(path.stat().st_mode) == 0o664  # another member (same group) reads and replaces it
     assert team.get(added.id) == added and added.author == "alice" and added.owner == ME
     # The file is this OS account's: the name "alice" is only what the writer said.
-    assert f'added by "alice" (claimed; the file belongs to OS user {ME}) on 2025-03-01' in team.index_text()
+    assert f'added by "alice" (claimed; the file belongs to OS user {ME}) on 2025-03-01' in team.index.text()
     mine = team.add("Sales close on the 5th.", now=T0, type="project", author=ME)
-    assert f"added by {ME} on 2025-03-01 · Sales close" in team.index_text() and mine.owner == ME
+    assert f"added by {ME} on 2025-03-01 · Sales close" in team.index.text() and mine.owner == ME
 
 
 def test_a_reader_never_sees_a_half_written_memory_while_two_members_write(team: MemoryStore) -> None:
@@ -98,7 +98,7 @@ def test_a_reader_never_sees_a_half_written_memory_while_two_members_write(team:
         problems += [f"{p.path.name}: {p.reason}" for p in team.scan().problems]
         scans += 1
     assert problems == [] and scans > 1
-    assert len(team.all()) == 120 and "Unreadable" not in team.index_text()
+    assert len(team.all()) == 120 and "Unreadable" not in team.index.text()
 
 
 def test_team_names_are_one_folder_name() -> None:
@@ -458,7 +458,7 @@ def test_a_failed_team_dream_puts_back_its_own_files_and_keeps_what_others_wrote
     after = {p.name: p.read_bytes() for p in team.folder.glob("*.md") if p.name != INDEX_NAME}
     carol = f"{memory_id('Sales close on the 5th.')}.md"
     assert {k: v for k, v in after.items() if k != carol} == before and carol in after
-    assert "Sales close on the 5th." in team.index_text()  # the index lists what others wrote meanwhile
+    assert "Sales close on the 5th." in team.index.text()  # the index lists what others wrote meanwhile
     assert not (team.folder / LOCK_NAME).exists()
 
 
