@@ -34,23 +34,23 @@ class MemoryCommand:
         elif command == "extract":
             notice(memory.extract(host.require()))
         elif command == "review":
-            notice(memory.review())
+            notice(memory.review.review())
         elif command == "pending":
-            notice(memory.pending())
+            notice(memory.review.pending())
         elif command in ("keep", "discard"):
             if not words:
                 raise CtxMagicError(f"%memory {command} needs the ids of pending memories, or all "
                                     "(see %memory pending).")
-            notice(memory.keep(words) if command == "keep" else memory.discard(words))
+            notice(memory.review.keep(words) if command == "keep" else memory.review.discard(words))
         elif command == "edit":
             if len(words) < 2:
                 raise CtxMagicError("%memory edit needs the id of a pending memory and the text to keep instead "
                                     "(see %memory pending).")
-            notice(memory.edit(words[0], " ".join(words[1:])))
+            notice(memory.review.edit(words[0], " ".join(words[1:])))
         elif command in ("accept", "reject"):
             if not words:
                 raise CtxMagicError(f"%memory {command} needs the ids of proposed team memories, or all "
                                     "(see %memory review).")
-            notice(memory.accept(words) if command == "accept" else memory.reject(words))
+            notice(memory.review.accept(words) if command == "accept" else memory.review.reject(words))
         else:
             notice(memory.dream(host.require()))

@@ -6,9 +6,7 @@ all of it, else what it proposes for the team)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
@@ -16,8 +14,9 @@ from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.extraction import extraction_due
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.record import Memory, added_by, shown_text
+from ctx_magic.memory.record import Memory, added_by
 from ctx_magic.notebook.config import CtxMagic
+from ctx_magic.notebook.review_replies import ReviewReplies
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.ui.cards import count
 
@@ -32,6 +31,8 @@ class MemoryLink:
         self.notes: NotesKeeper | None = None
         self._told: set[str] = set()
         """Team notices already shown in this kernel (each once)."""
+        self.review = ReviewReplies(self)
+        """`%memory pending, keep, edit, discard, review, accept, reject` and the panel's list."""
 
     @property
     def manager(self) -> MemoryManager:
@@ -127,66 +128,6 @@ class MemoryLink:
             return f" (proposed for the team: %memory accept {memory.id})"
         return " (for the team)"
 
-    def pending(self) -> str:
-        """Every memory extraction found that waits for this member: their own and the team's."""
-        waiting = self.manager.review.pending()
-        if not waiting:
-            return ("No memories wait for review (with CtxMagic.memory_review = 'ask', what extraction finds "
-                    "waits here).")
-        lines = [f"{count(len(waiting), 'memory', 'memories')} found by extraction, waiting for you (in no prompt "
-                 "until kept): %memory keep ID (or all), %memory edit ID NEW TEXT, %memory discard ID (or all)."]
-        lines += [f"- {m.id} [{m.type}{', for the team' if m.scope == 'team' else ''}"
-                  f"{'' if m.decay else ', no decay'}]: {shown_text(m)}" for m in waiting]
-        return "\n".join(lines)
-
-    def keep(self, ids: Sequence[str]) -> str:
-        kept = self.manager.review.keep(ids)
-        if not kept:
-            return "No memories wait for review."
-        lines = "\n".join(f"- {m.id}{' (for the team)' if m.scope == 'team' else ''}: {shown_text(m)}" for m in kept)
-        return f"Kept {count(len(kept), 'memory', 'memories')}:\n{lines}"
-
-    def edit(self, memory_id: str, text: str) -> str:
-        kept = self.manager.review.edit(memory_id, text)
-        where = " for the team" if kept.scope == "team" else ""
-        return f"Kept{where} as {kept.id}: {shown_text(kept)}"
-
-    def discard(self, ids: Sequence[str]) -> str:
-        dropped = self.manager.review.discard(ids)
-        if not dropped:
-            return "No memories wait for review."
-        return f"Discarded {count(len(dropped), 'pending memory', 'pending memories')}: " + ", ".join(
-            m.id for m in dropped) + "."
-
-    def review(self) -> str:
-        """The team memories extraction proposed, waiting for this member's accept."""
-        manager = self.manager
-        if not manager.team_on:
-            return f"No team memory: {manager.team_problem()}."
-        waiting = manager.review.proposed()
-        if not waiting:
-            return "No team memories wait for review (extraction proposes them when CtxMagic.team_review is on)."
-        lines = [f"{count(len(waiting), 'team memory', 'team memories')} proposed by extraction, waiting for you: "
-                 "%memory accept ID (or all) adds one to the team's folder under your name, %memory reject ID "
-                 "(or all) drops it."]
-        lines += [f"- {m.id} [{m.type}{'' if m.decay else ', no decay'}]: {shown_text(m)}" for m in waiting]
-        return "\n".join(lines)
-
-    def accept(self, ids: Sequence[str]) -> str:
-        accepted = self.manager.review.accept(ids)
-        if not accepted:
-            return "No team memories wait for review."
-        lines = "\n".join(f"- {m.id}: {shown_text(m)}" for m in accepted)
-        return (f"Accepted {count(len(accepted), 'memory', 'memories')} into the folder of team "
-                f"{self.manager.settings.team_name!r}:\n{lines}")
-
-    def reject(self, ids: Sequence[str]) -> str:
-        rejected = self.manager.review.reject(ids)
-        if not rejected:
-            return "No team memories wait for review."
-        return f"Rejected {count(len(rejected), 'proposed team memory', 'proposed team memories')}: " + ", ".join(
-            m.id for m in rejected) + "."
-
     def dream(self, session: Session) -> str:
         mine = self.manager.dream(session, force=True).summary()
         team = self.manager.dream_team(session, force=True)
@@ -242,11 +183,6 @@ class MemoryLink:
         notice = manager.team_notice()
         return (f"Team memory: team {manager.settings.team_name!r} in {team.folder}, you add as {manager.member!r}."
                 + (f"\n{notice}" if notice else ""))
-
-    def pending_rows(self) -> list[dict[str, Any]]:
-        """What the panel lists as waiting for review, each with where it goes once kept."""
-        return [{"id": m.id, "text": shown_text(m), "type": m.type, "scope": m.scope}
-                for m in self.manager.review.pending()]
 
     def wait(self) -> None:
         if self._manager is not None:

@@ -117,7 +117,7 @@ class PanelLink:
         timer once the cache has gone cold)."""
         if self.widget is not None and self._session is not None:
             self.widget.load(self._status(self._session), notes=self._memory.notes_text(),
-                             memories=self._memory.manager.rows(), pending=self._memory.pending_rows())
+                             memories=self._memory.manager.rows(), pending=self._memory.review.pending_rows())
         self.runs_changed()
 
     def answer_pending(self, memory_id: str, action: str) -> None:
