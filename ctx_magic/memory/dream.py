@@ -329,7 +329,7 @@ def put_back(store: MemoryStore, snapshot: Mapping[str, bytes], touched: set[str
         elif _current_bytes(path) != snapshot[name]:
             atomic_write_bytes(path, snapshot[name], mode=mode)
     if store.shared:
-        store.rebuild_index()
+        store.index.rebuild()
 
 
 def _current_bytes(path: Path) -> bytes | None:

@@ -7,55 +7,29 @@ forbidden), from background threads that read a snapshot of the conversation onl
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent.session import Session
-from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
 from ctx_magic.errors import CtxMagicError
+from ctx_magic.memory.background import BackgroundWork
+from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.dream import DreamResult, dream
-from ctx_magic.memory.longterm import TeamShare, extract_memories
+from ctx_magic.memory.extraction import Extraction, SessionTextModel
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
+from ctx_magic.memory.record import added_by, shown_text, sort_by_relevance, utc_now
+from ctx_magic.memory.review import PendingReview
 from ctx_magic.memory.secrets import refusal_line
 from ctx_magic.memory.store import (
     Memory,
     MemoryStore,
     Scope,
     Unreadable,
-    added_by,
-    shown_text,
-    sort_by_relevance,
-    utc_now,
 )
 from ctx_magic.memory.team import default_author, dream_team, folder_problem, lock_notice
-from ctx_magic.messages import Message
-from ctx_magic.settings import MEMORY_BUDGET_TOKENS, MEMORY_REVIEW, TEAM_REVIEW
-
-EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
-JOIN_SECONDS = 15.0  # how long a new session waits for the last one's extraction
-# 20 memories of a sentence or two each (the extraction's cap): output is billed at five times input, so no more.
-EXTRACTION_MAX_OUTPUT = 2_000
-# Extraction at session end, for a session with something to carry over: one that compacted, or whose
-# conversation reached the size at which Claude Code starts keeping session notes (10,000 tokens).
-# A shorter one holds little a person has not said through %memory add (or %memory extract), and
-# the call (the conversation read, the prompt written, up to 2,000 output tokens at five times
-# input) was 5-8 % of a short session's bill in the replay benchmark. `%memory extract` always runs.
-EXTRACT_FROM_TOKENS = 10_000
-
-
-class SessionTextModel:
-    """A session's side call as the memory package's TextModel."""
-
-    def __init__(self, session: Session, max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> None:
-        self.session = session
-        self.max_tokens = max_tokens
-
-    def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        return self.session.side_calls.text(messages, prompt, purpose="memory", max_tokens=self.max_tokens)
 
 
 @dataclass
@@ -63,25 +37,25 @@ class MemoryManager:
     storage_dir: Path
     user_dir: Path | None = None
     """The user scope's data folder; None is platformdirs' per-user folder."""
-    budget_tokens: int = MEMORY_BUDGET_TOKENS
-    team_root: Path | None = None
-    """The folder every member reaches (`CtxMagic.team_memory_dir`); None: no team memory."""
-    team_name: str = ""
-    author: str = ""
-    """Who this member is on team memories; empty: `default_author()`."""
-    team_review: bool = TEAM_REVIEW
-    """Extraction proposes team memories (in `proposals`) and the member accepts them."""
-    memory_review: str = MEMORY_REVIEW
-    """'ask': everything extraction finds waits (in `pending_stores`) until the member keeps it."""
+    settings: MemorySettings = MemorySettings()
+    """The member's choices (budget, team, review): set here or by `configure`, never from outside."""
     clock: Callable[[], datetime] = utc_now
-    background: list[threading.Thread] = field(default_factory=list)
-    last_error: str | None = None
-    """A line for the user at the next chance: a background task failed, refused something, or
-    proposed team memories for review."""
-    last_refused: str | None = None
-    """The last extraction's line about the memories it refused as secrets, or None."""
+    background: BackgroundWork = field(default_factory=BackgroundWork)
+    """Extraction and dreaming in threads, and the line their failures leave for the user."""
+    review: PendingReview = field(init=False)
+    """What extraction left waiting for the member's review, and their keep or discard."""
+    extraction: Extraction = field(init=False)
+    """The session's durable facts into memories: on demand, and in a thread at session end."""
     skipped: list[Unreadable] = field(default_factory=list)
     """The memory files the last prompt section could not read (a FIFO, a link, a huge file, ...)."""
+
+    def __post_init__(self) -> None:
+        self.review = PendingReview(self)
+        self.extraction = Extraction(self)
+
+    def configure(self, settings: MemorySettings) -> None:
+        """The member's choices changed (a `%config`): from now on these."""
+        self.settings = settings
 
     @property
     def project(self) -> MemoryStore:
@@ -93,28 +67,28 @@ class MemoryManager:
 
     @property
     def team_on(self) -> bool:
-        return self.team_root is not None and bool(self.team_name)
+        return self.settings.team_root is not None and bool(self.settings.team_name)
 
     def team_problem(self) -> str | None:
         """Why team memory cannot be used now (not configured, the folder missing), or None."""
         if not self.team_on:
             return ("team memory is off: set %config CtxMagic.team = 'NAME' and "
                     "%config CtxMagic.team_memory_dir = 'FOLDER' (a folder every member reaches)")
-        assert self.team_root is not None
-        return folder_problem(self.team_root)
+        assert self.settings.team_root is not None
+        return folder_problem(self.settings.team_root)
 
     @property
     def team(self) -> MemoryStore | None:
         """The team's memories, where team memory is on and its folder is reachable."""
         if self.team_problem() is not None:
             return None
-        assert self.team_root is not None
-        return MemoryStore.for_team(self.team_root, self.team_name)
+        assert self.settings.team_root is not None
+        return MemoryStore.for_team(self.settings.team_root, self.settings.team_name)
 
     @property
     def asks(self) -> bool:
         """Whether extraction's memories wait for the member's keep."""
-        return self.memory_review == "ask"
+        return self.settings.memory_review == "ask"
 
     @property
     def own_pending(self) -> MemoryStore:
@@ -126,7 +100,7 @@ class MemoryManager:
         """The team memories extraction proposed in this storage folder, waiting for review."""
         if not self.team_on:
             return None
-        return MemoryStore.for_pending(self.storage_dir, self.team_name)
+        return MemoryStore.for_pending(self.storage_dir, self.settings.team_name)
 
     def pending_stores(self) -> list[MemoryStore]:
         """Every folder of memories waiting for this member: their own, and the team's proposals."""
@@ -141,7 +115,7 @@ class MemoryManager:
 
     @property
     def member(self) -> str:
-        return self.author.strip() or default_author()
+        return self.settings.author.strip() or default_author()
 
     def team_notice(self) -> str | None:
         """One line for the user about the team folder: unreachable, or without locks across machines."""
@@ -170,7 +144,7 @@ class MemoryManager:
         scans = [store.scan() for store in self.stores()]
         self.skipped = [problem for scan in scans for problem in scan.problems]
         memories = sort_by_relevance([m for scan in scans for m in scan.memories], now)
-        return memory_prompt_section(select_for_prompt(memories, now, self.budget_tokens), now)
+        return memory_prompt_section(select_for_prompt(memories, now, self.settings.budget_tokens), now)
 
     def rows(self) -> list[dict[str, Any]]:
         """What the panel lists: each memory with its current relevance."""
@@ -204,141 +178,6 @@ class MemoryManager:
                 return store.scope, found
         return None
 
-    # -- review of what extraction found: the member's own memories and the team's proposals -----
-
-    def pending(self, scope: Scope | None = None) -> list[Memory]:
-        """The memories waiting for this member's review, oldest first; each one's `scope` is where
-        it goes once kept (`scope`: only those)."""
-        waiting = [m for store in self.pending_stores() if scope in (None, store.scope) for m in store.all()]
-        return sorted(waiting, key=lambda m: (m.created, m.id))
-
-    def proposed(self) -> list[Memory]:
-        """The team memories waiting for this member's review, oldest first."""
-        return self.pending("team") if self.team_on else []
-
-    def _pick(self, ids: Sequence[str], scope: Scope | None) -> list[Memory]:
-        waiting = self.pending(scope)
-        if list(ids) == ["all"]:
-            return waiting
-        by_id = {m.id: m for m in waiting}
-        unknown = [i for i in ids if i not in by_id]
-        if unknown:
-            if scope == "team":
-                raise CtxMagicError(f"No proposed team memory with id {unknown[0]!r} (see %memory review).")
-            raise CtxMagicError(f"No pending memory with id {unknown[0]!r} (see %memory pending).")
-        return [by_id[i] for i in dict.fromkeys(ids)]
-
-    def _pending_store(self, memory: Memory) -> MemoryStore:
-        proposals = self.proposals
-        if memory.scope == "team" and proposals is not None:
-            return proposals
-        return self.own_pending
-
-    def _keep_one(self, memory: Memory, text: str | None = None) -> Memory:
-        """One pending memory into where it goes (the team's, signed by this member), then out of
-        the pending folder."""
-        text = memory.text if text is None else text
-        if memory.scope == "team":
-            kept = self.require_team().add(text, now=self.clock(), type=memory.type, decay=memory.decay,
-                                           source_session=memory.source_session, author=self.member)
-        else:
-            kept = self.project.add(text, now=self.clock(), type=memory.type, decay=memory.decay,
-                                    source_session=memory.source_session)
-        self._pending_store(memory).forget(memory.id)
-        return kept
-
-    def keep(self, ids: Sequence[str], *, scope: Scope | None = None) -> list[Memory]:
-        """Pending memories (or "all"; `scope`: only those going there) into their stores."""
-        if scope == "team":
-            self.require_team()
-        return [self._keep_one(memory) for memory in self._pick(ids, scope)]
-
-    def edit(self, memory_id: str, text: str) -> Memory:
-        """A pending memory kept with the member's words instead of extraction's (checked for
-        secrets like any other)."""
-        text = " ".join(text.split())
-        if not text:
-            raise CtxMagicError("%memory edit needs the id of a pending memory and its new text.")
-        [memory] = self._pick([memory_id], None)
-        return self._keep_one(memory, text)
-
-    def discard(self, ids: Sequence[str], *, scope: Scope | None = None) -> list[Memory]:
-        """Pending memories (or "all") dropped: they never reach any store."""
-        if scope == "team":
-            self.require_team()
-        dropped = self._pick(ids, scope)
-        for store in self.pending_stores():
-            gone = [m.id for m in dropped if m.scope == store.scope]
-            if gone:
-                store.apply(remove=gone)
-        return dropped
-
-    def accept(self, ids: Sequence[str]) -> list[Memory]:
-        """Proposed team memories (or "all") into the team's folder, signed by this member."""
-        return self.keep(ids, scope="team")
-
-    def reject(self, ids: Sequence[str]) -> list[Memory]:
-        """Proposed team memories (or "all") dropped: they never reach the team."""
-        return self.discard(ids, scope="team")
-
-    # -- extraction ----------------------------------------------------------------------------
-
-    def extract(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
-        """Store the session's durable facts now; counts toward its 20."""
-        snapshot = [m for m in (messages if messages is not None else session.live.messages) if m.sent]
-        if not any(m.role == "user" for m in snapshot):
-            return []
-        already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
-        refused: list[str] = []
-        team = self.team
-        review_team = self.team_review or self.asks
-        share = None if team is None else TeamShare(team, self.member, self.proposals if review_team else None)
-        added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, self.project,
-                                 now=self.clock(), session_id=session.session_id, already_extracted=already,
-                                 refused=refused, team=share, pending=self.own_pending if self.asks else None)
-        session.plugins.remember(EXTRACTED_KEY, already + len(added))
-        self.last_refused = refusal_line(refused, "extracted memory")
-        return added
-
-    def waiting_lines(self, added: Sequence[Memory]) -> list[str]:
-        """What an extraction left waiting for review, in a line for the user (none when nothing waits)."""
-        team = sum(1 for m in added if m.scope == "team") if self.team_review or self.asks else 0
-        own = sum(1 for m in added if m.scope != "team") if self.asks else 0
-        waits = "memory waits" if own == 1 else "memories wait"
-        return ([f"{own} {waits} for your review: %memory pending."] if own else []) + (
-            [f"{team} proposed for the team, waiting for your review: %memory review."] if team else [])
-
-    @staticmethod
-    def extraction_due(session: Session) -> bool:
-        """Whether the end of this session calls for an extraction (see EXTRACT_FROM_TOKENS)."""
-        if not any(m.role == "user" and m.sent for m in session.live.messages):
-            return False
-        return bool(session.compaction.boundaries) or session.tokens() >= EXTRACT_FROM_TOKENS
-
-    def extract_in_background(self, session: Session) -> threading.Thread:
-        """At session end: extraction in a thread that reads a snapshot only."""
-        snapshot = list(session.live.messages)
-
-        def run() -> None:
-            try:
-                added = self.extract(session, snapshot)
-                lines = [*([self.last_refused] if self.last_refused else []), *self.waiting_lines(added)]
-                if lines:
-                    self.last_error = "\n".join(f"From session {session.session_id}: {line}" for line in lines)
-                session.store.save_state(session.state_json())
-            except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
-                self.last_error = f"memories were not extracted from session {session.session_id}: {error}"
-
-        thread = threading.Thread(target=run, name="ctx-magic-memory-extract", daemon=True)
-        thread.start()
-        self.background.append(thread)
-        return thread
-
-    def wait(self, timeout: float = JOIN_SECONDS) -> None:
-        for thread in list(self.background):
-            thread.join(timeout)
-        self.background = [t for t in self.background if t.is_alive()]
-
     # -- dreaming ------------------------------------------------------------------------------
 
     def dream(self, session: Session, *, force: bool) -> DreamResult:
@@ -361,10 +200,8 @@ class MemoryManager:
                 for label, result in (("Dreaming", self.dream(session, force=False)),
                                       ("Dreaming the team's memories", self.dream_team(session, force=False))):
                     if result is not None and result.refused:
-                        self.last_error = f"{label}: {refusal_line(result.refused, 'candidate')}"
+                        self.background.report(f"{label}: {refusal_line(result.refused, 'candidate')}")
             except Exception as error:  # noqa: BLE001
-                self.last_error = f"dreaming failed: {error}"
+                self.background.report(f"dreaming failed: {error}")
 
-        thread = threading.Thread(target=run, name="ctx-magic-dream", daemon=True)
-        thread.start()
-        self.background.append(thread)
+        self.background.start(run, "ctx-magic-dream")

@@ -26,18 +26,15 @@ from datetime import datetime
 from pathlib import Path
 
 from ctx_magic.errors import CtxMagicError, StorageError
+from ctx_magic.memory.index import INDEX_NAME, MemoryIndex
 from ctx_magic.memory.record import (
     BASE_RELEVANCE,
     MEMORY_TYPES,
     Memory,
     MemoryType,
     Scope,
-    added_by,
-    first_line,
     is_near_duplicate,
     memory_id,
-    shown_text,
-    sort_by_relevance,
     utc_now,
 )
 from ctx_magic.memory.secrets import detect_secret
@@ -45,19 +42,13 @@ from ctx_magic.memory.shared_folder import (
     MAX_FILE_BYTES,
     SHARED_FILE_MODE,
     RefusedFile,
-    index_lock,
-    lock_support,
     read_regular_file,
 )
 from ctx_magic.store.files import atomic_write_text, describe_os_error, make_storage_folder
 
-INDEX_NAME = "MEMORY.md"
 # Memories waiting for the member's review, in their own memory folder: <storage>/memory/pending/project/ for
 # their own, <storage>/memory/pending/team/<team>/ for a team's. Subfolders, so no scope's scan ever reads them.
 PENDING_DIR = "pending"
-MAX_INDEX_BYTES = 4 * 1024 * 1024  # the index: a line per memory; past this it is not a ctx_magic index
-INDEX_FIRST_LINE_CHARS = 100  # the index shows this much of each memory's first line
-INDEX_REBUILD_ROUNDS = 3  # rebuilt again while files came or went meanwhile (a folder without locks)
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -120,21 +111,6 @@ def account_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def render_index(memories: Iterable[Memory], problems: Iterable[Unreadable], now: datetime) -> str:
-    lines = ["# Memory index", "", "One line per memory: file, type, current relevance, first line.", ""]
-    for memory in sort_by_relevance(memories, now):
-        head = first_line(shown_text(memory))
-        if len(head) > INDEX_FIRST_LINE_CHARS:
-            head = head[: INDEX_FIRST_LINE_CHARS - 1] + "…"
-        score = memory.current_relevance(now)
-        by = f" · {added_by(memory)}" if added_by(memory) else ""
-        lines.append(f"- [{memory.id}]({memory.id}.md) · {memory.type} · {score:.2f}{by} · {head}")
-    skipped = [f"- {p.path.name}: {p.reason}" for p in problems]
-    if skipped:
-        lines += ["", "## Unreadable files (skipped)", "", *skipped]
-    return "\n".join(lines) + "\n"
-
-
 @dataclass(frozen=True)
 class MemoryStore:
     """The memories of one scope, in `folder`."""
@@ -183,8 +159,9 @@ class MemoryStore:
         return self.folder.parent if self.scope == "project" else None
 
     @property
-    def index_path(self) -> Path:
-        return self.folder / INDEX_NAME
+    def index(self) -> MemoryIndex:
+        """The folder's MEMORY.md, rebuilt from its files."""
+        return MemoryIndex(self)
 
     def path_of(self, memory_id: str) -> Path:
         if not _ID.match(memory_id):
@@ -306,34 +283,4 @@ class MemoryStore:
                 path.unlink(missing_ok=True)
             except OSError as error:  # a team folder of a Unix group this member is not in
                 raise StorageError(describe_os_error(error, path)) from error
-        self.rebuild_index(now)
-
-    def rebuild_index(self, now: datetime | None = None) -> Scan:
-        """MEMORY.md from the files. In a shared folder, under the index lock (the last rebuild then
-        saw every file written before it), and again while files came or went meanwhile (where the
-        filesystem gives no lock)."""
-        if not self.shared:
-            return self._write_index(now)
-        with index_lock(self.folder, lock_support(self.folder)):
-            for _ in range(INDEX_REBUILD_ROUNDS):
-                scan = self._write_index(now)
-                if self._names() == {m.id for m in scan.memories} | {p.path.stem for p in scan.problems}:
-                    break
-        return scan
-
-    def _write_index(self, now: datetime | None) -> Scan:
-        scan = self.scan()
-        mode = SHARED_FILE_MODE if self.shared else None
-        atomic_write_text(self.index_path, render_index(scan.memories, scan.problems, now or self.clock()), mode=mode)
-        return scan
-
-    def _names(self) -> set[str]:
-        if not self.folder.is_dir():
-            return set()
-        return {p.stem for p in self.folder.glob("*.md") if p.name != INDEX_NAME and not p.name.startswith(".")}
-
-    def index_text(self) -> str:
-        try:
-            return read_regular_file(self.index_path, MAX_INDEX_BYTES).data.decode("utf-8", errors="replace")
-        except OSError:
-            return ""
+        self.index.rebuild(now)

@@ -1,7 +1,8 @@
 """The magics: `%%agent`, `%compact`, `%memory`, `%ctx`, and `%pin`.
 
 Options go through IPython's magic_arguments, so `%%agent?` shows real help and a bad option
-is a UsageError of one line; each magic's arguments are parsed here and nowhere else. Every
+is a UsageError of one line; each magic's arguments are parsed here and nowhere else (what `%memory`
+and `%ctx` then do is in memory_command.py and ctx_command.py). Every
 other failure ends in one clear line in the cell and a session that still works.
 """
 
@@ -9,11 +10,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import getpass
-import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -22,14 +20,12 @@ from IPython.core.magic_arguments import MagicHelpFormatter, argument, kwds, mag
 from IPython.utils.process import arg_split
 
 from ctx_magic.agent.status import ContextReport
-from ctx_magic.agent.tools import ToolError
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.controller import Controller
+from ctx_magic.notebook.ctx_command import CtxCommand
 from ctx_magic.notebook.display import notice, plain_or_rich
-from ctx_magic.notebook.export import Target, export_notebook, export_transcript
-from ctx_magic.notebook.runs.news import elsewhere, rows
-from ctx_magic.notebook.runs.wording import runs_listing
-from ctx_magic.notebook.wording import error_line, pins_listing, status_text
+from ctx_magic.notebook.memory_command import MemoryCommand
+from ctx_magic.notebook.wording import error_line, pins_listing
 
 AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]
   (your message, on the lines below)
@@ -98,6 +94,8 @@ class AgentMagics(Magics):
         super().__init__(shell)
         self.controller = controller
         self.commands = controller.commands
+        self.memory_command = MemoryCommand(controller)
+        self.ctx_command = CtxCommand(controller)
 
     @magic_arguments()
     @kwds(usage=AGENT_USAGE, formatter_class=HelpFormatter)
@@ -206,42 +204,7 @@ class AgentMagics(Magics):
         no_decay = args.no_decay or "--no-decay" in args.rest
         team = args.team or "--team" in args.rest
         words = [word for word in args.rest if word not in ("--no-decay", "--team")]
-        memory, host = self.controller.memory, self.controller.host
-        if args.command == "show":
-            notice(memory.listing())
-        elif args.command == "add":
-            text = " ".join(words).strip()
-            if not text:
-                raise CtxMagicError("%memory add needs the text to remember.")
-            session_id = host.session.session_id if host.session is not None else ""
-            notice(memory.add(text, decay=not no_decay, session_id=session_id, team=team))
-        elif args.command == "forget":
-            if not words:
-                raise CtxMagicError("%memory forget needs the id of a memory (see %memory show).")
-            notice(memory.forget(words[0], team=team))
-        elif args.command == "extract":
-            notice(memory.extract(host.require()))
-        elif args.command == "review":
-            notice(memory.review())
-        elif args.command == "pending":
-            notice(memory.pending())
-        elif args.command in ("keep", "discard"):
-            if not words:
-                raise CtxMagicError(f"%memory {args.command} needs the ids of pending memories, or all "
-                                    "(see %memory pending).")
-            notice(memory.keep(words) if args.command == "keep" else memory.discard(words))
-        elif args.command == "edit":
-            if len(words) < 2:
-                raise CtxMagicError("%memory edit needs the id of a pending memory and the text to keep instead "
-                                    "(see %memory pending).")
-            notice(memory.edit(words[0], " ".join(words[1:])))
-        elif args.command in ("accept", "reject"):
-            if not words:
-                raise CtxMagicError(f"%memory {args.command} needs the ids of proposed team memories, or all "
-                                    "(see %memory review).")
-            notice(memory.accept(words) if args.command == "accept" else memory.reject(words))
-        else:
-            notice(memory.dream(host.require()))
+        self.memory_command.run(args.command, words, no_decay=no_decay, team=team)
         self.controller.panel.refresh()
 
     @magic_arguments()
@@ -311,70 +274,18 @@ class AgentMagics(Magics):
         """
         args = parse_intermixed(self.ctx, line)
         if args.command == "config":
-            plain_or_rich({"text/plain": json.dumps(self.controller.settings.describe(), indent=1)})
-            return
+            return self.ctx_command.config()
         session = self.controller.host.require()
         if args.command in ("tasks", "answer", "stop"):
-            self._runs(args.command, args.rest)
+            self.ctx_command.runs(args.command, args.rest)
             return
         if args.command == "status":
-            status = self.controller.host.status(session)
-            if args.json:
-                print(json.dumps(status.to_json(), indent=1))
-                return None
-            plain_or_rich({"text/plain": status_text(status)})
-            return status.report()  # the figures as a value, for scripts (`ctx_magic.context()` too)
+            return self.ctx_command.status(session, as_json=args.json)
         elif args.command == "export":
-            records = session.store.load_transcript().records
-            named = " ".join(args.rest)  # a path with spaces, typed bare or in one pair of quotes as in a shell
-            if len(named) > 1 and named[0] == named[-1] and named[0] in "'\"":
-                named = named[1:-1]
-            # No PATH: into the session's own folder, private like the rest of it, replaced each time.
-            default = session.store.root / ("transcript.ipynb" if args.transcript else "notebook.ipynb")
-            target = Target(Path(named), force=args.force) if named else Target(default, private=True)
-            if args.transcript:
-                written = export_transcript(records, session.session_id, target)
-                notice(f"Wrote the full transcript to {written}.")
-            else:
-                written = export_notebook(records, session.session_id, target, self._run_state)
-                notice(f"Wrote the session as a notebook to {written}; it runs without ctx_magic.")
+            self.ctx_command.export(session, args.rest, transcript=args.transcript, force=args.force)
         elif args.command == "cell":
-            self.commands.refuse_inside_turn("%ctx cell")
-            try:
-                placed = self.controller.agent_cells.place(session.store.load_transcript().messages(),
-                                                         args.rest[0] if args.rest else None)
-            except LookupError as missing:
-                raise CtxMagicError(str(missing)) from None
-            notice(f"The code of call {placed} replaces this cell's source (where the frontend takes IPython's "
-                   "next input).")
+            self.ctx_command.cell(session, args.rest)
         elif args.command == "count":
             notice(self.commands.count_line())
         elif args.command == "sidebar":
             self.controller.show_sidebar(inline=args.inline)
-
-    def _run_state(self, run_id: str) -> str | None:
-        """A background run's last state, as `%ctx tasks` shows it (a dead kernel's run has ended)."""
-        _run, info, _path = self.controller.runs.find(run_id)
-        return info.state if info is not None else None
-
-    def _runs(self, command: str, words: list[str]) -> None:
-        """`%ctx tasks`, `%ctx answer ID [TEXT]`, `%ctx stop ID`: the agent's background runs."""
-        runs = self.controller.runs
-        if command == "tasks":
-            plain_or_rich({"text/plain": runs_listing(rows(runs), elsewhere(runs))})
-            return
-        if not words:
-            raise UsageError(f"%ctx {command} needs the id of a background run (see %ctx tasks).")
-        run_id = words[0]
-
-        def ask(waiting: str) -> str:  # no TEXT: asked at the input prompt, hidden for a password
-            return (getpass.getpass if waiting == "password" else input)(f"Answer for run {run_id}: ")
-
-        try:
-            if command == "stop":
-                notice(runs.stop(run_id))
-                return
-            notice(runs.answer(run_id, " ".join(words[1:]) or ask))
-        except ToolError as error:
-            raise CtxMagicError(str(error)) from None
-        self.controller.panel.runs_changed()

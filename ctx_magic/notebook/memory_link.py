@@ -6,16 +6,17 @@ all of it, else what it proposes for the team)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
+from ctx_magic.memory.choices import MemorySettings
+from ctx_magic.memory.extraction import extraction_due
 from ctx_magic.memory.manager import MemoryManager
-from ctx_magic.memory.store import Memory, added_by, shown_text
+from ctx_magic.memory.record import Memory, added_by
 from ctx_magic.notebook.config import CtxMagic
+from ctx_magic.notebook.review_replies import ReviewReplies
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.ui.cards import count
 
@@ -30,6 +31,8 @@ class MemoryLink:
         self.notes: NotesKeeper | None = None
         self._told: set[str] = set()
         """Team notices already shown in this kernel (each once)."""
+        self.review = ReviewReplies(self)
+        """`%memory pending, keep, edit, discard, review, accept, reject` and the panel's list."""
 
     @property
     def manager(self) -> MemoryManager:
@@ -37,15 +40,15 @@ class MemoryLink:
         settings = self._settings
         user_dir = Path(settings.user_memory_dir).expanduser() if settings.user_memory_dir else None
         storage = self._workspace.storage_dir()
-        if self._manager is None or self._manager.storage_dir != storage or self._manager.user_dir != user_dir:
-            self._manager = MemoryManager(storage, user_dir)
-        self._manager.budget_tokens = settings.memory_budget_tokens
         team_root = Path(settings.team_memory_dir).expanduser() if settings.team_memory_dir else None
-        self._manager.team_root = team_root if settings.team else None
-        self._manager.team_name = settings.team
-        self._manager.author = settings.author
-        self._manager.team_review = settings.team_review
-        self._manager.memory_review = settings.memory_review
+        chosen = MemorySettings(budget_tokens=settings.memory_budget_tokens,
+                                team_root=team_root if settings.team else None, team_name=settings.team,
+                                author=settings.author, team_review=settings.team_review,
+                                memory_review=settings.memory_review)
+        if self._manager is None or self._manager.storage_dir != storage or self._manager.user_dir != user_dir:
+            self._manager = MemoryManager(storage, user_dir, settings=chosen)
+        elif self._manager.settings != chosen:
+            self._manager.configure(chosen)
         return self._manager
 
     def attach(self, session: Session) -> None:
@@ -57,7 +60,7 @@ class MemoryLink:
         (after the last session's extraction, if one is still running)."""
         if session.plugins.recalled(INJECTED_KEY):
             return
-        self.manager.wait()
+        self.manager.background.wait()
         session.frame.set_memory_section(self.manager.prompt_section())
         session.plugins.remember(INJECTED_KEY, True)
 
@@ -66,7 +69,7 @@ class MemoryLink:
         per kernel) a word on a team folder that cannot be read or locked across machines, and a
         line for each memory file the prompt skipped (a FIFO, a link, a huge file, a broken one)."""
         manager = self.manager
-        error, manager.last_error = manager.last_error, None
+        error = manager.background.take_report()
         manager.maybe_dream_in_background(session)
         notices = [manager.team_notice(),
                    *(f"Memory file skipped: {p.path}: {p.reason}." for p in manager.skipped)]
@@ -78,16 +81,16 @@ class MemoryLink:
         return "\n".join(lines) or None
 
     def session_ended(self, session: Session) -> None:
-        """Memories extracted in the background (not from a short session: MemoryManager.extraction_due).
+        """Memories extracted in the background (not from a short session: extraction_due).
         A session whose size cannot be measured (its model is unknown) ends without them: the
         reason is said at the next chance, and the session still ends (an unload, a new session)."""
         try:
-            due = self.manager.extraction_due(session)
+            due = extraction_due(session)
         except CtxMagicError as error:
-            self.manager.last_error = f"memories were not extracted from session {session.session_id}: {error}"
+            self.manager.background.report(f"memories were not extracted from session {session.session_id}: {error}")
             return
         if due:
-            self.manager.extract_in_background(session)
+            self.manager.extraction.in_background(session)
 
     def notes_text(self) -> str:
         return self.notes.text() if self.notes is not None else ""
@@ -112,78 +115,18 @@ class MemoryLink:
 
     def extract(self, session: Session) -> str:
         manager = self.manager
-        added = manager.extract(session)
+        added = manager.extraction.run(session)
         lines = "\n".join(f"- {m.text}{self._review_mark(m)}" for m in added) or "(nothing new)"
-        refused = f"\n{manager.last_refused}" if manager.last_refused else ""
+        refused = f"\n{manager.extraction.last_refused}" if manager.extraction.last_refused else ""
         return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
 
     def _review_mark(self, memory: Memory) -> str:
         manager = self.manager
         if memory.scope != "team":
             return f" (waiting for your review: %memory keep {memory.id})" if manager.asks else ""
-        if manager.team_review or manager.asks:
+        if manager.settings.team_review or manager.asks:
             return f" (proposed for the team: %memory accept {memory.id})"
         return " (for the team)"
-
-    def pending(self) -> str:
-        """Every memory extraction found that waits for this member: their own and the team's."""
-        waiting = self.manager.pending()
-        if not waiting:
-            return ("No memories wait for review (with CtxMagic.memory_review = 'ask', what extraction finds "
-                    "waits here).")
-        lines = [f"{count(len(waiting), 'memory', 'memories')} found by extraction, waiting for you (in no prompt "
-                 "until kept): %memory keep ID (or all), %memory edit ID NEW TEXT, %memory discard ID (or all)."]
-        lines += [f"- {m.id} [{m.type}{', for the team' if m.scope == 'team' else ''}"
-                  f"{'' if m.decay else ', no decay'}]: {shown_text(m)}" for m in waiting]
-        return "\n".join(lines)
-
-    def keep(self, ids: Sequence[str]) -> str:
-        kept = self.manager.keep(ids)
-        if not kept:
-            return "No memories wait for review."
-        lines = "\n".join(f"- {m.id}{' (for the team)' if m.scope == 'team' else ''}: {shown_text(m)}" for m in kept)
-        return f"Kept {count(len(kept), 'memory', 'memories')}:\n{lines}"
-
-    def edit(self, memory_id: str, text: str) -> str:
-        kept = self.manager.edit(memory_id, text)
-        where = " for the team" if kept.scope == "team" else ""
-        return f"Kept{where} as {kept.id}: {shown_text(kept)}"
-
-    def discard(self, ids: Sequence[str]) -> str:
-        dropped = self.manager.discard(ids)
-        if not dropped:
-            return "No memories wait for review."
-        return f"Discarded {count(len(dropped), 'pending memory', 'pending memories')}: " + ", ".join(
-            m.id for m in dropped) + "."
-
-    def review(self) -> str:
-        """The team memories extraction proposed, waiting for this member's accept."""
-        manager = self.manager
-        if not manager.team_on:
-            return f"No team memory: {manager.team_problem()}."
-        waiting = manager.proposed()
-        if not waiting:
-            return "No team memories wait for review (extraction proposes them when CtxMagic.team_review is on)."
-        lines = [f"{count(len(waiting), 'team memory', 'team memories')} proposed by extraction, waiting for you: "
-                 "%memory accept ID (or all) adds one to the team's folder under your name, %memory reject ID "
-                 "(or all) drops it."]
-        lines += [f"- {m.id} [{m.type}{'' if m.decay else ', no decay'}]: {shown_text(m)}" for m in waiting]
-        return "\n".join(lines)
-
-    def accept(self, ids: Sequence[str]) -> str:
-        accepted = self.manager.accept(ids)
-        if not accepted:
-            return "No team memories wait for review."
-        lines = "\n".join(f"- {m.id}: {shown_text(m)}" for m in accepted)
-        return (f"Accepted {count(len(accepted), 'memory', 'memories')} into the folder of team "
-                f"{self.manager.team_name!r}:\n{lines}")
-
-    def reject(self, ids: Sequence[str]) -> str:
-        rejected = self.manager.reject(ids)
-        if not rejected:
-            return "No team memories wait for review."
-        return f"Rejected {count(len(rejected), 'proposed team memory', 'proposed team memories')}: " + ", ".join(
-            m.id for m in rejected) + "."
 
     def dream(self, session: Session) -> str:
         mine = self.manager.dream(session, force=True).summary()
@@ -202,11 +145,11 @@ class MemoryLink:
             lines.append(f"- {row['id']} [{row['type']}, {row['scope']}{by}{decay}] relevance {row['relevance']:.2f}, "
                          f"{row['age_days']} days old: {row['text']}")
         lines += self._unreadable_lines()
-        own = len(self.manager.pending("project"))
+        own = len(self.manager.review.pending("project"))
         if own:
             lines.append(f"{count(own, 'memory', 'memories')} found by extraction {'waits' if own == 1 else 'wait'} "
                          "for your review: %memory pending.")
-        waiting = len(self.manager.proposed()) if self.manager.team_on else 0
+        waiting = len(self.manager.review.proposed()) if self.manager.team_on else 0
         if waiting:
             lines.append(f"{count(waiting, 'team memory', 'team memories')} proposed by extraction "
                          f"{'waits' if waiting == 1 else 'wait'} for your review: %memory review.")
@@ -238,14 +181,9 @@ class MemoryLink:
         if team is None:
             return f"Team memory is not read: {manager.team_problem()}."
         notice = manager.team_notice()
-        return (f"Team memory: team {manager.team_name!r} in {team.folder}, you add as {manager.member!r}."
+        return (f"Team memory: team {manager.settings.team_name!r} in {team.folder}, you add as {manager.member!r}."
                 + (f"\n{notice}" if notice else ""))
-
-    def pending_rows(self) -> list[dict[str, Any]]:
-        """What the panel lists as waiting for review, each with where it goes once kept."""
-        return [{"id": m.id, "text": shown_text(m), "type": m.type, "scope": m.scope}
-                for m in self.manager.pending()]
 
     def wait(self) -> None:
         if self._manager is not None:
-            self._manager.wait()
+            self._manager.background.wait()

@@ -117,7 +117,7 @@ class PanelLink:
         timer once the cache has gone cold)."""
         if self.widget is not None and self._session is not None:
             self.widget.load(self._status(self._session), notes=self._memory.notes_text(),
-                             memories=self._memory.manager.rows(), pending=self._memory.pending_rows())
+                             memories=self._memory.manager.rows(), pending=self._memory.review.pending_rows())
         self.runs_changed()
 
     def answer_pending(self, memory_id: str, action: str) -> None:
@@ -126,9 +126,9 @@ class PanelLink:
         is said after the next turn, and the memory still waits."""
         manager = self._memory.manager
         try:
-            (manager.keep if action == "keep" else manager.discard)([memory_id])
+            (manager.review.keep if action == "keep" else manager.review.discard)([memory_id])
         except CtxMagicError as error:
-            manager.last_error = str(error)  # said after the next turn, like the background's failures
+            manager.background.report(str(error))  # said after the next turn, like the background's failures
         self.refresh()
 
     def runs_changed(self) -> None:

@@ -345,7 +345,7 @@ def test_dream_against_the_offline_stand_in_merges_adds_and_prunes(storage: Path
     assert sorted(by_text) == [preference, "Never use seaborn in this project.", "Uses polars for dataframes."]
     merged = by_text[preference]
     assert (merged.relevance, merged.created, merged.updated) == (1.0, T0, T0)  # re-observed today
-    assert "loader had a bug" not in store.index_text()
+    assert "loader had a bug" not in store.index.text()
     assert load_state(store.folder).last_dream == T0
     assert not lock_path(store).exists()
 

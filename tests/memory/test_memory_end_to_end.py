@@ -64,7 +64,7 @@ def test_a_short_session_ends_without_an_extraction_call_and_explicit_extract_st
     run(shell, "%%agent\nI prefer plots in dark mode.")
     api = controller(shell).host.backend.stand_in
     run(shell, "%agent --new")  # a few hundred tokens, no compaction: nothing worth a side call
-    controller(shell).memory.manager.wait()
+    controller(shell).memory.manager.background.wait()
     assert api.model_calls("memory") == 0
     run(shell, "%%agent\nAlways label the axes in millimetres.")
     _, shown = run(shell, "%memory extract")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.dream_gates import STATE_NAME, load_state
 from ctx_magic.memory.lock import LOCK_NAME, OS_LOCK_NAME, DreamLock, Held, acquire_lock
 from ctx_magic.memory.manager import MemoryManager
@@ -76,8 +77,9 @@ def test_a_hard_link_is_refused_and_a_small_regular_file_is_read_with_its_owner(
 
 def test_every_member_still_gets_a_prompt_and_one_line_names_each_planted_file(tmp_path: Path) -> None:
     (tmp_path / "shared").mkdir()
-    bob = MemoryManager(tmp_path / "bob", tmp_path / "bob-user", team_root=tmp_path / "shared", team_name="analytics",
-                        author="bob", clock=lambda: T0)
+    bob = MemoryManager(tmp_path / "bob", tmp_path / "bob-user",
+                        settings=MemorySettings(team_root=tmp_path / "shared", team_name="analytics", author="bob"),
+                        clock=lambda: T0)
     bob.add("Sales close on the 5th.", team=True)
     planted = plant_the_attacks(bob.require_team().folder)
     assert "Sales close on the 5th." in bob.prompt_section()
@@ -107,8 +109,9 @@ class _NoChanges:
 
 def test_a_link_to_a_members_private_file_copies_none_of_it_into_the_shared_index(tmp_path: Path) -> None:
     (tmp_path / "shared").mkdir()
-    alice = MemoryManager(tmp_path / "alice", tmp_path / "alice-user", team_root=tmp_path / "shared",
-                          team_name="analytics", author="alice", clock=lambda: T0)
+    alice = MemoryManager(tmp_path / "alice", tmp_path / "alice-user",
+                          settings=MemorySettings(team_root=tmp_path / "shared", team_name="analytics", author="alice"),
+                          clock=lambda: T0)
     private = tmp_path / "alice-home" / ".env"
     private.parent.mkdir()
     private.write_text("\n".join(PRIVATE_LINES) + "\n")
@@ -135,8 +138,8 @@ def test_a_broken_file_is_reported_by_what_is_wrong_never_by_quoting_it(tmp_path
     reasons = sorted(p.reason for p in team.problems())
     assert reasons == ["line 2 of the front matter has no colon",
                        "unknown type (it must be one of user, feedback, project, reference)"]
-    team.rebuild_index(T0)
-    assert "Winter2024" not in team.index_text() and "horse" not in team.index_text()
+    team.index.rebuild(T0)
+    assert "Winter2024" not in team.index.text() and "horse" not in team.index.text()
 
 
 # --- a link planted at a lock's path --------------------------------------------------------------

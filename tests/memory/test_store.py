@@ -129,7 +129,7 @@ def test_user_scope_memories_say_so(tmp_path: Path) -> None:
 def test_index_lists_memories_most_relevant_first_with_current_relevance(store: MemoryStore) -> None:
     store.add("An old transient fact about the cache.", now=days(-60))
     store.add("A fresh fact about the loader.", now=T0)
-    lines = [line for line in store.index_text().splitlines() if line.startswith("- [")]
+    lines = [line for line in store.index.text().splitlines() if line.startswith("- [")]
     assert [line.split(" · ")[2] for line in lines] == ["1.00", "0.25"]
 
 
@@ -185,8 +185,8 @@ def test_forget_removes_the_file_and_its_index_line(store: MemoryStore) -> None:
     gone = store.add("Prefers dark themes in plots.", now=T0)
     assert store.forget(gone.id) is True
     assert store.all() == [keep]
-    assert gone.id not in store.index_text()
-    assert keep.id in store.index_text()
+    assert gone.id not in store.index.text()
+    assert keep.id in store.index.text()
 
 
 @pytest.mark.parametrize("unknown", ["no-such-memory", "../secrets", "UPPER", ""])
@@ -219,8 +219,8 @@ def test_a_corrupt_memory_file_is_skipped_and_reported(store: MemoryStore, conte
     assert scan.memories == (good,)
     assert [p.path.name for p in scan.problems] == ["broken.md"]
     assert reason in scan.problems[0].reason
-    store.rebuild_index(T0)
-    assert "broken.md:" in store.index_text()
+    store.index.rebuild(T0)
+    assert "broken.md:" in store.index.text()
 
 
 def test_a_file_that_is_not_utf8_is_skipped(store: MemoryStore) -> None:
@@ -271,7 +271,7 @@ def test_a_secret_stored_before_the_checks_never_reaches_the_prompt_nor_the_inde
     leaked = memory("the database password is Tr0ub4dor&3")  # written by an older version, or by hand
     store.apply(write=[leaked], now=T0)
     assert select_for_prompt(store.all(), T0) == [clean]
-    assert "Tr0ub4dor" not in store.index_text() and "Tr0ub4dor" not in shown_text(leaked)
+    assert "Tr0ub4dor" not in store.index.text() and "Tr0ub4dor" not in shown_text(leaked)
     assert shown_text(leaked) == ("(hidden: it looks like it contains a password in plain words; it is never put in "
                                   "a prompt. %memory forget removes it)")
 

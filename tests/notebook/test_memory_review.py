@@ -175,7 +175,7 @@ def test_what_extraction_at_a_sessions_end_left_waiting_is_announced_after_the_n
         ask(shell)
         run(shell, f"%%agent\nRemember that {REPORTS[0].lower()}{REPORTS[1:]}")
         memory, session = controller(shell).memory, controller(shell).host.session
-        memory.manager.extract_in_background(session).join()  # what the end of a long session runs
+        memory.manager.extraction.in_background(session).join()  # what the end of a long session runs
         _, shown = run(shell, "%%agent\nThanks.")
         assert f"From session {session.session_id}: 1 memory waits for your review: %memory pending." in shown
     assert stored(tmp_path) == []

@@ -139,7 +139,7 @@ def test_proposals_from_extraction_at_a_sessions_end_are_announced_after_the_nex
         member(shell, "alice")
         run(shell, f"%%agent\nRemember that {FACT[0].lower()}{FACT[1:]}")
         memory, session = controller(shell).memory, controller(shell).host.session
-        memory.manager.extract_in_background(session).join()  # what the end of a long session runs
+        memory.manager.extraction.in_background(session).join()  # what the end of a long session runs
         _, shown = run(shell, "%%agent\nThanks.")
         assert (f"From session {session.session_id}: 1 proposed for the team, waiting for your review: "
                 "%memory review.") in shown

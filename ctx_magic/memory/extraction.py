@@ -1,0 +1,99 @@
+"""Extraction: the durable facts of a session into long-term memories, on demand and at the end
+of a session with something to carry over (in a thread that reads a snapshot only)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ctx_magic.agent.session import Session
+from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
+from ctx_magic.memory.longterm import TeamShare, extract_memories
+from ctx_magic.memory.secrets import refusal_line
+from ctx_magic.memory.store import Memory
+from ctx_magic.messages import Message
+
+if TYPE_CHECKING:
+    from ctx_magic.memory.manager import MemoryManager
+
+EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
+# 20 memories of a sentence or two each (the extraction's cap): output is billed at five times input, so no more.
+EXTRACTION_MAX_OUTPUT = 2_000
+# Extraction at session end, for a session with something to carry over: one that compacted, or whose
+# conversation reached the size at which Claude Code starts keeping session notes (10,000 tokens).
+# A shorter one holds little a person has not said through %memory add (or %memory extract), and
+# the call (the conversation read, the prompt written, up to 2,000 output tokens at five times
+# input) was 5-8 % of a short session's bill in the replay benchmark. `%memory extract` always runs.
+EXTRACT_FROM_TOKENS = 10_000
+
+
+class SessionTextModel:
+    """A session's side call as the memory package's TextModel."""
+
+    def __init__(self, session: Session, max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> None:
+        self.session = session
+        self.max_tokens = max_tokens
+
+    def complete(self, messages: Sequence[Message], prompt: str) -> str:
+        return self.session.side_calls.text(messages, prompt, purpose="memory", max_tokens=self.max_tokens)
+
+
+def extraction_due(session: Session) -> bool:
+    """Whether the end of this session calls for an extraction (see EXTRACT_FROM_TOKENS)."""
+    if not any(m.role == "user" and m.sent for m in session.live.messages):
+        return False
+    return bool(session.compaction.boundaries) or session.tokens() >= EXTRACT_FROM_TOKENS
+
+
+class Extraction:
+    """One manager's extractions: where they store, what waits for review, what they refused."""
+
+    def __init__(self, manager: MemoryManager) -> None:
+        self._manager = manager
+        self.last_refused: str | None = None
+        """The last extraction's line about the memories it refused as secrets, or None."""
+
+    def run(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
+        """Store the session's durable facts now; counts toward its 20."""
+        snapshot = [m for m in (messages if messages is not None else session.live.messages) if m.sent]
+        if not any(m.role == "user" for m in snapshot):
+            return []
+        already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
+        refused: list[str] = []
+        manager = self._manager
+        team = manager.team
+        review_team = manager.settings.team_review or manager.asks
+        share = None if team is None else TeamShare(team, manager.member, manager.proposals if review_team else None)
+        added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, manager.project,
+                                 now=manager.clock(), session_id=session.session_id, already_extracted=already,
+                                 refused=refused, team=share, pending=manager.own_pending if manager.asks else None)
+        session.plugins.remember(EXTRACTED_KEY, already + len(added))
+        self.last_refused = refusal_line(refused, "extracted memory")
+        return added
+
+    def waiting_lines(self, added: Sequence[Memory]) -> list[str]:
+        """What an extraction left waiting for review, in a line for the user (none when nothing waits)."""
+        manager = self._manager
+        team = sum(1 for m in added if m.scope == "team") if manager.settings.team_review or manager.asks else 0
+        own = sum(1 for m in added if m.scope != "team") if manager.asks else 0
+        waits = "memory waits" if own == 1 else "memories wait"
+        return ([f"{own} {waits} for your review: %memory pending."] if own else []) + (
+            [f"{team} proposed for the team, waiting for your review: %memory review."] if team else [])
+
+    def in_background(self, session: Session) -> threading.Thread:
+        """At session end: extraction in a thread that reads a snapshot only."""
+        snapshot = list(session.live.messages)
+        background = self._manager.background
+
+        def work() -> None:
+            try:
+                added = self.run(session, snapshot)
+                lines = [*([self.last_refused] if self.last_refused else []), *self.waiting_lines(added)]
+                if lines:
+                    background.report("\n".join(f"From session {session.session_id}: {line}" for line in lines))
+                session.store.save_state(session.state_json())
+            except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
+                background.report(f"memories were not extracted from session {session.session_id}: {error}")
+
+        return background.start(work, "ctx-magic-memory-extract")
