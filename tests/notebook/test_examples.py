@@ -16,6 +16,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from ctx_magic.agent.catalog import model_spec
 from ctx_magic.memory.store import account_name
 
 pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
@@ -99,7 +100,9 @@ def test_thinking_shows_collapsed_survives_the_tool_loops_and_a_model_switch_and
     assert "that the new model cannot take" in everything  # the switch dropped Sonnet's blocks
     assert everything.count("this turn") == 3 and "$0.0" in everything
     status = status_json(cells[-1])
-    assert status["thinking"]["type"] == "enabled" and status["model"] == "claude-opus-5-5"
+    # claude-opus-5-5 thinks adaptively and refuses a budget (the catalog): the type in force is adaptive
+    assert status["thinking"]["type"] == "adaptive" and status["model"] == "claude-opus-5-5"
+    assert model_spec("claude-opus-5-5").thinking == ("adaptive",)
     assert status["cost"]["session_usd"] > 0 and status["window_source"] == "models-api"
 
 
