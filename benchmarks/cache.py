@@ -6,7 +6,7 @@ one manual clock). Each turn asks for fenced python whose output size follows a 
 small, then medium, then large outputs, one of them over the tool-result budget's 50,000-character limit; one
 10-minute pause midway lets the idle microcompact fire. Prints the cache figures per turn,
 then checks that the prefix of each main-loop request is kept by the next one except where a
-context event (clearing, snip, compaction) explains the break. Ends with what the session cost
+context event (clearing of results or thinking, snip, compaction) explains the break. Ends with what the session cost
 in dollars (at the model's list prices) and what its context changes saved; `--strategy server`
 runs the same session with the API's own context editing and compaction instead of ctx_magic's.
 
@@ -41,6 +41,7 @@ from ctx_magic.events import (
     ServerCompacted,
     ServerEdited,
     Snipped,
+    ThinkingCleared,
 )
 from ctx_magic.messages import Usage
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig, RecordedRequest
@@ -55,7 +56,8 @@ IDLE_SECONDS = 600.0  # a coffee break: twice the 5-minute cache TTL, so the idl
 HUGE_CHARS = 80_000  # one output over the budget's 50,000-character limit: persisted to disk
 # Output sizes (characters) by phase of the session: exploring, analysing, dumping results.
 PHASES = ((0.5, 1_000, 12_000), (0.7, 2_000, 24_000), (1.0, 20_000, 45_000))
-CHANGES = (Cleared, Snipped, Compacted, ServerEdited, ServerCompacted)  # events that rewrite what was sent
+# events that rewrite what was sent (thinking clearing: an idle gap, an edit or a compaction drops thinking blocks)
+CHANGES = (Cleared, ThinkingCleared, Snipped, Compacted, ServerEdited, ServerCompacted)
 
 
 
@@ -180,6 +182,8 @@ def describe(events: Sequence[Event]) -> str:
             parts.append(f"persisted ({e.original_chars:,} chars)")
         elif isinstance(e, Cleared):
             parts.append(f"cleared {e.trigger} ({len(e.replacements)} results, {e.tokens_freed:,} tok)")
+        elif isinstance(e, ThinkingCleared):
+            parts.append(f"thinking cleared {e.trigger} ({e.blocks} blocks, {e.tokens_freed:,} tok)")
         elif isinstance(e, Compacted):
             parts.append(f"compacted {e.trigger} ({e.tokens_before:,} -> {e.tokens_after:,} tok)")
         elif isinstance(e, Snipped):
@@ -282,7 +286,8 @@ def prefix_stability(run: Run, steps: Sequence[Transition]) -> None:
     for s in (s for s in steps if not s.whole):
         found = [e for _, before, e in rec.events if s.before < before <= s.after and isinstance(e, CHANGES)]
         for e in found:
-            name = type(e).__name__.lower() + (f" {e.trigger}" if isinstance(e, (Cleared, Compacted)) else "")
+            trigger = e.trigger if isinstance(e, (Cleared, ThinkingCleared, Compacted)) else None
+            name = type(e).__name__.lower() + (f" {trigger}" if trigger else "")
             causes[name] = causes.get(name, 0) + 1
         unexplained += not found
         rows.append([str(rec.calls[s.after].turn), f"{s.before} -> {s.after}", f"{s.kept} of {s.total}",

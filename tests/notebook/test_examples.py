@@ -184,7 +184,7 @@ def test_an_example_runs_when_the_server_counts_otherwise_than_the_client(tmp_pa
         assert "Saved a 59,999-character output to" in everything
         assert any(b["trigger"] != "manual" for b in status["boundaries"])  # the window filled and compacted
     if name == "long_session" and unit != "noisy":
-        # Each detail cell adds about 2,600 tokens and the notes start at the warning level, 2,000
+        # Each detail cell adds about 2,500 tokens and the notes start at the warning level, 2,000
         # under the threshold: a turn ends between the two in a deterministic unit. Noise of up to
         # a third on each block can carry one turn from under the warning level past the
         # threshold, so the compaction finds no notes and summarizes, as it should.
