@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -187,6 +188,162 @@ def oversized(files: list[Path], root: Path) -> None:
         print(f"- {line}")
 
 
+# -- attributes assigned outside their class ----------------------------------------------------------
+
+_LIBRARY, _PACKAGE, _UNKNOWN = "library", "package", "unknown"
+
+
+class _Origins:
+    """Where the objects of one file come from, as far as its source says: a library (imported from
+    outside the package) or the package (its own classes, or anything not known)."""
+
+    def __init__(self, tree: ast.Module, package: str) -> None:
+        self.modules: set[str] = set()
+        """Names bound to a module by `import x` (`sys`): their attributes are the module's."""
+        self.imported: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    name = alias.asname or alias.name.split(".")[0]
+                    self.modules.add(name)
+                    self.imported[name] = _PACKAGE if alias.name.startswith(package) else _LIBRARY
+            elif isinstance(node, ast.ImportFrom):
+                ours = node.level > 0 or (node.module or "").startswith(package)
+                for alias in node.names:
+                    self.imported[alias.asname or alias.name] = _PACKAGE if ours else _LIBRARY
+        self.defined = {node.name for node in tree.body
+                        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+        """The classes and functions of the file itself: what they make is the package's."""
+
+    def of_type(self, node: ast.expr | None) -> str:
+        """A call's or an annotation's origin, by the name it starts with (`widgets.HTML(...)`)."""
+        while isinstance(node, (ast.Call, ast.Subscript, ast.Attribute, ast.BinOp)):
+            node = node.func if isinstance(node, ast.Call) else node.left if isinstance(node, ast.BinOp) \
+                else node.value  # `X | None` is an X
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            return self.of_type(ast.Name(node.value))  # a quoted annotation
+        if isinstance(node, ast.Constant):  # a method of a literal (`"".join(...)`)
+            return _LIBRARY
+        if isinstance(node, ast.Name) and node.id in self.imported:
+            return self.imported[node.id]
+        if isinstance(node, ast.Name) and node.id in self.defined:
+            return _PACKAGE
+        if isinstance(node, ast.Name) and hasattr(builtins, node.id):
+            return _LIBRARY  # dict(), open(), str
+        return _UNKNOWN
+
+
+def _local_origins(function: ast.FunctionDef | ast.AsyncFunctionDef, origins: _Origins) -> dict[str, str]:
+    """What the names of a function hold: its parameters by their annotation, its locals by the
+    call that made them, a name checked with `isinstance` against library classes only."""
+    found: dict[str, str] = {}
+    args = function.args
+    for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs):
+        if arg.annotation is not None:
+            found[arg.arg] = origins.of_type(arg.annotation)
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, origins.of_type(node.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
+                and len(node.args) == 2 and isinstance(node.args[0], ast.Name):
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            if all(origins.of_type(kind) == _LIBRARY for kind in kinds):
+                found.setdefault(node.args[0].id, _LIBRARY)
+    return found
+
+
+def _member_origins(cls: ast.ClassDef, origins: _Origins) -> tuple[dict[str, str], bool]:
+    """What a class's attributes hold (by the call or the annotated parameter they are set from),
+    and whether it is built on a library class (what it does not set itself, it inherits)."""
+    found: dict[str, str] = {}
+    for function in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        params = _local_origins(function, origins)
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) else []
+            for target in targets:
+                chain = _chain(target)
+                if chain is None or len(chain) != 2 or chain[0] != "self":
+                    continue
+                origin = origins.of_type(node.annotation) if isinstance(node, ast.AnnAssign) \
+                    else origins.of_type(node.value) if isinstance(node.value, ast.Call) \
+                    else params.get(node.value.id, _UNKNOWN) if isinstance(node.value, ast.Name) else _UNKNOWN
+                if found.get(chain[1], _UNKNOWN) == _UNKNOWN:
+                    found[chain[1]] = origin
+    return found, any(origins.of_type(base) == _LIBRARY for base in cls.bases)
+
+
+def _writes(tree: ast.Module) -> Iterator[tuple[ast.Attribute, ast.ClassDef | None,
+                                                ast.FunctionDef | ast.AsyncFunctionDef | None]]:
+    """Every `x.attr = ...` (plain, augmented, annotated, unpacked) with its class and function."""
+    def visit(node: ast.AST, cls: ast.ClassDef | None, function: ast.FunctionDef | ast.AsyncFunctionDef | None
+              ) -> Iterator[tuple[ast.Attribute, ast.ClassDef | None,
+                                  ast.FunctionDef | ast.AsyncFunctionDef | None]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                yield from visit(child, child, None)
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield from visit(child, cls, child if function is None else function)
+                continue
+            targets = child.targets if isinstance(child, ast.Assign) else [child.target] \
+                if isinstance(child, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for item in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
+                    if isinstance(item, ast.Attribute):
+                        yield item, cls, function
+            yield from visit(child, cls, function)
+    yield from visit(tree, None, None)
+
+
+def foreign_writes(files: list[Path], root: Path, package: str = "ctx_magic") -> list[str]:
+    """Assignments to an attribute of another object than `self` or `cls` (`record.error = ...`,
+    `self.frame.bound = ...`): only the class should write its fields. Left out, because there
+    assignment is the library's interface: attributes of a module (`sys.stdin`), of an object a
+    library made (a widget's `value`, a thread's `daemon`: known by the call or annotation it comes
+    from, or an `isinstance` check against library classes), what a class built on a library class
+    inherits (a widget's `layout`), and dunders (`sys.__class__`). `setattr` is not counted (the
+    output capture patches IPython's objects that way). An object of unknown origin counts."""
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        origins = _Origins(tree, package)
+        members = {}
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            members[cls] = _member_origins(cls, origins)
+        for target, cls, function in _writes(tree):
+            obj = target.value
+            if isinstance(obj, ast.Name) and obj.id in ("self", "cls") or target.attr.startswith("__"):
+                continue
+            names = _local_origins(function, origins) if function is not None else {}
+            if _object_origin(obj, names, members.get(cls) if cls is not None else None, origins) == _LIBRARY:
+                continue
+            found.append(f"{path.relative_to(root)}:{target.lineno} {ast.unparse(target)}")
+    return found
+
+
+def _object_origin(obj: ast.expr, names: dict[str, str], member: tuple[dict[str, str], bool] | None,
+                   origins: _Origins) -> str:
+    """Where `obj` (the object whose attribute is assigned) comes from: the first library object
+    along its chain makes it a library's."""
+    chain = _chain(obj)
+    if chain is None:
+        return _UNKNOWN
+    head, rest = chain[0], chain[1:]
+    if head == "self" and rest and member is not None:
+        held, library_base = member
+        if held.get(rest[0], _LIBRARY if library_base else _UNKNOWN) == _LIBRARY:
+            return _LIBRARY
+        return _UNKNOWN
+    if head in names:
+        return names[head]
+    if head in origins.modules or origins.imported.get(head) == _LIBRARY:
+        return _LIBRARY
+    return _UNKNOWN
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--package", default="ctx_magic", help="the package folder to count")
@@ -255,6 +412,14 @@ def main() -> None:
     print(f"\n## Class names used twice: {len(twice)}\n")
     for name, where in sorted(twice.items()):
         print(f"- {name}: {', '.join(where)}")
+
+    writes = foreign_writes(files, root)
+    by_file = Counter(line.split(":")[0] for line in writes)
+    print(f"\n## Attributes assigned outside their class: {len(writes)}\n")
+    for path, count in sorted(by_file.items()):
+        print(f"- {path}: {count}")
+    for line in writes:
+        print(f"  - {line}")
 
 
 if __name__ == "__main__":
