@@ -7,7 +7,8 @@ Nothing upstream computes context state on its own: it folds these.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -364,6 +365,16 @@ def notify(listeners: list, event: Event) -> None:  # type: ignore[type-arg]
             listener(event)
         except Exception:  # noqa: BLE001 - a broken display or panel must not break the session
             pass
+
+
+@contextmanager
+def listening(listeners: list[Callable[[Event], None]], listener: Callable[[Event], None]) -> Iterator[None]:
+    """`listener` hears the events sent to `listeners` while the block runs (a turn's display)."""
+    listeners.append(listener)
+    try:
+        yield
+    finally:
+        listeners.remove(listener)
 
 
 DURABLE_EVENTS: dict[str, type[Event]] = {

@@ -52,7 +52,7 @@ from ctx_magic.events import (
     Snipped,
     ThinkingCleared,
 )
-from ctx_magic.memory.extraction import extraction_due
+from ctx_magic.memory.extraction import SessionSource, extraction_due
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.outputs import cell_messages
@@ -320,8 +320,8 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
             outcome = play_session(session, bench, keeper)
             if options.memory and not outcome.overflow:
                 manager = MemoryManager(root / ".ctx_magic", root / "user-memory", clock=lambda: MEMORY_NOW)
-                if extraction_due(session):
-                    manager.extraction.run(session)
+                if extraction_due(session.live, session.compaction, session.tokens):
+                    manager.extraction.run(SessionSource.of(session))
         finally:
             if keeper is not None:
                 keeper.wait(NOTES_WAIT_SECONDS)

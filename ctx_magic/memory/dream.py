@@ -98,14 +98,14 @@ def read_notes(sessions: Sequence[SessionDir], budget_tokens: int = NOTES_BUDGET
     """Orient: the notes files of `sessions`, newest first until the budget, returned oldest first."""
     chosen: list[tuple[str, str]] = []
     left = budget_tokens
-    for session in reversed(sessions):
+    for folder in reversed(sessions):
         try:
-            text = session.notes_path.read_text(encoding="utf-8").strip()
+            text = folder.notes_path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
             continue
         cost = count_text(text)
         if text and cost <= left:
-            chosen.append((session.session_id, text))
+            chosen.append((folder.session_id, text))
             left -= cost
     return chosen[::-1]
 

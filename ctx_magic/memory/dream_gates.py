@@ -74,13 +74,13 @@ def sessions_gate(count: int) -> str | None:
     return f"{count} sessions since the last dream ({MIN_SESSIONS_SINCE_DREAM} needed)"
 
 
-def session_created(session: SessionDir) -> datetime:
+def session_created(folder: SessionDir) -> datetime:
     """When a session began: its id's time stamp, else its folder's modification time."""
     try:
-        stamp = datetime.strptime(session.session_id[:15], _SESSION_STAMP)
+        stamp = datetime.strptime(folder.session_id[:15], _SESSION_STAMP)
         return stamp.replace(tzinfo=timezone.utc)
     except ValueError:
-        return datetime.fromtimestamp(session.root.stat().st_mtime, timezone.utc)
+        return datetime.fromtimestamp(folder.root.stat().st_mtime, timezone.utc)
 
 
 def sessions_since(storage_dir: Path, since: datetime | None, exclude: str | None = None) -> list[SessionDir]:

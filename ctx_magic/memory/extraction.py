@@ -4,17 +4,22 @@ of a session with something to carry over (in a thread that reads a snapshot onl
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ctx_magic.agent.session import Session
-from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT
+from ctx_magic.agent.live import LiveContext
+from ctx_magic.agent.plugins import Plugins
+from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT, SideCalls
+from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.memory.longterm import TeamShare, extract_memories
 from ctx_magic.memory.secrets import refusal_line
 from ctx_magic.memory.store import Memory
 from ctx_magic.messages import Message
+from ctx_magic.store.session import SessionDir
 
 if TYPE_CHECKING:
+    from ctx_magic.agent.session import Session
     from ctx_magic.memory.manager import MemoryManager
 
 EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
@@ -29,21 +34,42 @@ EXTRACT_FROM_TOKENS = 10_000
 
 
 class SessionTextModel:
-    """A session's side call as the memory package's TextModel."""
+    """A session's side calls as the memory package's TextModel."""
 
-    def __init__(self, session: Session, max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> None:
-        self.session = session
+    def __init__(self, side_calls: SideCalls, max_tokens: int = SIDE_CALL_MAX_OUTPUT) -> None:
+        self.side_calls = side_calls
         self.max_tokens = max_tokens
 
     def complete(self, messages: Sequence[Message], prompt: str) -> str:
-        return self.session.side_calls.text(messages, prompt, purpose="memory", max_tokens=self.max_tokens)
+        return self.side_calls.text(messages, prompt, purpose="memory", max_tokens=self.max_tokens)
 
 
-def extraction_due(session: Session) -> bool:
-    """Whether the end of this session calls for an extraction (see EXTRACT_FROM_TOKENS)."""
-    if not any(m.role == "user" and m.sent for m in session.live.messages):
+@dataclass(frozen=True)
+class SessionSource:
+    """The parts of a session an extraction reads and writes: its conversation, its side calls
+    (the model that extracts), its plug-in state (how many memories it gave so far) and the save
+    of its state.json."""
+
+    session_id: str
+    live: LiveContext
+    side_calls: SideCalls
+    plugins: Plugins
+    store: SessionDir
+    state: Callable[[], dict[str, Any]]
+    """What state.json keeps of the session, saved once a background extraction has counted."""
+
+    @classmethod
+    def of(cls, session: Session) -> SessionSource:
+        return cls(session.session_id, session.live, session.side_calls, session.plugins, session.store,
+                   session.state_json)
+
+
+def extraction_due(live: LiveContext, compaction: CompactionState, tokens: Callable[[], int]) -> bool:
+    """Whether the end of a session calls for an extraction (see EXTRACT_FROM_TOKENS): its live
+    context, its compactions, and its size (`tokens`, asked last: it may fail)."""
+    if not any(m.role == "user" and m.sent for m in live.messages):
         return False
-    return bool(session.compaction.boundaries) or session.tokens() >= EXTRACT_FROM_TOKENS
+    return bool(compaction.boundaries) or tokens() >= EXTRACT_FROM_TOKENS
 
 
 class Extraction:
@@ -54,21 +80,21 @@ class Extraction:
         self.last_refused: str | None = None
         """The last extraction's line about the memories it refused as secrets, or None."""
 
-    def run(self, session: Session, messages: Sequence[Message] | None = None) -> list[Memory]:
+    def run(self, source: SessionSource, messages: Sequence[Message] | None = None) -> list[Memory]:
         """Store the session's durable facts now; counts toward its 20."""
-        snapshot = [m for m in (messages if messages is not None else session.live.messages) if m.sent]
+        snapshot = [m for m in (messages if messages is not None else source.live.messages) if m.sent]
         if not any(m.role == "user" for m in snapshot):
             return []
-        already = int(session.plugins.recalled(EXTRACTED_KEY, 0))
+        already = int(source.plugins.recalled(EXTRACTED_KEY, 0))
         refused: list[str] = []
         manager = self._manager
         team = manager.team
         review_team = manager.settings.team_review or manager.asks
         share = None if team is None else TeamShare(team, manager.member, manager.proposals if review_team else None)
-        added = extract_memories(SessionTextModel(session, EXTRACTION_MAX_OUTPUT), snapshot, manager.project,
-                                 now=manager.clock(), session_id=session.session_id, already_extracted=already,
+        added = extract_memories(SessionTextModel(source.side_calls, EXTRACTION_MAX_OUTPUT), snapshot, manager.project,
+                                 now=manager.clock(), session_id=source.session_id, already_extracted=already,
                                  refused=refused, team=share, pending=manager.own_pending if manager.asks else None)
-        session.plugins.remember(EXTRACTED_KEY, already + len(added))
+        source.plugins.remember(EXTRACTED_KEY, already + len(added))
         self.last_refused = refusal_line(refused, "extracted memory")
         return added
 
@@ -81,19 +107,19 @@ class Extraction:
         return ([f"{own} {waits} for your review: %memory pending."] if own else []) + (
             [f"{team} proposed for the team, waiting for your review: %memory review."] if team else [])
 
-    def in_background(self, session: Session) -> threading.Thread:
+    def in_background(self, source: SessionSource) -> threading.Thread:
         """At session end: extraction in a thread that reads a snapshot only."""
-        snapshot = list(session.live.messages)
+        snapshot = list(source.live.messages)
         background = self._manager.background
 
         def work() -> None:
             try:
-                added = self.run(session, snapshot)
+                added = self.run(source, snapshot)
                 lines = [*([self.last_refused] if self.last_refused else []), *self.waiting_lines(added)]
                 if lines:
-                    background.report("\n".join(f"From session {session.session_id}: {line}" for line in lines))
-                session.store.save_state(session.state_json())
+                    background.report("\n".join(f"From session {source.session_id}: {line}" for line in lines))
+                source.store.save_state(source.state())
             except Exception as error:  # noqa: BLE001 - reported at the next chance, never raised
-                background.report(f"memories were not extracted from session {session.session_id}: {error}")
+                background.report(f"memories were not extracted from session {source.session_id}: {error}")
 
         return background.start(work, "ctx-magic-memory-extract")

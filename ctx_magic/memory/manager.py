@@ -13,12 +13,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.background import BackgroundWork
 from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.dream import DreamResult, dream
-from ctx_magic.memory.extraction import Extraction, SessionTextModel
+from ctx_magic.memory.extraction import Extraction
+from ctx_magic.memory.longterm import TextModel
 from ctx_magic.memory.prompts import memory_prompt_section, select_for_prompt
 from ctx_magic.memory.record import added_by, shown_text, sort_by_relevance, utc_now
 from ctx_magic.memory.review import PendingReview
@@ -180,25 +180,26 @@ class MemoryManager:
 
     # -- dreaming ------------------------------------------------------------------------------
 
-    def dream(self, session: Session, *, force: bool) -> DreamResult:
-        return dream(self.storage_dir, SessionTextModel(session), now=self.clock(), force=force,
-                     current_session=session.session_id, holder=self.member,
+    def dream(self, model: TextModel, session_id: str, *, force: bool) -> DreamResult:
+        """This storage folder's dream, by `model` (the session `session_id`'s side calls)."""
+        return dream(self.storage_dir, model, now=self.clock(), force=force,
+                     current_session=session_id, holder=self.member,
                      pending=self.own_pending if self.asks else None)
 
-    def dream_team(self, session: Session, *, force: bool) -> DreamResult | None:
+    def dream_team(self, model: TextModel, *, force: bool) -> DreamResult | None:
         """The team folder's dream (None without team memory): a second member dreaming it at the
         same moment gets "locked" with who holds the lock."""
         team = self.team
         if team is None:
             return None
-        return dream_team(team, SessionTextModel(session), now=self.clock(), force=force, holder=self.member)
+        return dream_team(team, model, now=self.clock(), force=force, holder=self.member)
 
-    def maybe_dream_in_background(self, session: Session) -> None:
+    def maybe_dream_in_background(self, model: TextModel, session_id: str) -> None:
         """The gates are cheap (checked at most every 10 minutes); a dream runs in a thread."""
         def run() -> None:
             try:
-                for label, result in (("Dreaming", self.dream(session, force=False)),
-                                      ("Dreaming the team's memories", self.dream_team(session, force=False))):
+                for label, result in (("Dreaming", self.dream(model, session_id, force=False)),
+                                      ("Dreaming the team's memories", self.dream_team(model, force=False))):
                     if result is not None and result.refused:
                         self.background.report(f"{label}: {refusal_line(result.refused, 'candidate')}")
             except Exception as error:  # noqa: BLE001

@@ -38,12 +38,13 @@ class OutputRecorder:
         self._restore: list[Callable[[], None]] = []
         self._lock = threading.RLock()
 
-    def start(self, source: str, *, quiet: bool = False,
-              on_output: Callable[[str], None] | None = None) -> CellRecord:
-        """Begin recording; `on_output` hears each piece printed while it runs (progress)."""
+    def start(self, source: str, *, quiet: bool = False, on_output: Callable[[str], None] | None = None,
+              cell_id: str | None = None) -> CellRecord:
+        """Begin recording (the frontend's `cell_id` when it sent one); `on_output` hears each piece
+        printed while it runs (progress)."""
         with self._lock:
             self._stop_locked()
-            record = CellRecord(source)
+            record = CellRecord(source, cell_id=cell_id)
             self.current = record
             for stream, sink in ((sys.stdout, record.stdout), (sys.stderr, record.stderr)):
                 self._patch_write(stream, sink, quiet, on_output)
@@ -119,7 +120,7 @@ class OutputRecorder:
 
         def hook(value: Any) -> None:
             if value is not None:
-                record.result = self._format(value)
+                record.returned(self._format(value))
 
         sys.displayhook = hook
         self._restore.append(lambda: setattr(sys, "displayhook", previous))
@@ -139,13 +140,13 @@ class OutputRecorder:
 
     def finish(self, record: CellRecord, result: Any) -> CellRecord:
         """Add the returned value and the error from IPython's ExecutionResult."""
-        record.execution_count = getattr(result, "execution_count", None)
+        record.ran_as(getattr(result, "execution_count", None))
         value = getattr(result, "result", None)
         if value is not None and record.result is None:
-            record.result = self._format(value)
+            record.returned(self._format(value))
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if error is not None:
-            record.error = self.format_error(error)
+            record.failed(self.format_error(error))
         self._say_left_out(record)
         return record
 

@@ -7,11 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctx_magic.agent import compaction
+from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.loop import TurnResult, run_turn
+from ctx_magic.agent.pin_board import PinBoard
+from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.context.pins import Pin
-from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Event, Notice, Status, ThinkingCleared
+from ctx_magic.errors import CtxMagicError, NoSession
+from ctx_magic.events import Event, Notice, Status, ThinkingCleared, listening
 from ctx_magic.notebook.agent_cells import AgentCells
 from ctx_magic.notebook.cells import CellCapture
 from ctx_magic.notebook.config import CtxMagic
@@ -23,7 +26,8 @@ from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.notices import thinking_cleared_line
 from ctx_magic.notebook.outputs import pinned_source
 from ctx_magic.notebook.panel_link import PanelLink
-from ctx_magic.notebook.wording import compacted_line, deferred_line, not_due_line, summary_line
+from ctx_magic.notebook.wording import compacted_line, deferred_line, not_due_line, pins_listing, summary_line
+from ctx_magic.store.session import SessionDir
 
 
 def cell_source(shell: Any, execution_count: int) -> str:
@@ -34,6 +38,20 @@ def cell_source(shell: Any, execution_count: int) -> str:
         raise CtxMagicError(f"There is no cell In[{execution_count}] in this kernel to pin.")
     source = str(raw[execution_count])
     return pinned_source(source) if pinned_source(source) is not None else source.strip("\n")
+
+
+@dataclass(frozen=True)
+class SessionParts:
+    """The parts of the current session the commands act on beside the session itself, handed
+    over by the controller when the session opens."""
+
+    live: LiveContext
+    """The live context: its messages bound `%compact --from/--up-to`, `%snip` cuts it."""
+    pins: PinBoard
+    store: SessionDir
+    """Where the agent's saved outputs are (the turn's display links them)."""
+    frame: RequestFrame
+    """The model `%ctx count` asks for the exact count."""
 
 
 @dataclass(eq=False)
@@ -56,6 +74,18 @@ class Commands:
     """Offers each block of the agent's code as a notebook cell."""
     turn_running: bool = field(default=False, init=False)
     """True while an agent turn runs: the agent's own code must not start another, or compact."""
+    _parts: SessionParts | None = field(default=None, init=False)
+
+    def attach(self, parts: SessionParts) -> None:
+        """A session opened: the commands act on its parts from now on."""
+        self._parts = parts
+
+    def _current(self) -> tuple[Session, SessionParts]:
+        """The current session and its parts (NoSession, in one line, when there is none)."""
+        session = self.host.require()
+        if self._parts is None:
+            raise NoSession("There is no agent session yet: run a %%agent cell first.")
+        return session, self._parts
 
     def refuse_inside_turn(self, what: str) -> None:
         """The agent's code calling %%agent or %compact would edit the context mid-turn (the loop
@@ -68,43 +98,39 @@ class Commands:
     def _before_command(self, session: Session) -> None:
         """What every turn and context command starts with: settings, deferred writes, new cells."""
         self.host.apply_settings(session)
-        self.idle.flush(session)
-        self.cells.absorb(session)
+        self.idle.flush()
+        self.cells.absorb()
 
     def run(self, prompt: str, *, display: TurnDisplay | None = None) -> TurnResult:
         with self.lock:
             self.idle.cancel()
-            session = self.host.require()
+            session, parts = self._current()
             before: list[Event] = []  # what the settings did (a model switch drops thinking blocks)
-            session.listeners.append(before.append)
-            try:
+            with listening(session.listeners, before.append):
                 self._before_command(session)
-            finally:
-                session.listeners.remove(before.append)
-            self.memory.before_turn(session)
+            self.memory.before_turn(session.plugins, parts.frame)
             self.agent_cells.begin_turn()
+            store = parts.store
             display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
                                              record_for=self._record_of,
-                                             output_path=lambda tool_use_id: str(session.store.tool_result_path(
-                                                 tool_use_id)),
+                                             output_path=lambda tool_use_id: str(store.tool_result_path(tool_use_id)),
                                              offer=lambda call_id, code, record, ran: self.agent_cells.offer(
                                                  session.session_id, call_id, code, record, ran=ran))
             for event in [*self.idle.take_unshown(), *before]:
                 display(event)
             self.panel.show_once()  # a turn may be the panel's first use in this kernel
-            session.listeners.append(display)
             self.turn_running = True
             try:
-                result = run_turn(session, prompt)
+                with listening(session.listeners, display):
+                    result = run_turn(session, prompt)
             finally:
                 self.turn_running = False
-                session.listeners.remove(display)
                 self.panel.refresh()
             display.finish(summary_line(self.host.status(session), result))
             problem = self.memory.after_turn(session)
             if problem:
                 display(Notice("warning", problem))
-            self.idle.schedule(session)
+            self.idle.schedule()
             return result
 
     def _record_of(self, tool_use_id: str) -> Any:
@@ -113,20 +139,22 @@ class Commands:
 
     def compact(self, instructions: str | None, *, direction: str = "full", index: int | None = None) -> Any:
         with self.lock:
-            session = self.host.require()
+            session, parts = self._current()
             self._before_command(session)
-            if index is not None and not 0 <= index <= len(session.live.messages):
+            held = len(parts.live.messages)
+            if index is not None and not 0 <= index <= held:
                 option = "--from" if direction == "from" else "--up-to"
                 raise CtxMagicError(f"{option} {index} is outside the live context, which has "
-                                    f"{len(session.live.messages)} messages (numbered from 0).")
+                                    f"{held} messages (numbered from 0).")
             session.prepare()
             display = TurnDisplay()
-            session.listeners.append(display)
             try:
-                result = compaction.manual_compact(session, instructions, direction=direction, index=index)
+                with listening(session.listeners, display):
+                    try:
+                        result = compaction.manual_compact(session, instructions, direction=direction, index=index)
+                    finally:
+                        session.emit(Status("idle"))
             finally:
-                session.emit(Status("idle"))
-                session.listeners.remove(display)
                 session.end_turn()
             display.finish(compacted_line(session.status()))
             self.panel.refresh()
@@ -146,13 +174,10 @@ class Commands:
     def snip(self, keep_last: int) -> tuple[int, list[str]]:
         """The messages snipped, and a line for each drop of the thinking the snip invalidated."""
         with self.lock:
-            session = self.host.require()
+            session, parts = self._current()
             dropped: list[Event] = []
-            session.listeners.append(dropped.append)
-            try:
-                count = session.live.snip(keep_last, session.clock(), session.setup())
-            finally:
-                session.listeners.remove(dropped.append)
+            with listening(session.listeners, dropped.append):
+                count = parts.live.snip(keep_last, session.clock(), session.setup())
             session.end_turn()
             self.panel.refresh()
             return count, [thinking_cleared_line(e) for e in dropped if isinstance(e, ThinkingCleared)]
@@ -160,32 +185,37 @@ class Commands:
     def pin(self, text: str | None = None, *, cell: int | None = None) -> Pin:
         """Pin an instruction, or the source of the cell with execution count `cell`."""
         with self.lock:
-            session = self.host.require()
+            session, parts = self._current()
             self._before_command(session)
             if cell is not None:
                 text = cell_source(self.shell, cell)
-            pin = session.pin_board.pin(text or "", cell=cell)
+            pin = parts.pins.pin(text or "", cell=cell)
             session.end_turn()
             self.panel.refresh()
             return pin
 
     def unpin(self, pin_id: str) -> Pin | None:
         with self.lock:
-            session = self.host.require()
-            removed = session.pin_board.unpin(pin_id)
+            session, parts = self._current()
+            removed = parts.pins.unpin(pin_id)
             session.end_turn()
             self.panel.refresh()
             return removed
 
+    def pins_listing(self) -> str:
+        """`%pin --list`, against the budget in force."""
+        _, parts = self._current()
+        return pins_listing(parts.pins.pins, parts.frame.settings.pin_budget_tokens)
+
     def count_line(self) -> str:
         """The exact size from the API's count_tokens beside the estimate; the estimate alone
         when the endpoint fails."""
-        session = self.host.require()
-        self.cells.absorb(session)
+        session, parts = self._current()
+        self.cells.absorb()
         setup = session.setup()
         estimate = session.prepare(setup)[0].count.tokens
         try:
-            exact = session.frame.model.count_tokens(session.request(setup))
+            exact = parts.frame.model.count_tokens(session.request(setup))
         except CtxMagicError as error:
             return f"Estimated context: {estimate:,} tokens (count_tokens unavailable: {error})"
         drift = (estimate - exact) / exact * 100 if exact else 0.0

@@ -23,7 +23,7 @@ from ctx_magic.notebook.agent_cells import AgentCells
 from ctx_magic.notebook.backend import Backend
 from ctx_magic.notebook.capture import OutputRecorder
 from ctx_magic.notebook.cells import CellCapture
-from ctx_magic.notebook.commands import Commands
+from ctx_magic.notebook.commands import Commands, SessionParts
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.notebook.display import notice
 from ctx_magic.notebook.executor import KernelExecutor
@@ -36,6 +36,7 @@ from ctx_magic.notebook.runs.board import RunBoard
 from ctx_magic.notebook.runs.news import elsewhere
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.store.files import make_storage_folder, open_private_append
+from ctx_magic.store.session import SessionDir
 
 
 class Controller:
@@ -67,6 +68,8 @@ class Controller:
         self.runs.listeners.append(self.panel.runs_changed)
         self.idle = IdleWatch(self.lock, self.host, on_cold=self.panel.refresh)
         self.settings.observe(self.host.retries_changed, names="max_retries")
+        self._store: SessionDir | None = None
+        """The current session's folder (its `tasks/` keeps the background runs' logs)."""
         self._running_cell: Any = None
         """The ExecutionInfo of the notebook cell the kernel runs now (the cells it runs inside it are its own)."""
         self.commands = Commands(shell, self.lock, self.host, self.cells, self.idle, self.memory, self.panel,
@@ -82,13 +85,11 @@ class Controller:
 
     def _cells_held(self) -> set[int]:
         """The cells of this kernel the current session's live context holds (kernel_history leaves them out)."""
-        session = self.host.session
-        return cells_held(session.live.messages) if session is not None else set()
+        return cells_held(self.cells.live_messages()) if self.host.session is not None else set()
 
     def _tasks_folder(self) -> Any:
         """The current session's `tasks/` folder (where background runs keep their logs)."""
-        session = self.host.session
-        return session.store.tasks_dir if session is not None else None
+        return self._store.tasks_dir if self.host.session is not None and self._store is not None else None
 
     # -- IPython's cell hooks: the cells the user runs, the idle check ----------------------------
 
@@ -142,9 +143,12 @@ class Controller:
     # -- sessions ----------------------------------------------------------------------------------
 
     def ensure_session(self, *, new: bool = False, resume: str | None = None,
-                       model: str | None = None) -> tuple[Session, list[str]]:
+                       model: str | None = None, permission: str | None = None) -> tuple[Session, list[str]]:
         """The current session, a new one, or a stored one resumed; `model` switches the model
-        for the next turns (after checking the API knows it) and the conversation goes on."""
+        for the next turns (after checking the API knows it) and the conversation goes on;
+        `permission` is set first, and stays set whatever happens next."""
+        if permission:
+            self.settings.permission = permission
         current, model_before = self.host.session, self.settings.model
         if model:
             self.host.check_model(model)
@@ -157,12 +161,25 @@ class Controller:
         if session is not current:
             if current is not None:
                 notes += elsewhere(self.runs)
-            session.listeners.append(self._heard)
-            self.cells.attach(session.store)  # cells run from now on survive a kernel restart
-            self.memory.attach(session)
-            self.panel.attach(session)
+            self._wire(session)
         self.panel.show_once()
         return session, notes
+
+    def _wire(self, session: Session) -> None:
+        """A session opened: the one place the notebook takes it apart, each part handed the
+        pieces of it that it uses (no part reaches through the session for another's)."""
+        store, live, frame, listeners = session.store, session.live, session.frame, session.listeners
+        self._store = store
+        self._follow(listeners)
+        self.cells.attach(store, live, session.pin_board, session.append, session.notice)  # survive a restart
+        self.idle.attach(live, frame, listeners, session.prepare)
+        self.commands.attach(SessionParts(live, session.pin_board, store, frame))
+        self.memory.attach(session)
+        self.panel.attach(session, store, live, frame)
+
+    def _follow(self, listeners: list[Callable[[Event], None]]) -> None:
+        """Everyone listening to the kernel's sessions hears this session's events (`listeners`)."""
+        listeners.append(self._heard)
 
     def _heard(self, event: Event) -> None:
         """An event of the current session, for everyone listening to the kernel's sessions."""
@@ -170,7 +187,7 @@ class Controller:
 
     def carry_on(self, session_id: str | None, pending: list[Any]) -> None:
         """After `%reload_ext`: resume this session at the next turn, with the cells recorded before."""
-        self.host.carried = session_id
+        self.host.carry(session_id)
         self.cells.carry(pending)
 
     def show_sidebar(self, *, inline: bool = False) -> None:

@@ -19,6 +19,7 @@ from ctx_magic.notebook.export import Target, export_notebook, export_transcript
 from ctx_magic.notebook.runs.news import elsewhere, rows
 from ctx_magic.notebook.runs.wording import runs_listing
 from ctx_magic.notebook.wording import status_text
+from ctx_magic.store.session import SessionDir
 
 if TYPE_CHECKING:
     from ctx_magic.notebook.controller import Controller
@@ -41,27 +42,27 @@ class CtxCommand:
         """`%ctx config`: every setting with its value."""
         plain_or_rich({"text/plain": json.dumps(self.controller.settings.describe(), indent=1)})
 
-    def export(self, session: Session, rest: list[str], *, transcript: bool, force: bool) -> None:
-        """`%ctx export [PATH] [--transcript] [--force]`."""
-        records = session.store.load_transcript().records
+    def export(self, session_id: str, store: SessionDir, rest: list[str], *, transcript: bool, force: bool) -> None:
+        """`%ctx export [PATH] [--transcript] [--force]` of the session `session_id` (its folder `store`)."""
+        records = store.load_transcript().records
         named = " ".join(rest)  # a path with spaces, typed bare or in one pair of quotes as in a shell
         if len(named) > 1 and named[0] == named[-1] and named[0] in "'\"":
             named = named[1:-1]
         # No PATH: into the session's own folder, private like the rest of it, replaced each time.
-        default = session.store.root / ("transcript.ipynb" if transcript else "notebook.ipynb")
+        default = store.root / ("transcript.ipynb" if transcript else "notebook.ipynb")
         target = Target(Path(named), force=force) if named else Target(default, private=True)
         if transcript:
-            written = export_transcript(records, session.session_id, target)
+            written = export_transcript(records, session_id, target)
             notice(f"Wrote the full transcript to {written}.")
         else:
-            written = export_notebook(records, session.session_id, target, self._run_state)
+            written = export_notebook(records, session_id, target, self._run_state)
             notice(f"Wrote the session as a notebook to {written}; it runs without ctx_magic.")
 
-    def cell(self, session: Session, rest: list[str]) -> None:
-        """`%ctx cell [ID]`: this cell becomes the code of the agent's call."""
+    def cell(self, store: SessionDir, rest: list[str]) -> None:
+        """`%ctx cell [ID]`: this cell becomes the code of the agent's call (in the session's folder `store`)."""
         self.controller.commands.refuse_inside_turn("%ctx cell")
         try:
-            placed = self.controller.agent_cells.place(session.store.load_transcript().messages(),
+            placed = self.controller.agent_cells.place(store.load_transcript().messages(),
                                                        rest[0] if rest else None)
         except LookupError as missing:
             raise CtxMagicError(str(missing)) from None

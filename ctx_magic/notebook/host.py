@@ -9,10 +9,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.pin_board import PinBoard
+from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.tools import Executor
+from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.pins import PinRefused
 from ctx_magic.errors import CtxMagicError, NoSession
 from ctx_magic.notebook.backend import Backend, choose_backend
@@ -38,8 +42,16 @@ class SessionHost:
         self._given = backend is not None
         """A backend handed in (tests, the demo) stays whatever the provider setting says."""
         self.session: Session | None = None
+        self._frame: RequestFrame | None = None
+        """The current session's request frame: its model and the settings in force."""
+        self._meter: UsageMeter | None = None
+        """The current session's usage (a session with no call yet is not the one `latest` means)."""
         self.carried: str | None = None
         """The session of this kernel before the extension was reloaded: the next turn resumes it."""
+
+    def carry(self, session_id: str | None) -> None:
+        """After `%reload_ext`: the session this kernel had goes on at the next turn."""
+        self.carried = session_id
 
     def _backend(self) -> Backend:
         """The backend; chosen again when the `provider` setting changed (unless one was given)."""
@@ -55,8 +67,9 @@ class SessionHost:
         if self.backend is None:
             return
         self.backend = self.backend.with_retries(change["new"])
-        if self.session is not None and isinstance(self.session.frame.model, AnthropicModel):
-            self.session.frame.reconfigure(self.session.frame.settings, self._model(self.session.frame.model.name))
+        frame = self._frame
+        if self.session is not None and frame is not None and isinstance(frame.model, AnthropicModel):
+            frame.reconfigure(frame.settings, self._model(frame.model.name))
 
     def _model(self, name: str) -> AnthropicModel:
         backend = self._backend()
@@ -77,7 +90,8 @@ class SessionHost:
             notes.append(backend.notice)
         # A session of this kernel with no turn yet (opened by a `%pin`) is not the conversation
         # "latest" means: its pins go on in the session resumed instead.
-        unstarted = self.session if self.session is not None and not self.session.meter.totals.main_calls else None
+        started = self._meter is not None and self._meter.totals.main_calls > 0
+        unstarted = self.session if self.session is not None and not started else None
         sid = self._resume_target(resume, skip=unstarted) if resume is not None else None
         storage = self._workspace.storage_dir()
         carried = self.carried
@@ -95,13 +109,12 @@ class SessionHost:
                                          root=self._workspace.root(), clock=self._clock)
         self.carried = None  # taken up, or set aside for a session asked for by name
         self.end()
-        self.session = session
+        self.session, self._frame, self._meter = session, session.frame, session.meter
         if unstarted is not None and sid is not None and sid != unstarted.session_id:
-            notes += carry_pins(unstarted, session)
+            notes += carry_pins(unstarted.pin_board, session.pin_board)
         notes += problems
         if sid is not None:
-            live = sum(1 for m in session.live.messages if m.sent)
-            notes.append(f"Resumed session {sid}: {count(live, 'live message')}.")
+            notes.append(resumed_line(sid, session.live))
         return session, notes
 
     def require(self) -> Session:
@@ -138,14 +151,20 @@ class SessionHost:
     def apply_settings(self, session: Session) -> None:
         """`%config` changes take effect at the next turn; a new model (or provider) drops the
         thinking blocks it cannot take from the live context."""
-        settings = self._settings.to_settings()
-        provider = getattr(session.frame.model, "provider", settings.provider)
-        if session.frame.model.name != settings.model or (not self._given and provider != settings.provider):
+        settings, frame = self._settings.to_settings(), self._frame_of(session)
+        provider = getattr(frame.model, "provider", settings.provider)
+        if frame.model.name != settings.model or (not self._given and provider != settings.provider):
             model = self._model(settings.model)
             model.limits()  # a model the API does not know is said before the session is switched to it
             session.switch_model(settings, model)
         else:
-            session.frame.reconfigure(settings)
+            frame.reconfigure(settings)
+
+    def _frame_of(self, session: Session) -> RequestFrame:
+        """The request frame of `session`, which is the current one (the host keeps its frame)."""
+        if session is not self.session or self._frame is None:
+            raise NoSession("That agent session is no longer the current one.")
+        return self._frame
 
     def status(self, session: Session) -> StatusSnapshot:
         """The session's status as `%ctx status`, the panel and `ctx_magic.context()` show it: a
@@ -162,8 +181,11 @@ class SessionHost:
     def pending_rewrite(self, session: Session) -> str:
         """What a `%config` change not yet applied (it applies at the next turn) will rewrite the
         cached prefix with: the model, the provider or the thinking settings; '' when nothing."""
-        wanted, now = self._settings.to_settings(), session.frame.settings
-        if wanted.model != session.frame.model.name:
+        frame = self._frame
+        if session is not self.session or frame is None:  # a session that ended changes nothing more
+            return ""
+        wanted, now = self._settings.to_settings(), frame.settings
+        if wanted.model != frame.model.name:
             return f"the model changes to {wanted.model} at the next turn"
         if wanted.provider != now.provider:
             return f"the provider changes to {wanted.provider} at the next turn"
@@ -175,7 +197,7 @@ class SessionHost:
     def end(self, *, extract: bool = True) -> None:
         """The current session ends (a new one, a resume, unload): saved and closed first, then its
         memories extracted in the background."""
-        session, self.session = self.session, None
+        session, self.session, self._frame, self._meter = self.session, None, None, None
         if session is None:
             return
         session.close()
@@ -183,15 +205,21 @@ class SessionHost:
             self._memory.session_ended(session)
 
 
-def carry_pins(source: Session, target: Session) -> list[str]:
+def resumed_line(session_id: str, live: LiveContext) -> str:
+    """What a resume says: the session, and how many messages its live context holds."""
+    held = sum(1 for m in live.messages if m.sent)
+    return f"Resumed session {session_id}: {count(held, 'live message')}."
+
+
+def carry_pins(source: PinBoard, target: PinBoard) -> list[str]:
     """The pins of `source` pinned in `target` too (those it has not already); what to tell the user."""
-    held = {pin.text for pin in target.pin_board.pins}
+    held = {pin.text for pin in target.pins}
     carried = []
-    for pin in source.pin_board.pins:
+    for pin in source.pins:
         if pin.text in held:
             continue
         try:
-            carried.append(target.pin_board.pin(pin.text, cell=pin.cell).id)
+            carried.append(target.pin(pin.text, cell=pin.cell).id)
         except PinRefused as error:
             return [f"Pins made before the resume: {error}"]
     return [f"Pins made before the resume, pinned in it too: {', '.join(carried)}."] if carried else []

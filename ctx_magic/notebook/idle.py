@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
-from ctx_magic.agent.session import Session
+from ctx_magic.agent.live import LiveContext
+from ctx_magic.agent.request import RequestFrame
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, ThinkingCleared
+from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, ThinkingCleared, listening
 from ctx_magic.messages import Message
 from ctx_magic.notebook.host import SessionHost
 
@@ -30,16 +32,32 @@ class IdleWatch:
         self.deferred: list[Message | Event] = []
         """Writes the timer thread's clearing left for the main thread."""
         self._unshown: list[Event] = []
+        self._live: LiveContext | None = None
+        self._frame: RequestFrame | None = None
+        self._listeners: list[Callable[[Event], None]] = []
+        self._prepare: Callable[..., Any] = lambda **_: None
+
+    def attach(self, live: LiveContext, frame: RequestFrame, listeners: list[Callable[[Event], None]],
+               prepare: Callable[..., Any]) -> None:
+        """A session opened: its live context, its request frame (the idle settings in force), its
+        listeners and its `prepare` (which runs the zero-call layers) are the ones watched."""
+        self.cancel()
+        self.deferred = []  # what the last session's timer cleared is that session's
+        self._live, self._frame, self._listeners, self._prepare = live, frame, listeners, prepare
+
+    def _watched(self) -> LiveContext | None:
+        """The live context watched, while a session is current."""
+        return self._live if self._host.session is not None else None
 
     def check(self) -> bool:
         """At the next cell: the zero-call layers run if the idle gap passed; True if they ran."""
-        session = self._host.session
-        if session is None or not self._lock.acquire(blocking=False):
+        live = self._watched()
+        if live is None or not self._lock.acquire(blocking=False):
             return False
         try:
-            self.flush(session)
-            if any(m.sent for m in session.live.messages):
-                self._between_turns(session, session.prepare)
+            self.flush()
+            if any(m.sent for m in live.messages):
+                self._between_turns(self._prepare)
                 return True
         except CtxMagicError:
             pass
@@ -47,10 +65,11 @@ class IdleWatch:
             self._lock.release()
         return False
 
-    def schedule(self, session: Session) -> None:
-        if not session.frame.settings.idle_timer:
+    def schedule(self) -> None:
+        settings = self._frame.settings if self._frame is not None else None
+        if settings is None or not settings.idle_timer:
             return
-        self.timer = threading.Timer(session.frame.settings.idle_seconds + IDLE_TIMER_SLACK, self._fired)
+        self.timer = threading.Timer(settings.idle_seconds + IDLE_TIMER_SLACK, self._fired)
         self.timer.daemon = True
         self.timer.start()
 
@@ -61,22 +80,22 @@ class IdleWatch:
 
     def _fired(self) -> None:
         """From the timer thread: clear in memory only; the transcript is written at the next cell."""
-        session = self._host.session
-        if session is None or not self._lock.acquire(blocking=False):
+        live, prepare = self._watched(), self._prepare
+        if live is None or not self._lock.acquire(blocking=False):
             return
         try:
-            if any(m.sent for m in session.live.messages):
-                self._between_turns(session, lambda: self.deferred.extend(session.prepare(write=False)[1]))
+            if any(m.sent for m in live.messages):
+                self._between_turns(lambda: self.deferred.extend(prepare(write=False)[1]))
                 self._on_cold()
         except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
             pass
         finally:
             self._lock.release()
 
-    def flush(self, session: Session) -> None:
+    def flush(self) -> None:
         """Write what the timer deferred (main thread only)."""
-        if self.deferred:
-            session.live.write_changes(self.deferred)
+        if self.deferred and self._live is not None:
+            self._live.write_changes(self.deferred)
             self.deferred = []
 
     def take_unshown(self) -> list[Event]:
@@ -84,11 +103,8 @@ class IdleWatch:
         unshown, self._unshown = self._unshown, []
         return unshown
 
-    def _between_turns(self, session: Session, act: Callable[[], object]) -> None:
+    def _between_turns(self, act: Callable[[], object]) -> None:
         seen: list[Event] = []
-        session.listeners.append(seen.append)
-        try:
+        with listening(self._listeners, seen.append):
             act()
-        finally:
-            session.listeners.remove(seen.append)
         self._unshown += [e for e in seen if isinstance(e, SHOWN_LATER)]

@@ -25,7 +25,7 @@ from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.ctx_command import CtxCommand
 from ctx_magic.notebook.display import notice, plain_or_rich
 from ctx_magic.notebook.memory_command import MemoryCommand
-from ctx_magic.notebook.wording import error_line, pins_listing
+from ctx_magic.notebook.wording import error_line
 
 AGENT_USAGE = """%%agent [--new | --resume [ID]] [--model MODEL] [--permission ask|auto|off]
   (your message, on the lines below)
@@ -123,9 +123,9 @@ class AgentMagics(Magics):
         text = (cell or "").strip()
         if not text and not (args.new or args.resume is not None):
             raise UsageError("%%agent needs your message in the cell body (or --new / --resume).")
-        if args.permission:  # only once the line is accepted: a refused one changes nothing
-            self.controller.settings.permission = args.permission
-        session, notes = self.controller.ensure_session(new=args.new, resume=args.resume, model=args.model)
+        # The permission only once the line is accepted: a refused one changes nothing.
+        session, notes = self.controller.ensure_session(new=args.new, resume=args.resume, model=args.model,
+                                                        permission=args.permission)
         for line_ in notes:
             notice(line_)
         if args.new and not text:
@@ -243,7 +243,7 @@ class AgentMagics(Magics):
             removed = self.commands.unpin(args.remove)
             notice(f"Removed {args.remove}." if removed else f"No pin {args.remove!r} (see %pin --list).")
         else:
-            plain_or_rich({"text/plain": pins_listing(self.controller.host.require())})
+            plain_or_rich({"text/plain": self.commands.pins_listing()})
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)
@@ -282,9 +282,10 @@ class AgentMagics(Magics):
         if args.command == "status":
             return self.ctx_command.status(session, as_json=args.json)
         elif args.command == "export":
-            self.ctx_command.export(session, args.rest, transcript=args.transcript, force=args.force)
+            self.ctx_command.export(session.session_id, session.store, args.rest, transcript=args.transcript,
+                                    force=args.force)
         elif args.command == "cell":
-            self.ctx_command.cell(session, args.rest)
+            self.ctx_command.cell(session.store, args.rest)
         elif args.command == "count":
             notice(self.commands.count_line())
         elif args.command == "sidebar":

@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctx_magic.agent.notes import NotesKeeper
+from ctx_magic.agent.plugins import Plugins
+from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.choices import MemorySettings
-from ctx_magic.memory.extraction import extraction_due
+from ctx_magic.memory.extraction import SessionSource, SessionTextModel, extraction_due
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.record import Memory, added_by
 from ctx_magic.notebook.config import CtxMagic
@@ -55,14 +57,15 @@ class MemoryLink:
         """A session opened: its notes are kept from now on."""
         self.notes = NotesKeeper(session)
 
-    def before_turn(self, session: Session) -> None:
+    def before_turn(self, plugins: Plugins, frame: RequestFrame) -> None:
         """Once per session, at its first turn: the most relevant memories join the system prompt
-        (after the last session's extraction, if one is still running)."""
-        if session.plugins.recalled(INJECTED_KEY):
+        (`frame`'s), after the last session's extraction if one is still running; the session's
+        `plugins` keep that it was done."""
+        if plugins.recalled(INJECTED_KEY):
             return
         self.manager.background.wait()
-        session.frame.set_memory_section(self.manager.prompt_section())
-        session.plugins.remember(INJECTED_KEY, True)
+        frame.set_memory_section(self.manager.prompt_section())
+        plugins.remember(INJECTED_KEY, True)
 
     def after_turn(self, session: Session) -> str | None:
         """A dream if its gates open; a background failure to report, if one happened, and (once
@@ -70,7 +73,7 @@ class MemoryLink:
         line for each memory file the prompt skipped (a FIFO, a link, a huge file, a broken one)."""
         manager = self.manager
         error = manager.background.take_report()
-        manager.maybe_dream_in_background(session)
+        manager.maybe_dream_in_background(SessionTextModel(session.side_calls), session.session_id)
         notices = [manager.team_notice(),
                    *(f"Memory file skipped: {p.path}: {p.reason}." for p in manager.skipped)]
         lines = [error] if error else []
@@ -85,12 +88,12 @@ class MemoryLink:
         A session whose size cannot be measured (its model is unknown) ends without them: the
         reason is said at the next chance, and the session still ends (an unload, a new session)."""
         try:
-            due = extraction_due(session)
+            due = extraction_due(session.live, session.compaction, session.tokens)
         except CtxMagicError as error:
             self.manager.background.report(f"memories were not extracted from session {session.session_id}: {error}")
             return
         if due:
-            self.manager.extraction.in_background(session)
+            self.manager.extraction.in_background(SessionSource.of(session))
 
     def notes_text(self) -> str:
         return self.notes.text() if self.notes is not None else ""
@@ -115,7 +118,7 @@ class MemoryLink:
 
     def extract(self, session: Session) -> str:
         manager = self.manager
-        added = manager.extraction.run(session)
+        added = manager.extraction.run(SessionSource.of(session))
         lines = "\n".join(f"- {m.text}{self._review_mark(m)}" for m in added) or "(nothing new)"
         refused = f"\n{manager.extraction.last_refused}" if manager.extraction.last_refused else ""
         return f"Extracted {count(len(added), 'memory', 'memories')} from this session:\n{lines}{refused}"
@@ -129,8 +132,9 @@ class MemoryLink:
         return " (for the team)"
 
     def dream(self, session: Session) -> str:
-        mine = self.manager.dream(session, force=True).summary()
-        team = self.manager.dream_team(session, force=True)
+        model = SessionTextModel(session.side_calls)
+        mine = self.manager.dream(model, session.session_id, force=True).summary()
+        team = self.manager.dream_team(model, force=True)
         return mine if team is None else f"{mine}\nTeam memory: {team.summary()}"
 
     def listing(self) -> str:

@@ -165,6 +165,22 @@ class CellRecord:
     """Its id in a session's pending-cells.jsonl, once written there (store/pending.py)."""
     pending_file: Path | None = field(default=None, compare=False, repr=False)
 
+    def returned(self, result: dict[str, Any]) -> None:
+        """The value of its last expression, as formatted for display."""
+        self.result = result
+
+    def failed(self, error: str | None) -> None:
+        """The traceback it ended in (None: left out, as for a run interrupted on purpose)."""
+        self.error = error
+
+    def ran_as(self, execution_count: int | None) -> None:
+        """The kernel's execution count for it (In[n])."""
+        self.execution_count = execution_count
+
+    def kept_in(self, pending_id: str, pending_file: Path) -> None:
+        """Written to a session's pending-cells.jsonl (store/pending.py) under `pending_id`."""
+        self.pending_id, self.pending_file = pending_id, pending_file
+
     def text(self) -> str:
         """What printed comes first as it is; every other part is labelled in brackets."""
         parts = []

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctx_magic.agent.live import LiveContext
+from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.usage import answer_cost
@@ -21,6 +23,7 @@ from ctx_magic.notebook.runs.board import RunBoard
 from ctx_magic.notebook.runs.news import rows
 from ctx_magic.notebook.workspace import Workspace
 from ctx_magic.prices import UNKNOWN_PRICES, Prices, model_prices
+from ctx_magic.store.session import SessionDir
 from ctx_magic.ui.cards import close_tree
 from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.originals import originals_html
@@ -81,6 +84,10 @@ class PanelLink:
         self._workspace = workspace
         self._sidebar_available = sidebar_available
         self._session: Session | None = None
+        self._store: SessionDir | None = None
+        """The session's folder: its transcript (the history replayed, the originals shown)."""
+        self._live: LiveContext | None = None
+        """The session's live context: which cells it holds."""
         self.widget: ContextPanel | None = None
         """The one panel of this kernel; it follows whichever session is current."""
         self.shown_widget: Any = None
@@ -90,21 +97,22 @@ class PanelLink:
     def anchor_shown(self) -> bool:
         return self.shown_widget is not None
 
-    def attach(self, session: Session) -> None:
-        """Follow `session`: the same panel, its history replayed from the transcript."""
-        self._session = session
+    def attach(self, session: Session, store: SessionDir, live: LiveContext, frame: RequestFrame) -> None:
+        """Follow `session` (its folder `store`, its `live` context, its request `frame`): the same
+        panel, its history replayed from the transcript at the prices of `frame`'s settings."""
+        self._session, self._store, self._live = session, store, live
         if self.widget is None:
-            index = CellIndex(live=lambda: self._session.live.messages if self._session is not None else ())
+            index = CellIndex(live=lambda: self._live.messages if self._live is not None else ())
             self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
                                        kernel=KERNEL_RUN, stop_run=self._runs.stop if self._runs is not None else None,
                                        answer_pending=self.answer_pending)
         self.widget.reset()
-        settings = session.frame.settings
+        settings = frame.settings
 
         def prices(model: str | None) -> Prices:
             return model_prices(model or settings.model, settings.prices)
 
-        for event in replayed(session.store.load_transcript().records, self.widget.fold.cells, prices):
+        for event in replayed(store.load_transcript().records, self.widget.fold.cells, prices):
             self.widget.handle(event)
         self.refresh()
 
@@ -168,6 +176,6 @@ class PanelLink:
         self.widget = self.shown_widget = None
 
     def _originals(self, uuids: Sequence[str]) -> str:
-        if self._session is None:
+        if self._store is None:
             return ""
-        return originals_html(self._session.store.load_transcript().records, uuids)
+        return originals_html(self._store.load_transcript().records, uuids)

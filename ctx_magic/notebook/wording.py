@@ -3,6 +3,7 @@ closing line and `%ctx status`, all rendered from typed values (errors, StatusSn
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctx_magic.context.pins import pins_tokens
@@ -12,10 +13,10 @@ from ctx_magic.ui.cards import count
 
 if TYPE_CHECKING:
     from ctx_magic.agent.loop import TurnResult
-    from ctx_magic.agent.session import Session
     from ctx_magic.agent.status import StatusSnapshot
     from ctx_magic.context.ahead import CompactionAhead
     from ctx_magic.context.cache_outlook import CacheOutlook
+    from ctx_magic.context.pins import Pin
 
 REMEDIES: dict[str, str] = {
     Remedy.COMPACT: "Run %compact to compact by hand.",
@@ -143,9 +144,8 @@ def status_text(status: StatusSnapshot) -> str:
     return "\n".join(lines)
 
 
-def pins_listing(session: Session) -> str:
-    """`%pin --list`: each pin with its id, then what they take of their budget."""
-    pins = session.pin_board.pins
+def pins_listing(pins: Sequence[Pin], budget: int) -> str:
+    """`%pin --list`: each pin with its id, then what they take of their `budget`."""
     if not pins:
         return "No pins yet: %pin TEXT, %pin --cell N, or a cell starting with # ctx: pin."
     lines = []
@@ -154,6 +154,6 @@ def pins_listing(session: Session) -> str:
         more = " …" if len(pin.text.strip().splitlines()) > 1 or len(first) > 100 else ""
         lines.append(f"{pin.id}{f' (cell {pin.cell})' if pin.cell is not None else ''}: {first[:100]}{more}")
     used = pins_tokens(pins)
-    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {session.frame.settings.pin_budget_tokens:,} tokens "
+    lines.append(f"{count(len(pins), 'pin')} · {used:,} of {budget:,} tokens "
                  "(CtxMagic.pin_budget_tokens)")
     return "\n".join(lines)

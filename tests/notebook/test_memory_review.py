@@ -11,6 +11,7 @@ from pathlib import Path
 
 from notebook_rig import controller, offline_shell, run
 
+from ctx_magic.memory.extraction import SessionSource
 from ctx_magic.memory.store import Memory
 
 REPORTS = "Reports go out on Mondays."
@@ -175,7 +176,7 @@ def test_what_extraction_at_a_sessions_end_left_waiting_is_announced_after_the_n
         ask(shell)
         run(shell, f"%%agent\nRemember that {REPORTS[0].lower()}{REPORTS[1:]}")
         memory, session = controller(shell).memory, controller(shell).host.session
-        memory.manager.extraction.in_background(session).join()  # what the end of a long session runs
+        memory.manager.extraction.in_background(SessionSource.of(session)).join()  # what the end of a long session runs
         _, shown = run(shell, "%%agent\nThanks.")
         assert f"From session {session.session_id}: 1 memory waits for your review: %memory pending." in shown
     assert stored(tmp_path) == []

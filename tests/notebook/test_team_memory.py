@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from notebook_rig import controller, offline_shell, run
 
+from ctx_magic.memory.extraction import SessionSource
 from ctx_magic.memory.record import Memory
 from ctx_magic.memory.shared_folder import LockSupport
 from ctx_magic.memory.store import account_name
@@ -139,7 +140,7 @@ def test_proposals_from_extraction_at_a_sessions_end_are_announced_after_the_nex
         member(shell, "alice")
         run(shell, f"%%agent\nRemember that {FACT[0].lower()}{FACT[1:]}")
         memory, session = controller(shell).memory, controller(shell).host.session
-        memory.manager.extraction.in_background(session).join()  # what the end of a long session runs
+        memory.manager.extraction.in_background(SessionSource.of(session)).join()  # what the end of a long session runs
         _, shown = run(shell, "%%agent\nThanks.")
         assert (f"From session {session.session_id}: 1 proposed for the team, waiting for your review: "
                 "%memory review.") in shown
