@@ -254,6 +254,35 @@ def _local_origins(function: ast.FunctionDef | ast.AsyncFunctionDef, origins: _O
     return found
 
 
+def descriptors(files: list[Path], package: str = "ctx_magic") -> dict[str, set[str]]:
+    """The names each class built on a library class binds in its body to a call (`model =
+    Unicode(...)` in a traitlets Configurable): traits, whose assignment from outside is the
+    library's interface (`%config` sets them the same way)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        origins = _Origins(tree, package)
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            if not any(origins.of_type(base) == _LIBRARY for base in cls.bases):
+                continue
+            for item in cls.body:
+                if isinstance(item, ast.Assign) and isinstance(item.value, ast.Call):
+                    found[cls.name].update(t.id for t in item.targets if isinstance(t, ast.Name))
+    return found
+
+
+def _made_by(cls: ast.ClassDef) -> dict[str, str]:
+    """The class each attribute of `cls` is made by, where a method sets it from a call (`self.x = X()`)."""
+    made: dict[str, str] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+            for target in node.targets:
+                chain = _chain(target)
+                if chain is not None and len(chain) == 2 and chain[0] == "self":
+                    made.setdefault(chain[1], node.value.func.id)
+    return made
+
+
 def _member_origins(cls: ast.ClassDef, origins: _Origins) -> tuple[dict[str, str], bool]:
     """What a class's attributes hold (by the call or the annotated parameter they are set from),
     and whether it is built on a library class (what it does not set itself, it inherits)."""
@@ -304,18 +333,25 @@ def foreign_writes(files: list[Path], root: Path, package: str = "ctx_magic") ->
     assignment is the library's interface: attributes of a module (`sys.stdin`), of an object a
     library made (a widget's `value`, a thread's `daemon`: known by the call or annotation it comes
     from, or an `isinstance` check against library classes), what a class built on a library class
-    inherits (a widget's `layout`), and dunders (`sys.__class__`). `setattr` is not counted (the
-    output capture patches IPython's objects that way). An object of unknown origin counts."""
+    inherits (a widget's `layout`), the traits of a traitlets class of the package (`self.settings =
+    CtxMagic(...)`, then `self.settings.model = ...`, as `%config` does), and dunders (`sys.__class__`).
+    `setattr` is not counted (the output capture patches IPython's objects that way). An object of
+    unknown origin counts."""
     found = []
+    traits = descriptors(files, package)
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         origins = _Origins(tree, package)
-        members = {}
+        members, made = {}, {}
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-            members[cls] = _member_origins(cls, origins)
+            members[cls], made[cls] = _member_origins(cls, origins), _made_by(cls)
         for target, cls, function in _writes(tree):
             obj = target.value
             if isinstance(obj, ast.Name) and obj.id in ("self", "cls") or target.attr.startswith("__"):
+                continue
+            chain = _chain(obj)
+            if cls is not None and chain is not None and len(chain) == 2 and chain[0] == "self" \
+                    and target.attr in traits.get(made[cls].get(chain[1], ""), ()):
                 continue
             names = _local_origins(function, origins) if function is not None else {}
             if _object_origin(obj, names, members.get(cls) if cls is not None else None, origins) == _LIBRARY:

@@ -161,7 +161,7 @@ class KernelExecutor:
         record = run.record
         if not (record.stdout or record.stderr or record.displays):
             return ""
-        record.error = None
+        record.failed(None)
         return record.text()
 
     def _foreground(self, code: str, context: ToolContext) -> tuple[Run, bool]:

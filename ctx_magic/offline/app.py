@@ -152,7 +152,7 @@ class OfflineAPI:
         while self._body_bytes > KEPT_BODY_BYTES:
             dropped, old = self._bodies.popleft()
             self._body_bytes -= dropped
-            old.body, old.body_dropped = None, True
+            old.drop_body()
 
     def inject(self, *faults: str) -> None:
         """Queue faults for the next calls to /v1/messages, one fault per call."""

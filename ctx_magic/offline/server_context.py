@@ -136,6 +136,20 @@ class Managed:
     """The request asked for the summary alone (`compaction`): the answer is the block, billed as
     one call that read the conversation and wrote the summary."""
 
+    def edited(self, request: dict[str, Any]) -> None:
+        """The request as an edit of the server left it."""
+        self.request = request
+
+    def compact(self, pause: bool, seal: Seal, *, on_demand: bool = False) -> None:
+        """The conversation becomes one summary: the answer opens with it and is written after it."""
+        before = self.request
+        summary = server_summary(messages(before))
+        self.compaction = compaction_block(summary, seal)
+        self.compacted_from = before
+        self.pause = pause
+        self.on_demand = self.on_demand or on_demand  # a later compaction of the same request keeps it
+        self.request = {**before, "messages": [{"role": "user", "content": [{"type": "text", "text": summary}]}]}
+
 
 def _edits(request: Request) -> list[Mapping[str, Any]]:
     managed = request.get("context_management")
@@ -297,29 +311,19 @@ def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int
                                               "cleared_input_tokens": before - tokens(managed.request)})
         elif kind == CLEAR_TOOL_USES:
             before = tokens(managed.request)
-            managed.request, cleared = _clear_tool_uses(managed.request, edit, tokens)
+            request_left, cleared = _clear_tool_uses(managed.request, edit, tokens)
+            managed.edited(request_left)
             if cleared:
                 managed.applied_edits.append({"type": kind, "cleared_tool_uses": cleared,
                                               "cleared_input_tokens": before - tokens(managed.request)})
     if request.get("compaction") is not None:  # on demand: the answer is the summary alone
-        _compact(managed, True, seal or UNSEALED)
-        managed.on_demand = True
+        managed.compact(True, seal or UNSEALED, on_demand=True)
     for edit in _edits(request):
         if edit["type"] == COMPACT:
             trigger = _value(edit.get("trigger"), "input_tokens", DEFAULT_COMPACT_TRIGGER, "trigger")
             if tokens(managed.request) > trigger:
-                _compact(managed, bool(edit.get("pause_after_compaction")), seal or UNSEALED)
+                managed.compact(bool(edit.get("pause_after_compaction")), seal or UNSEALED)
     return managed
-
-
-def _compact(managed: Managed, pause: bool, seal: Seal) -> None:
-    """The conversation becomes one summary: the answer opens with it and is written after it."""
-    before = managed.request
-    summary = server_summary(messages(before))
-    managed.compaction = compaction_block(summary, seal)
-    managed.compacted_from = before
-    managed.pause = pause
-    managed.request = {**before, "messages": [{"role": "user", "content": [{"type": "text", "text": summary}]}]}
 
 
 def with_management(managed: Managed, request: Mapping[str, Any], content: list[Block], stop: str,

@@ -64,6 +64,10 @@ class RecordedRequest:
     """The beta headers it carried (for Bedrock, its body's anthropic_beta)."""
     body_dropped: bool = False
     """Its body was dropped (None now) to keep the recorded bodies within their bound."""
+
+    def drop_body(self) -> None:
+        """Forget the body (the stand-in keeps only the newest ones), saying it was there."""
+        self.body, self.body_dropped = None, True
     thinking_mismatches: tuple[dict[str, str], ...] = ()
     """The thinking blocks that failed the prefix check, each {type, path, reason}: type is
     `thinking_dropped`, `thinking_mismatch_allowed` (let through, on an old account) or

@@ -240,7 +240,7 @@ class Transcript:
                     raise ValueError("not a transcript record")
                 if record["type"] == "message":
                     record, missing = inflate(record, path.parent)
-                    loaded.problems += [f"line {number}: {problem}" for problem in missing]
+                    loaded.problems.extend(f"line {number}: {problem}" for problem in missing)
                     Message.from_json(record)  # validate now so readers can trust it
             except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
                 loaded.problems.append(f"line {number}: corrupt record skipped ({error})")

@@ -48,13 +48,7 @@ class RunRows:
                 rows_shown = (widgets.HBox([text, button]) for text, button in self._rows.values())
                 self.box.children = (self.title, *rows_shown)
             for row in rows:
-                text, button = self._rows[str(row["id"])]
-                shown = run_html(row)
-                if text.value != shown:
-                    text.value = shown
-                display = None if row.get("can_stop") else "none"
-                if button.layout.display != display:
-                    button.layout.display = display
+                _show_row(*self._rows[str(row["id"])], row)
             self.box.layout.display = None if rows else "none"
 
     def _make(self, run_id: str) -> tuple[widgets.HTML, widgets.Button]:
@@ -72,3 +66,14 @@ class RunRows:
             self._stop(run_id)
         except Exception:  # noqa: BLE001 - a run that ended meanwhile: the next refresh shows it
             pass
+
+
+def _show_row(text: widgets.HTML, button: widgets.Button, row: Mapping[str, Any]) -> None:
+    """A run's row as it stands now: its line, and its Stop button while it can be stopped (each
+    widget written only when it changes, so the frontend is not sent the same state again)."""
+    shown = run_html(row)
+    if text.value != shown:
+        text.value = shown
+    display = None if row.get("can_stop") else "none"
+    if button.layout.display != display:
+        button.layout.display = display

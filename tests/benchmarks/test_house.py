@@ -12,6 +12,8 @@ import sys
 import threading
 
 import ipywidgets as widgets
+from traitlets import Unicode
+from traitlets.config import Configurable
 
 from ctx_magic.notebook.outputs import CellRecord
 
@@ -35,6 +37,18 @@ class Owner:
         button.layout.display = "none"
 
 
+class Choices(Configurable):
+    model = Unicode("a").tag(config=True)
+
+
+class Switch:
+    def __init__(self) -> None:
+        self.choices = Choices()
+
+    def to(self, model: str) -> None:
+        self.choices.model = model
+
+
 class Panel(widgets.VBox):
     def __init__(self) -> None:
         super().__init__()
@@ -53,4 +67,4 @@ def test_counts_writes_to_the_package_objects_and_unknown_ones_only(tmp_path: Pa
     found = foreign_writes([package / "mod.py"], tmp_path)
     assert [line.split(" ", 1)[1] for line in found] == [
         "self.record.error", "other.result", "made.pending_id", "record.execution_count"]
-    assert found[0].startswith("ctx_magic/mod.py:22 ")
+    assert found[0].startswith("ctx_magic/mod.py:24 ")

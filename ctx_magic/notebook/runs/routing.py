@@ -87,6 +87,14 @@ class _StreamRouter:
         self.own = threading.local()
         """`stream`: what a run's own code set `sys.<name>` to (its `redirect_stdout`), in its thread only."""
 
+    def set_own(self, stream: Any) -> None:
+        """A run's own code set `sys.<name>` (None: back to the router), for its thread only."""
+        self.own.stream = stream
+
+    def set_target(self, stream: Any) -> None:
+        """Another thread set `sys.<name>` (IPython around a cell, `%%capture`): every other thread's."""
+        self.target = stream
+
     def current(self) -> tuple[Any, Run | None]:
         """(the stream, None) a write of the calling thread goes to, or (None, its run)."""
         own = getattr(self.own, "stream", None)
@@ -309,9 +317,9 @@ def _stream_property(name: str) -> property:
         if not isinstance(held, _StreamRouter):
             module.__dict__[name] = value
         elif _running() is not None:  # a run's own redirection: its thread only
-            held.own.stream = None if value is held else value
+            held.set_own(None if value is held else value)
         elif value is not held:
-            held.target = value
+            held.set_target(value)
 
     def remove(module: types.ModuleType) -> None:
         module.__dict__.pop(name, None)

@@ -76,12 +76,12 @@ class Run:
         self.children.drain()
         with self.lock:
             if value is not None:
-                self.record.result = formatted(self.shell, value)
+                self.record.returned(formatted(self.shell, value))
                 if self._output.background:
                     self._output.append(f"[result]\n{self.record.result.get('text/plain', '')}\n")
             if error is not None:
                 self.outcome = error
-                self.record.error = error_text(self.shell, error)
+                self.record.failed(error_text(self.shell, error))
                 if self._output.background and not isinstance(error, RunStopped):
                     self._output.append(f"{self.record.error.rstrip()}\n")
             stopped = self.stopping or isinstance(error, RunStopped)
