@@ -159,9 +159,9 @@ class Controller:
             self.settings.model = model_before  # a session that could not be opened changes no setting
             raise
         if session is not current:
-            if current is not None:
-                notes += elsewhere(self.runs)
             self._wire(session)
+            if current is not None:  # the runs of the sessions before, now that this one's folder is the current
+                notes += elsewhere(self.runs)
         self.panel.show_once()
         return session, notes
 
