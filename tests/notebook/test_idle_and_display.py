@@ -84,6 +84,18 @@ def test_timer_thread_clears_in_memory_and_the_next_cell_writes_it(shell):
     assert not ctl.idle.deferred
 
 
+def test_what_the_timer_cleared_in_a_session_stays_out_of_the_next_one(shell):
+    work(shell)
+    ctl = controller(shell)
+    shell.user_ns["_clock"].now += 6 * 60
+    ctl.idle._fired()  # the timer clears the first session in memory while a cell opens a new one
+    assert ctl.idle.deferred
+    ctl.ensure_session(new=True)
+    run(shell, "%%agent\nhello")
+    assert not ctl.idle.deferred
+    assert '"event":"cleared"' not in ctl.host.session.store.transcript_path.read_text()
+
+
 def test_timer_is_scheduled_after_a_turn_when_enabled(shell):
     ctl = controller(shell)
     ctl.settings.idle_timer = True
