@@ -215,8 +215,8 @@ def _held_fields(files: list[Path]) -> set[tuple[str, str]]:
 
 
 def _reads(tree: ast.AST, fields: set[str], held: set[tuple[str, str]]) -> set[str]:
-    """The fields loaded from a `Settings`: on a name or attribute called `*settings*` (or a local
-    made from one: `wanted = config.to_settings()`) unless typed as one of HOLDERS, in the
+    """The fields loaded from a `Settings`: on `settings.current`, or on a name or attribute called
+    `*settings*` (or a local made from one: `wanted = config.to_settings()`) unless typed as one of HOLDERS, in the
     function (`settings: CtxMagic`) or in the class the attribute belongs to (`manager.settings`
     of a `MemoryManager`)."""
     found: set[str] = set()
@@ -228,6 +228,10 @@ def _reads(tree: ast.AST, fields: set[str], held: set[tuple[str, str]]) -> set[s
         return chain[0] in other or (chain[0] == "self" and len(chain) == 2 and (owners.get(fn), chain[1]) in held) \
             or any(attr == chain[-1] and owner and _snake(cls).endswith(owner) for cls, attr in held)
 
+    def current(chain: list[str]) -> bool:
+        """`config.current`: the `Settings` a `CtxMagic` holds."""
+        return len(chain) > 1 and chain[-1] == "current" and "settings" in chain[-2]
+
     for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
         other = {a.arg for a in (*fn.args.args, *fn.args.kwonlyargs)
                  if a.annotation is not None and _names(a.annotation) & HOLDERS}
@@ -238,6 +242,8 @@ def _reads(tree: ast.AST, fields: set[str], held: set[tuple[str, str]]) -> set[s
                 targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
                 for target, value in zip(targets, values):
                     chain = _chain(value.func if isinstance(value, ast.Call) else value) or []
+                    if isinstance(target, ast.Name) and chain and current(chain):
+                        local.add(target.id)
                     if not isinstance(target, ast.Name) or not chain or "settings" not in chain[-1]:
                         continue
                     made = isinstance(value, ast.Call) and len(chain) > 1  # config.to_settings()
@@ -251,9 +257,17 @@ def _reads(tree: ast.AST, fields: set[str], held: set[tuple[str, str]]) -> set[s
             chain = _chain(node.value) or []
             if chain == [chain[0]] and chain[0] in local:
                 found.add(node.attr)
-            elif chain and "settings" in chain[-1] and not typed(chain, fn, other):
+            elif chain and (current(chain) or ("settings" in chain[-1] and not typed(chain, fn, other))):
                 found.add(node.attr)
     return found
+
+
+def _default_of(value: ast.expr) -> ast.expr:
+    """A field's default: the value, or the first argument of `setting(...)` / `field(default=...)`."""
+    if isinstance(value, ast.Call) and (_chain(value.func) or [""])[-1] in ("setting", "field"):
+        given = [k.value for k in value.keywords if k.arg == "default"]
+        return value.args[0] if value.args else given[0] if given else value
+    return value
 
 
 def settings_places(package: Path) -> tuple[Counter[str], list[str]]:
@@ -272,7 +286,7 @@ def settings_places(package: Path) -> tuple[Counter[str], list[str]]:
     magic = next(n for n in config_tree.body if isinstance(n, ast.ClassDef) and n.name == "CtxMagic")
     traits = [n for n in magic.body if isinstance(n, ast.Assign)
               and any(isinstance(t, ast.Name) and t.id in fields for t in n.targets)]
-    defaults = [n.value for n in spec.body if isinstance(n, ast.AnnAssign) and n.value is not None]
+    defaults = [_default_of(n.value) for n in spec.body if isinstance(n, ast.AnnAssign) and n.value is not None]
     defaults += [arg for n in traits for call in ast.walk(n.value) if isinstance(call, ast.Call)
                  for arg in call.args[:1]]
     constants = {n.id for d in defaults for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in module_constants}
@@ -292,7 +306,8 @@ def settings_places(package: Path) -> tuple[Counter[str], list[str]]:
             for call in (n for n in ast.walk(cls) if isinstance(n, ast.Call)):
                 callee = (_chain(call.func) or [""])[-1]
                 if callee.endswith("Settings") or (callee == "cls" and cls.name.endswith("Settings")):
-                    places["copy"] += sum(1 for k in call.keywords if (_chain(k.value) or [""])[-1] in fields)
+                    places["copy"] += sum(1 for k in call.keywords if len(_chain(k.value) or []) > 1
+                                          and (_chain(k.value) or [""])[-1] in fields)
     return places, [f for f in fields if f not in read]
 
 
