@@ -3,7 +3,8 @@
 Prints the lines per package, the modules over 400 lines and classes over 200 (`--sizes FOLDER`:
 each module's lines and its classes' instead), the Protocols and the classes that implement each (matched by
 the names a class defines), the properties that only forward to another object's attribute,
-the functions that take more than eight parameters and the class names used twice. Nothing
+the functions that take more than eight parameters, the class names used twice, and the places a setting
+is written with the `Settings` fields no part reads (`settings_places`). Nothing
 is imported: the source is parsed with `ast`, so the counts are the same on any machine.
 """
 
@@ -270,6 +271,13 @@ def _default_of(value: ast.expr) -> ast.expr:
     return value
 
 
+def _untagged(value: ast.expr) -> ast.Call:
+    """The trait's own call: `Int(5, min=1)` of `Int(5, min=1).tag(config=True)`."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "tag":
+        value = value.func.value
+    return value if isinstance(value, ast.Call) else ast.Call(func=value, args=[], keywords=[])
+
+
 def settings_places(package: Path) -> tuple[Counter[str], list[str]]:
     """Where a setting is written, and the fields of `Settings` no part reads.
 
@@ -287,8 +295,7 @@ def settings_places(package: Path) -> tuple[Counter[str], list[str]]:
     traits = [n for n in magic.body if isinstance(n, ast.Assign)
               and any(isinstance(t, ast.Name) and t.id in fields for t in n.targets)]
     defaults = [_default_of(n.value) for n in spec.body if isinstance(n, ast.AnnAssign) and n.value is not None]
-    defaults += [arg for n in traits for call in ast.walk(n.value) if isinstance(call, ast.Call)
-                 for arg in call.args[:1]]
+    defaults += [arg for n in traits for arg in _untagged(n.value).args[:1]]
     constants = {n.id for d in defaults for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in module_constants}
     places: Counter[str] = Counter(field=len(fields), trait=len(traits), constant=len(constants))
     files = python_files(package)
