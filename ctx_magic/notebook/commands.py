@@ -83,7 +83,7 @@ class Commands:
                 session.listeners.remove(before.append)
             self.memory.before_turn(session)
             self.agent_cells.begin_turn()
-            display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
+            display = display or TurnDisplay(show_tools=self.settings.current.show_tool_output,
                                              record_for=self._record_of,
                                              output_path=lambda tool_use_id: str(session.store.tool_result_path(
                                                  tool_use_id)),

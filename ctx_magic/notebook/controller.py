@@ -145,7 +145,7 @@ class Controller:
                        model: str | None = None) -> tuple[Session, list[str]]:
         """The current session, a new one, or a stored one resumed; `model` switches the model
         for the next turns (after checking the API knows it) and the conversation goes on."""
-        current, model_before = self.host.session, self.settings.model
+        current, model_before = self.host.session, self.settings.current.model
         if model:
             self.host.check_model(model)
             self.settings.model = model

@@ -43,7 +43,7 @@ class SessionHost:
 
     def _backend(self) -> Backend:
         """The backend; chosen again when the `provider` setting changed (unless one was given)."""
-        settings = self._settings
+        settings = self._settings.current
         if self.backend is not None and (self._given or self.backend.provider == settings.provider):
             return self.backend
         self.backend = choose_backend(self._workspace.env, settings, clock=self._clock)
@@ -83,7 +83,7 @@ class SessionHost:
         carried = self.carried
         if sid is None and not new and carried and (storage / "sessions" / carried).is_dir():
             sid = carried  # the extension was reloaded in this kernel: the same conversation goes on
-        settings = self._settings.to_settings()
+        settings = self._settings.current
         model = self._model(settings.model)
         model.limits()
         if self.session is not None and sid == self.session.session_id:
@@ -138,7 +138,7 @@ class SessionHost:
     def apply_settings(self, session: Session) -> None:
         """`%config` changes take effect at the next turn; a new model (or provider) drops the
         thinking blocks it cannot take from the live context."""
-        settings = self._settings.to_settings()
+        settings = self._settings.current
         provider = getattr(session.frame.model, "provider", settings.provider)
         if session.frame.model.name != settings.model or (not self._given and provider != settings.provider):
             model = self._model(settings.model)
@@ -155,14 +155,14 @@ class SessionHost:
         reason = self.pending_rewrite(session)
         if not reason or status.cache is None:
             return status
-        wanted = self._settings.to_settings()
+        wanted = self._settings.current
         prices = model_prices(wanted.model, wanted.prices)
         return dataclasses.replace(status, cache=status.cache.rewritten(reason, status.context.tokens, prices))
 
     def pending_rewrite(self, session: Session) -> str:
         """What a `%config` change not yet applied (it applies at the next turn) will rewrite the
         cached prefix with: the model, the provider or the thinking settings; '' when nothing."""
-        wanted, now = self._settings.to_settings(), session.frame.settings
+        wanted, now = self._settings.current, session.frame.settings
         if wanted.model != session.frame.model.name:
             return f"the model changes to {wanted.model} at the next turn"
         if wanted.provider != now.provider:
