@@ -171,6 +171,8 @@ class Undone(Event):
     """Every result still cleared after the undo (tool_use_id -> its stub)."""
     thinned_uuids: tuple[str, ...]
     """The restored answers held without their thinking blocks."""
+    since_uuids: tuple[str, ...]
+    """The messages added after the change (their usage no longer anchors the count)."""
     tokens_before: int
     tokens_after: int
     spent_usd: float = 0.0

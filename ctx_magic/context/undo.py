@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ctx_magic.context.autocompact import without_usage
 from ctx_magic.context.thinking import drop_thinking_from, has_thinking, without_thinking
 from ctx_magic.events import Cleared, Compacted, Event, Snipped, ThinkingCleared, Undone
 from ctx_magic.messages import Message
@@ -84,6 +85,8 @@ class Restored:
 
     messages: tuple[Message, ...]
     cleared: Mapping[str, str]
+    since: tuple[str, ...]
+    """The messages added after the change, kept after the restored ones."""
     thinking: ThinkingCleared | None
     """The thinking of the turns since the change, dropped (append-only)."""
 
@@ -94,12 +97,14 @@ def restore(point: UndoPoint, live: Sequence[Message], cleared: Mapping[str, str
     the results it cleared are whole again. Append-only, the thinking of the messages added
     since goes: it was written after a prefix the undo takes away."""
     known = point.after_uuids | {m.uuid for m in point.before}
-    since = [m for m in live if m.uuid not in known]
+    # What the API billed for the messages since was another prefix: they no longer anchor the count.
+    since = [without_usage(m) for m in live if m.uuid not in known]
     messages = [*point.before, *since]
     thinking = None
     if append_only and since:
         messages, thinking = drop_thinking_from(messages, len(point.before), UNDO_TRIGGER)
-    return Restored(tuple(messages), {k: v for k, v in cleared.items() if k not in point.uncleared}, thinking)
+    return Restored(tuple(messages), {k: v for k, v in cleared.items() if k not in point.uncleared},
+                    tuple(m.uuid for m in since), thinking)
 
 
 def undone_event(point: UndoPoint, restored: Restored, tokens_before: int, tokens_after: int) -> Undone:
@@ -107,12 +112,13 @@ def undone_event(point: UndoPoint, restored: Restored, tokens_before: int, token
     as first written."""
     thinned = tuple(m.uuid for m in restored.messages if m.role == "assistant" and not has_thinking(m))
     return Undone(point.kind, point.key, tuple(m.uuid for m in restored.messages), dict(restored.cleared), thinned,
-                  tokens_before, tokens_after, round(point.spent_usd, 6))
+                  restored.since, tokens_before, tokens_after, round(point.spent_usd, 6))
 
 
 def replay_undo(event: Undone, written: Mapping[str, Message]) -> tuple[list[Message], int]:
     """The live context an `Undone` record leaves, from the messages as first written; with how
     many it names that the transcript does not hold."""
-    thinned = set(event.thinned_uuids)
+    thinned, since = set(event.thinned_uuids), set(event.since_uuids)
     live = [without_thinking(written[u]) if u in thinned else written[u] for u in event.live_uuids if u in written]
+    live = [without_usage(m) if m.uuid in since else m for m in live]
     return live, len(event.live_uuids) - len(live)
