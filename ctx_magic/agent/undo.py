@@ -60,15 +60,20 @@ class UndoResult:
     """Thinking blocks of the turns since the change, dropped (append-only: their prefix is gone)."""
 
 
-def undo_last(session: Session) -> UndoResult:
-    """Take back the last compaction, snip or clearing, while the context it restores fits the
-    window (under the blocking limit); CtxMagicError in one line when there is none or it does
-    not fit. The next automatic compaction waits one turn, so the next request carries exactly
-    the restored messages."""
+def undo_last(session: Session, key: str | None = None) -> UndoResult:
+    """Take back the last compaction, snip or clearing (`key`: only if it is that change), while the
+    context it restores fits the window (under the blocking limit); CtxMagicError in one line when
+    there is none, it is another or it does not fit. The next automatic compaction waits one turn,
+    so the next request carries exactly the restored messages."""
     history = session.undo
     if not history.points:
         raise CtxMagicError("There is no compaction, snip or clearing to undo in this session.")
     point = history.points[-1]
+    if key is not None and all(p.key != key for p in history.points):
+        raise CtxMagicError("This change can no longer be undone (it was undone, or the session was resumed since).")
+    if key is not None and point.key != key:
+        raise CtxMagicError(f"Only the last change can be undone, and it is {point.describe()}: "
+                            "undo it first (%compact --undo).")
     setup, live = session.setup(), session.live
     restored = restore(point, live.messages, live.state.cleared, append_only=setup.context.append_only)
     state = dataclasses.replace(live.state, cleared=restored.cleared, indexed=0, indexed_uuid=None, compactable=(),
@@ -95,7 +100,9 @@ def undone_line(result: UndoResult) -> str:
     what = (f"the {point.returning:,} tool results it cleared are whole again" if point.kind == "clearing"
             else f"the {point.returning:,} messages it replaced are back")
     line = (f"Undid {point.describe()}: {what} ({event.tokens_before:,} → {event.tokens_after:,} tokens).")
-    if point.kind == "compaction":
+    if point.kind == "compaction" and point.from_notes:
+        line += " It made no model call: the session's notes were its summary."
+    elif point.kind == "compaction":
         line += f" Its summary's ${event.spent_usd:,.4f} stays spent."
     if result.dropped_thinking:
         line += (f" {result.dropped_thinking} thinking block{'' if result.dropped_thinking == 1 else 's'} written "

@@ -20,6 +20,8 @@ from ctx_magic.context.thinking import drop_thinking_from, has_thinking, without
 from ctx_magic.events import Cleared, Compacted, Event, Snipped, ThinkingCleared, Undone
 from ctx_magic.messages import Message
 
+SESSION_MEMORY = "session-memory"  # a compaction from the notes records this trigger, automatic or asked for
+USER_ASKED = "the user asked for it"  # ...and says who asked in its reason
 UNDO_TRIGGER = "undo"
 """The trigger of the thinking an undo drops (the turns since the change were written after it)."""
 MAX_UNDO_POINTS = 20
@@ -42,6 +44,8 @@ class UndoPoint:
     uncleared: frozenset[str] = frozenset()
     """The results a clearing stubbed: whole again after the undo."""
     spent_usd: float = 0.0
+    from_notes: bool = False
+    """A compaction whose summary was the session's notes (no model call)."""
 
     @property
     def returning(self) -> int:
@@ -53,7 +57,7 @@ class UndoPoint:
     def describe(self) -> str:
         """The change in a few words: 'the automatic compaction', 'the snip', ..."""
         who = {"auto": "automatic ", "manual": "manual ", "model": "agent's ", "reactive": "reactive ",
-               "session-memory": "session-memory ", "idle": "idle ", "pressure": "pressure "}.get(self.trigger, "")
+               "idle": "idle ", "pressure": "pressure "}.get(self.trigger, "")
         return f"the {who}{self.kind}"
 
 
@@ -63,8 +67,10 @@ def point_of(event: Event, before: Sequence[Message], after: Sequence[Message], 
     `before` and `after`: the live context just before and just after it."""
     after_uuids = frozenset(m.uuid for m in after)
     if isinstance(event, Compacted):
-        return UndoPoint("compaction", event.boundary_uuid, event.trigger, tuple(before),
-                         frozenset(event.live_uuids) | after_uuids, spent_usd=spent_usd)
+        from_notes = event.trigger == SESSION_MEMORY
+        trigger = ("manual" if event.reason.startswith(USER_ASKED) else "auto") if from_notes else event.trigger
+        return UndoPoint("compaction", event.boundary_uuid, trigger, tuple(before),
+                         frozenset(event.live_uuids) | after_uuids, spent_usd=spent_usd, from_notes=from_notes)
     if isinstance(event, Snipped):
         return UndoPoint("snip", event.marker_uuid, event.trigger, tuple(before), after_uuids)
     if isinstance(event, Cleared) and event.replacements:
