@@ -97,8 +97,9 @@ def undo_last(session: Session, key: str | None = None) -> UndoResult:
 def undone_line(result: UndoResult) -> str:
     """One line on what an undo brought back, and that a summary's cost stays spent."""
     point, event = result.point, result.event
-    what = (f"the {point.returning:,} tool results it cleared are whole again" if point.kind == "clearing"
-            else f"the {point.returning:,} messages it replaced are back")
+    what = {"clearing": f"the {point.returning:,} tool results it cleared are whole again",
+            "snip": f"the {point.returning:,} messages it removed are back"}.get(
+        point.kind, f"the {point.returning:,} messages it replaced are back")
     line = (f"Undid {point.describe()}: {what} ({event.tokens_before:,} → {event.tokens_after:,} tokens).")
     if point.kind == "compaction" and point.from_notes:
         line += " It made no model call: the session's notes were its summary."

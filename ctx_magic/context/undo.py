@@ -55,7 +55,9 @@ class UndoPoint:
         return sum(1 for m in self.before if m.uuid not in self.after_uuids)
 
     def describe(self) -> str:
-        """The change in a few words: 'the automatic compaction', 'the snip', ..."""
+        """The change in a few words: 'the automatic compaction', 'your snip', ..."""
+        if self.trigger == "user":
+            return f"your {self.kind}"
         who = {"auto": "automatic ", "manual": "manual ", "model": "agent's ", "reactive": "reactive ",
                "idle": "idle ", "pressure": "pressure "}.get(self.trigger, "")
         return f"the {who}{self.kind}"

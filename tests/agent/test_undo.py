@@ -54,7 +54,8 @@ def test_undo_of_a_snip_brings_the_snipped_messages_back(tmp_path):
         assert r.session.live.messages == live_before
         run_turn(r.session, "and now?")
         after = main_calls(r.api)[-1]
-    assert result.event.kind == "snip" and f"the {snipped} messages it replaced are back" in undone_line(result)
+    assert result.event.kind == "snip" and undone_line(result).startswith(
+        f"Undid your snip: the {snipped} messages it removed are back")
     assert after.status == 200 and not after.thinking_mismatches
 
 
@@ -70,7 +71,8 @@ def test_undo_of_a_clearing_makes_the_cleared_results_whole_again(tmp_path):
         assert not set(ids) & set(r.session.live.state.cleared)
         run_turn(r.session, "and now?")
         after = main_calls(r.api)[-1]
-    assert "the 2 tool results it cleared are whole again" in line and "summary" not in line
+    assert line.startswith("Undid your clearing: the 2 tool results it cleared are whole again (")
+    assert "summary" not in line
     sent = {b["tool_use_id"]: b for m in after.body["messages"] for b in m["content"] if b.get("type") == "tool_result"}
     assert [result_text(sent[i]) for i in ids] == [whole[i] for i in ids]
     assert after.status == 200 and not after.thinking_mismatches
