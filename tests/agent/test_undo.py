@@ -15,8 +15,14 @@ from ctx_magic.context.thinking import has_thinking
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Undone
 from ctx_magic.messages import result_text
+from ctx_magic.settings import Settings
 
 APPEND_ONLY = "claude-sonnet-5-5"
+
+
+def small_turn(n: int) -> str:
+    """A turn that adds a few hundred tokens: the compaction it ends in leaves room to undo it."""
+    return f"Turn {n}\n```python\nprint('\\n'.join(f'value {n} {{i}}' for i in range(20)))\n```"
 
 
 def main_calls(api):  # type: ignore[no-untyped-def]
@@ -142,3 +148,27 @@ def test_resume_after_an_undo_sees_the_undone_context(tmp_path):
             (m.uuid, m.content) for m in r.session.live.messages]
         assert resumed.request(resumed.setup()).messages == expected
     assert [rec["event"] for rec in records if rec.get("event") == Undone.name] == ["undone"]
+
+
+def test_undo_of_an_automatic_compaction_reports_its_summary_s_cost_as_spent(tmp_path):
+    no_snip = Settings(model=APPEND_ONLY, snip_max_messages=1_000)  # many small turns: no snip before the compaction
+    with rig(tmp_path, window=30_000, model=APPEND_ONLY, config=no_snip) as r:
+        sent_before = None
+        for n in range(80):  # small turns fill the window in about sixty; a bound, not a wait
+            calls = len(main_calls(r.api))
+            run_turn(r.session, small_turn(n))
+            if r.session.compaction.boundaries:
+                sent_before = main_calls(r.api)[calls - 1]
+                break
+        assert sent_before is not None and r.session.compaction.boundaries[-1].trigger == "auto"
+        spent = r.session.meter.totals.cost_usd
+        result = undo_last(r.session)
+        assert r.session.meter.totals.cost_usd == spent  # an undo calls no model
+        run_turn(r.session, "and now?")
+        after = main_calls(r.api)[-1]
+    summary = [q for q in r.api.requests if q.kind == "compaction"]
+    assert len(summary) == 1 and result.event.spent_usd > 0
+    assert undone_line(result).startswith("Undid the automatic compaction: the ")
+    assert f"Its summary's ${result.event.spent_usd:,.4f} stays spent." in undone_line(result)
+    before, sent = _plain(sent_before.body["messages"]), _plain(after.body["messages"])
+    assert sent[:len(before)] == before and after.status == 200 and not after.thinking_mismatches
