@@ -72,8 +72,7 @@ def undo_last(session: Session, key: str | None = None) -> UndoResult:
     if key is not None and all(p.key != key for p in history.points):
         raise CtxMagicError("This change can no longer be undone (it was undone, or the session was resumed since).")
     if key is not None and point.key != key:
-        raise CtxMagicError(f"Only the last change can be undone, and it is {point.describe()}: "
-                            "undo it first (%compact --undo).")
+        raise CtxMagicError(f"Only the last change can be undone, and it is {point.describe()}: undo that first.")
     setup, live = session.setup(), session.live
     restored = restore(point, live.messages, live.state.cleared, append_only=setup.context.append_only)
     state = dataclasses.replace(live.state, cleared=restored.cleared, indexed=0, indexed_uuid=None, compactable=(),
@@ -92,20 +91,3 @@ def undo_last(session: Session, key: str | None = None) -> UndoResult:
     if tokens >= setup.context.thresholds.autocompact:
         session.defer_compaction()
     return UndoResult(point, event, restored.thinking.blocks if restored.thinking is not None else 0)
-
-
-def undone_line(result: UndoResult) -> str:
-    """One line on what an undo brought back, and that a summary's cost stays spent."""
-    point, event = result.point, result.event
-    what = {"clearing": f"the {point.returning:,} tool results it cleared are whole again",
-            "snip": f"the {point.returning:,} messages it removed are back"}.get(
-        point.kind, f"the {point.returning:,} messages it replaced are back")
-    line = (f"Undid {point.describe()}: {what} ({event.tokens_before:,} → {event.tokens_after:,} tokens).")
-    if point.kind == "compaction" and point.from_notes:
-        line += " It made no model call: the session's notes were its summary."
-    elif point.kind == "compaction":
-        line += f" Its summary's ${event.spent_usd:,.4f} stays spent."
-    if result.dropped_thinking:
-        line += (f" {result.dropped_thinking} thinking block{'' if result.dropped_thinking == 1 else 's'} written "
-                 "since went with it (their prefix changed).")
-    return line

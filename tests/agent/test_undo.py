@@ -10,11 +10,12 @@ from agent_rig import _plain, prompt, rig
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.session import open_session
-from ctx_magic.agent.undo import undo_last, undone_line
+from ctx_magic.agent.undo import undo_last
 from ctx_magic.context.thinking import has_thinking
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Undone
 from ctx_magic.messages import result_text
+from ctx_magic.notebook.wording import undone_line
 from ctx_magic.settings import Settings
 
 APPEND_ONLY = "claude-sonnet-5-5"
