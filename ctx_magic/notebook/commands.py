@@ -9,6 +9,7 @@ from typing import Any
 from ctx_magic.agent import compaction
 from ctx_magic.agent.loop import TurnResult, run_turn
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.undo import undo_last
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Event, Notice, Status, ThinkingCleared
@@ -23,7 +24,7 @@ from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.notices import thinking_cleared_line
 from ctx_magic.notebook.outputs import pinned_source
 from ctx_magic.notebook.panel_link import PanelLink
-from ctx_magic.notebook.wording import compacted_line, deferred_line, not_due_line, summary_line
+from ctx_magic.notebook.wording import compacted_line, deferred_line, not_due_line, summary_line, undone_line
 
 
 def cell_source(shell: Any, execution_count: int) -> str:
@@ -142,6 +143,19 @@ class Commands:
                 return not_due_line()
             session.defer_compaction()
             return deferred_line(ahead)
+
+    def undo(self, key: str | None = None) -> str:
+        """`%compact --undo` (or the Undo on a compaction's card, which names it by `key`): the last
+        compaction, snip or clearing taken back; the line saying what came back."""
+        with self.lock:
+            session = self.host.require()
+            self._before_command(session)
+            try:
+                result = undo_last(session, key)
+            finally:
+                session.end_turn()
+                self.panel.refresh()
+            return undone_line(result)
 
     def snip(self, keep_last: int) -> tuple[int, list[str]]:
         """The messages snipped, and a line for each drop of the thinking the snip invalidated."""

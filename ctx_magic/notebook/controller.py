@@ -72,6 +72,7 @@ class Controller:
         self.commands = Commands(shell, self.lock, self.host, self.cells, self.idle, self.memory, self.panel,
                                  self.executor, self.settings, self.agent_cells)
         """Turns and the context commands (%%agent's message, %compact, %pin, %ctx count)."""
+        self.panel.undo = self.commands.undo  # a compaction card's Undo
 
     def now(self) -> float:
         return self.clock()
