@@ -47,7 +47,7 @@ from ctx_magic.messages import Usage
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig, RecordedRequest
 from ctx_magic.offline.transport import offline_client
 from ctx_magic.prices import format_usd
-from ctx_magic.settings import DEFAULT_MODEL, ModelLimits, Settings
+from ctx_magic.settings import DEFAULTS, ModelLimits, Settings
 
 THINK_SECONDS = (20.0, 90.0)  # the user reads the answer and types the next request
 CALL_SECONDS = 4.0  # one model call, streamed
@@ -78,7 +78,7 @@ class RecordingModel:
 
     inner: AnthropicModel
     clock: ManualClock
-    name: str = DEFAULT_MODEL
+    name: str = DEFAULTS.model
     turn: int = 0
     calls: list[Call] = field(default_factory=list)
     events: list[tuple[int, int, Event]] = field(default_factory=list)  # (turn, calls before, event)
@@ -150,7 +150,7 @@ def run_session(turns: int, seed: int, window: int, config: Settings, storage: P
     summaries): keep them fixed so that token counts repeat from run to run."""
     clock = ManualClock()
     api = OfflineAPI(OfflineConfig(window=window), clock=clock)
-    recorder = RecordingModel(AnthropicModel(offline_client(api, max_retries=0), name=DEFAULT_MODEL), clock)
+    recorder = RecordingModel(AnthropicModel(offline_client(api, max_retries=0), name=DEFAULTS.model), clock)
     session, _ = open_session(recorder, LocalExecutor(), storage / ".ctx_magic", config, session_id="bench-cache",
                               root=storage, clock=clock)
     session.listeners.append(recorder.on_event)

@@ -61,7 +61,7 @@ from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.compaction import is_compaction_request
 from ctx_magic.offline.policy import Answer, Policy, Rule
 from ctx_magic.offline.transport import offline_client
-from ctx_magic.settings import DEFAULT_MODEL, Settings
+from ctx_magic.settings import DEFAULTS, Settings
 
 CALL_SECONDS = 5.0  # one model call, streamed
 LAST_OUTPUTS = 5
@@ -298,7 +298,7 @@ def run_replay(replay: corpus.Replay, window: int, storage: Path) -> Figures:
     rule = ReplayRule()
     api.policy = Policy().with_rule(Rule("replay", "normal", rule.applies, rule.answer))
     executor = ReplayExecutor(replay.tools)
-    model = AnthropicModel(offline_client(api, max_retries=0), name=DEFAULT_MODEL)
+    model = AnthropicModel(offline_client(api, max_retries=0), name=DEFAULTS.model)
     session, _ = open_session(model, executor, storage / ".ctx_magic", Settings(context_window=window),
                               session_id="bench-fidelity", root=storage, clock=clock)
     notes = NotesKeeper(session)

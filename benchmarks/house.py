@@ -3,7 +3,8 @@
 Prints the lines per package, the modules over 400 lines and classes over 200 (`--sizes FOLDER`:
 each module's lines and its classes' instead), the Protocols and the classes that implement each (matched by
 the names a class defines), the properties that only forward to another object's attribute,
-the functions that take more than eight parameters and the class names used twice. Nothing
+the functions that take more than eight parameters, the class names used twice, and the places a setting
+is written with the `Settings` fields no part reads (`settings_places`). Nothing
 is imported: the source is parsed with `ast`, so the counts are the same on any machine.
 """
 
@@ -249,8 +250,9 @@ def _local_origins(function: ast.FunctionDef | ast.AsyncFunctionDef, origins: _O
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
                 and len(node.args) == 2 and isinstance(node.args[0], ast.Name):
             kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
-            if all(origins.of_type(kind) == _LIBRARY for kind in kinds):
-                found.setdefault(node.args[0].id, _LIBRARY)
+            if all(origins.of_type(kind) == _LIBRARY for kind in kinds) \
+                    and found.get(node.args[0].id, _UNKNOWN) == _UNKNOWN:
+                found[node.args[0].id] = _LIBRARY
     return found
 
 
@@ -269,6 +271,26 @@ def descriptors(files: list[Path], package: str = "ctx_magic") -> dict[str, set[
                 if isinstance(item, ast.Assign) and isinstance(item.value, ast.Call):
                     found[cls.name].update(t.id for t in item.targets if isinstance(t, ast.Name))
     return found
+
+
+def _library_based(files: list[Path], package: str = "ctx_magic") -> dict[str, set[str]]:
+    """For each class built on a library class, the attributes it does not declare or set itself:
+    what the library makes of it (traits made in a loop, a widget's `layout`)."""
+    found: dict[str, set[str]] = {}
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        origins = _Origins(tree, package)
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            if any(origins.of_type(base) == _LIBRARY for base in cls.bases):
+                found[cls.name] = _NotIn(_defined_names(cls))
+    return found
+
+
+class _NotIn(set[str]):
+    """Every name but the ones given (`name in _NotIn(own)` is `name not in own`)."""
+
+    def __contains__(self, name: object) -> bool:
+        return not super().__contains__(name)
 
 
 def _made_by(cls: ast.ClassDef) -> dict[str, str]:
@@ -334,11 +356,13 @@ def foreign_writes(files: list[Path], root: Path, package: str = "ctx_magic") ->
     library made (a widget's `value`, a thread's `daemon`: known by the call or annotation it comes
     from, or an `isinstance` check against library classes), what a class built on a library class
     inherits (a widget's `layout`), the traits of a traitlets class of the package (`self.settings =
-    CtxMagic(...)`, then `self.settings.model = ...`, as `%config` does), and dunders (`sys.__class__`).
+    CtxMagic(...)`, then `self.settings.model = ...`, as `%config` does: a name the class declares with a
+    call, or one it neither declares nor sets), and dunders (`sys.__class__`).
     `setattr` is not counted (the output capture patches IPython's objects that way). An object of
     unknown origin counts."""
     found = []
     traits = descriptors(files, package)
+    built_on_library = _library_based(files, package)
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         origins = _Origins(tree, package)
@@ -350,8 +374,9 @@ def foreign_writes(files: list[Path], root: Path, package: str = "ctx_magic") ->
             if isinstance(obj, ast.Name) and obj.id in ("self", "cls") or target.attr.startswith("__"):
                 continue
             chain = _chain(obj)
-            if cls is not None and chain is not None and len(chain) == 2 and chain[0] == "self" \
-                    and target.attr in traits.get(made[cls].get(chain[1], ""), ()):
+            maker = made[cls].get(chain[1], "") if cls is not None and chain is not None and len(chain) == 2 \
+                and chain[0] == "self" else ""
+            if target.attr in traits.get(maker, ()) or target.attr in built_on_library.get(maker, ()):
                 continue
             names = _local_origins(function, origins) if function is not None else {}
             if _object_origin(obj, names, members.get(cls) if cls is not None else None, origins) == _LIBRARY:
@@ -378,6 +403,143 @@ def _object_origin(obj: ast.expr, names: dict[str, str], member: tuple[dict[str,
     if head in origins.modules or origins.imported.get(head) == _LIBRARY:
         return _LIBRARY
     return _UNKNOWN
+
+
+HOLDERS = {"CtxMagic", "MemorySettings", "ContextSettings"}  # values that hold a setting without being `Settings`
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def _held_fields(files: list[Path]) -> set[tuple[str, str]]:
+    """(class, attribute) for every class field or `self.x = ...` typed as one of HOLDERS."""
+    held = set()
+    for path in files:
+        for cls in (n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ClassDef)):
+            typed = {a.arg for f in ast.walk(cls) if isinstance(f, ast.FunctionDef) for a in f.args.args
+                     if a.annotation is not None and _names(a.annotation) & HOLDERS}
+            for node in ast.walk(cls):
+                if isinstance(node, ast.AnnAssign) and _names(node.annotation) & HOLDERS:
+                    target = node.target
+                    held.add((cls.name, target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")))
+                elif isinstance(node, ast.Assign) and (_names(node.value) & (HOLDERS | typed)):
+                    held.update((cls.name, t.attr) for t in node.targets if isinstance(t, ast.Attribute))
+    return held
+
+
+def _reads(tree: ast.AST, fields: set[str], held: set[tuple[str, str]]) -> set[str]:
+    """The fields loaded from a `Settings`: on `settings.current`, or on a name or attribute called
+    `*settings*` (or a local made from one: `wanted = config.to_settings()`) unless typed as one of HOLDERS, in the
+    function (`settings: CtxMagic`) or in the class the attribute belongs to (`manager.settings`
+    of a `MemoryManager`)."""
+    found: set[str] = set()
+    owners = {fn: cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef) for fn in ast.walk(cls)}
+
+    def typed(chain: list[str], fn: ast.AST, other: set[str]) -> bool:
+        """The value at the end of `chain` is one of HOLDERS."""
+        owner = chain[-2].lstrip("_") if len(chain) > 1 else ""
+        return chain[0] in other or (chain[0] == "self" and len(chain) == 2 and (owners.get(fn), chain[1]) in held) \
+            or any(attr == chain[-1] and owner and _snake(cls).endswith(owner) for cls, attr in held)
+
+    def current(chain: list[str]) -> bool:
+        """`config.current`: the `Settings` a `CtxMagic` holds."""
+        return len(chain) > 1 and chain[-1] == "current" and "settings" in chain[-2]
+
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        other = {a.arg for a in (*fn.args.args, *fn.args.kwonlyargs)
+                 if a.annotation is not None and _names(a.annotation) & HOLDERS}
+        local = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign):
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
+                for target, value in zip(targets, values):
+                    chain = _chain(value.func if isinstance(value, ast.Call) else value) or []
+                    if isinstance(target, ast.Name) and chain and current(chain):
+                        local.add(target.id)
+                    if not isinstance(target, ast.Name) or not chain or "settings" not in chain[-1]:
+                        continue
+                    made = isinstance(value, ast.Call) and len(chain) > 1  # config.to_settings()
+                    if made or not typed(chain, fn, other):
+                        local.add(target.id)
+                    else:
+                        other.add(target.id)
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in fields):
+                continue
+            chain = _chain(node.value) or []
+            if chain == [chain[0]] and chain[0] in local:
+                found.add(node.attr)
+            elif chain and (current(chain) or ("settings" in chain[-1] and not typed(chain, fn, other))):
+                found.add(node.attr)
+    return found
+
+
+def _default_of(value: ast.expr) -> ast.expr:
+    """A field's default: the value, or the first argument of `setting(...)` / `field(default=...)`."""
+    if isinstance(value, ast.Call) and (_chain(value.func) or [""])[-1] in ("setting", "field"):
+        given = [k.value for k in value.keywords if k.arg == "default"]
+        return value.args[0] if value.args else given[0] if given else value
+    return value
+
+
+def _untagged(value: ast.expr) -> ast.Call:
+    """The trait's own call: `Int(5, min=1)` of `Int(5, min=1).tag(config=True)`."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "tag":
+        value = value.func.value
+    return value if isinstance(value, ast.Call) else ast.Call(func=value, args=[], keywords=[])
+
+
+def settings_places(package: Path) -> tuple[Counter[str], list[str]]:
+    """Where a setting is written, and the fields of `Settings` no part reads.
+
+    Written: a constant (a module-level name a field or a trait takes its default from), the
+    field of `Settings`, a trait written out in `CtxMagic`'s class body, a copy (a constant of a
+    default imported elsewhere, or a field handed to another settings value by keyword:
+    `MemorySettings(author=settings.author)`)."""
+    settings_tree = ast.parse((package / "settings.py").read_text(encoding="utf-8"))
+    config_tree = ast.parse((package / "notebook" / "config.py").read_text(encoding="utf-8"))
+    spec = next(n for n in settings_tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    fields = [n.target.id for n in spec.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    module_constants = {t.id for n in settings_tree.body if isinstance(n, ast.Assign)
+                        for t in n.targets if isinstance(t, ast.Name)}
+    magic = next(n for n in config_tree.body if isinstance(n, ast.ClassDef) and n.name == "CtxMagic")
+    traits = [n for n in magic.body if isinstance(n, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id in fields for t in n.targets)]
+    defaults = [_default_of(n.value) for n in spec.body if isinstance(n, ast.AnnAssign) and n.value is not None]
+    defaults += [arg for n in traits for arg in _untagged(n.value).args[:1]]
+    constants = {n.id for d in defaults for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in module_constants}
+    places: Counter[str] = Counter(field=len(fields), trait=len(traits), constant=len(constants))
+    files = python_files(package)
+    held = _held_fields(files)
+    read = {n.attr for n in ast.walk(spec) if isinstance(n, ast.Attribute) and _chain(n) == ["self", n.attr]}
+    for path in files:
+        if path in (package / "settings.py", package / "notebook" / "config.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        read |= _reads(tree, set(fields), held)
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "ctx_magic.settings"
+                    for a in n.names} & constants
+        places["copy"] += sum(1 for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in imported)
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for call in (n for n in ast.walk(cls) if isinstance(n, ast.Call)):
+                callee = (_chain(call.func) or [""])[-1]
+                if callee.endswith("Settings") or (callee == "cls" and cls.name.endswith("Settings")):
+                    places["copy"] += sum(1 for k in call.keywords if len(_chain(k.value) or []) > 1
+                                          and (_chain(k.value) or [""])[-1] in fields)
+    return places, [f for f in fields if f not in read]
+
+
+def settings_report(package: Path) -> None:
+    places, unread = settings_places(package)
+    print(f"\n## Settings: places a setting is written: {sum(places.values())}\n")
+    print(", ".join(f"{kind} {places[kind]}" for kind in ("constant", "field", "trait", "copy")))
+    print(f"\nSettings fields never read: {len(unread)}{': ' if unread else ''}{', '.join(unread)}")
 
 
 def main() -> None:
@@ -423,6 +585,7 @@ def main() -> None:
     print(f"\nProtocols with at most one implementation, seams aside: {single}\n")
 
     oversized(files, root)
+    settings_report(Path(options.package).resolve())
 
     forwarding = forwarding_properties(files, root)
     print(f"## Forwarding-only properties: {len(forwarding)}\n")

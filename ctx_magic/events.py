@@ -157,6 +157,29 @@ class Compacted(Event):
     pins: tuple[str, ...] = ()  # ids of the user's pins re-injected after the summary
 
 
+@dataclass(frozen=True)
+class Undone(Event):
+    """The last compaction, snip or clearing was taken back (context/undo.py): the live context is
+    the one it replaced, with what came after it, and the results a clearing stubbed are whole again."""
+
+    name: ClassVar[str] = "undone"
+    durable: ClassVar[bool] = True
+    kind: str  # compaction | snip | clearing
+    key: str
+    """Which change: a compaction's boundary uuid, a snip's marker uuid, a clearing's first result id."""
+    live_uuids: tuple[str, ...]
+    cleared: Mapping[str, str]
+    """Every result still cleared after the undo (tool_use_id -> its stub)."""
+    thinned_uuids: tuple[str, ...]
+    """The restored answers held without their thinking blocks."""
+    since_uuids: tuple[str, ...]
+    """The messages added after the change (their usage no longer anchors the count)."""
+    tokens_before: int
+    tokens_after: int
+    spent_usd: float = 0.0
+    """What the undone change cost (a summary's call): spent all the same."""
+
+
 # -- observations (not needed to rebuild, recorded for the panel and benchmarks) ----------
 
 
@@ -379,7 +402,7 @@ def listening(listeners: list[Callable[[Event], None]], listener: Callable[[Even
 
 DURABLE_EVENTS: dict[str, type[Event]] = {
     cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted, ImagesStripped, ThinkingCleared, ServerEdited,
-                               ServerCompacted)
+                               ServerCompacted, Undone)
 }
 
 

@@ -1,52 +1,35 @@
-"""ctx_magic's settings as one frozen value, every default a named constant defined here.
+"""ctx_magic's settings as one frozen value: each declared once, as a field of `Settings` with
+its default, its help and its bounds (`setting`).
 
-The user sets them as traits of the notebook's `CtxMagic` (notebook/config.py: each one's help
-and bounds), which makes a `Settings` of them; the engine, the loop and the notebook read that.
-The window and the reply cap a session works with are resolved once, by `Settings.resolve`,
-from these and the model's limits.
+The notebook's `CtxMagic` (notebook/config.py) makes a traitlets trait of each field, so the user
+sets them with `%config CtxMagic.x = y`, and a new `Settings` whenever one changes; the engine,
+the loop, the memory and the notebook all read that value. The window and the reply cap a session
+works with are resolved once, by `Settings.resolve`, from these and the model's limits.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-DEFAULT_MODEL = "claude-sonnet-5-5"
-DEFAULT_MAX_OUTPUT = 16_384  # room for a long answer without reserving a large share of the window
-KEEP_RECENT = 5  # Claude Code: the five most recent results stay when microcompact clears
 CLEAR_AT_LEAST = 20_000  # a cache break must free at least this much to be worth it (scaled to the window)
-SNIP_MAX_MESSAGES = 200  # snip: past this many live messages the middle is snipped
-CACHE_TTL = "5m"  # the API's default prompt-cache lifetime
 CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
-PERMISSIONS = ("ask", "auto", "off")
-PERMISSION = "ask"  # a person is at the notebook: ask before running code
-IMAGE_MAX_BYTES = 1_000_000  # base64 bytes of one image from a cell output
-# Extraction's facts for the team wait for a member's accept: the model wrote them from a conversation
-# that holds whatever a notebook printed, and the team folder reaches every member's prompt.
-TEAM_REVIEW = True
-MEMORY_REVIEWS = ("off", "ask")
-MEMORY_REVIEW = "off"  # extraction stores what it finds, as it always has: 'ask' is for a person who reviews
-MEMORY_BUDGET_TOKENS = 2_000  # memories in the system prompt: the size of one session-notes section (as in Claude Code)
-MAX_RETRIES = 2  # the anthropic SDK's own default for 429, 5xx and failed connections
 MIN_REPLY_TOKENS = 256  # a reply cap below this cannot hold a useful answer
 REPLY_SHARE_OF_WINDOW = 4  # the reply cap is at most a quarter of the window, so a small one keeps room
 MIN_CONTEXT_WINDOW = 4_096  # below this not even the system prompt and tools fit beside a reply
-THINKING_MODES = ("off", "enabled", "adaptive")  # the API's thinking types, and none
-THINKING = "off"  # thinking costs output tokens on every call: the user turns it on
-THINKING_BUDGET = 8_000  # room to reason through a step without reserving a large share of the window
 MIN_THINKING_BUDGET = 1_024  # the API's smallest budget_tokens
-PROVIDERS = ("anthropic", "bedrock", "vertex")
-PROVIDER = "anthropic"
-STRATEGIES = ("client", "server")
-STRATEGY = "client"  # ctx_magic's own layers; 'server' hands clearing and compaction to the API
-CONTEXT_EDITS = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
-PIN_BUDGET_TOKENS = 2_000  # the size of one session-notes section (as in Claude Code): pins never crowd a summary
-KERNEL_INVENTORY_TOKENS = 500  # a dozen tables and arrays with their columns: under 10% of a summarized context
-AGENT_CELLS_MODES = ("off", "button", "insert")
-AGENT_CELLS = "button"  # offered, not imposed: cells appear only where the person asks for them
-STALL_SECONDS = 45.0  # silence after a prompt before a run counts as stalled: long enough for a compile's pauses
 MIN_STALL_SECONDS = 1.0  # below this a run between two prints would look stalled
-APPEND_ONLY_MODES = ("auto", "on", "off")
-APPEND_ONLY = "auto"  # the model catalog knows which models check the prefix of the thinking sent back
+MAX_RETRIES_LIMIT = 10  # each retry waits longer: past ten a failing call would hold the cell for minutes
+CONTEXT_EDITS = ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112")
+
+
+def setting(default: Any, help: str, *, min: float | None = None, max: float | None = None,
+            choices: tuple[str, ...] = (), zero_means: str = "") -> Any:
+    """A field of `Settings` declared for the user too: its default, its help, its bounds (`min`,
+    `max`; `choices` for a word; `zero_means`: 0 is allowed outside the bounds and means this).
+    The notebook's `CtxMagic` makes its trait of them."""
+    return field(default=default, metadata={"help": help, "min": min, "max": max, "choices": choices,
+                                            "zero_means": zero_means})
 
 
 @dataclass(frozen=True)
@@ -95,45 +78,98 @@ class Window:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting of ctx_magic at its default, as the engine and the loop read it. Each one is
-    declared for the user once, as a trait of the notebook's `CtxMagic` (notebook/config.py),
-    with its help and its bounds; `CtxMagic.to_settings` makes this value of them."""
+    """Every setting of ctx_magic, declared here once: its default, its help and its bounds. The
+    notebook's `CtxMagic` makes a trait of each field (`%config CtxMagic.x = y`) and a new value of
+    this class whenever one changes; every part reads this value."""
 
-    model: str = DEFAULT_MODEL
-    context_window: int = 0
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT
-    autocompact_pct: float = 0.0
-    keep_recent: int = KEEP_RECENT
-    idle_minutes: float = 0.0
-    cache_ttl: str = CACHE_TTL
-    snip_max_messages: int = SNIP_MAX_MESSAGES
-    clear_at_least: int = 0
-    storage_dir: str = ""
-    permission: str = PERMISSION
-    image_max_bytes: int = IMAGE_MAX_BYTES
-    user_memory_dir: str = ""
-    memory_budget_tokens: int = MEMORY_BUDGET_TOKENS
-    idle_timer: bool = True
-    max_retries: int = MAX_RETRIES
-    show_tool_output: bool = True
-    thinking: str = THINKING
-    thinking_budget: int = THINKING_BUDGET
-    provider: str = PROVIDER
-    region: str = ""
-    project: str = ""
-    aws_profile: str = ""
-    strategy: str = STRATEGY
-    prices: str = ""
-    pin_budget_tokens: int = PIN_BUDGET_TOKENS
-    kernel_inventory_tokens: int = KERNEL_INVENTORY_TOKENS
-    agent_cells: str = AGENT_CELLS
-    stall_seconds: float = STALL_SECONDS
-    team: str = ""
-    team_memory_dir: str = ""
-    author: str = ""
-    team_review: bool = TEAM_REVIEW
-    memory_review: str = MEMORY_REVIEW
-    append_only: str = APPEND_ONLY
+    model: str = setting("claude-sonnet-5-5", "Model id sent to the Messages API.")
+    context_window: int = setting(0, "Context window in tokens; 0 asks the Models API (falling back to a built-in "
+                                     "table).", min=MIN_CONTEXT_WINDOW, zero_means="ask the Models API")
+    max_output_tokens: int = setting(16_384, "Cap on each reply, in tokens (also capped by the model and to a quarter "
+                                             "of the window).", min=MIN_REPLY_TOKENS)
+    """Room for a long answer without reserving a large share of the window."""
+    autocompact_pct: float = setting(0.0, "Auto-compact at this percent of the effective window (0 = the default "
+                                          "threshold).", min=1, max=100, zero_means="the default threshold")
+    keep_recent: int = setting(5, "Most recent tool results that microcompact always keeps.", min=1)
+    """Claude Code keeps the five most recent results when microcompact clears."""
+    idle_minutes: float = setting(0.0, "Idle minutes after which old tool results are cleared (0 = the prompt-cache "
+                                       "TTL).", min=0.01, zero_means="the cache TTL")
+    cache_ttl: str = setting("5m", "Prompt-cache TTL asked for: '5m' or '1h'.", choices=tuple(CACHE_TTL_SECONDS))
+    """The API's default prompt-cache lifetime."""
+    snip_max_messages: int = setting(200, "Live messages past which the middle of the conversation is snipped.",
+                                     min=10)
+    clear_at_least: int = setting(0, "Tokens a pressure microcompact must free to be worth a cache break (0 = 20,000, "
+                                     "scaled down for small windows).", min=0)
+    storage_dir: str = setting("", "Folder for sessions and memories; empty = .ctx_magic beside the notebook (or the "
+                                   "working folder).")
+    permission: str = setting("ask", "Running code: 'ask' before each run, 'auto' runs, 'off' refuses.",
+                              choices=("ask", "auto", "off"))
+    """A person is at the notebook: ask before running code."""
+    image_max_bytes: int = setting(1_000_000, "Largest image (bytes, base64) a cell output may send to the model.",
+                                   min=0)
+    user_memory_dir: str = setting("", "Folder of the user-scope long-term memories; empty = the per-user data folder "
+                                       "(platformdirs).")
+    memory_budget_tokens: int = setting(2_000, "Tokens of long-term memories put in the system prompt.", min=0)
+    """The size of one session-notes section, as in Claude Code."""
+    idle_timer: bool = setting(True, "Also check for an idle gap from a timer thread (in memory only).")
+    max_retries: int = setting(2, "Retries the anthropic SDK makes on 429, 5xx and failed connections.",
+                               min=0, max=MAX_RETRIES_LIMIT)
+    """The anthropic SDK's own default."""
+    show_tool_output: bool = setting(True, "Show the agent's tool calls and their outputs in the cell.")
+    thinking: str = setting("off", "Extended thinking: 'off', 'enabled' (thinking_budget tokens) or 'adaptive' (where "
+                                   "the model takes it).", choices=("off", "enabled", "adaptive"))
+    """Thinking costs output tokens on every call: the user turns it on."""
+    thinking_budget: int = setting(8_000, "Tokens of thinking per call, reserved on top of the reply cap (capped at a "
+                                          "quarter of the window).", min=MIN_THINKING_BUDGET)
+    """Room to reason through a step without reserving a large share of the window."""
+    provider: str = setting("anthropic", "Who serves Claude: 'anthropic', 'bedrock' (AWS credentials) or 'vertex' "
+                                         "(Google credentials).", choices=("anthropic", "bedrock", "vertex"))
+    region: str = setting("", "Bedrock's AWS region or Vertex's location; empty = AWS_REGION / CLOUD_ML_REGION.")
+    project: str = setting("", "Vertex's Google Cloud project; empty = ANTHROPIC_VERTEX_PROJECT_ID or the "
+                               "credentials' own.")
+    aws_profile: str = setting("", "AWS profile for Bedrock; empty = the environment's credentials "
+                                   "(AWS_ACCESS_KEY_ID, AWS_PROFILE).")
+    strategy: str = setting("client", "'client': ctx_magic clears and compacts; 'server': the API does (context "
+                                      "edits, server compaction).", choices=("client", "server"))
+    prices: str = setting("", "Contract prices, USD per million tokens, e.g. 'input=2.5 output=12'; empty = the price "
+                              "table.")
+    pin_budget_tokens: int = setting(2_000, "Tokens all pins together may take; a pin past it is refused (pins are "
+                                            "re-injected after every summary).", min=0)
+    """The size of one session-notes section, as in Claude Code: pins never crowd a summary."""
+    kernel_inventory_tokens: int = setting(500, "Tokens of the kernel's live state (variables, shapes, columns) the "
+                                                "agent gets after a compaction; 0 = none.", min=0)
+    """A dozen tables and arrays with their columns: under 10% of a summarized context."""
+    agent_cells: str = setting("button", "The agent's code as notebook cells: 'button' puts an Insert as cell action "
+                                         "beside each block it runs, 'insert' places each block as a cell below the "
+                                         "%%agent cell by itself, 'off' neither.", choices=("off", "button", "insert"))
+    """Offered, not imposed: cells appear only where the person asks for them."""
+    stall_seconds: float = setting(45.0, "Seconds without output after a line that looks like a prompt ([Y/n], "
+                                         "Password:, Continue?) before the agent's running code counts as stalled; "
+                                         "input() and getpass() count at once.", min=MIN_STALL_SECONDS)
+    """Long enough for a compile's pauses."""
+    team: str = setting("", "Your team's name: with team_memory_dir, long-term memories about the shared data and "
+                            "code go to the team's folder and every member's sessions read them; empty = no team "
+                            "memory.")
+    team_memory_dir: str = setting("", "A folder every member of the team reaches (a shared home, a mounted volume); "
+                                       "the team's memories are in its subfolder named after the team. It must exist: "
+                                       "it is never created.")
+    author: str = setting("", "Your name on the team memories you add; empty = JupyterHub's user name, else the OS "
+                              "user. Other members see a name that differs from the file's OS owner marked as "
+                              "claimed.")
+    team_review: bool = setting(True, "Facts that extraction finds for the team wait in your own folder until you "
+                                      "accept them (%memory review, %memory accept ID); off = they go to the team's "
+                                      "folder at once. %memory add --team always goes at once.")
+    """The model wrote them from a conversation that holds whatever a notebook printed, and the
+    team folder reaches every member's prompt."""
+    memory_review: str = setting("off", "'ask': every memory extraction finds (at a session's end, %memory extract) "
+                                        "waits, in no prompt, until you keep it (%memory pending, keep ID, edit ID "
+                                        "TEXT, discard ID, or the panel's buttons); 'off': stored at once (facts for "
+                                        "the team then follow team_review).", choices=("off", "ask"))
+    """Extraction stores what it finds, as it always has: 'ask' is for a person who reviews."""
+    append_only: str = setting("auto", "Append-only conversations (system prompt and tools fixed, news appended, an "
+                                       "edit drops the thinking after it): 'auto' where the model checks the prefix "
+                                       "of the thinking sent back (the model catalog), 'on' or 'off' to force it for "
+                                       "a gateway's or an unknown model id.", choices=("auto", "on", "off"))
 
     @property
     def idle_seconds(self) -> float:
@@ -178,3 +214,7 @@ class Settings:
     def is_append_only(self, limits: ModelLimits) -> bool:
         """Whether conversations are append-only: the setting, or with 'auto' the model's prefix check."""
         return limits.prefix_check if self.append_only == "auto" else self.append_only == "on"
+
+
+DEFAULTS = Settings()
+"""Every setting at its default, for a part that needs one before the user's settings reach it."""

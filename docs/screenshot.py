@@ -1,6 +1,11 @@
-"""Makes docs/panel.png, the README's picture of the context panel: examples/long_session.ipynb run
-in JupyterLab (offline stand-in, light theme) in headless Debian Chromium, the panel 440 px wide,
-the first cell's badge hovered. Uses the browser tests' rig: `python docs/screenshot.py`."""
+"""Makes the README's pictures of the context panel, in JupyterLab (offline stand-in, light theme) in
+headless Debian Chromium, the panel 440 px wide, with the browser tests' rig:
+`python docs/screenshot.py [panel|undo|cold-cache]` (all three without an argument).
+
+- docs/panel.png: examples/long_session.ipynb run, the first cell's badge hovered;
+- docs/undo.png: a compaction's card open, with its Undo (tests/ui/test_undo_browser.py's notebook);
+- docs/cold-cache.png: the panel's top once the prompt cache went cold, with the next call's price
+  (tests/ui/test_cold_cache_browser.py's notebook)."""
 
 from __future__ import annotations
 
@@ -12,12 +17,52 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from ui.browser_rig import REPO, JupyterLab, built_labextension, chromium_page  # noqa: E402
-from ui.test_browser import NOTEBOOK, Page  # noqa: E402
+from ui.test_browser import NOTEBOOK, PANEL, Page  # noqa: E402
+from ui.test_cold_cache_browser import NEXT_LINE, cold_cache_page, cold_notebook  # noqa: E402
+from ui.test_undo_browser import CARD, open_compaction_card, undo_notebook  # noqa: E402
 
 RUN_ALL_TIMEOUT = 300_000  # ms
+PANEL_WIDTH = 440  # px: the sidebar's width in every picture
+
+
+def undo_picture() -> None:
+    """docs/undo.png: the compaction's card, open, cropped to its facts and its Undo."""
+    with tempfile.TemporaryDirectory() as tmp:
+        undo_notebook(Path(tmp) / "root")
+        with JupyterLab(Path(tmp) / "root", Path(tmp) / "home", built_labextension()) as lab, \
+                chromium_page((1440, 900)) as browser:
+            page = Page(browser, lab)
+            open_compaction_card(page)
+            page.set_panel_width(PANEL_WIDTH)
+            card = browser.locator(CARD).first
+            card.scroll_into_view_if_needed()
+            top, button = card.bounding_box(), browser.locator(f"{CARD} .ctx-magic-undo-button").first.bounding_box()
+            height = button["y"] + button["height"] + 8 - top["y"]  # the card's head, down to its Undo
+            browser.screenshot(path=str(REPO / "docs" / "undo.png"),
+                               clip={"x": top["x"], "y": top["y"], "width": top["width"], "height": height})
+
+
+def cold_cache_picture() -> None:
+    """docs/cold-cache.png: the panel's top, down to its next-call line, once the cache went cold."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cold_notebook(Path(tmp) / "root")
+        with JupyterLab(Path(tmp) / "root", Path(tmp) / "home", built_labextension()) as lab, \
+                chromium_page((1440, 900)) as browser:
+            page = Page(browser, lab)
+            cold_cache_page(page)
+            page.set_panel_width(PANEL_WIDTH)
+            top, line = browser.locator(PANEL).bounding_box(), browser.locator(NEXT_LINE).bounding_box()
+            browser.screenshot(path=str(REPO / "docs" / "cold-cache.png"), clip={
+                "x": top["x"], "y": top["y"], "width": top["width"], "height": line["y"] + line["height"] - top["y"]})
 
 
 def main() -> None:
+    which = sys.argv[1:] or ["panel", "undo", "cold-cache"]
+    for name in which:
+        {"panel": panel_picture, "undo": undo_picture, "cold-cache": cold_cache_picture}[name]()
+
+
+def panel_picture() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
         root.mkdir()
@@ -29,7 +74,7 @@ def main() -> None:
             page.wait(f"""() => {{ const nb = {NOTEBOOK}; return nb.sessionContext.kernelDisplayStatus === 'idle' &&
                 nb.content.widgets.filter(c => c.model.type === 'code').every(c => c.model.executionCount !== null);
               }}""", "the notebook did not finish", timeout=RUN_ALL_TIMEOUT)
-            page.set_panel_width(440)
+            page.set_panel_width(PANEL_WIDTH)
             page.js("""() => {
               window.jupyterapp.shell.collapseLeft();
               document.getElementById('ctx-magic-sidebar').scrollTop = 0;

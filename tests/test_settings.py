@@ -1,6 +1,6 @@
-"""The settings: each declared once as a trait of `CtxMagic` with its help and bounds, refused in
-one line by traitlets when out of bounds, made into the one frozen `Settings` the engine and the
-loop read; defaults as named constants; the window and reply cap resolved once."""
+"""The settings: each declared once, as a field of `Settings` with its default, help and bounds;
+a trait of `CtxMagic` made of each, refused in one line by traitlets when out of bounds; a new
+`Settings` whenever one changes, the value every part reads; the window and reply cap resolved once."""
 
 from __future__ import annotations
 
@@ -11,19 +11,25 @@ from pathlib import Path
 import pytest
 from traitlets import Float, TraitError
 
+from benchmarks.house import settings_places
 from ctx_magic.notebook.config import CtxMagic
 from ctx_magic.settings import MIN_CONTEXT_WINDOW, ModelLimits, Settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ctx_magic"
 
 
-@pytest.mark.parametrize("constant", ["KEEP_RECENT", "CLEAR_AT_LEAST", "SNIP_MAX_MESSAGES", "DEFAULT_MAX_OUTPUT",
-                                      "MEMORY_BUDGET_TOKENS", "IMAGE_MAX_BYTES", "MAX_RETRIES",
+@pytest.mark.parametrize("constant", ["CLEAR_AT_LEAST", "MIN_CONTEXT_WINDOW", "MAX_RETRIES_LIMIT",
                                       "MAX_CONSECUTIVE_FAILURES"])
-def test_each_default_is_defined_in_exactly_one_place(constant):
+def test_each_named_limit_is_defined_in_exactly_one_place(constant):
     definitions = [path for path in PACKAGE.rglob("*.py") if "offline" not in path.parts  # the stand-in's are the API's
                    and re.search(rf"^{constant} = ", path.read_text(encoding="utf-8"), re.MULTILINE)]
     assert len(definitions) == 1, definitions
+
+
+def test_each_setting_is_written_once_as_its_field_and_every_field_is_read():
+    places, unread = settings_places(PACKAGE)
+    assert (places["constant"], places["trait"], places["field"]) == (0, 0, len(dataclasses.fields(Settings)))
+    assert unread == []
 
 
 def test_the_breaker_limit_is_one_named_constant_not_a_literal():
@@ -85,8 +91,9 @@ def test_every_float_setting_refuses_nan_and_infinity():
 @pytest.mark.parametrize("name", ["context_window", "clear_at_least", "autocompact_pct", "idle_minutes"])
 def test_zero_keeps_its_meaning_where_a_setting_gives_it_one(name):
     config = CtxMagic()
+    setattr(config, name, 7 if name == "autocompact_pct" else 5_000)
     setattr(config, name, 0)
-    assert getattr(config.to_settings(), name) == 0
+    assert getattr(config.current, name) == 0
 
 
 def test_every_setting_is_a_trait_with_its_default_and_help():
@@ -97,11 +104,16 @@ def test_every_setting_is_a_trait_with_its_default_and_help():
         assert traits[spec.name].help, spec.name
 
 
-def test_the_config_makes_the_one_frozen_settings_value():
+def test_a_change_of_a_trait_makes_a_new_frozen_settings_value():
     config = CtxMagic()
-    assert config.to_settings() == Settings()
+    before = config.current
+    assert before == Settings()
     config.keep_recent = 3
-    assert config.to_settings() == Settings(keep_recent=3)
+    assert config.current == Settings(keep_recent=3)
+    assert before == Settings()  # the value a part already holds stays what it was
+    with pytest.raises(TraitError):
+        config.keep_recent = 0
+    assert config.current == Settings(keep_recent=3)
 
 
 def test_the_readme_table_lists_every_setting_with_its_default():

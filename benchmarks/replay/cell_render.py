@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctx_magic.notebook.outputs import CellRecord
-from ctx_magic.settings import IMAGE_MAX_BYTES
+from ctx_magic.settings import DEFAULTS
 
 
 def _text(value: Any) -> str:
@@ -37,4 +37,4 @@ def cell_record(source: str, execution_count: int, outputs: Sequence[Mapping[str
 
 def render_cell(source: str, execution_count: int, outputs: Sequence[Mapping[str, Any]]) -> str | list[dict[str, Any]]:
     """The tool_result content ctx_magic sends for a cell (text, then images within the cap)."""
-    return cell_record(source, execution_count, outputs).content(IMAGE_MAX_BYTES)
+    return cell_record(source, execution_count, outputs).content(DEFAULTS.image_max_bytes)

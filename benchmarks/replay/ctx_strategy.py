@@ -33,7 +33,7 @@ import ctx_magic.agent.loop as loop_module
 import ctx_magic.context.decide as decide_module
 from benchmarks.clock import ManualClock
 from benchmarks.replay.billing import MODEL, Bench
-from benchmarks.replay.cell_render import IMAGE_MAX_BYTES, cell_record
+from benchmarks.replay.cell_render import cell_record
 from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
 from ctx_magic.agent.loop import run_turn
@@ -58,7 +58,7 @@ from ctx_magic.messages import notebook_cell_id, user_text
 from ctx_magic.notebook.outputs import cell_messages
 from ctx_magic.offline import OfflineAPI, OfflineConfig
 from ctx_magic.offline.transport import offline_client
-from ctx_magic.settings import Settings
+from ctx_magic.settings import DEFAULTS, Settings
 
 CELLS_INTRO = "(Notebook cells the user ran before this conversation started follow.)"  # the controller's
 NOTES_WAIT_SECONDS = 120.0  # a background notes extraction is waited for at each turn end
@@ -275,7 +275,7 @@ def absorb_cells(session: Session, cells: list[Any], now: float) -> None:
     for cell in cells:
         cell_id = notebook_cell_id(cell.execution_count, f"{len(session.live.messages):012x}")  # same ids every run
         record = cell_record(cell.source, cell.execution_count, cell.outputs)
-        for message in cell_messages(record, cell_id, IMAGE_MAX_BYTES, now):
+        for message in cell_messages(record, cell_id, DEFAULTS.image_max_bytes, now):
             session.append(message)
 
 

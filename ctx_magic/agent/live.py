@@ -45,6 +45,8 @@ class LiveContext:
         """The engine's frozen decisions, its index and the learned correction, for `messages`."""
         self.plan = Plan()
         """The last decision made before a call (context/decide.py), with its reason."""
+        self.previous: tuple[Message, ...] = ()
+        """The messages before the last change the engine made (what an undo of a snip or clearing restores)."""
 
     # -- before each call --------------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class LiveContext:
         changes += [e for e in events if e.durable]
         if write:
             self._recorder.changes(changes)
+        self.previous = self.messages
         self.messages, self.state = tuple(messages), state
         if any(isinstance(e, (Cleared, Snipped, ThinkingCleared)) for e in events):
             self._meter.expect_break()

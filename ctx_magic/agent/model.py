@@ -16,7 +16,7 @@ from ctx_magic.agent.api_errors import api_message, broken, incomplete, map_erro
 from ctx_magic.agent.catalog import provider_model_id, table_limits
 from ctx_magic.errors import ModelError, StreamDropped, UnknownModel
 from ctx_magic.messages import Block, Usage, usable_content
-from ctx_magic.settings import CONTEXT_EDITS, DEFAULT_MODEL, ModelLimits
+from ctx_magic.settings import CONTEXT_EDITS, DEFAULTS, ModelLimits
 
 STREAM_ATTEMPTS = 3  # a reply that broke off mid-stream is asked for again, twice at most
 STREAM_BACKOFF_SECONDS = 0.5  # the SDK's first retry wait, doubled at each retry after an overload
@@ -145,7 +145,7 @@ class AnthropicModel:
     """
 
     client: Any
-    name: str = DEFAULT_MODEL
+    name: str = DEFAULTS.model
     provider: str = "anthropic"
     backend: str = "anthropic"
     """Which server answers: 'anthropic', 'bedrock', 'vertex' or 'offline' (shown in the status)."""

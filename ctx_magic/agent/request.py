@@ -38,7 +38,7 @@ from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerE
 from ctx_magic.figures import Composition
 from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
-from ctx_magic.settings import CACHE_TTL, Settings, Window
+from ctx_magic.settings import DEFAULTS, Settings, Window
 from ctx_magic.store.session import SessionDir
 
 
@@ -357,7 +357,7 @@ class TurnCache:
             return list(turns)
 
 
-def system_blocks(system_prompt: str, *, cache_ttl: str | None = CACHE_TTL) -> list[Block]:
+def system_blocks(system_prompt: str, *, cache_ttl: str | None = DEFAULTS.cache_ttl) -> list[Block]:
     block: Block = {"type": "text", "text": system_prompt}
     if cache_ttl:
         block["cache_control"] = cache_control(cache_ttl)

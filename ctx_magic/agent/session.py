@@ -28,6 +28,7 @@ from ctx_magic.agent.server_side import ServerEdits
 from ctx_magic.agent.side_calls import SideCalls
 from ctx_magic.agent.status import ContextReport, StatusSnapshot
 from ctx_magic.agent.tools import Executor
+from ctx_magic.agent.undo import UndoHistory
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context import api_count
 from ctx_magic.context.ahead import compaction_ahead
@@ -87,6 +88,8 @@ class Session:
         self.deferred_turn: int | None = None
         """The turn the user let through uncompacted (`defer_compaction`), until the blocking limit."""
         self._veto_said_in: int | None = None
+        self.undo = UndoHistory(self.live, lambda: self.meter.totals.cost_usd)
+        """The compactions, snips and clearings `%compact --undo` can take back."""
 
     # -- what every request carries ------------------------------------------------------------------
 
@@ -157,6 +160,7 @@ class Session:
 
     def emit(self, event: Event) -> None:
         self.frame.saw(event)
+        self.undo.saw(event)
         notify(self.listeners, event)
 
     def notice(self, text: str, level: str = "info", remedy: Remedy = Remedy.NONE) -> None:

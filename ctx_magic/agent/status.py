@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctx_magic.agent.usage import UsageTotals
@@ -128,6 +128,9 @@ class ContextReport:
     spent_usd: float | None
     """Dollars spent by the session so far (None: the model's prices are unknown)."""
     compaction_ahead: CompactionAhead | None = None
+    details: str = field(default="", compare=False, repr=False)
+    """The lines `%ctx status` shows with the figures (its value is what the cell shows, once);
+    empty in `ctx_magic.context()`'s value, which shows the figures alone."""
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_compaction
@@ -162,10 +165,13 @@ class ContextReport:
         return rows
 
     def __repr__(self) -> str:
+        if self.details:
+            return self.details
         return "ContextReport(" + "; ".join(f"{name}: {value}" for name, value in self.rows()) + ")"
 
     def _repr_html_(self) -> str:
         cells = "".join(f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
                         f"<td style='text-align:left'>{html.escape(value)}</td></tr>" for name, value in self.rows())
         caption = f"<caption>Agent context · {html.escape(self.model)}</caption>"
-        return f"<table class='ctx-magic-context'>{caption}{cells}</table>"
+        details = f"<pre class='ctx-magic-context-details'>{html.escape(self.details)}</pre>" if self.details else ""
+        return f"<table class='ctx-magic-context'>{caption}{cells}</table>{details}"

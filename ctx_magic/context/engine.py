@@ -35,15 +35,7 @@ from ctx_magic.context.tokens import (
 from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped, ThinkingCleared
 from ctx_magic.figures import ContextFigures
 from ctx_magic.messages import Message
-from ctx_magic.settings import (
-    CACHE_TTL,
-    CACHE_TTL_SECONDS,
-    CLEAR_AT_LEAST,
-    DEFAULT_MAX_OUTPUT,
-    KEEP_RECENT,
-    SNIP_MAX_MESSAGES,
-    Settings,
-)
+from ctx_magic.settings import CLEAR_AT_LEAST, DEFAULTS, Settings
 from ctx_magic.store.session import safe_name
 
 
@@ -53,15 +45,15 @@ class ContextSettings:
     concrete for one window (`create`), in tokens and seconds."""
 
     thresholds: Thresholds = field(default_factory=lambda: compute_thresholds(
-        DEFAULT_WINDOW, DEFAULT_MAX_OUTPUT, env={}))
-    keep_recent: int = KEEP_RECENT
+        DEFAULT_WINDOW, DEFAULTS.max_output_tokens, env={}))
+    keep_recent: int = DEFAULTS.keep_recent
     """Compactable results that microcompact always keeps (the most recent ones)."""
-    idle_seconds: float = CACHE_TTL_SECONDS[CACHE_TTL]
+    idle_seconds: float = DEFAULTS.idle_seconds
     """Idle gap after which old results are cleared: the prompt-cache TTL by default."""
     clear_at_least: int = 0
     """Pressure clearing only fires when it frees this much; 0 means 20,000 scaled for small
     windows like the other buffers. A value someone set is used as it is."""
-    snip_max_messages: int = SNIP_MAX_MESSAGES
+    snip_max_messages: int = DEFAULTS.snip_max_messages
     """Live messages past which the middle is snipped."""
     compactable_tools: frozenset[str] = COMPACTABLE_TOOLS
     """Tools whose results may be cleared (the loop's tool registry says which)."""
@@ -83,7 +75,7 @@ class ContextSettings:
                **where: object) -> ContextSettings:
         """The engine's settings for a window, reply cap and thinking budget; `where` sets the
         paths and the compactable tools."""
-        settings = settings or Settings()
+        settings = settings or DEFAULTS
         thresholds = compute_thresholds(window, reply_cap, autocompact_pct=settings.autocompact_pct or None, env=env,
                                         thinking_budget=thinking_budget)
         return cls(thresholds=thresholds, keep_recent=settings.keep_recent, idle_seconds=settings.idle_seconds,

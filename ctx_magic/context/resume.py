@@ -16,6 +16,7 @@ from ctx_magic.context.invariants import without_empty
 from ctx_magic.context.reactive import strip_images
 from ctx_magic.context.state import ContextState, apply_decisions
 from ctx_magic.context.thinking import without_thinking
+from ctx_magic.context.undo import replay_undo
 from ctx_magic.events import (
     DURABLE_EVENTS,
     Cleared,
@@ -25,6 +26,7 @@ from ctx_magic.events import (
     ServerCompacted,
     Snipped,
     ThinkingCleared,
+    Undone,
     event_from_json,
 )
 from ctx_magic.messages import Message
@@ -40,6 +42,7 @@ def fold_transcript(
     messages are reported, never fatal: the live list is rebuilt from what can be trusted.
     """
     by_uuid: dict[str, Message] = {}
+    written: dict[str, Message] = {}  # as first written: what an undo restores
     live: list[Message] = []
     persisted: dict[str, str] = {}
     persisted_paths: dict[str, str] = {}
@@ -49,7 +52,7 @@ def fold_transcript(
         kind = record.get("type")
         if kind == "message":
             message = Message.from_json(record)
-            by_uuid[message.uuid] = message
+            by_uuid[message.uuid] = written[message.uuid] = message
             live.append(message)
         elif kind == "event" and record.get("event") in DURABLE_EVENTS:
             try:
@@ -82,6 +85,12 @@ def fold_transcript(
                 keep_usage = isinstance(event, ServerCompacted)  # the server's answer still anchors the count
                 live = [by_uuid[u] if keep_usage else without_usage(by_uuid[u]) for u in event.live_uuids
                         if u in by_uuid]
+            elif isinstance(event, Undone):
+                live, missing_count = replay_undo(event, written)
+                if missing_count:
+                    problems.append(f"an undo refers to {missing_count} unknown messages")
+                by_uuid.update({m.uuid: m for m in live})
+                cleared = dict(event.cleared)
     state = dataclasses.replace(
         saved or ContextState(),
         decided=frozenset(persisted),

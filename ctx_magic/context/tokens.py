@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from ctx_magic.context import api_count, model_families
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.messages import Block, Message, Usage
-from ctx_magic.settings import DEFAULT_MODEL
+from ctx_magic.settings import DEFAULTS
 
-DEFAULT_FAMILY = model_families.family_of(DEFAULT_MODEL)
+DEFAULT_FAMILY = model_families.family_of(DEFAULTS.model)
 # The counter is calibrated on real traffic (median error about 1 % on whole requests), so an
 # estimate starts unpadded; the ratio then follows what the API reports (Correction).
 STARTING_RATIO = 1.0

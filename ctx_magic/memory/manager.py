@@ -15,7 +15,6 @@ from typing import Any
 
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.memory.background import BackgroundWork
-from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.dream import DreamResult, dream
 from ctx_magic.memory.extraction import Extraction
 from ctx_magic.memory.longterm import TextModel
@@ -30,6 +29,7 @@ from ctx_magic.memory.store import (
     Unreadable,
 )
 from ctx_magic.memory.team import default_author, dream_team, folder_problem, lock_notice
+from ctx_magic.settings import DEFAULTS, Settings
 
 
 @dataclass
@@ -37,8 +37,9 @@ class MemoryManager:
     storage_dir: Path
     user_dir: Path | None = None
     """The user scope's data folder; None is platformdirs' per-user folder."""
-    settings: MemorySettings = MemorySettings()
-    """The member's choices (budget, team, review): set here or by `configure`, never from outside."""
+    settings: Settings = DEFAULTS
+    """The settings in force (the prompt's budget, the team, review): set here or by `configure`, never
+    from outside."""
     clock: Callable[[], datetime] = utc_now
     background: BackgroundWork = field(default_factory=BackgroundWork)
     """Extraction and dreaming in threads, and the line their failures leave for the user."""
@@ -53,9 +54,16 @@ class MemoryManager:
         self.review = PendingReview(self)
         self.extraction = Extraction(self)
 
-    def configure(self, settings: MemorySettings) -> None:
-        """The member's choices changed (a `%config`): from now on these."""
+    def configure(self, settings: Settings) -> None:
+        """A setting changed (a `%config`): from now on these."""
         self.settings = settings
+
+    @property
+    def team_root(self) -> Path | None:
+        """The folder every member reaches, where team memory is configured; None: no team memory."""
+        if not (self.settings.team and self.settings.team_memory_dir):
+            return None
+        return Path(self.settings.team_memory_dir).expanduser()
 
     @property
     def project(self) -> MemoryStore:
@@ -67,23 +75,23 @@ class MemoryManager:
 
     @property
     def team_on(self) -> bool:
-        return self.settings.team_root is not None and bool(self.settings.team_name)
+        return self.team_root is not None
 
     def team_problem(self) -> str | None:
         """Why team memory cannot be used now (not configured, the folder missing), or None."""
         if not self.team_on:
             return ("team memory is off: set %config CtxMagic.team = 'NAME' and "
                     "%config CtxMagic.team_memory_dir = 'FOLDER' (a folder every member reaches)")
-        assert self.settings.team_root is not None
-        return folder_problem(self.settings.team_root)
+        assert self.team_root is not None
+        return folder_problem(self.team_root)
 
     @property
     def team(self) -> MemoryStore | None:
         """The team's memories, where team memory is on and its folder is reachable."""
         if self.team_problem() is not None:
             return None
-        assert self.settings.team_root is not None
-        return MemoryStore.for_team(self.settings.team_root, self.settings.team_name)
+        assert self.team_root is not None
+        return MemoryStore.for_team(self.team_root, self.settings.team)
 
     @property
     def asks(self) -> bool:
@@ -100,7 +108,7 @@ class MemoryManager:
         """The team memories extraction proposed in this storage folder, waiting for review."""
         if not self.team_on:
             return None
-        return MemoryStore.for_pending(self.storage_dir, self.settings.team_name)
+        return MemoryStore.for_pending(self.storage_dir, self.settings.team)
 
     def pending_stores(self) -> list[MemoryStore]:
         """Every folder of memories waiting for this member: their own, and the team's proposals."""
@@ -144,7 +152,7 @@ class MemoryManager:
         scans = [store.scan() for store in self.stores()]
         self.skipped = [problem for scan in scans for problem in scan.problems]
         memories = sort_by_relevance([m for scan in scans for m in scan.memories], now)
-        return memory_prompt_section(select_for_prompt(memories, now, self.settings.budget_tokens), now)
+        return memory_prompt_section(select_for_prompt(memories, now, self.settings.memory_budget_tokens), now)
 
     def rows(self) -> list[dict[str, Any]]:
         """What the panel lists: each memory with its current relevance."""

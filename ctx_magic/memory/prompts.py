@@ -15,7 +15,7 @@ from typing import Any
 from ctx_magic.context.tokens import count_text
 from ctx_magic.memory.record import Memory, signed, sort_by_relevance
 from ctx_magic.memory.secrets import find_secret
-from ctx_magic.settings import MEMORY_BUDGET_TOKENS
+from ctx_magic.settings import DEFAULTS
 
 AGE_NOTE_AFTER_DAYS = 30  # one half-life (Claude Code's decay): past it, the prompt says the memory may be stale
 # Anyone who can write the team folder writes into every member's system prompt: what they write may
@@ -172,7 +172,7 @@ def _sendable(memory: Memory) -> bool:
 
 
 def select_for_prompt(
-    memories: Iterable[Memory], now: datetime, budget_tokens: int = MEMORY_BUDGET_TOKENS
+    memories: Iterable[Memory], now: datetime, budget_tokens: int = DEFAULTS.memory_budget_tokens
 ) -> list[Memory]:
     """The most relevant memories whose prompt lines fit in `budget_tokens` together, the budget
     shared fairly between the scopes that have memories (project, user, team), the team's part

@@ -158,7 +158,7 @@ class AgentCells:
     def offer(self, session_id: str, call_id: str, code: str, record: CellRecord | None, *, ran: bool) -> Offer:
         """The block of `call_id` as a cell: the payload for the labextension and, without it, a
         hint (and, in 'insert' mode, the cell placed by next-input, or queued behind the first)."""
-        mode = self._settings.agent_cells
+        mode = self._settings.current.agent_cells
         if mode == "off" or not code.strip():
             return NO_OFFER
         source = marked(call_id, code)

@@ -24,7 +24,7 @@ from typing import Any
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.transport import offline_client
-from ctx_magic.settings import PROVIDER, Settings
+from ctx_magic.settings import DEFAULTS, Settings
 
 OFFLINE_NOTICE = (
     "No ANTHROPIC_API_KEY is set: ctx_magic is using its offline stand-in, a deterministic local "
@@ -45,7 +45,7 @@ class Backend:
     """The line that tells the user which server answers."""
     stand_in: OfflineAPI | None = None
     """The offline stand-in itself, when it is the backend (its request log can be read)."""
-    provider: str = PROVIDER
+    provider: str = DEFAULTS.provider
     """Whose request shapes the client speaks: anthropic, bedrock or vertex (model ids, counting)."""
 
     @property

@@ -153,7 +153,7 @@ class OutputRecorder:
     def _say_left_out(self, record: CellRecord) -> None:
         """Once, in the cell that showed them: the images the agent will not get, and why."""
         try:
-            line = left_out_line(record.image_checks(self._settings.image_max_bytes))
+            line = left_out_line(record.image_checks(self._settings.current.image_max_bytes))
             if line is None:
                 return
             from IPython.display import display

@@ -110,7 +110,7 @@ class CellCapture:
             attached.append(user_text(CELLS_INTRO, timestamp=self._clock(), synthetic=True))
         for record in records:
             cell_id = notebook_cell_id(record.execution_count)
-            pair = cell_messages(record, cell_id, self._settings.image_max_bytes, self._clock(),
+            pair = cell_messages(record, cell_id, self._settings.current.image_max_bytes, self._clock(),
                                  pending_id=record.pending_id)
             for message in as_agent_cell(pair, record.source, attached.live.messages):  # the agent's own code
                 attached.append(message)

@@ -12,6 +12,7 @@ from ctx_magic.agent.loop import TurnResult, run_turn
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.undo import undo_last
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError, NoSession
 from ctx_magic.events import Event, Notice, Status, ThinkingCleared, listening
@@ -26,7 +27,14 @@ from ctx_magic.notebook.memory_link import MemoryLink
 from ctx_magic.notebook.notices import thinking_cleared_line
 from ctx_magic.notebook.outputs import pinned_source
 from ctx_magic.notebook.panel_link import PanelLink
-from ctx_magic.notebook.wording import compacted_line, deferred_line, not_due_line, pins_listing, summary_line
+from ctx_magic.notebook.wording import (
+    compacted_line,
+    deferred_line,
+    not_due_line,
+    pins_listing,
+    summary_line,
+    undone_line,
+)
 from ctx_magic.store.session import SessionDir
 
 
@@ -111,7 +119,7 @@ class Commands:
             self.memory.before_turn(session.plugins, parts.frame)
             self.agent_cells.begin_turn()
             store = parts.store
-            display = display or TurnDisplay(show_tools=self.settings.show_tool_output,
+            display = display or TurnDisplay(show_tools=self.settings.current.show_tool_output,
                                              record_for=self._record_of,
                                              output_path=lambda tool_use_id: str(store.tool_result_path(tool_use_id)),
                                              offer=lambda call_id, code, record, ran: self.agent_cells.offer(
@@ -170,6 +178,19 @@ class Commands:
                 return not_due_line()
             session.defer_compaction()
             return deferred_line(ahead)
+
+    def undo(self, key: str | None = None) -> str:
+        """`%compact --undo` (or the Undo on a compaction's card, which names it by `key`): the last
+        compaction, snip or clearing taken back; the line saying what came back."""
+        with self.lock:
+            session = self.host.require()
+            self._before_command(session)
+            try:
+                result = undo_last(session, key)
+            finally:
+                session.end_turn()
+                self.panel.refresh()
+            return undone_line(result)
 
     def snip(self, keep_last: int) -> tuple[int, list[str]]:
         """The messages snipped, and a line for each drop of the thinking the snip invalidated."""

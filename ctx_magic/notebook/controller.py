@@ -75,6 +75,7 @@ class Controller:
         self.commands = Commands(shell, self.lock, self.host, self.cells, self.idle, self.memory, self.panel,
                                  self.executor, self.settings, self.agent_cells)
         """Turns and the context commands (%%agent's message, %compact, %pin, %ctx count)."""
+        self.panel.undo_with(self.commands.undo)  # a compaction card's Undo
 
     def now(self) -> float:
         return self.clock()
@@ -149,7 +150,7 @@ class Controller:
         `permission` is set first, and stays set whatever happens next."""
         if permission:
             self.settings.permission = permission
-        current, model_before = self.host.session, self.settings.model
+        current, model_before = self.host.session, self.settings.current.model
         if model:
             self.host.check_model(model)
             self.settings.model = model

@@ -3,6 +3,7 @@ a notebook, the agent's code as a cell, and the agent's background runs (list, a
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 from pathlib import Path
@@ -35,8 +36,7 @@ class CtxCommand:
         if as_json:
             print(json.dumps(status.to_json(), indent=1))
             return None
-        plain_or_rich({"text/plain": status_text(status)})
-        return status.report()
+        return dataclasses.replace(status.report(), details=status_text(status))  # shown once: as the cell's value
 
     def config(self) -> None:
         """`%ctx config`: every setting with its value."""

@@ -119,7 +119,7 @@ class KernelExecutor:
         return [*tools, *self._extra_tools, Tool(NOTEBOOK_CELL_TOOL, _not_callable, offered=False)]
 
     def _allowed(self, code: str, context: ToolContext) -> ToolOutput | None:
-        mode = self._settings.permission
+        mode = self._settings.current.permission
         if mode == "off":
             return ToolOutput(TURNED_OFF, is_error=True)
         if mode == "auto":
@@ -152,7 +152,7 @@ class KernelExecutor:
         self.last_record, self.last_call = record, call.id
         if isinstance(run.outcome, KeyboardInterrupt):
             raise ToolInterrupted(self._printed_before_interrupt(run))
-        return ToolOutput(record.content(self._settings.image_max_bytes), is_error=record.error is not None)
+        return ToolOutput(record.content(self._settings.current.image_max_bytes), is_error=record.error is not None)
 
     @staticmethod
     def _printed_before_interrupt(run: Run) -> str:
@@ -263,7 +263,7 @@ class KernelExecutor:
         if self.recent_code:
             shown = "\n\n".join(f"```python\n{code}\n```" for code in self.recent_code)
             notes.append(f"The most recent code you ran in the notebook's kernel:\n{shown}")
-        state = inventory(self.shell.user_ns, self._settings.kernel_inventory_tokens,
+        state = inventory(self.shell.user_ns, self._settings.current.kernel_inventory_tokens,
                           getattr(self.shell, "user_ns_hidden", None))
         runs = live_lines(self.runs)
         return [*notes, *([state] if state else []), *(["\n".join(runs)] if runs else [])]

@@ -55,7 +55,7 @@ class SessionHost:
 
     def _backend(self) -> Backend:
         """The backend; chosen again when the `provider` setting changed (unless one was given)."""
-        settings = self._settings
+        settings = self._settings.current
         if self.backend is not None and (self._given or self.backend.provider == settings.provider):
             return self.backend
         self.backend = choose_backend(self._workspace.env, settings, clock=self._clock)
@@ -97,7 +97,7 @@ class SessionHost:
         carried = self.carried
         if sid is None and not new and carried and (storage / "sessions" / carried).is_dir():
             sid = carried  # the extension was reloaded in this kernel: the same conversation goes on
-        settings = self._settings.to_settings()
+        settings = self._settings.current
         model = self._model(settings.model)
         model.limits()
         if self.session is not None and sid == self.session.session_id:
@@ -151,7 +151,7 @@ class SessionHost:
     def apply_settings(self, session: Session) -> None:
         """`%config` changes take effect at the next turn; a new model (or provider) drops the
         thinking blocks it cannot take from the live context."""
-        settings, frame = self._settings.to_settings(), self._frame_of(session)
+        settings, frame = self._settings.current, self._frame_of(session)
         provider = getattr(frame.model, "provider", settings.provider)
         if frame.model.name != settings.model or (not self._given and provider != settings.provider):
             model = self._model(settings.model)
@@ -174,7 +174,7 @@ class SessionHost:
         reason = self.pending_rewrite(session)
         if not reason or status.cache is None:
             return status
-        wanted = self._settings.to_settings()
+        wanted = self._settings.current
         prices = model_prices(wanted.model, wanted.prices)
         return dataclasses.replace(status, cache=status.cache.rewritten(reason, status.context.tokens, prices))
 
@@ -184,7 +184,7 @@ class SessionHost:
         frame = self._frame
         if session is not self.session or frame is None:  # a session that ended changes nothing more
             return ""
-        wanted, now = self._settings.to_settings(), frame.settings
+        wanted, now = self._settings.current, frame.settings
         if wanted.model != frame.model.name:
             return f"the model changes to {wanted.model} at the next turn"
         if wanted.provider != now.provider:

@@ -146,15 +146,23 @@ class AgentMagics(Magics):
     @argument("--not-now", action="store_true", dest="not_now",
               help="Let the next turn through without the automatic compaction its Done line announced "
                    "(one turn, and never past the blocking limit).")
+    @argument("--undo", action="store_true",
+              help="Bring back what the last compaction, snip or clearing replaced, while it fits the window "
+                   "(again: the one before).")
     @argument("instructions", nargs="*", help="What the summary must keep, in your words.")
     @line_magic
     @one_line_errors
     def compact(self, line: str) -> None:
-        """Compact the agent's context now (optionally with instructions for the summary), or
-        put off the automatic compaction by one turn (--not-now)."""
+        """Compact the agent's context now (optionally with instructions for the summary), put off
+        the automatic compaction by one turn (--not-now), or take back the last one (--undo)."""
         args = parse(self.compact, line)
         self.commands.refuse_inside_turn("%compact")
         chosen = [name for name in ("up_to", "from_", "snip") if getattr(args, name) is not None]
+        if args.undo:
+            if chosen or args.instructions or args.not_now:
+                raise UsageError("--undo takes no other option or instructions.")
+            notice(self.commands.undo())
+            return
         if args.not_now:
             if chosen or args.instructions:
                 raise UsageError("--not-now takes no other option or instructions.")

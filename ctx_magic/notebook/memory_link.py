@@ -6,14 +6,15 @@ all of it, else what it proposes for the team)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.plugins import Plugins
 from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.extraction import SessionSource, SessionTextModel, extraction_due
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.record import Memory, added_by
@@ -35,22 +36,21 @@ class MemoryLink:
         """Team notices already shown in this kernel (each once)."""
         self.review = ReviewReplies(self)
         """`%memory pending, keep, edit, discard, review, accept, reject` and the panel's list."""
+        settings.observe(self._settings_changed, names="current")
+
+    def _settings_changed(self, change: Mapping[str, Any]) -> None:
+        """A `%config` change: the manager works with the new settings from now on."""
+        if self._manager is not None:
+            self._manager.configure(change["new"])
 
     @property
     def manager(self) -> MemoryManager:
         """The memories of this storage folder and user folder (rebuilt when either changes)."""
-        settings = self._settings
+        settings = self._settings.current
         user_dir = Path(settings.user_memory_dir).expanduser() if settings.user_memory_dir else None
         storage = self._workspace.storage_dir()
-        team_root = Path(settings.team_memory_dir).expanduser() if settings.team_memory_dir else None
-        chosen = MemorySettings(budget_tokens=settings.memory_budget_tokens,
-                                team_root=team_root if settings.team else None, team_name=settings.team,
-                                author=settings.author, team_review=settings.team_review,
-                                memory_review=settings.memory_review)
         if self._manager is None or self._manager.storage_dir != storage or self._manager.user_dir != user_dir:
-            self._manager = MemoryManager(storage, user_dir, settings=chosen)
-        elif self._manager.settings != chosen:
-            self._manager.configure(chosen)
+            self._manager = MemoryManager(storage, user_dir, settings=settings)
         return self._manager
 
     def attach(self, session: Session) -> None:
@@ -185,7 +185,7 @@ class MemoryLink:
         if team is None:
             return f"Team memory is not read: {manager.team_problem()}."
         notice = manager.team_notice()
-        return (f"Team memory: team {manager.settings.team_name!r} in {team.folder}, you add as {manager.member!r}."
+        return (f"Team memory: team {manager.settings.team!r} in {team.folder}, you add as {manager.member!r}."
                 + (f"\n{notice}" if notice else ""))
 
     def wait(self) -> None:

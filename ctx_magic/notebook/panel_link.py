@@ -92,6 +92,8 @@ class PanelLink:
         """The one panel of this kernel; it follows whichever session is current."""
         self.shown_widget: Any = None
         """The widget last displayed (the sidebar anchor, or the panel inline)."""
+        self.undo: Callable[[str], str] | None = None
+        """What a compaction card's Undo runs (the commands' undo, set by the controller)."""
 
     @property
     def anchor_shown(self) -> bool:
@@ -105,7 +107,7 @@ class PanelLink:
             index = CellIndex(live=lambda: self._live.messages if self._live is not None else ())
             self.widget = ContextPanel(clock=time.monotonic, load_originals=self._originals, cells=index,
                                        kernel=KERNEL_RUN, stop_run=self._runs.stop if self._runs is not None else None,
-                                       answer_pending=self.answer_pending)
+                                       answer_pending=self.answer_pending, undo=self.undo_clicked)
         self.widget.reset()
         settings = frame.settings
 
@@ -138,6 +140,20 @@ class PanelLink:
         except CtxMagicError as error:
             manager.background.report(str(error))  # said after the next turn, like the background's failures
         self.refresh()
+
+    def undo_with(self, undo: Callable[[str], str]) -> None:
+        """What a compaction card's Undo runs from now on (the commands' undo, made after the panel)."""
+        self.undo = undo
+
+    def undo_clicked(self, boundary_uuid: str) -> str:
+        """A compaction card's Undo (clicked between cells, when the kernel reads widget messages):
+        the line to show under it, what came back or why nothing did."""
+        if self.undo is None:
+            return "Undo is not available in this kernel."
+        try:
+            return self.undo(boundary_uuid)
+        except CtxMagicError as error:
+            return str(error)
 
     def runs_changed(self) -> None:
         """The background runs' rows (from the run watch's thread as they change, and at refreshes)."""

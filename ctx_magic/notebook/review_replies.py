@@ -69,7 +69,7 @@ class ReviewReplies:
             return "No team memories wait for review."
         lines = "\n".join(f"- {m.id}: {shown_text(m)}" for m in accepted)
         return (f"Accepted {count(len(accepted), 'memory', 'memories')} into the folder of team "
-                f"{self._link.manager.settings.team_name!r}:\n{lines}")
+                f"{self._link.manager.settings.team!r}:\n{lines}")
 
     def reject(self, ids: Sequence[str]) -> str:
         rejected = self._link.manager.review.reject(ids)

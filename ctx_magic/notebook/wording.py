@@ -14,6 +14,7 @@ from ctx_magic.ui.cards import count
 if TYPE_CHECKING:
     from ctx_magic.agent.loop import TurnResult
     from ctx_magic.agent.status import StatusSnapshot
+    from ctx_magic.agent.undo import UndoResult
     from ctx_magic.context.ahead import CompactionAhead
     from ctx_magic.context.cache_outlook import CacheOutlook
     from ctx_magic.context.pins import Pin
@@ -157,3 +158,20 @@ def pins_listing(pins: Sequence[Pin], budget: int) -> str:
     lines.append(f"{count(len(pins), 'pin')} · {used:,} of {budget:,} tokens "
                  "(CtxMagic.pin_budget_tokens)")
     return "\n".join(lines)
+
+
+def undone_line(result: UndoResult) -> str:
+    """What `%compact --undo` (or a card's Undo) brought back, and that a summary's cost stays spent."""
+    point, event = result.point, result.event
+    what = {"clearing": f"the {point.returning:,} tool results it cleared are whole again",
+            "snip": f"the {point.returning:,} messages it removed are back"}.get(
+        point.kind, f"the {point.returning:,} messages it replaced are back")
+    line = f"Undid {point.describe()}: {what} ({event.tokens_before:,} → {event.tokens_after:,} tokens)."
+    if point.kind == "compaction" and point.from_notes:
+        line += " It made no model call: the session's notes were its summary."
+    elif point.kind == "compaction":
+        line += f" Its summary's ${event.spent_usd:,.4f} stays spent."
+    if result.dropped_thinking:
+        line += (f" {result.dropped_thinking} thinking block{'' if result.dropped_thinking == 1 else 's'} written "
+                 "since went with it (their prefix changed).")
+    return line

@@ -44,8 +44,8 @@ class Workspace:
 
     def storage_dir(self) -> Path:
         """The `storage_dir` setting, else .ctx_magic beside the notebook (or in the working folder)."""
-        if self._settings.storage_dir:
-            return Path(self._settings.storage_dir).expanduser().resolve()
+        if self._settings.current.storage_dir:
+            return Path(self._settings.current.storage_dir).expanduser().resolve()
         return self.root() / STORAGE_FOLDER
 
     def in_jupyter_server(self) -> bool:

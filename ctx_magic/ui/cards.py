@@ -76,7 +76,17 @@ def compaction_facts(entry: Mapping[str, Any]) -> str:
     return facts_html(rows)
 
 
+UNDONE = " · undone"
+"""After a card's title once `%compact --undo` (or its Undo) took the change back."""
+UndoAction = Callable[[str], str]
+"""What a compaction card's Undo does: (its boundary's uuid) -> the line saying what happened."""
+
+
 def change_title(entry: Mapping[str, Any]) -> str:
+    return _change_title(entry) + (UNDONE if entry.get("undone") else "")
+
+
+def _change_title(entry: Mapping[str, Any]) -> str:
     kind = entry["kind"]
     if kind == "compaction":
         return compaction_title(entry)
@@ -128,11 +138,15 @@ def change_html(entry: Mapping[str, Any]) -> str:
 class ChangeCards:
     """One card per change to the context, newest first; widgets are made once per change."""
 
-    def __init__(self, load_originals: Callable[[Sequence[str]], str] | None) -> None:
+    def __init__(self, load_originals: Callable[[Sequence[str]], str] | None, undo: UndoAction | None = None) -> None:
         self.load_originals = load_originals
+        self.undo = undo
+        """A compaction card's Undo (None: the card has no Undo button)."""
         self.box = widgets.VBox(layout=widgets.Layout(width="100%"))
         self.box.add_class("ctx-magic-cards")
         self._cards: dict[str, widgets.Widget] = {}
+        self._undo_buttons: dict[str, widgets.Button] = {}
+        self._undone: set[str] = set()
 
     def render(self, timeline: Sequence[Mapping[str, Any]]) -> None:
         children = []
@@ -140,6 +154,8 @@ class ChangeCards:
             card = self._cards.get(entry["key"])
             if card is None:
                 card = self._cards[entry["key"]] = self._make(entry)
+            if entry.get("undone") and entry["key"] not in self._undone:
+                self._show_undone(card, entry)
             children.append(card)
         if not children:
             children = [self._cards.setdefault("", widgets.HTML(
@@ -152,7 +168,35 @@ class ChangeCards:
         self.box.children = ()
         for card in self._cards.values():
             close_tree(card)
-        self._cards = {}
+        self._cards, self._undo_buttons, self._undone = {}, {}, set()
+
+    def _show_undone(self, card: widgets.Widget, entry: Mapping[str, Any]) -> None:
+        """A change taken back: its title says so, and its Undo goes."""
+        self._undone.add(entry["key"])
+        card.add_class("ctx-magic-card-undone")
+        if isinstance(card, widgets.Accordion):
+            card.set_title(0, change_title(entry))
+        else:
+            card.value = change_html(entry)
+        button = self._undo_buttons.get(entry["key"])
+        if isinstance(button, widgets.Button):
+            button.layout.display = "none"
+
+    def _undo_button(self, entry: Mapping[str, Any], undo: UndoAction) -> list[widgets.Widget]:
+        """Undo, and the line that says what it did (or why it did not)."""
+        said = widgets.HTML()
+        said.add_class("ctx-magic-undo-said")
+        button = widgets.Button(description="Undo", tooltip="Bring back the messages this compaction replaced",
+                                layout=widgets.Layout(width="auto", height="auto"))
+        button.add_class("ctx-magic-undo-button")
+        boundary = str(entry.get("boundary_uuid", ""))
+
+        def clicked(_: Any) -> None:
+            said.value = f'<div class="ctx-magic-note">{html.escape(undo(boundary))}</div>'
+
+        button.on_click(clicked)
+        self._undo_buttons[entry["key"]] = button
+        return [button, said]
 
     def _make(self, entry: Mapping[str, Any]) -> widgets.Widget:
         if entry["kind"] != "compaction":
@@ -161,7 +205,10 @@ class ChangeCards:
         facts.add_class("ctx-magic-part-facts")
         summary.add_class("ctx-magic-part-summary")
         title = widgets.HTML('<div class="ctx-magic-section-title">Summary</div>')
-        parts: list[widgets.Widget] = [facts, title, summary]
+        parts: list[widgets.Widget] = [facts]
+        if self.undo is not None and entry.get("trigger") != "server":  # the API's own summary cannot be taken back
+            parts += self._undo_button(entry, self.undo)
+        parts += [title, summary]
         audit = entry.get("audit", "")
         if audit:
             added = markdown_output(audit)
@@ -185,7 +232,7 @@ class ChangeCards:
             parts += [button, originals]
         body = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
         card = widgets.Accordion(children=[body], selected_index=None, layout=widgets.Layout(width="100%"))
-        card.set_title(0, compaction_title(entry))
+        card.set_title(0, change_title(entry))
         card.add_class("ctx-magic-card")
         card.add_class(f"ctx-magic-card-{entry['key']}")
         return card

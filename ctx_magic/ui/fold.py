@@ -8,7 +8,7 @@ throttles and renders them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ctx_magic.events import (
@@ -26,6 +26,7 @@ from ctx_magic.events import (
     Snipped,
     Status,
     ThinkingCleared,
+    Undone,
     UsageUpdated,
 )
 from ctx_magic.figures import ContextFigures
@@ -73,6 +74,8 @@ class EventFold:
             return {"cache_breaks": [*self._now("cache_breaks"), event.summary()]}
         if isinstance(event, (Compacted, ServerCompacted)):
             return self._compacted(event)
+        if isinstance(event, Undone):
+            return {"timeline": undone_timeline(self._now("timeline"), event)}
         if isinstance(event, ServerEdited):
             cleared = sum(int(e.get("cleared_tool_uses", 0) or 0) for e in event.applied_edits)
             thinking = sum(int(e.get("cleared_thinking_turns", 0) or 0) for e in event.applied_edits)
@@ -166,3 +169,17 @@ class EventFold:
 
     def _marks(self, refs: Iterable[CellRef], kind: str, why: str, card: str) -> dict[str, Any]:
         return with_marks(self._now("cell_marks"), refs, kind=kind, why=why, card=card, current_kernel=self.kernel)
+
+
+def undone_timeline(timeline: Sequence[dict[str, Any]], event: Undone) -> list[dict[str, Any]]:
+    """The timeline with the change an undo took back marked undone: a compaction by its boundary,
+    a snip or a clearing as the newest of its kind not undone yet."""
+    if event.kind == "compaction":
+        at = next((i for i, e in enumerate(timeline) if e.get("key") == f"compaction-{event.key}"), None)
+    else:
+        at = next((i for i in range(len(timeline) - 1, -1, -1) if timeline[i].get("kind") in ("snip", "clearing")
+                   and not str(timeline[i].get("trigger", "")).startswith(("thinking", "server"))
+                   and not timeline[i].get("undone")), None)
+    if at is None:
+        return list(timeline)
+    return [*timeline[:at], {**timeline[at], "undone": True}, *timeline[at + 1:]]

@@ -26,7 +26,7 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode
 
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.events import Compacted, Event, ServerCompacted, Status
-from ctx_magic.ui.cards import ChangeCards, counts_html, markdown_outputs, memories_html, persisted_html
+from ctx_magic.ui.cards import ChangeCards, UndoAction, counts_html, markdown_outputs, memories_html, persisted_html
 from ctx_magic.ui.fold import EventFold, context_traits
 from ctx_magic.ui.marks import CellIndex
 from ctx_magic.ui.pending import PendingRows, ReviewAction
@@ -103,7 +103,7 @@ class ContextPanel(widgets.VBox):
                  load_originals: Callable[[Sequence[str]], str] | None = None,
                  cells: CellIndex | None = None, kernel: str | None = None,
                  stop_run: Callable[[str], Any] | None = None, answer_pending: ReviewAction | None = None,
-                 **kwargs: Any) -> None:
+                 undo: UndoAction | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.clock = clock
         self._pending: dict[str, Any] = {}
@@ -119,7 +119,7 @@ class ContextPanel(widgets.VBox):
         self.counts = widgets.HTML()
         self.runs = RunRows(stop_run)
         """The background runs: state, last line, a Stop button (rows updated from the run watch)."""
-        self.cards = ChangeCards(load_originals)
+        self.cards = ChangeCards(load_originals, undo)
         self.persisted_html = widgets.HTML()
         self.notes = widgets.Output()
         self.notes.add_class("ctx-magic-markdown")

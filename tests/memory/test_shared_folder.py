@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from ctx_magic.memory.choices import MemorySettings
 from ctx_magic.memory.dream_gates import STATE_NAME, load_state
 from ctx_magic.memory.lock import LOCK_NAME, OS_LOCK_NAME, DreamLock, Held, acquire_lock
 from ctx_magic.memory.manager import MemoryManager
@@ -27,6 +26,7 @@ from ctx_magic.memory.shared_folder import (
 )
 from ctx_magic.memory.store import INDEX_NAME, MemoryStore
 from ctx_magic.memory.team import dream_team
+from ctx_magic.settings import Settings
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 LOCAL = LockSupport("shared", "ext4")
@@ -78,7 +78,7 @@ def test_a_hard_link_is_refused_and_a_small_regular_file_is_read_with_its_owner(
 def test_every_member_still_gets_a_prompt_and_one_line_names_each_planted_file(tmp_path: Path) -> None:
     (tmp_path / "shared").mkdir()
     bob = MemoryManager(tmp_path / "bob", tmp_path / "bob-user",
-                        settings=MemorySettings(team_root=tmp_path / "shared", team_name="analytics", author="bob"),
+                        settings=Settings(team_memory_dir=str(tmp_path / "shared"), team="analytics", author="bob"),
                         clock=lambda: T0)
     bob.add("Sales close on the 5th.", team=True)
     planted = plant_the_attacks(bob.require_team().folder)
@@ -110,7 +110,7 @@ class _NoChanges:
 def test_a_link_to_a_members_private_file_copies_none_of_it_into_the_shared_index(tmp_path: Path) -> None:
     (tmp_path / "shared").mkdir()
     alice = MemoryManager(tmp_path / "alice", tmp_path / "alice-user",
-                          settings=MemorySettings(team_root=tmp_path / "shared", team_name="analytics", author="alice"),
+                          settings=Settings(team_memory_dir=str(tmp_path / "shared"), team="analytics", author="alice"),
                           clock=lambda: T0)
     private = tmp_path / "alice-home" / ".env"
     private.parent.mkdir()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ctx_magic.notebook.runs.stall import is_stalled, last_line, looks_like_prompt, shown_prompt
-from ctx_magic.settings import STALL_SECONDS
+from ctx_magic.settings import DEFAULTS
+
+STALL_SECONDS = DEFAULTS.stall_seconds
 
 PROMPTS = [
     "Overwrite existing file? [Y/n] ",

@@ -15,7 +15,7 @@ from ctx_magic.notebook.outputs import KERNEL_RUN
 from ctx_magic.notebook.runs.log import read_log
 from ctx_magic.notebook.runs.news import news
 from ctx_magic.notebook.runs.wording import OTHER_SESSIONS_RUNS
-from ctx_magic.settings import STALL_SECONDS
+from ctx_magic.settings import DEFAULTS
 
 PACED = """```python background
 for i in range(3):
@@ -180,13 +180,13 @@ def test_a_subprocess_prompt_is_a_stall_once_the_threshold_has_passed_and_an_ans
                f"done = subprocess.run([sys.executable, '-c', {child!r}])\n```")
     started = only_run(board)
     wait_for(started, lambda: "[Y/n]" in started.tail, "the child's prompt")
-    clock.advance(STALL_SECONDS - 1)
+    clock.advance(DEFAULTS.stall_seconds - 1)
     board.check()
     assert started.state == "running"
     clock.advance(1)
     board.check()
     assert started.state == "stalled" and started.info().detail == "Overwrite existing files? [Y/n]"
-    assert started.info().silent_for == STALL_SECONDS
+    assert started.info().silent_for == DEFAULTS.stall_seconds
     assert board.answer("t1", "y") == "Sent to the stdin of the subprocess of run t1."
     assert started.done.wait(20)
     assert log_text(board, "t1").endswith("Overwrite existing files? [Y/n] y\ngot y\n")
@@ -220,7 +220,7 @@ def test_a_foreground_prompt_ends_the_turns_wait_once_the_threshold_has_passed(r
 
     def move_the_clock_once_prompted() -> None:
         wait_for(started, lambda: "[y/n]" in "".join(started.record.stdout))
-        clock.advance(STALL_SECONDS)
+        clock.advance(DEFAULTS.stall_seconds)
         with started.changed:
             started.changed.notify_all()
 

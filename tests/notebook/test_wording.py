@@ -76,17 +76,13 @@ def test_ask_mode_shows_the_code_before_the_question(shell):
 
 def test_status_names_what_the_next_request_carries(shell):
     run(shell, "%%agent\nhello")
-    with captured() as out:
-        shell.run_line_magic("ctx", "status")
-    text = out.outputs[0].data["text/plain"]
+    text = repr(shell.run_line_magic("ctx", "status"))  # shown once, as the value's text
     assert "the next request carries: system prompt" in text and "tool results" in text
 
 
 def test_status_says_which_counter_counts_the_estimates(shell):
     run(shell, "%%agent\nhello")
-    with captured() as out:
-        shell.run_line_magic("ctx", "status")
-    assert f"estimates counted with {model_families.counter_name()}" in out.outputs[0].data["text/plain"]
+    assert f"estimates counted with {model_families.counter_name()}" in repr(shell.run_line_magic("ctx", "status"))
     with captured() as out:
         shell.run_line_magic("ctx", "status --json")
     assert json.loads(out.stdout)["token_counter"] == model_families.counter_name()

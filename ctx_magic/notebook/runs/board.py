@@ -94,7 +94,7 @@ class RunBoard:
         """Wait for a foreground run, passing on what it prints; True when it ended, False when it
         stalled (it goes on as a background run). An interrupt stops it (KeyboardInterrupt)."""
         def stalled() -> bool:
-            return run.check(self.now(), self._settings.stall_seconds) and run.state == "stalled"
+            return run.check(self.now(), self._settings.current.stall_seconds) and run.state == "stalled"
 
         try:
             if follow(run, on_output, every=self._watch.every, stalled=stalled):
@@ -120,7 +120,7 @@ class RunBoard:
         live, changed = False, False
         with self._lock:
             runs = list(self.runs.values())
-        threshold = self._settings.stall_seconds
+        threshold = self._settings.current.stall_seconds
         for run in runs:
             if run.look(self.now(), threshold):
                 changed = True
