@@ -138,22 +138,34 @@ def test_tools_added_since_the_anchor_was_billed_are_counted():
 
 
 def test_correction_starts_unpadded_and_learns_ratio():
-    """The estimate is calibrated, so it starts at 1.0; the server's own ratio is learned."""
+    """The estimate is calibrated, so it starts at 1.0; a server counting 30 % more is followed
+    from the second response on."""
     corr = Correction()
     assert corr.ratio == STARTING_RATIO == 1.0
     first = corr.observe(estimated=10_000, actual=13_000)  # a whole first request, 30 % over
-    assert first.ratio == pytest.approx((1.0 * 950 + 1.3 * 10_000) / 10_950)
-    later = first
-    for _ in range(5):
-        later = later.observe(estimated=1_000, actual=1_300)
-    assert later.ratio == pytest.approx(1.3, abs=0.02)  # within 2 % after five more responses
-    assert later.observations == 6
+    assert first.ratio == pytest.approx(1.15)  # halfway: the start and one sample
+    second = first.observe(estimated=1_000, actual=1_300)
+    assert second.ratio == pytest.approx(1.3)
+    assert second.observations == 2
 
 
-def test_one_noisy_sample_moves_the_ratio_by_its_weight_only():
-    """A small delta twice its estimate (a hidden addition) does not double every later estimate."""
-    corr = Correction().observe(estimated=300, actual=600)
-    assert corr.ratio == pytest.approx((1.0 * 950 + 2.0 * 300) / 1_250)
+def test_an_outlier_does_not_move_the_ratio_once_samples_agree():
+    """A delta four times its estimate (something the estimate never saw) does not scale every
+    later estimate: the median of the recent samples stays where they agree."""
+    corr = Correction()
+    for _ in range(3):
+        corr = corr.observe(estimated=1_000, actual=1_000)
+    assert corr.observe(estimated=500, actual=2_000).ratio == pytest.approx(1.0)
+
+
+def test_the_ratio_forgets_samples_older_than_the_recent_window():
+    corr = Correction()
+    for _ in range(Correction.RECENT):
+        corr = corr.observe(estimated=1_000, actual=1_000)
+    for _ in range(Correction.RECENT // 2 + 1):
+        corr = corr.observe(estimated=1_000, actual=1_200)
+    assert corr.ratio == pytest.approx(1.2)
+    assert len(corr.recent) == Correction.RECENT
 
 
 def test_correction_ignores_tiny_samples():
