@@ -78,7 +78,8 @@ def test_an_image_we_cannot_see_counts_as_the_largest_unscaled_image():
 def test_tool_use_counts_its_wrapper_name_and_each_argument():
     block = call("python", {"code": "print(1)"}, "toolu_1")
     family = DEFAULT_FAMILY
-    expected = (api_count.TOOL_USE_WRAPPER + model_families.text_tokens("python", family) + api_count.TOOL_PARAMETER
+    expected = (api_count.markup(api_count.TOOL_USE_WRAPPER, family) + model_families.text_tokens("python", family)
+                + api_count.markup(api_count.TOOL_PARAMETER, family)
                 + model_families.text_tokens("code", family)
                 + model_families.text_tokens("print(1)", family, api_count.TOOL_INPUT_FACTOR))
     assert block_tokens(block) == expected
@@ -87,7 +88,8 @@ def test_tool_use_counts_its_wrapper_name_and_each_argument():
 def test_tool_result_with_nested_blocks():
     image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
     block = {"type": "tool_result", "tool_use_id": "t", "content": [text("abc def"), image]}
-    assert block_tokens(block) == api_count.TOOL_RESULT_WRAPPER + count_text("abc def") + api_count.UNSEEN_IMAGE
+    wrapper = api_count.markup(api_count.TOOL_RESULT_WRAPPER, DEFAULT_FAMILY)
+    assert block_tokens(block) == wrapper + count_text("abc def") + api_count.UNSEEN_IMAGE
 
 
 def test_anchor_is_first_message_of_last_response():
@@ -179,6 +181,19 @@ def test_correction_is_applied_to_estimates():
     learned = count_context(msgs, correction=Correction(1.3, 5))
     assert plain.tokens == 1_000 + plain.estimated_tokens
     assert learned.tokens == 1_000 + math.ceil(plain.estimated_tokens * 1.3)
+
+
+def test_the_engine_estimates_in_the_family_of_the_model_that_wrote_the_last_answer():
+    """A Claude 4 model's conversation is estimated in its own tokenizer, not the default model's
+    (about 30 % apart), so the learned ratio has nothing to absorb."""
+    use = call()
+    answer = dataclasses.replace(assistant(use, usage=Usage(1_000, 0)), meta={"model": "claude-sonnet-4-5"})
+    after = results((use["id"], "The quarterly figures are in; revenue grew by twelve percent. " * 20))
+    count = count_context([user_text("go"), answer, after])
+    assert tokens.estimate_family([user_text("go"), answer]) is model_families.CLAUDE_4
+    assert count.estimated_tokens == tokens.message_tokens(after, model_families.CLAUDE_4)
+    assert count.estimated_tokens < tokens.message_tokens(after)  # the default model's newer tokenizer
+    assert tokens.estimate_family([user_text("go")]) is DEFAULT_FAMILY
 
 
 def test_message_tokens_are_memoized_per_message():
