@@ -61,9 +61,9 @@ CLAUDE_4 = Family("claude-4", "3.0", text_factor=1.10, frame=7, tool_prompt_auto
 # Anthropic's token-counting docs: Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use
 # a newer tokenizer that makes about 30 % more tokens of the same text. The factor is the best of
 # 1.30 to 1.55 on the fitted half of these models' cassettes (27 % over Claude 4's); the frame is
-# one token shorter; the tool prompt (auto) is the mean of what the recorded Opus 4.8, Opus 5,
-# Fable 5 and Sonnet 5 requests show (they range from about 380 to 450), forced adds the Claude 4
-# models' gap in this family's unit. The vision docs give these models a larger native resolution
+# one token shorter; the tool prompt (auto) lies between what the recorded requests show (Opus 5
+# and Fable 5 about 385, Sonnet 5 about 450, Opus 4.8 487; the first two and the last have rows of
+# their own in api_count), forced adds the Claude 4 models' gap in this family's unit. The vision docs give these models a larger native resolution
 # (2,576 pixels on the long edge). A tool round's markup is shorter in this tokenizer: each round a
 # request adds beyond its first message costs 9 to 11 tokens less than the Claude 4 family's 53 (call,
 # one parameter, result) on the fitted half's Opus 5 and Opus 4.8 conversations: 43 of 53.
