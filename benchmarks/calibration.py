@@ -42,7 +42,8 @@ from benchmarks.calibration_corpus import Exchange, Session, load_exchanges, loa
 from benchmarks.calibration_models import breakdown  # noqa: E402
 from benchmarks.corpus_location import corpus_missing, corpus_path  # noqa: E402
 from ctx_magic.context import api_count, model_families  # noqa: E402
-from ctx_magic.context.tokens import Correction  # noqa: E402
+from ctx_magic.context.tokens import Correction, estimate_family  # noqa: E402
+from ctx_magic.messages import Message  # noqa: E402
 from ctx_magic.offline.cache import PromptCache, minimum_cacheable_tokens  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, request_segments  # noqa: E402
 from ctx_magic.offline.messages_endpoint import parse_request  # noqa: E402
@@ -171,7 +172,7 @@ def acceptance(exchanges: Sequence[Exchange]) -> None:
 class Delta:
     real: int  # the change in the prompt from one response to the next
     family_estimate: int  # the added messages counted as the API does, in the model's family
-    default_estimate: int  # the same in the client's default unit (the newest family)
+    engine_estimate: int  # the same in the unit the engine counts in (tokens.estimate_family)
     kind: str
     held_out: bool
 
@@ -232,7 +233,6 @@ def _estimate(messages: Sequence[dict[str, Any]], previous_role: str | None, fam
 
 def claude_code_deltas(sessions: Sequence[Session]) -> list[Delta]:
     deltas: list[Delta] = []
-    default = model_families.family_of(None)
     for session in sessions:
         for before, after in zip(session.responses, session.responses[1:]):
             real = after.prompt_tokens - before.prompt_tokens
@@ -244,21 +244,23 @@ def claude_code_deltas(sessions: Sequence[Session]) -> list[Delta]:
                 continue
             previous = session.messages[before.start - 1]["role"] if before.start else None
             family = model_families.family_of(after.model)
+            # the engine's unit: the family of the model whose answer anchors the count
+            unit = estimate_family([Message("assistant", (), meta={"model": before.model})])
             deltas.append(Delta(real, _estimate(added, previous, family, after.model),
-                                _estimate(added, previous, default, after.model), delta_kind(blocks, family),
+                                _estimate(added, previous, unit, after.model), delta_kind(blocks, family),
                                 session.held_out))
     return deltas
 
 
 def learned(deltas_by_session: Sequence[Sequence[Delta]]) -> dict[int, tuple[int, int]]:
-    """The engine's figure for each delta (by id): its default-unit estimate times the ratio
+    """The engine's figure for each delta (by id): its estimate in the engine's unit times the ratio
     learned from the session's earlier responses (Correction, reset per session)."""
     pairs: dict[int, tuple[int, int]] = {}
     for deltas in deltas_by_session:
         correction = Correction()
         for d in deltas:
-            pairs[id(d)] = (math.ceil(d.default_estimate * correction.ratio), d.real)
-            correction = correction.observe(d.default_estimate, d.real)
+            pairs[id(d)] = (math.ceil(d.engine_estimate * correction.ratio), d.real)
+            correction = correction.observe(d.engine_estimate, d.real)
     return pairs
 
 
@@ -274,7 +276,7 @@ def delta_tables(sessions: Sequence[Session]) -> None:
     kinds = sorted(k for k in groups if k not in ("all", "fitted on", "held out"))
     table("Claude Code deltas: the estimate of what was added since the previous response, by kind",
           ["largest block added", "n", "median real tok", "model's family: median err %", "within 5 %",
-           "median ratio", "engine (default unit x learned ratio): median err %", "within 5 %"],
+           "median ratio", "engine (its unit x learned ratio): median err %", "within 5 %"],
           [[k, f"{len(groups[k]):,}", f"{statistics.median(d.real for d in groups[k]):,.0f}",
             *[ratio_row([(d.family_estimate, d.real) for d in groups[k]])[i] for i in (3, 5, 1)],
             *[ratio_row([engine[id(d)] for d in groups[k]])[i] for i in (3, 5)]]

@@ -55,9 +55,14 @@ def breakdown(countable: Sequence[Exchange], pairs: Pairs, row: Row, header: Seq
     if history is None:
         return
     months = recording_months(history, [e.file for e in countable])
+    by_month: dict[str, list[Exchange]] = defaultdict(list)
     month: dict[tuple[str, str], list[Exchange]] = defaultdict(list)
     for e in countable:
+        by_month[months[e.file]].append(e)
         month[(months[e.file], str(e.request.get("model")))].append(e)
+    table("Exact requests by recording month (countable classes, every model)", ["month", *header, *halves],
+          [[mo, *row([pairs[id(e)] for e in by_month[mo]]), *_halves(by_month[mo], pairs, row)]
+           for mo in sorted(by_month)])
     table("Exact requests by recording month and model (countable classes)", ["month / model", *header, *halves],
           [[f"{mo} / {m}", *row([pairs[id(e)] for e in month[(mo, m)]]), *_halves(month[(mo, m)], pairs, row)]
            for mo, m in sorted(month)])

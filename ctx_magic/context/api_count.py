@@ -20,6 +20,7 @@ import binascii
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -69,11 +70,12 @@ THINKING_WRAPPER = 4
 # A document's wrapper beyond its text: the fitted half's one plain-text document, counted exactly.
 DOCUMENT_WRAPPER = 36
 SEARCH_RESULT_WRAPPER = 10
-# Images and documents the stand-in cannot see (a URL, a file id): the vision docs' largest image
-# that is not scaled down (1092 x 1092 pixels, about 1,590 tokens), and a page of a PDF the way the
-# PDF docs estimate it (text plus the page as an image, 1,500 to 3,000 tokens: the lower end).
+# Images the stand-in cannot see (a URL, a file id): the vision docs' largest image that is not
+# scaled down (1092 x 1092 pixels, about 1,590 tokens). A PDF page is its text plus the page as an
+# image (the PDF docs: 1,500 to 3,000 tokens a page); the image is the lower end, 1,500.
 UNSEEN_IMAGE = 1590
 PDF_PAGE = 1500
+PDF_STREAM_BYTES = 4_000_000  # a content stream inflated past this is cut: a compressed bomb costs no memory
 IMAGE_PIXELS_PER_TOKEN = 750  # the vision docs: tokens = width x height / 750
 # Server tools: the API adds its own instructions for each kind, which the client never sees.
 # Measured on the cassettes' first requests with each kind (Claude 4 models; scaled by the
@@ -140,11 +142,13 @@ def tool_tokens(tool: JsonObject, family: Family) -> int:
 # Opus 4 and 4.1) keep the shorter prompt the Claude 4.5 models had in 2025: auto fitted on the
 # fitted half's Sonnet 4 requests, any/tool the table's figure for Claude 4 (313). Opus 5 and
 # Fable 5: auto fitted on the fitted half's Opus 5 requests (the first of each file, one message).
+# Opus 4.8: auto fitted on the fitted half's Opus 4.8 conversations (its recorded requests with tools
+# all hold several messages: fitted once the family's tool-round markup was), any/tool the family's gap.
 EARLIER_CLAUDE_4 = (317, 313)
 TOOL_PROMPTS: dict[tuple[str, int, int], tuple[int, int]] = {
     ("opus", 3, 0): (530, 281), ("sonnet", 3, 0): (159, 235), ("haiku", 3, 0): (264, 340),
     ("sonnet", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 1): EARLIER_CLAUDE_4,
-    ("opus", 5, 0): (383, 498), ("fable", 5, 0): (383, 498),
+    ("opus", 5, 0): (383, 498), ("fable", 5, 0): (383, 498), ("opus", 4, 8): (487, 602),
 }
 
 
@@ -181,12 +185,42 @@ def image_tokens(block: JsonObject, family: Family) -> int:
     return UNSEEN_IMAGE
 
 
-def _pdf_pages(data: str) -> int:
+def _pdf_bytes(data: str) -> bytes:
     try:
-        raw = base64.b64decode(data, validate=False)
+        return base64.b64decode(data, validate=False)
     except (binascii.Error, ValueError):
-        return 1
+        return b""
+
+
+def _pdf_pages(raw: bytes) -> int:
     return max(1, len(re.findall(rb"/Type\s*/Page(?![s\w])", raw)))
+
+
+def _inflate(stream: bytes) -> bytes:
+    """A content stream, deflated if it is (the common FlateDecode), at most PDF_STREAM_BYTES."""
+    try:
+        return zlib.decompressobj().decompress(stream, PDF_STREAM_BYTES)
+    except zlib.error:
+        return stream[:PDF_STREAM_BYTES]
+
+
+def pdf_text(raw: bytes) -> str:
+    """The text a PDF shows, as far as its content streams spell it out: the literal strings of
+    each text object (BT ... ET), one line per object. Text drawn through a font's own glyph codes
+    (hex strings) cannot be read without the font and is left out, as are images."""
+    lines = []
+    for stream in re.findall(rb"stream\r?\n(.*?)\r?\nendstream", raw, re.DOTALL):
+        for text_object in re.findall(rb"(?<!\S)BT\s(.*?)\sET(?!\S)", _inflate(stream), re.DOTALL):
+            strings = re.findall(rb"\(((?:\\.|[^\\)])*)\)", text_object)
+            lines.append(re.sub(rb"\\(.)", rb"\1", b"".join(strings)).decode("latin-1"))
+    return "\n".join(line for line in lines if line.strip())
+
+
+def pdf_tokens(data: str, family: Family) -> int:
+    """The PDF docs: each page is read as text and as an image. The text is counted as text (what
+    the content streams spell out), each page's image as the docs' lower estimate of a page."""
+    raw = _pdf_bytes(data)
+    return PDF_PAGE * _pdf_pages(raw) + text_tokens(pdf_text(raw), family)
 
 
 def document_tokens(block: JsonObject, family: Family) -> int:
@@ -203,7 +237,7 @@ def document_tokens(block: JsonObject, family: Family) -> int:
             return DOCUMENT_WRAPPER + extra + text_tokens(inner, family)
         return DOCUMENT_WRAPPER + extra + sum(block_tokens(b, family) for b in inner or [] if isinstance(b, Mapping))
     if kind == "base64" and source.get("media_type") == "application/pdf":
-        return DOCUMENT_WRAPPER + extra + PDF_PAGE * _pdf_pages(str(source.get("data", "")))
+        return DOCUMENT_WRAPPER + extra + pdf_tokens(str(source.get("data", "")), family)
     return DOCUMENT_WRAPPER + extra + PDF_PAGE  # a URL or a file: one page, as the docs' lower estimate
 
 
@@ -213,12 +247,17 @@ def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else _json(value)
 
 
+def markup(tokens: int, family: Family) -> int:
+    """A tool call's or result's wrapper (measured in the Claude 4 family) in this family."""
+    return round(tokens * family.tool_markup)
+
+
 def tool_use_tokens(name: str, arguments: Any, family: Family) -> int:
     """A tool call: its wrapper, the tool's name, each argument as a tagged parameter."""
-    tokens = TOOL_USE_WRAPPER + text_tokens(name, family)
+    tokens = markup(TOOL_USE_WRAPPER, family) + text_tokens(name, family)
     if isinstance(arguments, Mapping):
         for key, value in arguments.items():
-            tokens += TOOL_PARAMETER + text_tokens(str(key), family) + text_tokens(
+            tokens += markup(TOOL_PARAMETER, family) + text_tokens(str(key), family) + text_tokens(
                 _value_text(value), family, TOOL_INPUT_FACTOR)
     elif arguments is not None:
         tokens += text_tokens(_json(arguments), family, TOOL_INPUT_FACTOR)
@@ -243,7 +282,7 @@ def block_tokens(block: JsonObject, family: Family) -> int:
     if kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
         return tool_use_tokens(str(block.get("name", "")), block.get("input"), family)
     if kind in ("tool_result", "mcp_tool_result"):
-        return TOOL_RESULT_WRAPPER + _content_tokens(block.get("content"), family)
+        return markup(TOOL_RESULT_WRAPPER, family) + _content_tokens(block.get("content"), family)
     if kind == "image":
         return image_tokens(block, family)
     if kind == "document":
@@ -262,7 +301,7 @@ def block_tokens(block: JsonObject, family: Family) -> int:
     if kind == "tool_reference":
         return text_tokens(str(block.get("tool_name", "")), family)
     if kind and str(kind).endswith("_tool_result"):  # a server tool's result, as its JSON
-        return TOOL_RESULT_WRAPPER + _content_tokens(block.get("content"), family)
+        return markup(TOOL_RESULT_WRAPPER, family) + _content_tokens(block.get("content"), family)
     rest = {k: v for k, v in block.items() if k not in ("type", "cache_control", "citations")}
     return text_tokens(_json(rest), family)
 
@@ -345,10 +384,11 @@ def _references(block: JsonObject) -> Iterable[str]:
 def message_counts(request: Mapping[str, Any], family: Family | None = None) -> list[list[int]]:
     """Each message's blocks as counted, the message's header folded into its first block.
     Thinking the model no longer reads (an earlier turn's, for a model that drops it) counts 0;
-    a deferred tool's definition counts where a tool_reference loads it."""
+    a tool's definition counts again where a tool_reference loads it, deferred or not (the API
+    expands every reference: a count_tokens answer with a reference to a declared tool shows it)."""
     family = family or family_of(request.get("model"))
     deferred = {str(t.get("name")): tool_tokens({**t, "defer_loading": False}, family)
-                for t in request.get("tools") or [] if isinstance(t, Mapping) and t.get("defer_loading")}
+                for t in request.get("tools") or [] if isinstance(t, Mapping) and not is_server_tool(t)}
     messages = [m for m in request.get("messages") or [] if isinstance(m, Mapping)]
     keeps = keeps_thinking(request.get("model"))
     current = _turn_in_progress(messages)

@@ -29,6 +29,7 @@ from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thr
 from ctx_magic.context.tokens import (
     ContextCount,
     block_tokens,
+    estimate_family,
     find_anchor,
     message_tokens,
 )
@@ -140,8 +141,9 @@ def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, 
     markers = {e.marker_uuid for e in events}
     anchor = max(0, find_anchor(new))  # no response left: nothing anchors, nothing was freed before one
     before = next((i for i, m in enumerate(old) if anchor and m.uuid == new[anchor].uuid), 0)
-    freed = sum(message_tokens(m) for m in old[:before] if m.uuid in removed and m.sent)
-    freed -= sum(message_tokens(m) for m in new[:anchor] if m.uuid in markers)
+    family = estimate_family(old)  # freed tokens come off the API's figure: the anchored count's unit
+    freed = sum(message_tokens(m, family) for m in old[:before] if m.uuid in removed and m.sent)
+    freed -= sum(message_tokens(m, family) for m in new[:anchor] if m.uuid in markers)
     new, state, _ = sync_index(new, dataclasses.replace(state, indexed=0), compactable_tools=settings.compactable_tools)
     return new, with_freed(state, new, freed), list(events)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS
 from ctx_magic.context.state import ContextState, apply_decisions
-from ctx_magic.context.tokens import ContextCount, count_context, find_anchor, message_tokens
+from ctx_magic.context.tokens import ContextCount, count_context, estimate_family, find_anchor, message_tokens
 from ctx_magic.messages import Message
 
 
@@ -60,7 +60,8 @@ def freed_before_anchor(
     """What a layer took from the messages the last usage covers: those before the anchor, and the
     last response itself (its thinking, dropped after an idle gap, was billed as its output)."""
     anchor_id = new[anchor].api_id if anchor >= 0 else None
-    return sum(message_tokens(old[i]) - message_tokens(new[i]) for i in set(indices)
+    family = estimate_family(old)
+    return sum(message_tokens(old[i], family) - message_tokens(new[i], family) for i in set(indices)
                if i < anchor or (anchor_id is not None and old[i].api_id == anchor_id))
 
 

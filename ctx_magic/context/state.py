@@ -58,7 +58,7 @@ class ContextState:
             "freed_anchor": self.freed_anchor,
             "freed_tokens": self.freed_tokens,
             "correction": {"ratio": self.correction.ratio, "observations": self.correction.observations,
-                           "weight": self.correction.weight},
+                           "recent": list(self.correction.recent)},
         }
 
     @classmethod
@@ -72,7 +72,7 @@ class ContextState:
             freed_tokens=int(data.get("freed_tokens") or 0),  # type: ignore[arg-type]
             # A ratio nothing was learned for is the starting one (older files stored a padding).
             correction=Correction(float(corr.get("ratio", STARTING_RATIO)), int(corr.get("observations", 0)),  # type: ignore[union-attr]
-                                  float(corr.get("weight", Correction.PRIOR_TOKENS)))  # type: ignore[union-attr]
+                                  tuple(float(x) for x in corr.get("recent") or ()))  # type: ignore[union-attr]
             if int(corr.get("observations", 0)) else Correction(),  # type: ignore[union-attr]
         )
 

@@ -1,15 +1,15 @@
 """Token accounting: the API's usage where it exists, a local estimate after it.
 
-The estimate counts the way the Messages API does (`api_count`: o200k tokens scaled to the
-API's tokenizer, with the framing around each block), for the project's default model unless
-told another; what no usage has measured yet is estimated, and the ratio of the API's figures
+The estimate counts the way the Messages API does (`api_count`: Claude's tokenizer, else o200k
+scaled, with the framing around each block), in the family of the model that wrote the last answer
+(`estimate_family`); what no usage has measured yet is estimated, and the ratio of the API's figures
 to the estimate is learned from every response (`Correction`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,31 +47,42 @@ def message_tokens(message: Message, family: model_families.Family = DEFAULT_FAM
     return cached
 
 
-def estimate_messages(messages: Sequence[Message]) -> int:
-    return sum(message_tokens(m) for m in messages if m.sent)
+def estimate_family(messages: Sequence[Message]) -> model_families.Family:
+    """The unit the engine estimates in: the tokenizer family of the model that wrote the last
+    answer (its usage anchors the count, and the family's unit is the API's), the default model's
+    before any answer. Counted in another family, the text of a Claude 4 conversation would be
+    about 30 % off, which the learned ratio takes many responses to absorb."""
+    for message in reversed(messages):
+        model = message.meta.get("model") if message.role == "assistant" else None
+        if isinstance(model, str):
+            return model_families.family_of(model)
+    return DEFAULT_FAMILY
+
+
+def estimate_messages(messages: Sequence[Message], family: model_families.Family = DEFAULT_FAMILY) -> int:
+    return sum(message_tokens(m, family) for m in messages if m.sent)
 
 
 @dataclass(frozen=True)
 class Correction:
     """A learned ratio of the API's tokens to local estimates.
 
-    Every response's usage tells the true size of what was estimated before it. The ratio is
-    the sum of those true sizes over the sum of their estimates (big samples weigh more than
-    small ones, older ones fade), starting from 1.0 since the estimate is calibrated: the start
-    counts as PRIOR_TOKENS of estimate, so one noisy sample cannot swing it, while a server that
-    counts in another unit is learned within a response or two (the first observation covers
-    the whole first request). Ratio of sums with this prior: median error 10.5 % on the real
-    Claude Code deltas, against 15 % for a moving average of per-response ratios
+    Every response's usage tells the true size of what was estimated before it. The ratio is the
+    median of the last RECENT samples (actual / estimated), the starting 1.0 among them until
+    they push it out: the estimate is calibrated, so it starts unpadded. A median ignores the
+    odd response whose delta holds something the estimate never saw (twice or four times its
+    estimate) yet follows a server that counts in another unit within two responses. On the real
+    Claude Code deltas, counted in the model's family, a ratio of sums (big samples weigh more)
+    drifted to a median error of 10 % on such outliers; the median keeps it near 2.5 %
     (benchmarks/calibration.py).
     """
 
     ratio: float = STARTING_RATIO
     observations: int = 0
-    weight: float = 1_000.0
-    """Estimated tokens behind `ratio` (the prior's PRIOR_TOKENS, decayed, plus what was observed)."""
+    recent: tuple[float, ...] = ()
+    """The last samples behind `ratio`, oldest first (empty: `ratio` alone is what is known)."""
 
-    PRIOR_TOKENS = 1_000.0
-    DECAY = 0.95  # per observation: a change of model or server is followed, old samples fade
+    RECENT = 7  # samples the median is taken over: odd, and enough that two outliers in a row pass
     # Small deltas are dominated by per-message framing tokens; they teach nothing.
     MIN_SAMPLE_TOKENS = 200
     BOUNDS = (0.25, 4.0)
@@ -80,10 +91,8 @@ class Correction:
         if estimated < self.MIN_SAMPLE_TOKENS or actual <= 0:
             return self
         sample = min(max(actual / estimated, self.BOUNDS[0]), self.BOUNDS[1])
-        kept = self.weight * self.DECAY
-        weight = kept + estimated
-        ratio = (self.ratio * kept + sample * estimated) / weight
-        return dataclasses.replace(self, ratio=ratio, observations=self.observations + 1, weight=weight)
+        recent = (*(self.recent or (self.ratio,)), sample)[-self.RECENT:]
+        return Correction(statistics.median(recent), self.observations + 1, recent)
 
 
 @dataclass(frozen=True)
@@ -135,9 +144,10 @@ def count_context(
     layers removed from before the anchor since that response was billed.
     """
     ratio = (correction or Correction()).ratio
+    family = estimate_family(messages)
     anchor = find_anchor(messages)
     if anchor < 0:
-        estimated = estimate_messages(messages) + overhead_tokens
+        estimated = estimate_messages(messages, family) + overhead_tokens
         return ContextCount(math.ceil(estimated * ratio), 0, estimated, -1)
     usage: Usage = messages[anchor].usage  # type: ignore[assignment]
     billed = messages[anchor].meta.get(OVERHEAD_META)
@@ -145,7 +155,7 @@ def count_context(
     # The response's own later parts (parallel tool calls split over several messages) are
     # already in its output_tokens: only what came between and after them is estimated.
     api_id = messages[anchor].api_id
-    estimated = estimate_messages([m for m in messages[anchor + 1 :] if m.api_id != api_id])
+    estimated = estimate_messages([m for m in messages[anchor + 1 :] if m.api_id != api_id], family)
     anchored = usage.context_tokens + grown
     tokens = anchored + math.ceil(estimated * ratio) - freed_since_anchor
     return ContextCount(max(0, tokens), anchored, estimated, anchor, freed_since_anchor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import zlib
 
 import pytest
 
@@ -97,6 +98,42 @@ def test_a_deferred_tool_counts_only_once_a_tool_reference_loads_it():
     extra = request_tokens(with_result(loaded)) - request_tokens(with_result(reference))
     assert extra == api_count.tool_tokens({**deferred, "defer_loading": False}, CLAUDE_4) + (
         text_tokens("later", CLAUDE_4) - text_tokens("x", CLAUDE_4))
+
+
+def test_a_tool_reference_loads_the_definition_of_a_declared_tool_too():
+    """The API expands every reference into the tool's definition, even one already declared."""
+    call = {"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "python"}}
+    def referring_to(name):
+        reference = {"type": "tool_reference", "tool_name": name}
+        result = {"type": "tool_result", "tool_use_id": "t1", "content": [reference]}
+        return {"model": "claude-sonnet-4-5", "tools": [TOOL], "messages": [
+            {"role": "user", "content": "go"}, {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [result]}]}
+    extra = request_tokens(referring_to("python")) - request_tokens(referring_to("x"))
+    assert extra == api_count.tool_tokens(TOOL, CLAUDE_4) + text_tokens("python", CLAUDE_4) - text_tokens("x", CLAUDE_4)
+
+
+def pdf(*pages: bytes) -> dict:
+    """A PDF of these content streams (deflated, as PDF writers store them), one page each."""
+    parts = [b"%PDF-1.4\n"]
+    for i, content in enumerate(pages):
+        stream = zlib.compress(content)
+        parts.append(b"%d 0 obj << /Type /Page /MediaBox [0 0 612 792] >> endobj\n" % (2 * i + 1))
+        parts.append(b"%d 0 obj << /Length %d /Filter /FlateDecode >> stream\n%s\nendstream endobj\n"
+                     % (2 * i + 2, len(stream), stream))
+    data = base64.b64encode(b"".join(parts)).decode()
+    return {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}}
+
+
+def test_a_pdf_counts_each_page_as_an_image_and_the_text_the_pages_show():
+    """The PDF docs: every page is read as an image and as its text."""
+    said = b"BT /F1 12 Tf 72 700 Td (Quarterly revenue grew by 12 percent) Tj ET"
+    kerned = b"BT /F1 12 Tf 72 680 Td [(Costs fell) -250 (\\(slightly\\))] TJ ET"
+    blank = api_count.block_tokens(pdf(b"q Q", b"q Q"), CLAUDE_4)
+    assert blank == api_count.DOCUMENT_WRAPPER + 2 * api_count.PDF_PAGE
+    shown = "Quarterly revenue grew by 12 percent\nCosts fell(slightly)"
+    assert api_count.pdf_text(base64.b64decode(pdf(said + b"\n" + kerned)["source"]["data"])) == shown
+    assert api_count.block_tokens(pdf(said + b"\n" + kerned, b"q Q"), CLAUDE_4) == blank + text_tokens(shown, CLAUDE_4)
 
 
 def test_an_image_costs_its_pixels_over_750_after_the_documented_downscale():

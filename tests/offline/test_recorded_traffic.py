@@ -67,17 +67,17 @@ def _errors(selected: list[Exchange]) -> list[float]:
     return [abs(input_tokens(e.request) / e.real_tokens - 1) for e in selected]
 
 
-def test_requests_with_custom_tools_are_counted_within_five_percent() -> None:
-    """Custom tools, no server tools, media or thinking, of at least 500 tokens. Some were recorded
-    while the API's hidden tool prompt was shorter than it is now (the Claude 4.5 models' requests
-    of a few months: over by a third): the bar leaves room for them."""
+def test_requests_with_custom_tools_are_counted_within_five_percent_95_times_in_100() -> None:
+    """Custom tools, no server tools, media or thinking, of at least 500 tokens. The misses were
+    recorded while the API's hidden tool prompt was shorter than it is now (the Claude 4.5 models'
+    requests of one month: over by a third)."""
     exact = _exact_counter()
     selected = [e for e in exchanges() if e.status == 200 and request_class(e) == "custom tools"
                 and e.real_tokens >= MIN_TOKENS]
     errors = _errors(selected)
     assert len(selected) > 100
     assert statistics.median(errors) <= 0.01
-    assert sum(e <= 0.05 for e in errors) >= (0.90 if exact else 0.85) * len(errors)
+    assert sum(e <= 0.05 for e in errors) >= (0.95 if exact else 0.85) * len(errors)
 
 
 def _exact_counter() -> bool:
@@ -115,6 +115,20 @@ def test_every_model_is_counted_within_two_percent_at_the_median() -> None:
     assert len(by_model) >= 10
     assert {m: round(statistics.median(_errors(es)), 3) for m, es in by_model.items()
             if statistics.median(_errors(es)) > 0.02} == {}
+
+
+def test_countable_requests_are_counted_within_five_percent_95_times_in_100_in_both_halves() -> None:
+    """Every request a count can know (no server tools, nothing by URL), on every model; the files
+    the counter's fitted figures were chosen on and the held-out files alike."""
+    if not _exact_counter():  # under CI (which installs ctok) a missing ctok fails instead
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)("ctok is not installed: o200k scaled is "
+                                                                           "5-7 % off per text")
+    countable = _countable()
+    assert len(countable) > 200
+    for selected in (countable, [e for e in countable if e.held_out]):
+        errors = _errors(selected)
+        assert sum(e <= 0.05 for e in errors) >= 0.95 * len(errors)
+        assert statistics.median(errors) <= 0.01
 
 
 def test_every_countable_request_is_counted_within_two_percent_at_the_median() -> None:
