@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import operator
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import is_thinking, keep_valid_thinking
+from ctx_magic.context.thresholds import ENV_AUTOCOMPACT_PCT
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
@@ -147,6 +149,8 @@ class RequestFrame:
         out with: every later request sends them unchanged (a thinking block is checked against
         them), until a compaction of ctx_magic's replaces everything before it."""
         self._turns = TurnCache()
+        self._setups: dict[bool, tuple[tuple[Any, ...], CallSetup]] = {}
+        """The last setup worked out with and without the context tools, with what it stood on."""
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
         """New settings (and model) for the next turns; the window is resolved again."""
@@ -169,12 +173,29 @@ class RequestFrame:
 
     def setup(self, messages: Sequence[Message], store: SessionDir, *,
               context_tools: bool | None = None) -> CallSetup:
-        """This call's setup for a conversation of `messages` kept in `store`: the tools gathered
-        and their specs serialized once, the engine's settings, the server's plan. `context_tools`
-        asks for the setup with (or without) the context tools, whether or not they are offered yet."""
-        settings, window = self.settings, self.window
+        """The setup of a call for a conversation of `messages` kept in `store`: worked out once,
+        and again only when what it stands on changes (the settings or the model, the memory
+        section, the context tools coming in, the executor's tools, the prefix an append-only
+        conversation is bound to, the threshold's environment override, and under the 'server'
+        strategy whether thinking is in it).
+        `context_tools` asks for the setup with (or without) the context tools, offered or not."""
         offered = self.context_tools if context_tools is None else context_tools
-        offered = offered or window.append_only  # a tool that joins later would change every block's prefix
+        offered = offered or self.window.append_only  # a tool that joins later would change every block's prefix
+        thinking = self.settings.strategy == "server" and uses_thinking(self.window, messages)
+        key = (self.settings, self.model, self.window, store, self.memory_section, offered, self.bound, thinking,
+               os.environ.get(ENV_AUTOCOMPACT_PCT), tuple(self.executor.tools()))
+        known = self._setups.get(offered)
+        if known is not None and len(known[0]) == len(key) and all(map(operator.is_, known[0][:4], key[:4])) \
+                and known[0][4:] == key[4:]:
+            return known[1]
+        setup = self._work_out(messages, store, offered)
+        self._setups[offered] = key, setup
+        return setup
+
+    def _work_out(self, messages: Sequence[Message], store: SessionDir, offered: bool) -> CallSetup:
+        """A call's setup worked out: the tools gathered and their specs serialized, what they add
+        to every request counted, the engine's settings, the server's plan."""
+        settings, window = self.settings, self.window
         tools = self._tools(offered=offered)
         specs, system = tools.specs(), self.system_prompt()
         if window.append_only and self.bound is not None:
@@ -237,6 +258,9 @@ class RequestFrame:
         self.sent_signature = setup.signature
         if setup.window.append_only and self.bound is None:
             self.bound = setup.system_prompt, setup.specs
+            for offered, (key, known) in list(self._setups.items()):
+                if known is setup:  # bound to what it sends already: still the setup to use
+                    self._setups[offered] = (*key[:6], self.bound, *key[7:]), setup
         return changed
 
 

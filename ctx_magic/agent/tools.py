@@ -171,7 +171,10 @@ class LocalExecutor:
     namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__agent__"})
 
     def tools(self) -> list[Tool]:
-        return [Tool(PYTHON_TOOL, lambda call, _context: self.run_python(call))]
+        return [Tool(PYTHON_TOOL, self._python)]  # the same handler each time: the call's setup is kept
+
+    def _python(self, call: ToolCall, _context: ToolContext) -> ToolOutput:
+        return self.run_python(call)
 
     def run_python(self, call: ToolCall) -> ToolOutput:
         code = call.input.get("code")
