@@ -73,8 +73,7 @@ def rehydration(session: Session, setup: CallSetup, kept: Sequence[Message]) -> 
         budget -= count_text(text)
         body = f'<recent-file path="{read.path}">\n{text}\n</recent-file>'
         attachments.append(user_text(body, kind="attachment", timestamp=now, rehydrated=read.path))
-    extra = getattr(session.frame.executor, "context_attachments", None)
-    notes = list(extra()) if callable(extra) else []
+    notes = list(session.frame.executor.context_attachments())
     if session.store.notes_path.exists():
         notes.append(f"Session notes are kept at {session.store.notes_path} (read_file to see them).")
     tools = ", ".join(setup.tool_names_after_cut())  # the context tools come in with this cut

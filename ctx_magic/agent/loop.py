@@ -258,7 +258,7 @@ def written_by(session: Session) -> dict[str, str]:
     """Which model, on which provider, wrote an answer (its thinking blocks are bound to them)."""
     model = session.frame.model
     meta = {"model": model.name}
-    provider = getattr(model, "provider", "anthropic")
+    provider = model.provider
     if provider != "anthropic":
         meta["provider"] = provider
     return meta

@@ -178,8 +178,7 @@ class Session:
         """What changed where the tools run since the last request (a background run ended,
         failed or stalled): one attachment at the end of the conversation, each line shown in the
         cell. Nothing when nothing changed, so the requests' cached prefix is left alone."""
-        news = getattr(self.frame.executor, "news", None)
-        lines = news() if news is not None else []
+        lines = self.frame.executor.news()
         if not lines:
             return
         text = f"<{NEWS_TAG}>\n" + "\n".join(lines) + f"\n</{NEWS_TAG}>"
@@ -227,7 +226,7 @@ class Session:
         """Another model (or provider) for the next turns: the thinking blocks other models wrote
         leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
-        return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"),
+        return self.live.keep_thinking_of(model.name, model.provider,
                                           append_only=self.frame.window.append_only)
 
     def compaction_failed(self) -> CompactionState:
@@ -306,7 +305,7 @@ class Session:
         ahead = compaction_ahead(seen, self.turn_growth(), warm=cache.state == "warm", prices=self.prices(),
                                  ttl=settings.cache_ttl, deferred=self.deferred_turn == next_turn)
         return StatusSnapshot(
-            session_id=self.session_id, model=settings.model, backend=getattr(self.frame.model, "backend", "anthropic"),
+            session_id=self.session_id, model=settings.model, backend=self.frame.model.backend,
             window_source=window.source, max_output=window.reply_cap, context=context,
             thinking=window.thinking, thinking_budget=window.thinking_budget, prices=self.prices(),
             provider=settings.provider, strategy=settings.strategy, token_counter=api_count.counter_name(),

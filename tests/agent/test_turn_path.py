@@ -11,7 +11,7 @@ from agent_rig import prompt, rig
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.request import RequestFrame
-from ctx_magic.agent.tools import Tool
+from ctx_magic.agent.tools import Executor, Tool
 from ctx_magic.settings import Settings
 
 WIDE = 200_000  # no cut of the context in these few turns: every call is an ordinary one
@@ -49,7 +49,7 @@ def test_the_setup_is_worked_out_once_per_conversation_and_the_context_prepared_
 
 
 def test_a_new_memory_section_or_tool_works_the_setup_out_again_once(tmp_path, counted):
-    class Growing:
+    class Growing(Executor):
         """An executor that gains a tool between turns."""
 
         def __init__(self) -> None:
