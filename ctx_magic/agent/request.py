@@ -234,6 +234,24 @@ class RequestFrame:
     def offer_context_tools(self) -> None:
         self.context_tools = True
 
+    def saved(self) -> dict[str, Any]:
+        """What state.json keeps of the frame: the memory section, the cache's tail and signature,
+        and the prefix an append-only conversation is bound to."""
+        return {"system_extra": self.memory_section, "cached_tail": self.cached_tail,
+                "sent_signature": self.sent_signature,
+                "bound_frame": {"system": self.bound[0], "tools": list(self.bound[1])} if self.bound else None}
+
+    def restore(self, saved: Mapping[str, Any], *, cut: bool) -> None:
+        """The frame as state.json kept it: the same system prompt, breakpoints and bound prefix as
+        before (a change of tools since is seen as one), and the context tools once the context was `cut`."""
+        self.set_memory_section(str(saved.get("system_extra") or ""))
+        self.cached_tail, self.sent_signature = saved.get("cached_tail"), saved.get("sent_signature")
+        bound = saved.get("bound_frame")
+        if isinstance(bound, dict) and isinstance(bound.get("system"), str) and isinstance(bound.get("tools"), list):
+            self.bound = bound["system"], tuple(bound["tools"])  # what the thinking so far was written after
+        if cut:
+            self.offer_context_tools()
+
     def build(self, messages: Sequence[Message], setup: CallSetup, *, purpose: str = "main",
               max_tokens: int | None = None, server: ServerPlan | None = None) -> ModelRequest:
         """Every call, main or side, carries the session's thinking settings (a change in them

@@ -12,13 +12,12 @@ The turn loop (loop.py), compaction (compaction.py) and the notebook act through
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.agent.files import FileRead, FileTools
+from ctx_magic.agent.files import FileTools
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest
 from ctx_magic.agent.pin_board import PinBoard
@@ -26,16 +25,13 @@ from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.server_side import ServerEdits
 from ctx_magic.agent.side_calls import SideCalls
-from ctx_magic.agent.status import ContextReport, StatusSnapshot
+from ctx_magic.agent.status import ContextReport, StatusReader, StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.usage import UsageMeter
-from ctx_magic.context import api_count
-from ctx_magic.context.ahead import compaction_ahead
-from ctx_magic.context.cache_outlook import CacheOutlook, cache_outlook
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.costs import RelativePrices
 from ctx_magic.context.decide import SessionFacts
-from ctx_magic.context.engine import Prepared, figures, prepare, situation
+from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.resume import compactions, fold_transcript
@@ -43,7 +39,7 @@ from ctx_magic.context.server import cleared_tokens
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
-from ctx_magic.events import Compacted, Event, Notice, ThinkingCleared, UsageUpdated, notify
+from ctx_magic.events import Compacted, Event, Notice, ServerCompacted, ThinkingCleared, UsageUpdated, notify
 from ctx_magic.messages import Message, user_text
 from ctx_magic.prices import Prices, model_prices
 from ctx_magic.settings import Settings
@@ -78,6 +74,7 @@ class Session:
         self.meter = UsageMeter(prices=self.prices)
         self.live = LiveContext(self.recorder, self.meter, self.files, self.emit)
         """The conversation the next request carries, and the engine's work on it."""
+        self._status = StatusReader(self.frame, self.live, self.meter, store)
         self.compaction = CompactionState()
         self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
         self.plugins = Plugins()
@@ -95,9 +92,10 @@ class Session:
         settings = self.frame.settings
         return model_prices(settings.model, settings.prices)
 
-    def setup(self) -> CallSetup:
-        """The next model call's setup (the tools, the engine's settings, the server's plan)."""
-        return self.frame.setup(self.live.messages, self.store)
+    def setup(self, *, context_tools: bool | None = None) -> CallSetup:
+        """The next model call's setup (the tools, the engine's settings, the server's plan), worked
+        out once per conversation; `context_tools` asks for it with (or without) the context tools."""
+        return self.frame.setup(self.live.messages, self.store, context_tools=context_tools)
 
     def request(self, setup: CallSetup) -> ModelRequest:
         """The main call's request: the live context, with the server's edits under the 'server'
@@ -213,13 +211,16 @@ class Session:
 
     # -- compactions -------------------------------------------------------------------------------
 
-    def compacted(self, new_messages: Sequence[Message], live: Sequence[Message], event: Compacted) -> None:
-        """A compaction's result: recorded first, then live; the breaker closes."""
+    def compacted(self, new_messages: Sequence[Message], live: Sequence[Message],
+                  event: Compacted | ServerCompacted) -> None:
+        """A compaction's result, ctx_magic's or the API's: recorded first, then live; after ctx_magic's
+        own, the breaker closes."""
         for message in new_messages:
             self.recorder.message(message)
         self.record(event)
         self.live.replace(live)
-        self.compaction = self.compaction.compacted(event)
+        if isinstance(event, Compacted):
+            self.compaction = self.compaction.compacted(event)
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
 
     def switch_model(self, settings: Settings, model: Model) -> ThinkingCleared | None:
@@ -248,17 +249,10 @@ class Session:
 
     def state_json(self) -> dict[str, Any]:
         """What state.json keeps of the session (read back by `resume`)."""
-        return {
-            "session_id": self.session_id, "model": self.frame.settings.model, **self.compaction.to_json(),
-            "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
-            "growth": self.meter.growth_json(),
-            "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
-            "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
-            "sent_signature": self.frame.sent_signature,
-            "bound_frame": {"system": self.frame.bound[0], "tools": list(self.frame.bound[1])} if self.frame.bound
-            else None,
-            "extra": self.plugins.saved(),
-        }
+        return {"session_id": self.session_id, "model": self.frame.settings.model, **self.compaction.to_json(),
+                "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
+                "growth": self.meter.growth_json(), "reads": self.files.saved_reads(), "saved_at": self.clock(),
+                **self.frame.saved(), "extra": self.plugins.saved()}
 
     def resume(self) -> list[str]:
         """Rebuild the live context from the transcript and what state.json kept beside it (engine
@@ -268,18 +262,10 @@ class Session:
         self.live.restore(messages, state)
         self.compaction = CompactionState.from_json(saved, compactions(loaded.records))
         self.meter.restore(saved.get("usage") or {}, saved.get("growth"))
-        self.frame.set_memory_section(str(saved.get("system_extra") or ""))  # the same system prompt as before
-        self.frame.cached_tail = saved.get("cached_tail")  # and the same breakpoints
-        self.frame.sent_signature = saved.get("sent_signature")  # a change of tools since is seen as one
-        bound = saved.get("bound_frame")
-        if isinstance(bound, dict) and isinstance(bound.get("system"), str) and isinstance(bound.get("tools"), list):
-            self.frame.bound = bound["system"], tuple(bound["tools"])  # what the thinking so far was written after
-        if state.cleared or self.compaction.boundaries or any(
-                m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages):
-            self.frame.offer_context_tools()  # and the same tools, once the context was cut
+        self.frame.restore(saved, cut=bool(state.cleared or self.compaction.boundaries or any(
+            m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages)))
         self.plugins.restore(saved.get("extra") or {})
-        reads = [FileRead(**read) for read in saved.get("reads") or []]
-        self.files.reads.update({r.path: r for r in reads})
+        self.files.restore_reads(saved.get("reads") or [])
         problems = loaded.problems + problems
         closing = close_dangling_tool_uses(self.live.messages, self.clock())
         if closing is not None:
@@ -288,67 +274,13 @@ class Session:
         return problems
 
     def status(self) -> StatusSnapshot:
-        """The session as it stands (counted locally, never by an API call), the cache judged by
-        the clock at this moment."""
-        setup, live = self.setup(), self.live
-        tokens = live.tokens(setup.overhead_tokens)
-        context = figures(live.messages, live.state, setup.context, tokens, live.plan.reason,
-                          counts=live.result_counts())
-        context = dataclasses.replace(context, composition=setup.composition(live.messages, live.state, tokens))
-        window, settings, compaction = setup.window, setup.settings, self.compaction
-        cache = self._cache_outlook(setup, tokens)
-        if cache.cold:  # the next call writes what the engine leaves: an idle gap clears old results and thinking first
-            cache = self._cache_outlook(setup, self._tokens_next_call(setup))
-        next_turn = compaction.turns + 1
-        seen, _ = situation(live.messages, live.state, self.clock(), setup.context,
-                            overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, next_turn))
-        ahead = compaction_ahead(seen, self.turn_growth(), warm=cache.state == "warm", prices=self.prices(),
-                                 ttl=settings.cache_ttl, deferred=self.deferred_turn == next_turn)
-        return StatusSnapshot(
-            session_id=self.session_id, model=settings.model, backend=self.frame.model.backend,
-            window_source=window.source, max_output=window.reply_cap, context=context,
-            thinking=window.thinking, thinking_budget=window.thinking_budget, prices=self.prices(),
-            provider=settings.provider, strategy=settings.strategy, token_counter=api_count.counter_name(),
-            boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
-            turns=compaction.turns, usage=self.meter.snapshot(),
-            cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path),
-            cache=cache, ahead=ahead)
-
-    def turn_growth(self) -> int:
-        """Tokens a turn has been adding lately: a call's recent growth times the calls a turn
-        makes on average (0 before two calls)."""
-        calls_per_turn = self.meter.totals.main_calls / max(1, self.compaction.turns)
-        return round(self.meter.growth() * max(1.0, calls_per_turn))
+        """The session as it stands before the next turn (status.py reads it)."""
+        setup = self.setup()
+        return self._status.read(setup, self.compaction, self._facts(setup, self.compaction.turns + 1), self.clock())
 
     def report(self) -> ContextReport:
         """The context's figures for scripts and hooks (`ctx_magic.context()`)."""
         return self.status().report()
-
-    def _tokens_next_call(self, setup: CallSetup) -> int:
-        """What the next call would send if it were made now: the engine's zero-call layers run on
-        the live context at this moment, nothing adopted or written."""
-        live = self.live
-        prepared = prepare(live.messages, live.state, self.clock(), setup.context,
-                           overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, self.compaction.turns + 1),
-                           may_clear=not setup.server_clears)
-        return prepared.situation.tokens
-
-    def _cache_outlook(self, setup: CallSetup, tokens: int) -> CacheOutlook:
-        """The cache the next call finds: cold past its lifetime, or once what the last call sent
-        has changed (the system prompt or tools, the model, the messages rewritten)."""
-        messages, frame = self.live.messages, self.frame
-        last_answer = next((m for m in reversed(messages) if m.role == "assistant" and m.sent and m.api_id), None)
-        rewritten = ""
-        if frame.sent_signature is not None and frame.sent_signature != setup.signature:
-            rewritten = "the system prompt or the tools changed since the last call"
-        elif last_answer is not None and last_answer.meta.get("model", frame.model.name) != frame.model.name:
-            rewritten = f"the model changed since the last call (now {frame.model.name})"
-        elif frame.cached_tail is not None and all(m.uuid != frame.cached_tail for m in messages):
-            rewritten = "the conversation was rewritten since the last call (compacted or snipped)"
-        settings = setup.settings
-        return cache_outlook(tokens=tokens, last_call_at=last_answer.timestamp if last_answer is not None else None,
-                             now=self.clock(), ttl=settings.cache_ttl, ttl_seconds=settings.cache_ttl_seconds,
-                             rewritten=rewritten, prices=self.prices())
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""
