@@ -19,11 +19,11 @@ from typing import Any
 
 from ctx_magic.agent.files import FileTools
 from ctx_magic.agent.live import LiveContext
-from ctx_magic.agent.model import Model, ModelReply, ModelRequest
+from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
+from ctx_magic.agent.replies import ReplyLearner
 from ctx_magic.agent.request import CallSetup, RequestFrame
-from ctx_magic.agent.server_side import ServerEdits
 from ctx_magic.agent.side_calls import SideCalls
 from ctx_magic.agent.status import ContextReport, StatusReader, StatusSnapshot
 from ctx_magic.agent.tools import Executor
@@ -35,13 +35,10 @@ from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.resume import compactions, fold_transcript
-from ctx_magic.context.server import cleared_tokens
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
-from ctx_magic.events import Compacted, Event, Notice, ServerCompacted, ThinkingCleared, UsageUpdated, notify
+from ctx_magic.events import Compacted, Event, Notice, ServerCompacted, ThinkingCleared, notify
 from ctx_magic.messages import Message, user_text
-from ctx_magic.prices import Prices, model_prices
 from ctx_magic.settings import Settings
 from ctx_magic.store.recorder import Recorder
 from ctx_magic.store.session import SessionDir, new_session_id
@@ -71,7 +68,7 @@ class Session:
         self.recorder = Recorder(store, live=lambda: self.live.messages, notice=self.notice)
         self.files = FileTools((root or Path.cwd()).resolve(), extra_roots=(store.root,))
         self.frame = RequestFrame(model, executor, self.files, settings or Settings(), system_prompt)
-        self.meter = UsageMeter(prices=self.prices)
+        self.meter = UsageMeter(prices=self.frame.prices)
         self.live = LiveContext(self.recorder, self.meter, self.files, self.emit)
         """The conversation the next request carries, and the engine's work on it."""
         self._status = StatusReader(self.frame, self.live, self.meter, store)
@@ -80,17 +77,13 @@ class Session:
         self.plugins = Plugins()
         self.pin_board = PinBoard(store, self.frame, self.append, clock)
         """What the user pinned: re-injected after every summary, kept across resume."""
-        self.server_edits = ServerEdits()
+        self.replies = ReplyLearner(self.frame, self.live, self.meter, clock, self.record, self.emit)
+        """What each main-loop answer teaches the meter, the frame and the live context."""
         self.deferred_turn: int | None = None
         """The turn the user let through uncompacted (`defer_compaction`), until the blocking limit."""
         self._veto_said_in: int | None = None
 
     # -- what every request carries ------------------------------------------------------------------
-
-    def prices(self) -> Prices:
-        """The prices in force: the model's list prices, with any contract prices set."""
-        settings = self.frame.settings
-        return model_prices(settings.model, settings.prices)
 
     def setup(self, *, context_tools: bool | None = None) -> CallSetup:
         """The next model call's setup (the tools, the engine's settings, the server's plan), worked
@@ -126,7 +119,7 @@ class Session:
             calls=self.meter.totals.main_calls, growth=self.meter.growth(),
             summary_tokens=last.summary_tokens if last is not None else 0,
             after_compaction=last.tokens_after if last is not None else 0,
-            prices=RelativePrices.of_model(self.prices(), setup.settings.cache_ttl),
+            prices=RelativePrices.of_model(self.frame.prices(), setup.settings.cache_ttl),
             deferred=self.deferred_turn == turn)
 
     def defer_compaction(self) -> None:
@@ -144,8 +137,6 @@ class Session:
             return self.frame.model.count_tokens(self.request(setup or self.setup()))
         except CtxMagicError:
             return None
-
-    # -- events and the store ----------------------------------------------------------------------
 
     def veto_noticed(self, text: str) -> None:
         """A hook's veto of the automatic compaction, said once a turn (each call of the turn asks again)."""
@@ -177,39 +168,10 @@ class Session:
         failed or stalled): one attachment at the end of the conversation, each line shown in the
         cell. Nothing when nothing changed, so the requests' cached prefix is left alone."""
         lines = self.frame.executor.news()
-        if not lines:
-            return
-        text = f"<{NEWS_TAG}>\n" + "\n".join(lines) + f"\n</{NEWS_TAG}>"
-        self.append(user_text(text, kind="attachment", timestamp=self.clock(), news=True))
+        if lines:
+            self.append(news_message(lines, self.clock()))
         for line in lines:
             self.notice(line)
-
-    # -- what a response teaches -------------------------------------------------------------------
-
-    def learn(self, reply: ModelReply, count: ContextCount, setup: CallSetup) -> None:
-        """A main-loop response: its usage and cost, the cache watch, the estimate's correction,
-        and what the server's edits did to the request (the 'server' strategy)."""
-        cost = self.meter.add(reply.usage)
-        for part in reply.compaction_usage:  # a server compaction's own call, billed with this answer
-            cost += self.meter.add(part, call=False)
-        self.meter.count_savings(cleared_tokens(reply.applied_edits))
-        edited = self.server_edits.changed(reply)
-        if edited is not None:
-            self.record(edited)
-            self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
-        self.meter.main_call(reply.usage.prompt_tokens)
-        frame_changed = self.frame.sent(self.live.messages, setup)
-        broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=setup.settings.cache_ttl_seconds,
-                                   signature=setup.signature)
-        if broke is not None:
-            self.emit(broke)
-        if not frame_changed:  # new tools or system prompt: the API's count moved by more than the messages
-            self.live.learn_ratio(reply.usage.prompt_tokens, count)
-        totals = self.meter.snapshot()
-        self.emit(UsageUpdated(reply.usage, count.tokens, self.live.state.correction.ratio, totals.to_json(),
-                               round(totals.cache_hit_ratio, 4), round(cost, 6)))
-
-    # -- compactions -------------------------------------------------------------------------------
 
     def compacted(self, new_messages: Sequence[Message], live: Sequence[Message],
                   event: Compacted | ServerCompacted) -> None:
@@ -227,8 +189,7 @@ class Session:
         """Another model (or provider) for the next turns: the thinking blocks other models wrote
         leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
-        return self.live.keep_thinking_of(model.name, model.provider,
-                                          append_only=self.frame.window.append_only)
+        return self.live.keep_thinking_of(model.name, model.provider, append_only=self.frame.window.append_only)
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()
@@ -287,6 +248,12 @@ class Session:
         self.end_turn()
         self.recorder.close()
         self.store.release()
+
+
+def news_message(lines: Sequence[str], now: float) -> Message:
+    """The attachment that tells the model what changed beside the conversation."""
+    text = f"<{NEWS_TAG}>\n" + "\n".join(lines) + f"\n</{NEWS_TAG}>"
+    return user_text(text, kind="attachment", timestamp=now, news=True)
 
 
 def open_session(model: Model, executor: Executor, storage: Path, settings: Settings | None = None, *,
