@@ -149,10 +149,11 @@ class RequestFrame:
         """The last setup worked out with and without the context tools, with what it stood on."""
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
-        """New settings (and model) for the next turns; the window is resolved again."""
+        """New settings (and model) for the next turns; the window is resolved again when they changed."""
+        if settings != self.settings or (model is not None and model is not self.model):
+            self._window = None
         self.settings = settings
         self.model = model or self.model
-        self._window = None
 
     def prices(self) -> Prices:
         """The prices in force: the model's list prices, with any contract prices set."""
@@ -182,11 +183,10 @@ class RequestFrame:
         offered = self.context_tools if context_tools is None else context_tools
         offered = offered or self.window.append_only  # a tool that joins later would change every block's prefix
         thinking = self.settings.strategy == "server" and uses_thinking(self.window, messages)
-        key = (self.settings, self.model, self.window, store, self.memory_section, offered, self.bound, thinking,
+        key = (self.model, store, self.settings, self.window, self.memory_section, offered, self.bound, thinking,
                os.environ.get(ENV_AUTOCOMPACT_PCT), tuple(self.executor.tools()))
         known = self._setups.get(offered)
-        if known is not None and len(known[0]) == len(key) and all(map(operator.is_, known[0][:4], key[:4])) \
-                and known[0][4:] == key[4:]:
+        if known is not None and all(map(operator.is_, known[0][:2], key[:2])) and known[0][2:] == key[2:]:
             return known[1]
         setup = self._work_out(messages, store, offered)
         self._setups[offered] = key, setup

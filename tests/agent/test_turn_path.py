@@ -3,6 +3,7 @@ stands on changes), the live context prepared once per model call."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -46,6 +47,19 @@ def test_the_setup_is_worked_out_once_per_conversation_and_the_context_prepared_
         assert [result.error for result in results] == [None] * 3 and not r.session.live.state.cleared
     assert calls == 6  # each turn ran its code, then answered
     assert counted == {"prepare": calls}  # no setup worked out again
+
+
+def test_settings_read_again_unchanged_keep_the_setup_and_a_changed_one_works_it_out_again(tmp_path, counted):
+    config = Settings(context_window=WIDE)
+    with rig(tmp_path, window=WIDE, config=config) as r:
+        assert run_turn(r.session, "Hello.").error is None
+        counted.clear()
+        r.session.frame.reconfigure(dataclasses.replace(config))  # the notebook does this before every turn
+        assert run_turn(r.session, "Hello again.").error is None
+        assert counted["setup"] == 0
+        r.session.frame.reconfigure(dataclasses.replace(config, keep_recent=2))
+        assert run_turn(r.session, "And again.").error is None
+        assert counted["setup"] == 1 and r.session.setup().context.keep_recent == 2
 
 
 def test_a_new_memory_section_or_tool_works_the_setup_out_again_once(tmp_path, counted):
