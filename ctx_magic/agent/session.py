@@ -2,12 +2,14 @@
 it runs.
 
 The session builds its parts and is the only writer of its fields; each part is given the
-few collaborators it uses, never the session. `Recorder` writes the transcript and
-state.json, `RequestFrame` holds the model, the settings and what every request carries,
-`LiveContext` holds the live context and carries out the engine's changes to it,
-`CompactionState` holds the boundaries and the breaker, `UsageMeter` the spend and the cache
-watch, `SideCalls` the calls made beside the conversation, `PinBoard` the user's pins.
-The turn loop (loop.py), compaction (compaction.py) and the notebook act through them.
+few collaborators it uses. `Recorder` writes the transcript and state.json, `RequestFrame`
+holds the model, the settings and what every request carries (the call's setup, worked out
+once per conversation), `LiveContext` holds the live context and carries out the engine's
+changes to it, `CompactionState` holds the boundaries and the breaker, `UsageMeter` the spend
+and the cache watch, `ReplyLearner` takes each answer into them, `StatusReader` reads the
+status, `SideCalls` makes the calls beside the conversation, `PinBoard` keeps the user's pins.
+The turn loop (loop.py), compaction (compaction.py) and the notes keeper take the parts they
+use, and ask the session itself only its own verbs.
 """
 
 from __future__ import annotations
