@@ -79,6 +79,8 @@ class RecordingModel:
     inner: AnthropicModel
     clock: ManualClock
     name: str = DEFAULTS.model
+    provider: str = "anthropic"
+    backend: str = "anthropic"
     turn: int = 0
     calls: list[Call] = field(default_factory=list)
     events: list[tuple[int, int, Event]] = field(default_factory=list)  # (turn, calls before, event)

@@ -49,7 +49,7 @@ from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
-from ctx_magic.agent.tools import Tool, ToolCall, ToolOutput
+from ctx_magic.agent.tools import Executor, Tool, ToolCall, ToolOutput
 from ctx_magic.context import recall
 from ctx_magic.context.audit import has_name, has_path
 from ctx_magic.context.span_facts import is_user_prompt, span_facts
@@ -272,7 +272,7 @@ class ReplayRule:
                       "tool_use" if calls else "end_turn")
 
 
-class ReplayExecutor:
+class ReplayExecutor(Executor):
     """Answers each tool call with the recorded output, in order; a call that differs is a desync."""
 
     def __init__(self, names: Sequence[str]) -> None:

@@ -3,8 +3,10 @@
 Prints the lines per package, the modules over 400 lines and classes over 200 (`--sizes FOLDER`:
 each module's lines and its classes' instead), the Protocols and the classes that implement each (matched by
 the names a class defines), the properties that only forward to another object's attribute,
-the functions that take more than eight parameters, the class names used twice, and the places a setting
-is written with the `Settings` fields no part reads (`settings_places`). Nothing
+the functions that take more than eight parameters, the class names used twice, the places a setting
+is written with the `Settings` fields no part reads (`settings_places`), the attributes assigned outside
+their class, and the reach-through into the agent's `Session` from outside agent/session.py (`session.a.b`
+and `getattr(`, by file). Nothing
 is imported: the source is parsed with `ast`, so the counts are the same on any machine.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 MAX_PARAMETERS = 8  # a function past this wants one value instead of a bundle of keywords
 MAX_MODULE_LINES = 400  # the house's rule: a module past this is read in more than one sitting
 MAX_CLASS_LINES = 200  # and a class past this has more than one job
+COLLABORATORS = {"session", "frame", "model", "executor"}  # the session's parts, met duck-typed through getattr
 
 
 @dataclass
@@ -139,6 +142,50 @@ def forwarding_properties(files: list[Path], root: Path) -> list[str]:
                     found.append(f"{path.relative_to(root)}:{item.lineno} {cls.name}.{item.name} -> "
                                  f"{'.'.join(chain)}")
     return found
+
+
+def reach_through(tree: ast.AST) -> tuple[int, int]:
+    """(`session.a.b` chains, `getattr(` calls on a collaborator) in a module: a part reaching
+    through the session to another part, and a seam left to duck typing. `self.session.a.b` counts too; a longer chain
+    (`session.a.b.c`) counts once."""
+    inner: set[int] = set()
+    chains = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or id(node) in inner:
+            continue
+        chain = _chain(node)
+        if chain is None:
+            continue
+        start = 1 if chain[0] == "session" else 2 if chain[:2] in (["self", "session"], ["self", "_session"]) else 0
+        if start and len(chain) - start >= 2:
+            chains += 1
+            sub = node.value
+            while isinstance(sub, ast.Attribute):
+                inner.add(id(sub))
+                sub = sub.value
+    calls = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and node.args:
+            chain = _chain(node.args[0]) or []
+            calls += any(name in COLLABORATORS for name in chain)
+    return chains, calls
+
+
+def reach_table(files: list[Path], root: Path) -> None:
+    """The reach-through into Session by file, outside the session's own module."""
+    rows = []
+    for path in files:
+        rel = path.relative_to(root)
+        if rel.as_posix().endswith("agent/session.py"):
+            continue
+        chains, calls = reach_through(ast.parse(path.read_text(encoding="utf-8")))
+        if chains or calls:
+            rows.append((str(rel), chains, calls))
+    print(f"\n## Reach-through into Session: {sum(r[1] for r in rows)} `session.a.b`, "
+          f"{sum(r[2] for r in rows)} `getattr(`\n")
+    print("| module | session.a.b | getattr( |\n| --- | ---: | ---: |")
+    for rel, chains, calls in rows:
+        print(f"| {rel} | {chains} | {calls} |")
 
 
 def line_kinds(source: str) -> Counter[str]:
@@ -619,6 +666,8 @@ def main() -> None:
         print(f"- {path}: {count}")
     for line in writes:
         print(f"  - {line}")
+
+    reach_table(files, root)
 
 
 if __name__ == "__main__":

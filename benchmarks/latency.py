@@ -16,7 +16,8 @@ time over the same stretch, which other processes on a shared machine do not inf
 
 `--trace` follows one measured turn at 1,000 messages instead: how many of ctx_magic's
 functions are called before the request leaves (the stand-in's aside), in how many files, and
-how often the path enters agent/session.py, with the files in the order first reached.
+how often the path enters agent/session.py, with the files in the order first reached; and how
+many times the call's setup was worked out and the live context prepared on the way.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def trace(size: int = 1_000) -> None:
 
     here = Path.cwd()
     calls: list[str] = []
+    named: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="ctx-latency-") as folder:
         write_session(Path(folder) / ".ctx_magic", history(size, time.time()))
         transport = StampedTransport(OfflineAPI(OfflineConfig(window=WINDOW)))
@@ -174,6 +176,7 @@ def trace(size: int = 1_000) -> None:
                 if event == "call" and len(transport.sent) == sent and "/ctx_magic/" in where \
                         and "/offline/" not in where:
                     calls.append(where.split("/ctx_magic/")[1])
+                    named.append((calls[-1], frame.f_code.co_name))
 
             with capture_output(display=True):
                 sys.setprofile(follow)
@@ -190,6 +193,9 @@ def trace(size: int = 1_000) -> None:
     print(f"{len(calls):,} calls of ctx_magic's functions in {len(files)} files before the request leaves; "
           f"agent/session.py entered {entered} times\n")
     print(" -> ".join(files))
+    setups = named.count(("context/engine.py", "create"))  # each CallSetup worked out makes its engine settings
+    prepares = named.count(("agent/live.py", "prepare"))
+    print(f"\nthe call's setup worked out {setups} times, the context prepared {prepares} times")
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel, ModelReply, ModelRequest
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
-from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolOutput
+from ctx_magic.agent.tools import Executor, Tool, ToolCall, ToolContext, ToolOutput
 from ctx_magic.context.thresholds import Thresholds, compute_thresholds
 from ctx_magic.events import (
     FOLD_TRIGGER,
@@ -127,7 +127,7 @@ class CtxOptions:
 # -- the scripted executor --------------------------------------------------------------------------
 
 
-class ScriptedExecutor:
+class ScriptedExecutor(Executor):
     """Answers every tool call the loop hands over with the next recorded output."""
 
     def __init__(self, replay: Replay, clock: ManualClock) -> None:

@@ -13,9 +13,10 @@ import fnmatch
 import os
 import re
 import stat as stat_mode
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ctx_magic.agent.tools import Tool, ToolCall, ToolContext, ToolError, ToolOutput
 from ctx_magic.messages import decode_output
@@ -174,6 +175,14 @@ class FileTools:
 
     def recent_reads(self, count: int) -> list[FileRead]:
         return list(self.reads.values())[-count:][::-1]
+
+    def saved_reads(self) -> list[dict[str, Any]]:
+        """The reads as state.json keeps them."""
+        return [dataclasses.asdict(r) for r in self.reads.values()]
+
+    def restore_reads(self, saved: Sequence[Mapping[str, Any]]) -> None:
+        """The reads state.json kept, after those made since (none, at resume)."""
+        self.reads.update({r.path: r for r in (FileRead(**read) for read in saved)})
 
     def invalidate_stubs(self) -> None:
         """Post-compact cleanup: no stub may point at a result the summary replaced.

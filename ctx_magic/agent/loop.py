@@ -11,14 +11,16 @@ interrupt closes any open tool call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ctx_magic.agent import compaction
 from ctx_magic.agent.context_tools import search_session
-from ctx_magic.agent.model import ModelReply, ModelRequest, stream_reply
-from ctx_magic.agent.request import CallSetup
+from ctx_magic.agent.live import LiveContext
+from ctx_magic.agent.model import Model, ModelReply, ModelRequest, stream_reply
+from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
 from ctx_magic.agent.usage import COMPACTION_USAGE_META
@@ -27,7 +29,7 @@ from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import persist_oversized, strip_images
 from ctx_magic.context.thinking import drop_refused_thinking, keep_valid_thinking
-from ctx_magic.context.tokens import OVERHEAD_META, ContextCount
+from ctx_magic.context.tokens import OVERHEAD_META
 from ctx_magic.errors import (
     CompactionFailed,
     ContextFull,
@@ -78,17 +80,18 @@ class Turn:
 
     def __init__(self, session: Session, result: TurnResult) -> None:
         self.session = session
+        self._live, self._store = session.live, session.store
         self.result = result
         self.compact_request: str | None = None
         self._setup: CallSetup | None = None
         """The setup of the model call whose tool calls are running."""
 
     def is_live_result(self, tool_use_id: str) -> bool:
-        return self.session.live.is_live_result(tool_use_id)
+        return self._live.is_live_result(tool_use_id)
 
     def clear_results(self, tool_use_ids: list[str]) -> tuple[list[str], list[str]]:
         setup = self._setup if self._setup is not None else self.session.setup()
-        return self.session.live.clear_results(tool_use_ids, "model", setup)
+        return self._live.clear_results(tool_use_ids, "model", setup)
 
     def ask_compaction(self, instructions: str) -> bool:
         if "model" in self.result.compactions or self.compact_request is not None:
@@ -97,7 +100,7 @@ class Turn:
         return True
 
     def search_transcript(self, **query: Any) -> str:
-        return search_session(self.session.store, **query)
+        return search_session(self._store, **query)
 
     def emit(self, event: Event) -> None:
         self.session.emit(event)
@@ -140,10 +143,13 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
     blocks = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
     result = TurnResult(prompt="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text"))
     session.begin_turn()
-    spent_before = session.meter.snapshot().cost_usd
+    meter, store, turns = session.meter, session.store, session.compaction
+    spent_before = meter.snapshot().cost_usd
     try:
         session.take_news()  # before the user's words, which stay the last thing the model reads
-        session.append(Message("user", tuple(_fitted(session, session.setup(), blocks)), timestamp=session.clock()))
+        fitted = _fitted(session, session.setup(), blocks, lambda n, text: store.write_tool_result(
+            f"prompt-{turns.turns}-{n}", text))
+        session.append(Message("user", tuple(fitted), timestamp=session.clock()))
         _loop(session, Turn(session, result))
     except KeyboardInterrupt:
         result.interrupted = True
@@ -152,21 +158,23 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
         result.error, result.remedy = str(error), error.remedy
         session.notice(str(error), "error", error.remedy)
     finally:
-        result.cost_usd = session.meter.snapshot().cost_usd - spent_before
+        result.cost_usd = meter.snapshot().cost_usd - spent_before
         session.emit(Status("idle"))
         session.end_turn()
     session.turn_ended(result)
     return result
 
 
-def _fitted(session: Session, setup: CallSetup, blocks: list[Block]) -> list[Block]:
-    """The user's text blocks, each too large for the conversation saved to a file first."""
+def _fitted(session: Session, setup: CallSetup, blocks: list[Block], save: Callable[[int, str], Path]
+            ) -> list[Block]:
+    """The user's text blocks, each too large for the conversation saved to a file first (`save`
+    writes the `n`th block's text)."""
     threshold = setup.context.thresholds.autocompact
     out: list[Block] = []
     for n, block in enumerate(blocks):
         text = block.get("text", "") if block.get("type") == "text" else ""
         if text and oversized_prompt(text, threshold):
-            path = session.store.write_tool_result(f"prompt-{session.compaction.turns}-{n}", text)
+            path = save(n, text)
             preview_chars = min(PREVIEW_CHARS, prompt_limit_tokens(threshold) * 2)
             block = {"type": "text", "text": persisted_prompt(str(path), text, preview_chars)}
             session.notice(f"Your message ({len(text):,} characters) is too large for the conversation: it was "
@@ -176,21 +184,22 @@ def _fitted(session: Session, setup: CallSetup, blocks: list[Block]) -> list[Blo
 
 
 def _loop(session: Session, turn: Turn) -> None:
-    result = turn.result
+    result, live, frame, replies = turn.result, session.live, session.frame, session.replies
     reactive_used = stripped = False
     empty = refusals = 0
     for _ in range(MAX_MODEL_CALLS_PER_TURN):
-        setup, prepared = _ready(session, result)
+        setup, prepared = _ready(session, live, frame, result)
         request = session.request(setup)
         if refusals:  # the client's own removal did not do: the API drops what fails, this once
             request = request.dropping_invalid_thinking()
         try:
-            reply = _call(session, request, setup, prepared.count)
+            reply = _call(session, frame.model, request)
+            replies.learn(reply, prepared.count, setup)
         except ThinkingRefused as error:
             refusals += 1
             if refusals > THINKING_REFUSALS_PER_TURN:
                 raise
-            if not _drop_refused_thinking(session, request, [(error.message_index, error.block_index)]):
+            if not _drop_refused_thinking(live, request, [(error.message_index, error.block_index)]):
                 refusals = THINKING_REFUSALS_PER_TURN  # not a block of ours: only the API can drop it
             continue
         except PromptTooLong as error:
@@ -210,7 +219,7 @@ def _loop(session: Session, turn: Turn) -> None:
             if stripped:
                 raise
             stripped = True
-            _shrink_request(session, setup)
+            _shrink_request(session, live, setup)
             continue
         result.model_calls += 1
         refusals = 0
@@ -225,7 +234,7 @@ def _loop(session: Session, turn: Turn) -> None:
                            Remedy.RUN_AGAIN)
             return
         result.tool_calls += len(reply.tool_uses)
-        meta = {**written_by(session), OVERHEAD_META: setup.overhead_tokens}
+        meta = {**written_by(frame.model), OVERHEAD_META: setup.overhead_tokens}
         if reply.compaction_usage:
             meta[COMPACTION_USAGE_META] = [part.to_json() for part in reply.compaction_usage]
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,
@@ -234,7 +243,7 @@ def _loop(session: Session, turn: Turn) -> None:
         if reply.invalid_thinking:
             # Dropped by the API (or let through), so not to be sent again; the answer's own thinking
             # goes with them, as its prefix held them: sent without them, it would fail in turn.
-            if not _drop_refused_thinking(session, request, [_position(path) for path in reply.invalid_thinking]):
+            if not _drop_refused_thinking(live, request, [_position(path) for path in reply.invalid_thinking]):
                 session.notice(f"The API dropped {len(reply.invalid_thinking)} thinking block(s) this session does "
                                "not hold (added on the way to it) because they were bound to another conversation.")
         after_server = compaction.server_compacted(session, answer)
@@ -254,26 +263,27 @@ def _loop(session: Session, turn: Turn) -> None:
     session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
 
 
-def written_by(session: Session) -> dict[str, str]:
+def written_by(model: Model) -> dict[str, str]:
     """Which model, on which provider, wrote an answer (its thinking blocks are bound to them)."""
-    model = session.frame.model
     meta = {"model": model.name}
-    provider = getattr(model, "provider", "anthropic")
+    provider = model.provider
     if provider != "anthropic":
         meta["provider"] = provider
     return meta
 
 
-def _ready(session: Session, result: TurnResult) -> tuple[CallSetup, Prepared]:
-    """The call's setup and the context prepared, the decision carried out: compacted when the
-    plan says so.
+def _ready(session: Session, live: LiveContext, frame: RequestFrame,
+           result: TurnResult) -> tuple[CallSetup, Prepared]:
+    """The call's setup (the conversation's, worked out once) and the context prepared, the
+    decision carried out: compacted when the plan says so. Prepared again only where the prefix
+    changed: the first cut brought the context tools in, or a compaction replaced the context.
 
     Past the threshold by estimate, the API's exact count is asked first: a compaction the
     conversation does not need yet is a summary's worth of lost detail.
     """
     setup = session.setup()
     prepared, _ = session.prepare(setup)
-    if session.frame.context_tools and not setup.context_tools:
+    if frame.context_tools and not setup.context_tools:
         # The first cut (a clearing, a snip) brought the context tools in: measured again with them.
         setup = session.setup()
         prepared, _ = session.prepare(setup)
@@ -281,7 +291,7 @@ def _ready(session: Session, result: TurnResult) -> tuple[CallSetup, Prepared]:
     if plan.check_exact:
         exact = session.exact_tokens(setup)
         if exact is not None:
-            plan = session.live.replan(prepared, exact)
+            plan = live.replan(prepared, exact)
     if plan.compact and compaction.auto_compact(session, plan):
         result.compactions.append("auto")
         setup = session.setup()
@@ -293,12 +303,12 @@ def _ready(session: Session, result: TurnResult) -> tuple[CallSetup, Prepared]:
     return setup, prepared
 
 
-def _call(session: Session, request: ModelRequest, setup: CallSetup, count: ContextCount) -> ModelReply:
+def _call(session: Session, model: Model, request: ModelRequest) -> ModelReply:
     """One whole reply (a stream that broke off is asked for again, model.stream_reply); when
     none comes, what the broken attempts showed in the cell is withdrawn."""
     session.emit(Status("thinking"))
     try:
-        reply = stream_reply(session.frame.model, request,
+        reply = stream_reply(model, request,
                              on_text=lambda text: session.emit(TextDelta(text)),
                              on_thinking=lambda text: session.emit(ThinkingDelta(text)),
                              restarted=lambda attempt, attempts, error: session.emit(
@@ -307,7 +317,6 @@ def _call(session: Session, request: ModelRequest, setup: CallSetup, count: Cont
     except ModelError as error:
         session.emit(ReplyWithdrawn(str(error)))
         raise
-    session.learn(reply, count, setup)
     return reply
 
 
@@ -320,17 +329,17 @@ def _position(path: str) -> tuple[int, int]:
     return -1, -1
 
 
-def _drop_refused_thinking(session: Session, request: ModelRequest, positions: Sequence[tuple[int, int]]) -> bool:
+def _drop_refused_thinking(live: LiveContext, request: ModelRequest, positions: Sequence[tuple[int, int]]) -> bool:
     """The thinking the API refused at `positions` of `request`, and every later thinking block,
     out of the live context (recorded, and said in one line by the event); False when none of
     those blocks is there to remove."""
     sent = request.messages
     refused = [block for m, b in positions if 0 <= m < len(sent)
                for block in _content(sent[m])[b:b + 1] if b >= 0]
-    messages, event = drop_refused_thinking(session.live.messages, refused)
+    messages, event = drop_refused_thinking(live.messages, refused)
     if event is None:
         return False
-    session.live.adopt(messages, session.live.state, [event])
+    live.adopt(messages, live.state, [event])
     return True
 
 
@@ -339,11 +348,11 @@ def _content(message: Any) -> list[Block]:
     return list(content) if isinstance(content, list) else []
 
 
-def _shrink_request(session: Session, setup: CallSetup) -> None:
+def _shrink_request(session: Session, live: LiveContext, setup: CallSetup) -> None:
     """A 413 for bytes: images out, oversized results to disk; recorded before adopted."""
     session.notice("The request was larger than the API accepts; removing images, saving oversized outputs "
                    "to disk and retrying.", "warning")
-    messages, changed = strip_images(session.live.messages)
+    messages, changed = strip_images(live.messages)
     settings = setup.context
     messages, persisted = persist_oversized(messages, settings.persisted_path,
                                             max_chars=settings.budget.max_result_chars,
@@ -353,7 +362,7 @@ def _shrink_request(session: Session, setup: CallSetup) -> None:
     if changed:
         session.record(ImagesStripped(tuple(changed)))
     if setup.window.append_only:  # what came before the thinking after the first change is not what it was
-        messages, dropped = keep_valid_thinking(session.live.messages, messages)
+        messages, dropped = keep_valid_thinking(live.messages, messages)
         if dropped is not None:
             session.record(dropped)
-    session.live.replace(messages, session.live.state.with_persisted(persisted))
+    live.replace(messages, live.state.with_persisted(persisted))

@@ -102,6 +102,10 @@ class Model(Protocol):
     """What the loop needs from a model (the Messages API, or anything that speaks like it)."""
 
     name: str
+    provider: str
+    """Who serves it ('anthropic', 'bedrock', 'vertex'): a thinking block is bound to the model and its provider."""
+    backend: str
+    """How it is reached, as `%ctx status` shows it ('anthropic', 'offline', ...)."""
 
     def limits(self) -> ModelLimits: ...
 

@@ -13,6 +13,7 @@ import dataclasses
 import threading
 from typing import Any
 
+from ctx_magic.agent.loop import TurnResult
 from ctx_magic.agent.session import Session
 from ctx_magic.context.notes import (
     NOTES_UPDATE_TAG,
@@ -39,8 +40,10 @@ class NotesKeeper:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.path = session.store.notes_path
-        saved = session.plugins.recalled(STATE_KEY) or {}
+        self._live, self._side_calls, self._plugins = session.live, session.side_calls, session.plugins
+        store = session.store
+        self.path = store.notes_path
+        saved = self._plugins.recalled(STATE_KEY) or {}
         self.state = ExtractionState(**{f.name: saved[f.name] for f in dataclasses.fields(ExtractionState)
                                         if f.name in saved})
         self.last_error: str | None = None
@@ -49,17 +52,17 @@ class NotesKeeper:
         self._lock = threading.Lock()
         kept = self.current()  # a resumed session's notes
         self._tokens = count_text(kept[0]) if kept else 0
-        session.plugins.attach_notes(self)
-        session.plugins.on_turn_end(self.after_turn)
-        session.plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
+        self._plugins.attach_notes(self)
+        self._plugins.on_turn_end(self.after_turn)
+        self._plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
 
     # -- deciding (main thread) ----------------------------------------------------------------
 
-    def after_turn(self, session: Session, result: Any) -> None:
-        correction = bool(getattr(result, "prompt", "")) and is_correction_or_decision(result.prompt)
-        tool_calls = int(getattr(result, "tool_calls", 0))
+    def after_turn(self, session: Session, result: TurnResult) -> None:
+        correction = bool(result.prompt) and is_correction_or_decision(result.prompt)
+        tool_calls = result.tool_calls
         setup = session.setup()
-        tokens = session.live.tokens(setup.overhead_tokens)
+        tokens = self._live.tokens(setup.overhead_tokens)
         with self._lock:
             self.state = rebaselined(self.state, tokens)
         reason = extraction_due(self.state, tokens, setup.context.thresholds,
@@ -72,7 +75,7 @@ class NotesKeeper:
         """Start an extraction in the background; False when one is already running."""
         if self.running:
             return False
-        snapshot = [m for m in self.session.live.messages if m.sent]
+        snapshot = [m for m in self._live.messages if m.sent]
         if not snapshot:
             return False
         tokens = self.session.tokens()
@@ -90,7 +93,7 @@ class NotesKeeper:
     def _extract(self, snapshot: list[Any], tokens: int, reason: str) -> None:
         try:
             current = self.path.read_text(encoding="utf-8") if self.path.exists() else empty_template()
-            reply = self.session.side_calls.text(snapshot, notes_prompt(current), purpose="memory",
+            reply = self._side_calls.text(snapshot, notes_prompt(current), purpose="memory",
                                                  max_tokens=NOTES_MAX_OUTPUT)
             notes = apply_update(current, reply)
             if notes is None:
@@ -102,7 +105,7 @@ class NotesKeeper:
             return
         with self._lock:
             self.state = ExtractionState(True, tokens, 0, snapshot[-1].uuid)
-            self.session.plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
+            self._plugins.remember(STATE_KEY, dataclasses.asdict(self.state))
             self.extractions += 1
             self.last_error = None
             self._tokens = 0 if is_empty(notes) else count_text(notes)

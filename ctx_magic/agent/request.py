@@ -5,11 +5,7 @@ and the settings in force, the system prompt (with the long-term memory section)
 and where the previous main call's cached prefix ended. Once per model call it works out a
 `CallSetup`: the window, the tools and their specs serialized once, what they add to every
 request in tokens, the engine's settings and, under the 'server' strategy, the API's edits.
-
-Boundaries and meta messages are dropped, consecutive messages of one role are merged into
-one turn (notebook cells arrive as synthetic tool calls after the assistant's own reply),
-and prompt-cache breakpoints go on the system prompt and on the latest message, so each call
-reads the previous call's prefix from the cache.
+The request's body itself is built in request_body.py.
 """
 
 from __future__ import annotations
@@ -18,27 +14,29 @@ import dataclasses
 import hashlib
 import json
 import operator
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ctx_magic.agent.context_tools import CONTEXT_TOOLS
 from ctx_magic.agent.files import FileTools, file_tools
 from ctx_magic.agent.model import Model, ModelRequest
+from ctx_magic.agent.request_body import TurnCache, build_request, thinking_param
 from ctx_magic.agent.tools import Executor, ToolRegistry
 from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import is_thinking, keep_valid_thinking
+from ctx_magic.context.thinking import is_thinking
+from ctx_magic.context.thresholds import ENV_AUTOCOMPACT_PCT
 from ctx_magic.context.tokens import count_text
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
-from ctx_magic.images import count_images, limit_images
-from ctx_magic.messages import Block, Message
-from ctx_magic.settings import DEFAULTS, Settings, Window
+from ctx_magic.messages import Message
+from ctx_magic.prices import Prices, model_prices
+from ctx_magic.settings import Settings, Window
 from ctx_magic.store.session import SessionDir
 
 
@@ -147,12 +145,19 @@ class RequestFrame:
         out with: every later request sends them unchanged (a thinking block is checked against
         them), until a compaction of ctx_magic's replaces everything before it."""
         self._turns = TurnCache()
+        self._setups: dict[bool, tuple[tuple[Any, ...], CallSetup]] = {}
+        """The last setup worked out with and without the context tools, with what it stood on."""
 
     def reconfigure(self, settings: Settings, model: Model | None = None) -> None:
-        """New settings (and model) for the next turns; the window is resolved again."""
+        """New settings (and model) for the next turns; the window is resolved again when they changed."""
+        if settings != self.settings or (model is not None and model is not self.model):
+            self._window = None
         self.settings = settings
         self.model = model or self.model
-        self._window = None
+
+    def prices(self) -> Prices:
+        """The prices in force: the model's list prices, with any contract prices set."""
+        return model_prices(self.settings.model, self.settings.prices)
 
     def set_memory_section(self, text: str) -> None:
         self.memory_section = text
@@ -169,12 +174,28 @@ class RequestFrame:
 
     def setup(self, messages: Sequence[Message], store: SessionDir, *,
               context_tools: bool | None = None) -> CallSetup:
-        """This call's setup for a conversation of `messages` kept in `store`: the tools gathered
-        and their specs serialized once, the engine's settings, the server's plan. `context_tools`
-        asks for the setup with (or without) the context tools, whether or not they are offered yet."""
-        settings, window = self.settings, self.window
+        """The setup of a call for a conversation of `messages` kept in `store`: worked out once,
+        and again only when what it stands on changes (the settings or the model, the memory
+        section, the context tools coming in, the executor's tools, the prefix an append-only
+        conversation is bound to, the threshold's environment override, and under the 'server'
+        strategy whether thinking is in it).
+        `context_tools` asks for the setup with (or without) the context tools, offered or not."""
         offered = self.context_tools if context_tools is None else context_tools
-        offered = offered or window.append_only  # a tool that joins later would change every block's prefix
+        offered = offered or self.window.append_only  # a tool that joins later would change every block's prefix
+        thinking = self.settings.strategy == "server" and uses_thinking(self.window, messages)
+        key = (self.model, store, self.settings, self.window, self.memory_section, offered, self.bound, thinking,
+               os.environ.get(ENV_AUTOCOMPACT_PCT), tuple(self.executor.tools()))
+        known = self._setups.get(offered)
+        if known is not None and all(map(operator.is_, known[0][:2], key[:2])) and known[0][2:] == key[2:]:
+            return known[1]
+        setup = self._work_out(messages, store, offered)
+        self._setups[offered] = key, setup
+        return setup
+
+    def _work_out(self, messages: Sequence[Message], store: SessionDir, offered: bool) -> CallSetup:
+        """A call's setup worked out: the tools gathered and their specs serialized, what they add
+        to every request counted, the engine's settings, the server's plan."""
+        settings, window = self.settings, self.window
         tools = self._tools(offered=offered)
         specs, system = tools.specs(), self.system_prompt()
         if window.append_only and self.bound is not None:
@@ -213,6 +234,24 @@ class RequestFrame:
     def offer_context_tools(self) -> None:
         self.context_tools = True
 
+    def saved(self) -> dict[str, Any]:
+        """What state.json keeps of the frame: the memory section, the cache's tail and signature,
+        and the prefix an append-only conversation is bound to."""
+        return {"system_extra": self.memory_section, "cached_tail": self.cached_tail,
+                "sent_signature": self.sent_signature,
+                "bound_frame": {"system": self.bound[0], "tools": list(self.bound[1])} if self.bound else None}
+
+    def restore(self, saved: Mapping[str, Any], *, cut: bool) -> None:
+        """The frame as state.json kept it: the same system prompt, breakpoints and bound prefix as
+        before (a change of tools since is seen as one), and the context tools once the context was `cut`."""
+        self.set_memory_section(str(saved.get("system_extra") or ""))
+        self.cached_tail, self.sent_signature = saved.get("cached_tail"), saved.get("sent_signature")
+        bound = saved.get("bound_frame")
+        if isinstance(bound, dict) and isinstance(bound.get("system"), str) and isinstance(bound.get("tools"), list):
+            self.bound = bound["system"], tuple(bound["tools"])  # what the thinking so far was written after
+        if cut:
+            self.offer_context_tools()
+
     def build(self, messages: Sequence[Message], setup: CallSetup, *, purpose: str = "main",
               max_tokens: int | None = None, server: ServerPlan | None = None) -> ModelRequest:
         """Every call, main or side, carries the session's thinking settings (a change in them
@@ -237,155 +276,7 @@ class RequestFrame:
         self.sent_signature = setup.signature
         if setup.window.append_only and self.bound is None:
             self.bound = setup.system_prompt, setup.specs
+            for offered, (key, known) in list(self._setups.items()):
+                if known is setup:  # bound to what it sends already: still the setup to use
+                    self._setups[offered] = (*key[:6], self.bound, *key[7:]), setup
         return changed
-
-
-def thinking_param(window: Window) -> dict[str, Any] | None:
-    """The `thinking` parameter for the window's thinking type (None: thinking is off)."""
-    if window.thinking == "enabled":
-        return {"type": "enabled", "budget_tokens": window.thinking_budget}
-    if window.thinking == "adaptive":
-        return {"type": "adaptive"}
-    return None
-
-
-def cache_control(ttl: str) -> dict[str, str]:
-    control = {"type": "ephemeral"}
-    if ttl == "1h":
-        control["ttl"] = "1h"
-    return control
-
-
-def _api_block(block: Block) -> Block:
-    """The block as the API takes it: our own bookkeeping keys never leave."""
-    if not any(k.startswith("_") or k == "cache_control" for k in block):
-        return block
-    return {k: v for k, v in block.items() if not k.startswith("_") and k != "cache_control"}
-
-
-def _api_blocks(message: Message) -> tuple[list[Block], bool]:
-    """A message's blocks in the API's shape, worked out once per message, and whether its
-    tool_result blocks already come first. The blocks are shared, not copied: messages are
-    values and requests are read-only (a breakpoint is put on a copy); copying 30,000 blocks
-    each turn cost more than JSON-encoding the request (benchmarks/scale.py)."""
-    memo = message.memo
-    if "api_blocks" not in memo:
-        blocks = tuple(_api_block(b) for b in message.content)
-        kinds = [b.get("type") == "tool_result" for b in blocks]
-        memo["api_blocks"] = blocks, kinds == sorted(kinds, reverse=True)
-    blocks, ordered = memo["api_blocks"]
-    return list(blocks), ordered
-
-
-ApiTurn = dict[str, Any]
-"""One message in the API's shape: a role and its blocks, same-role runs merged."""
-
-
-def _add_turns(turns: list[ApiTurn], messages: Iterable[Message]) -> list[ApiTurn]:
-    """`turns` with `messages` after them: same-role runs merged, tool results first in each
-    user turn (the API wants them before anything else in it). Changes only the last turn of
-    `turns` (replaced, not edited) and the turns it adds."""
-    unordered: set[int] = set()
-    for message in messages:
-        if not message.sent:
-            continue
-        blocks, ordered = _api_blocks(message)
-        if turns and turns[-1]["role"] == message.role:
-            turns[-1] = {"role": message.role, "content": [*turns[-1]["content"], *blocks]}
-            ordered = False  # merged: its results may now follow another message's text
-        else:
-            turns.append({"role": message.role, "content": blocks})
-        if message.role == "user" and not ordered:
-            unordered.add(len(turns) - 1)
-    for index in unordered:
-        content = turns[index]["content"]
-        turns[index] = {**turns[index], "content": [b for b in content if b.get("type") == "tool_result"]
-                        + [b for b in content if b.get("type") != "tool_result"]}
-    return turns
-
-
-def _with_breakpoints(turns: list[ApiTurn], cache_ttl: str | None, tail: Message | None) -> list[ApiTurn]:
-    """The turns with cache breakpoints on the last block and on `tail`'s last block; only the
-    turns they touch are copied."""
-    if not cache_ttl or not turns:
-        return turns
-    control = cache_control(cache_ttl)
-    marked = list(turns)
-    targets = [turns[-1]["content"][-1]]
-    if tail is not None and tail.sent and tail.content:
-        targets.append(_api_blocks(tail)[0][-1])
-    for target in targets:
-        for index in range(len(marked) - 1, -1, -1):
-            content = marked[index]["content"]
-            hit = next((i for i in range(len(content) - 1, -1, -1) if content[i] is target), None)
-            if hit is not None:
-                copied = [*content[:hit], {**target, "cache_control": control}, *content[hit + 1:]]
-                marked[index] = {**marked[index], "content": copied}
-                break
-    return marked
-
-
-class TurnCache:
-    """The last request's turns and image count, reused when the next request starts with the
-    same messages: a turn adds a few messages at the end, and rebuilding 10,000 messages' turns
-    (or counting their images) each call cost more than the rest of the pipeline together
-    (benchmarks/scale.py)."""
-
-    def __init__(self) -> None:
-        self._messages: list[Message] = []
-        self._turns: list[ApiTurn] = []
-        self._counted: list[Message] = []
-        self._images = 0
-        self._lock = threading.Lock()
-
-    def image_count(self, messages: Sequence[Message]) -> int:
-        """`count_images(messages)`, counting only what follows the last request's messages."""
-        with self._lock:
-            known = len(self._counted)
-            reuse = 0 < known <= len(messages) and all(map(operator.is_, messages, self._counted))
-            total = (self._images if reuse else 0) + count_images(messages[known:] if reuse else messages)
-            self._counted, self._images = list(messages), total
-            return total
-
-    def turns(self, messages: Sequence[Message]) -> list[ApiTurn]:
-        with self._lock:
-            known = len(self._messages)
-            # The same objects up to `known` (compared in C: this runs over every message each call).
-            reuse = 0 < known <= len(messages) and all(map(operator.is_, messages, self._messages))
-            turns = _add_turns(list(self._turns) if reuse else [], messages[known:] if reuse else messages)
-            self._messages, self._turns = list(messages), turns
-            return list(turns)
-
-
-def system_blocks(system_prompt: str, *, cache_ttl: str | None = DEFAULTS.cache_ttl) -> list[Block]:
-    block: Block = {"type": "text", "text": system_prompt}
-    if cache_ttl:
-        block["cache_control"] = cache_control(cache_ttl)
-    return [block]
-
-
-def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
-                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None,
-                  append_only: bool = False) -> ModelRequest:
-    """One Messages-API call: the system prompt and tools every call shares, then the messages
-    (at most 100 images of them: the oldest become a line saying so), same-role runs merged,
-    tool results first in each user turn, and the cache breakpoints: on the last block, and on
-    the last block of `cached_tail` (the message the previous request ended with) when it is
-    still there.
-
-    The API looks for an earlier cache entry only about 20 blocks back from a breakpoint; a
-    user who ran many cells between two turns adds more than that, and the whole cached
-    conversation would be written again. A breakpoint where the previous request ended finds
-    its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
-    An image left out changes what came before the thinking after it: `append_only`, that goes too.
-    """
-    limited, omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
-    messages = keep_valid_thinking(messages, limited)[0] if omitted and append_only else limited
-    tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
-    built = turns.turns(messages) if turns is not None else _add_turns([], messages)
-    return ModelRequest(
-        system=system_blocks(system, cache_ttl=cache_ttl),
-        tools=list(tools),
-        messages=_with_breakpoints(built, cache_ttl, tail),
-        max_tokens=max_tokens,
-    )

@@ -2,51 +2,46 @@
 it runs.
 
 The session builds its parts and is the only writer of its fields; each part is given the
-few collaborators it uses, never the session. `Recorder` writes the transcript and
-state.json, `RequestFrame` holds the model, the settings and what every request carries,
-`LiveContext` holds the live context and carries out the engine's changes to it,
-`CompactionState` holds the boundaries and the breaker, `UsageMeter` the spend and the cache
-watch, `SideCalls` the calls made beside the conversation, `PinBoard` the user's pins.
-The turn loop (loop.py), compaction (compaction.py) and the notebook act through them.
+few collaborators it uses. `Recorder` writes the transcript and state.json, `RequestFrame`
+holds the model, the settings and what every request carries (the call's setup, worked out
+once per conversation), `LiveContext` holds the live context and carries out the engine's
+changes to it, `CompactionState` holds the boundaries and the breaker, `UsageMeter` the spend
+and the cache watch, `ReplyLearner` takes each answer into them, `StatusReader` reads the
+status, `SideCalls` makes the calls beside the conversation, `PinBoard` keeps the user's pins.
+The turn loop (loop.py), compaction (compaction.py) and the notes keeper take the parts they
+use, and ask the session itself only its own verbs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctx_magic.agent.files import FileRead, FileTools
+from ctx_magic.agent.files import FileTools
 from ctx_magic.agent.live import LiveContext
-from ctx_magic.agent.model import Model, ModelReply, ModelRequest
+from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
+from ctx_magic.agent.replies import ReplyLearner
 from ctx_magic.agent.request import CallSetup, RequestFrame
-from ctx_magic.agent.server_side import ServerEdits
 from ctx_magic.agent.side_calls import SideCalls
-from ctx_magic.agent.status import ContextReport, StatusSnapshot
+from ctx_magic.agent.status import ContextReport, StatusReader, StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.undo import UndoHistory
 from ctx_magic.agent.usage import UsageMeter
-from ctx_magic.context import api_count
-from ctx_magic.context.ahead import compaction_ahead
-from ctx_magic.context.cache_outlook import CacheOutlook, cache_outlook
 from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.context.costs import RelativePrices
 from ctx_magic.context.decide import SessionFacts
-from ctx_magic.context.engine import Prepared, figures, prepare, situation
+from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.resume import compactions, fold_transcript
-from ctx_magic.context.server import cleared_tokens
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.tokens import ContextCount
 from ctx_magic.errors import CtxMagicError, Remedy
-from ctx_magic.events import Compacted, Event, Notice, ThinkingCleared, UsageUpdated, notify
+from ctx_magic.events import Compacted, Event, Notice, ServerCompacted, ThinkingCleared, notify
 from ctx_magic.messages import Message, user_text
-from ctx_magic.prices import Prices, model_prices
 from ctx_magic.settings import Settings
 from ctx_magic.store.recorder import Recorder
 from ctx_magic.store.session import SessionDir, new_session_id
@@ -76,15 +71,17 @@ class Session:
         self.recorder = Recorder(store, live=lambda: self.live.messages, notice=self.notice)
         self.files = FileTools((root or Path.cwd()).resolve(), extra_roots=(store.root,))
         self.frame = RequestFrame(model, executor, self.files, settings or Settings(), system_prompt)
-        self.meter = UsageMeter(prices=self.prices)
+        self.meter = UsageMeter(prices=self.frame.prices)
         self.live = LiveContext(self.recorder, self.meter, self.files, self.emit)
         """The conversation the next request carries, and the engine's work on it."""
+        self._status = StatusReader(self.frame, self.live, self.meter, store)
         self.compaction = CompactionState()
         self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
         self.plugins = Plugins()
         self.pin_board = PinBoard(store, self.frame, self.append, clock)
         """What the user pinned: re-injected after every summary, kept across resume."""
-        self.server_edits = ServerEdits()
+        self.replies = ReplyLearner(self.frame, self.live, self.meter, clock, self.record, self.emit)
+        """What each main-loop answer teaches the meter, the frame and the live context."""
         self.deferred_turn: int | None = None
         """The turn the user let through uncompacted (`defer_compaction`), until the blocking limit."""
         self._veto_said_in: int | None = None
@@ -93,14 +90,10 @@ class Session:
 
     # -- what every request carries ------------------------------------------------------------------
 
-    def prices(self) -> Prices:
-        """The prices in force: the model's list prices, with any contract prices set."""
-        settings = self.frame.settings
-        return model_prices(settings.model, settings.prices)
-
-    def setup(self) -> CallSetup:
-        """The next model call's setup (the tools, the engine's settings, the server's plan)."""
-        return self.frame.setup(self.live.messages, self.store)
+    def setup(self, *, context_tools: bool | None = None) -> CallSetup:
+        """The next model call's setup (the tools, the engine's settings, the server's plan), worked
+        out once per conversation; `context_tools` asks for it with (or without) the context tools."""
+        return self.frame.setup(self.live.messages, self.store, context_tools=context_tools)
 
     def request(self, setup: CallSetup) -> ModelRequest:
         """The main call's request: the live context, with the server's edits under the 'server'
@@ -131,7 +124,7 @@ class Session:
             calls=self.meter.totals.main_calls, growth=self.meter.growth(),
             summary_tokens=last.summary_tokens if last is not None else 0,
             after_compaction=last.tokens_after if last is not None else 0,
-            prices=RelativePrices.of_model(self.prices(), setup.settings.cache_ttl),
+            prices=RelativePrices.of_model(self.frame.prices(), setup.settings.cache_ttl),
             deferred=self.deferred_turn == turn)
 
     def defer_compaction(self) -> None:
@@ -149,8 +142,6 @@ class Session:
             return self.frame.model.count_tokens(self.request(setup or self.setup()))
         except CtxMagicError:
             return None
-
-    # -- events and the store ----------------------------------------------------------------------
 
     def veto_noticed(self, text: str) -> None:
         """A hook's veto of the automatic compaction, said once a turn (each call of the turn asks again)."""
@@ -182,57 +173,29 @@ class Session:
         """What changed where the tools run since the last request (a background run ended,
         failed or stalled): one attachment at the end of the conversation, each line shown in the
         cell. Nothing when nothing changed, so the requests' cached prefix is left alone."""
-        news = getattr(self.frame.executor, "news", None)
-        lines = news() if news is not None else []
-        if not lines:
-            return
-        text = f"<{NEWS_TAG}>\n" + "\n".join(lines) + f"\n</{NEWS_TAG}>"
-        self.append(user_text(text, kind="attachment", timestamp=self.clock(), news=True))
+        lines = self.frame.executor.news()
+        if lines:
+            self.append(news_message(lines, self.clock()))
         for line in lines:
             self.notice(line)
 
-    # -- what a response teaches -------------------------------------------------------------------
-
-    def learn(self, reply: ModelReply, count: ContextCount, setup: CallSetup) -> None:
-        """A main-loop response: its usage and cost, the cache watch, the estimate's correction,
-        and what the server's edits did to the request (the 'server' strategy)."""
-        cost = self.meter.add(reply.usage)
-        for part in reply.compaction_usage:  # a server compaction's own call, billed with this answer
-            cost += self.meter.add(part, call=False)
-        self.meter.count_savings(cleared_tokens(reply.applied_edits))
-        edited = self.server_edits.changed(reply)
-        if edited is not None:
-            self.record(edited)
-            self.meter.expect_break()  # the server's clearing rewrote the prefix it caches
-        self.meter.main_call(reply.usage.prompt_tokens)
-        frame_changed = self.frame.sent(self.live.messages, setup)
-        broke = self.meter.observe(reply.usage, self.clock(), ttl_seconds=setup.settings.cache_ttl_seconds,
-                                   signature=setup.signature)
-        if broke is not None:
-            self.emit(broke)
-        if not frame_changed:  # new tools or system prompt: the API's count moved by more than the messages
-            self.live.learn_ratio(reply.usage.prompt_tokens, count)
-        totals = self.meter.snapshot()
-        self.emit(UsageUpdated(reply.usage, count.tokens, self.live.state.correction.ratio, totals.to_json(),
-                               round(totals.cache_hit_ratio, 4), round(cost, 6)))
-
-    # -- compactions -------------------------------------------------------------------------------
-
-    def compacted(self, new_messages: Sequence[Message], live: Sequence[Message], event: Compacted) -> None:
-        """A compaction's result: recorded first, then live; the breaker closes."""
+    def compacted(self, new_messages: Sequence[Message], live: Sequence[Message],
+                  event: Compacted | ServerCompacted) -> None:
+        """A compaction's result, ctx_magic's or the API's: recorded first, then live; after ctx_magic's
+        own, the breaker closes."""
         for message in new_messages:
             self.recorder.message(message)
         self.record(event)
         self.live.replace(live)
-        self.compaction = self.compaction.compacted(event)
+        if isinstance(event, Compacted):
+            self.compaction = self.compaction.compacted(event)
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
 
     def switch_model(self, settings: Settings, model: Model) -> ThinkingCleared | None:
         """Another model (or provider) for the next turns: the thinking blocks other models wrote
         leave the live context (their signatures are bound to the model that made them)."""
         self.frame.reconfigure(settings, model)
-        return self.live.keep_thinking_of(model.name, getattr(model, "provider", "anthropic"),
-                                          append_only=self.frame.window.append_only)
+        return self.live.keep_thinking_of(model.name, model.provider, append_only=self.frame.window.append_only)
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()
@@ -253,17 +216,10 @@ class Session:
 
     def state_json(self) -> dict[str, Any]:
         """What state.json keeps of the session (read back by `resume`)."""
-        return {
-            "session_id": self.session_id, "model": self.frame.settings.model, **self.compaction.to_json(),
-            "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
-            "growth": self.meter.growth_json(),
-            "reads": [dataclasses.asdict(r) for r in self.files.reads.values()], "saved_at": self.clock(),
-            "system_extra": self.frame.memory_section, "cached_tail": self.frame.cached_tail,
-            "sent_signature": self.frame.sent_signature,
-            "bound_frame": {"system": self.frame.bound[0], "tools": list(self.frame.bound[1])} if self.frame.bound
-            else None,
-            "extra": self.plugins.saved(),
-        }
+        return {"session_id": self.session_id, "model": self.frame.settings.model, **self.compaction.to_json(),
+                "engine": self.live.state.to_json(), "usage": self.meter.snapshot().to_json(),
+                "growth": self.meter.growth_json(), "reads": self.files.saved_reads(), "saved_at": self.clock(),
+                **self.frame.saved(), "extra": self.plugins.saved()}
 
     def resume(self) -> list[str]:
         """Rebuild the live context from the transcript and what state.json kept beside it (engine
@@ -273,18 +229,10 @@ class Session:
         self.live.restore(messages, state)
         self.compaction = CompactionState.from_json(saved, compactions(loaded.records))
         self.meter.restore(saved.get("usage") or {}, saved.get("growth"))
-        self.frame.set_memory_section(str(saved.get("system_extra") or ""))  # the same system prompt as before
-        self.frame.cached_tail = saved.get("cached_tail")  # and the same breakpoints
-        self.frame.sent_signature = saved.get("sent_signature")  # a change of tools since is seen as one
-        bound = saved.get("bound_frame")
-        if isinstance(bound, dict) and isinstance(bound.get("system"), str) and isinstance(bound.get("tools"), list):
-            self.frame.bound = bound["system"], tuple(bound["tools"])  # what the thinking so far was written after
-        if state.cleared or self.compaction.boundaries or any(
-                m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages):
-            self.frame.offer_context_tools()  # and the same tools, once the context was cut
+        self.frame.restore(saved, cut=bool(state.cleared or self.compaction.boundaries or any(
+            m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages)))
         self.plugins.restore(saved.get("extra") or {})
-        reads = [FileRead(**read) for read in saved.get("reads") or []]
-        self.files.reads.update({r.path: r for r in reads})
+        self.files.restore_reads(saved.get("reads") or [])
         problems = loaded.problems + problems
         closing = close_dangling_tool_uses(self.live.messages, self.clock())
         if closing is not None:
@@ -293,73 +241,25 @@ class Session:
         return problems
 
     def status(self) -> StatusSnapshot:
-        """The session as it stands (counted locally, never by an API call), the cache judged by
-        the clock at this moment."""
-        setup, live = self.setup(), self.live
-        tokens = live.tokens(setup.overhead_tokens)
-        context = figures(live.messages, live.state, setup.context, tokens, live.plan.reason,
-                          counts=live.result_counts())
-        context = dataclasses.replace(context, composition=setup.composition(live.messages, live.state, tokens))
-        window, settings, compaction = setup.window, setup.settings, self.compaction
-        cache = self._cache_outlook(setup, tokens)
-        if cache.cold:  # the next call writes what the engine leaves: an idle gap clears old results and thinking first
-            cache = self._cache_outlook(setup, self._tokens_next_call(setup))
-        next_turn = compaction.turns + 1
-        seen, _ = situation(live.messages, live.state, self.clock(), setup.context,
-                            overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, next_turn))
-        ahead = compaction_ahead(seen, self.turn_growth(), warm=cache.state == "warm", prices=self.prices(),
-                                 ttl=settings.cache_ttl, deferred=self.deferred_turn == next_turn)
-        return StatusSnapshot(
-            session_id=self.session_id, model=settings.model, backend=getattr(self.frame.model, "backend", "anthropic"),
-            window_source=window.source, max_output=window.reply_cap, context=context,
-            thinking=window.thinking, thinking_budget=window.thinking_budget, prices=self.prices(),
-            provider=settings.provider, strategy=settings.strategy, token_counter=api_count.counter_name(),
-            boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
-            turns=compaction.turns, usage=self.meter.snapshot(),
-            cache_breaks=tuple(b.summary() for b in self.meter.breaks), transcript=str(self.store.transcript_path),
-            cache=cache, ahead=ahead)
-
-    def turn_growth(self) -> int:
-        """Tokens a turn has been adding lately: a call's recent growth times the calls a turn
-        makes on average (0 before two calls)."""
-        calls_per_turn = self.meter.totals.main_calls / max(1, self.compaction.turns)
-        return round(self.meter.growth() * max(1.0, calls_per_turn))
+        """The session as it stands before the next turn (status.py reads it)."""
+        setup = self.setup()
+        return self._status.read(setup, self.compaction, self._facts(setup, self.compaction.turns + 1), self.clock())
 
     def report(self) -> ContextReport:
         """The context's figures for scripts and hooks (`ctx_magic.context()`)."""
         return self.status().report()
-
-    def _tokens_next_call(self, setup: CallSetup) -> int:
-        """What the next call would send if it were made now: the engine's zero-call layers run on
-        the live context at this moment, nothing adopted or written."""
-        live = self.live
-        prepared = prepare(live.messages, live.state, self.clock(), setup.context,
-                           overhead_tokens=setup.overhead_tokens, facts=self._facts(setup, self.compaction.turns + 1),
-                           may_clear=not setup.server_clears)
-        return prepared.situation.tokens
-
-    def _cache_outlook(self, setup: CallSetup, tokens: int) -> CacheOutlook:
-        """The cache the next call finds: cold past its lifetime, or once what the last call sent
-        has changed (the system prompt or tools, the model, the messages rewritten)."""
-        messages, frame = self.live.messages, self.frame
-        last_answer = next((m for m in reversed(messages) if m.role == "assistant" and m.sent and m.api_id), None)
-        rewritten = ""
-        if frame.sent_signature is not None and frame.sent_signature != setup.signature:
-            rewritten = "the system prompt or the tools changed since the last call"
-        elif last_answer is not None and last_answer.meta.get("model", frame.model.name) != frame.model.name:
-            rewritten = f"the model changed since the last call (now {frame.model.name})"
-        elif frame.cached_tail is not None and all(m.uuid != frame.cached_tail for m in messages):
-            rewritten = "the conversation was rewritten since the last call (compacted or snipped)"
-        settings = setup.settings
-        return cache_outlook(tokens=tokens, last_call_at=last_answer.timestamp if last_answer is not None else None,
-                             now=self.clock(), ttl=settings.cache_ttl, ttl_seconds=settings.cache_ttl_seconds,
-                             rewritten=rewritten, prices=self.prices())
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""
         self.end_turn()
         self.recorder.close()
         self.store.release()
+
+
+def news_message(lines: Sequence[str], now: float) -> Message:
+    """The attachment that tells the model what changed beside the conversation."""
+    text = f"<{NEWS_TAG}>\n" + "\n".join(lines) + f"\n</{NEWS_TAG}>"
+    return user_text(text, kind="attachment", timestamp=now, news=True)
 
 
 def open_session(model: Model, executor: Executor, storage: Path, settings: Settings | None = None, *,

@@ -1,6 +1,7 @@
 """The session's status as one typed value: the cell's Done line, `%ctx status` (text and
 JSON) and the context panel all render a `StatusSnapshot`, and nothing else. Scripts and the
-PreCompact hooks get its figures as a smaller read-only `ContextReport`."""
+PreCompact hooks get its figures as a smaller read-only `ContextReport`. `StatusReader` reads
+it from the session's parts."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctx_magic.agent.usage import UsageTotals
-from ctx_magic.context.ahead import CompactionAhead
-from ctx_magic.context.cache_outlook import CacheOutlook
-from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary
+from ctx_magic.agent.live import LiveContext
+from ctx_magic.agent.request import CallSetup, RequestFrame
+from ctx_magic.agent.usage import UsageMeter, UsageTotals
+from ctx_magic.context import api_count
+from ctx_magic.context.ahead import CompactionAhead, compaction_ahead
+from ctx_magic.context.cache_outlook import CacheOutlook, cache_outlook
+from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES, Boundary, CompactionState
+from ctx_magic.context.decide import SessionFacts
+from ctx_magic.context.engine import figures, prepare, situation
 from ctx_magic.figures import Composition, ContextFigures
 from ctx_magic.prices import UNKNOWN_PRICES, Prices, format_usd
+from ctx_magic.store.session import SessionDir
 
 
 @dataclass(frozen=True)
@@ -175,3 +182,70 @@ class ContextReport:
         caption = f"<caption>Agent context · {html.escape(self.model)}</caption>"
         details = f"<pre class='ctx-magic-context-details'>{html.escape(self.details)}</pre>" if self.details else ""
         return f"<table class='ctx-magic-context'>{caption}{cells}</table>{details}"
+
+
+class StatusReader:
+    """Reads the session as it stands from its parts (counted locally, never by an API call)."""
+
+    def __init__(self, frame: RequestFrame, live: LiveContext, meter: UsageMeter, store: SessionDir) -> None:
+        self._frame = frame
+        self._live = live
+        self._meter = meter
+        self._store = store
+
+    def read(self, setup: CallSetup, compaction: CompactionState, facts: SessionFacts, now: float) -> StatusSnapshot:
+        """The status before the next turn, whose call the engine would decide with `facts`; the
+        cache judged by the clock at `now`."""
+        live, prices = self._live, self._meter.prices()
+        tokens = live.tokens(setup.overhead_tokens)
+        context = figures(live.messages, live.state, setup.context, tokens, live.plan.reason,
+                          counts=live.result_counts())
+        context = dataclasses.replace(context, composition=setup.composition(live.messages, live.state, tokens))
+        window, settings = setup.window, setup.settings
+        cache = self._cache_outlook(setup, tokens, now)
+        if cache.cold:  # the next call writes what the engine leaves: an idle gap clears old results and thinking first
+            cache = self._cache_outlook(setup, self._tokens_next_call(setup, facts, now), now)
+        seen, _ = situation(live.messages, live.state, now, setup.context, overhead_tokens=setup.overhead_tokens,
+                            facts=facts)
+        ahead = compaction_ahead(seen, self.turn_growth(compaction), warm=cache.state == "warm", prices=prices,
+                                 ttl=settings.cache_ttl, deferred=facts.deferred)
+        return StatusSnapshot(
+            session_id=self._store.session_id, model=settings.model, backend=self._frame.model.backend,
+            window_source=window.source, max_output=window.reply_cap, context=context,
+            thinking=window.thinking, thinking_budget=window.thinking_budget, prices=prices,
+            provider=settings.provider, strategy=settings.strategy, token_counter=api_count.counter_name(),
+            boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
+            turns=compaction.turns, usage=self._meter.snapshot(),
+            cache_breaks=tuple(b.summary() for b in self._meter.breaks), transcript=str(self._store.transcript_path),
+            cache=cache, ahead=ahead)
+
+    def turn_growth(self, compaction: CompactionState) -> int:
+        """Tokens a turn has been adding lately: a call's recent growth times the calls a turn
+        makes on average (0 before two calls)."""
+        calls_per_turn = self._meter.totals.main_calls / max(1, compaction.turns)
+        return round(self._meter.growth() * max(1.0, calls_per_turn))
+
+    def _tokens_next_call(self, setup: CallSetup, facts: SessionFacts, now: float) -> int:
+        """What the next call would send if it were made now: the engine's zero-call layers run on
+        the live context at this moment, nothing adopted or written."""
+        live = self._live
+        prepared = prepare(live.messages, live.state, now, setup.context, overhead_tokens=setup.overhead_tokens,
+                           facts=facts, may_clear=not setup.server_clears)
+        return prepared.situation.tokens
+
+    def _cache_outlook(self, setup: CallSetup, tokens: int, now: float) -> CacheOutlook:
+        """The cache the next call finds: cold past its lifetime, or once what the last call sent
+        has changed (the system prompt or tools, the model, the messages rewritten)."""
+        messages, frame = self._live.messages, self._frame
+        last_answer = next((m for m in reversed(messages) if m.role == "assistant" and m.sent and m.api_id), None)
+        rewritten = ""
+        if frame.sent_signature is not None and frame.sent_signature != setup.signature:
+            rewritten = "the system prompt or the tools changed since the last call"
+        elif last_answer is not None and last_answer.meta.get("model", frame.model.name) != frame.model.name:
+            rewritten = f"the model changed since the last call (now {frame.model.name})"
+        elif frame.cached_tail is not None and all(m.uuid != frame.cached_tail for m in messages):
+            rewritten = "the conversation was rewritten since the last call (compacted or snipped)"
+        settings = setup.settings
+        return cache_outlook(tokens=tokens, last_call_at=last_answer.timestamp if last_answer is not None else None,
+                             now=now, ttl=settings.cache_ttl, ttl_seconds=settings.cache_ttl_seconds,
+                             rewritten=rewritten, prices=self._meter.prices())

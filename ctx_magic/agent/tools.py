@@ -87,9 +87,18 @@ class Tool:
 
 
 class Executor(Protocol):
-    """Brings the tools that run where the user's data lives (`python`, and any of its own)."""
+    """Brings the tools that run where the user's data lives (`python`, and any of its own), and
+    says what changed there. An executor that subclasses it has nothing to say by default."""
 
     def tools(self) -> list[Tool]: ...
+
+    def news(self) -> list[str]:
+        """What changed where the tools run since last asked (a background run ended): a line each."""
+        return []
+
+    def context_attachments(self) -> list[str]:
+        """What the context is told of where the tools run after it was compacted (the kernel's state)."""
+        return []
 
 
 class ToolRegistry:
@@ -165,13 +174,16 @@ def run_python_source(code: str, namespace: dict[str, Any]) -> tuple[str, bool]:
 
 
 @dataclass
-class LocalExecutor:
+class LocalExecutor(Executor):
     """Runs `python` in a plain namespace of this process (scripts, tests, the offline demo)."""
 
     namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__agent__"})
 
     def tools(self) -> list[Tool]:
-        return [Tool(PYTHON_TOOL, lambda call, _context: self.run_python(call))]
+        return [Tool(PYTHON_TOOL, self._python)]  # the same handler each time: the call's setup is kept
+
+    def _python(self, call: ToolCall, _context: ToolContext) -> ToolOutput:
+        return self.run_python(call)
 
     def run_python(self, call: ToolCall) -> ToolOutput:
         code = call.input.get("code")

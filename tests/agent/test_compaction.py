@@ -11,7 +11,7 @@ from agent_rig import request_messages, rig
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.session import open_session
-from ctx_magic.agent.tools import PYTHON_TOOL, LocalExecutor, Tool, ToolCall
+from ctx_magic.agent.tools import PYTHON_TOOL, Executor, LocalExecutor, Tool, ToolCall
 from ctx_magic.context.invariants import INTERRUPTED_RESULT, check_invariants
 from ctx_magic.context.microcompact import CLEARED_TEXT
 from ctx_magic.context.prompts import PTL_RETRY_MARKER
@@ -207,7 +207,7 @@ def test_resume_after_restart_sends_the_same_next_request(tmp_path):
 
 
 def test_interrupt_while_a_tool_runs_closes_the_call_and_the_next_turn_works(tmp_path):
-    class Interrupting:
+    class Interrupting(Executor):
         def __init__(self, inner):
             self.inner, self.armed = inner, True
 

@@ -60,7 +60,7 @@ def test_past_the_ttl_the_predicted_write_is_what_the_next_call_is_billed(tmp_pa
         assert cache is not None and cache.cold and cache.reason.startswith("idle 5 min")
         run_turn(r.session, "Go on.")
         usage = first_answer_after(r.session.live.messages, "Go on.").usage
-        prices = r.session.prices()
+        prices = r.session.frame.prices()
     assert usage.cache_read_input_tokens == 0  # the stand-in's cache expired on the same clock
     billed = usage.cache_creation_input_tokens * prices.cache_write_5m / 1_000_000
     assert cache.write_usd == pytest.approx(billed, rel=0.01)

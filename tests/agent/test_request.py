@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from builders import assistant, text
 
-from ctx_magic.agent.request import build_request, cache_control, system_blocks
+from ctx_magic.agent.request_body import build_request, cache_control, system_blocks
 from ctx_magic.messages import Message, tool_result_block, tool_use_block, user_text
 
 EPHEMERAL = {"type": "ephemeral"}

@@ -70,7 +70,7 @@ def test_past_the_ttl_status_and_panel_show_the_next_call_s_price_and_the_bill_m
     session = ctl.host.session
     at = max(i for i, m in enumerate(session.live.messages) if m.role == "user" and m.text == "Go on.")
     usage = next(m for m in session.live.messages[at:] if m.role == "assistant" and m.api_id).usage
-    billed = usage.cache_creation_input_tokens * session.prices().cache_write_5m / 1_000_000
+    billed = usage.cache_creation_input_tokens * session.frame.prices().cache_write_5m / 1_000_000
     assert usage.cache_read_input_tokens == 0 and predicted.write_usd == pytest.approx(billed, rel=0.01)
 
 
