@@ -29,11 +29,12 @@ from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.tools import Executor, ToolRegistry
 from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
+from ctx_magic.context.decide import context_tools_from_start
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import is_thinking, keep_valid_thinking
-from ctx_magic.context.tokens import count_text
+from ctx_magic.context.tokens import count_text, message_tokens
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
 from ctx_magic.images import count_images, limit_images
@@ -173,18 +174,20 @@ class RequestFrame:
         and their specs serialized once, the engine's settings, the server's plan. `context_tools`
         asks for the setup with (or without) the context tools, whether or not they are offered yet."""
         settings, window = self.settings, self.window
+        context = ContextSettings.create(
+            window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
+            append_only=window.append_only,
+            compactable_tools=self._tools(offered=True).clearable(), tool_results_dir=str(store.tool_results_dir),
+            transcript_path=str(store.transcript_path))
         offered = self.context_tools if context_tools is None else context_tools
-        offered = offered or window.append_only  # a tool that joins later would change every block's prefix
+        if window.append_only:  # tools join only where a prefix starts: the first request, a compaction
+            offered = self._offered_in_bound() if self.bound is not None else offered or context_tools_from_start(
+                sum(message_tokens(m) for m in messages if m.sent), context.thresholds)
         tools = self._tools(offered=offered)
         specs, system = tools.specs(), self.system_prompt()
         if window.append_only and self.bound is not None:
             system, specs = self.bound[0], list(self.bound[1])
         specs_json = json.dumps(specs)
-        context = ContextSettings.create(
-            window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
-            append_only=window.append_only,
-            compactable_tools=tools.clearable(), tool_results_dir=str(store.tool_results_dir),
-            transcript_path=str(store.transcript_path))
         server, thinking, edits = None, False, ()
         if settings.strategy == "server":
             thinking, edits = uses_thinking(window, messages), self.model.limits().context_edits
@@ -212,6 +215,11 @@ class RequestFrame:
 
     def offer_context_tools(self) -> None:
         self.context_tools = True
+
+    def _offered_in_bound(self) -> bool:
+        """Whether the tools the conversation is bound to hold the context tools."""
+        names = {spec.get("name") for spec in self.bound[1]} if self.bound is not None else set()
+        return all(t.name in names for t in CONTEXT_TOOLS)
 
     def build(self, messages: Sequence[Message], setup: CallSetup, *, purpose: str = "main",
               max_tokens: int | None = None, server: ServerPlan | None = None) -> ModelRequest:
