@@ -172,7 +172,8 @@ class RequestFrame:
               context_tools: bool | None = None) -> CallSetup:
         """This call's setup for a conversation of `messages` kept in `store`: the tools gathered
         and their specs serialized once, the engine's settings, the server's plan. `context_tools`
-        asks for the setup with (or without) the context tools, whether or not they are offered yet."""
+        asks for the setup with (or without) the context tools, whether or not they are offered yet;
+        append-only, with them is the frame a compaction starts (not the one the conversation is bound to)."""
         settings, window = self.settings, self.window
         context = ContextSettings.create(
             window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
@@ -180,13 +181,16 @@ class RequestFrame:
             compactable_tools=self._tools(offered=True).clearable(), tool_results_dir=str(store.tool_results_dir),
             transcript_path=str(store.transcript_path))
         offered = self.context_tools if context_tools is None else context_tools
-        if window.append_only:  # tools join only where a prefix starts: the first request, a compaction
-            offered = self._offered_in_bound() if self.bound is not None else offered or context_tools_from_start(
+        # Append-only, tools join only where a prefix starts: the first request, or a compaction (the
+        # frame asked for with the context tools is the one after it).
+        bound = self.bound if window.append_only and context_tools is not True else None
+        if window.append_only and context_tools is None:
+            offered = self._offered_in_bound() if bound is not None else offered or context_tools_from_start(
                 sum(message_tokens(m) for m in messages if m.sent), context.thresholds)
         tools = self._tools(offered=offered)
         specs, system = tools.specs(), self.system_prompt()
-        if window.append_only and self.bound is not None:
-            system, specs = self.bound[0], list(self.bound[1])
+        if bound is not None:
+            system, specs = bound[0], list(bound[1])
         specs_json = json.dumps(specs)
         server, thinking, edits = None, False, ()
         if settings.strategy == "server":
