@@ -175,23 +175,22 @@ class RequestFrame:
         asks for the setup with (or without) the context tools, whether or not they are offered yet;
         append-only, with them is the frame a compaction starts (not the one the conversation is bound to)."""
         settings, window = self.settings, self.window
-        context = ContextSettings.create(
-            window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
-            append_only=window.append_only,
-            compactable_tools=self._tools(offered=True).clearable(), tool_results_dir=str(store.tool_results_dir),
-            transcript_path=str(store.transcript_path))
         offered = self.context_tools if context_tools is None else context_tools
         # Append-only, tools join only where a prefix starts: the first request, or a compaction (the
         # frame asked for with the context tools is the one after it).
         bound = self.bound if window.append_only and context_tools is not True else None
         if window.append_only and context_tools is None:
-            offered = self._offered_in_bound() if bound is not None else offered or context_tools_from_start(
-                sum(message_tokens(m) for m in messages if m.sent), context.thresholds)
+            offered = self._offered_in_bound() if bound is not None else offered or self._tools_from_start(messages)
         tools = self._tools(offered=offered)
         specs, system = tools.specs(), self.system_prompt()
         if bound is not None:
             system, specs = bound[0], list(bound[1])
         specs_json = json.dumps(specs)
+        context = ContextSettings.create(
+            window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
+            append_only=window.append_only,
+            compactable_tools=tools.clearable(), tool_results_dir=str(store.tool_results_dir),
+            transcript_path=str(store.transcript_path))
         server, thinking, edits = None, False, ()
         if settings.strategy == "server":
             thinking, edits = uses_thinking(window, messages), self.model.limits().context_edits
@@ -219,6 +218,13 @@ class RequestFrame:
 
     def offer_context_tools(self) -> None:
         self.context_tools = True
+
+    def _tools_from_start(self, messages: Sequence[Message]) -> bool:
+        """Whether a conversation starting with `messages` offers the context tools from its first request."""
+        window = self.window
+        thresholds = ContextSettings.create(window.tokens, window.reply_cap, self.settings,
+                                            thinking_budget=window.thinking_budget).thresholds
+        return context_tools_from_start(sum(message_tokens(m) for m in messages if m.sent), thresholds)
 
     def _offered_in_bound(self) -> bool:
         """Whether the tools the conversation is bound to hold the context tools."""

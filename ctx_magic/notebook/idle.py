@@ -32,15 +32,15 @@ class IdleWatch:
         self._unshown: list[Event] = []
 
     def check(self) -> bool:
-        """At the next cell: the zero-call layers run if the idle gap passed; True if they ran."""
+        """At the next cell: the zero-call layers run if the idle gap passed; True if they changed the
+        context (the panel then loads the session's figures again; otherwise its events sufficed)."""
         session = self._host.session
         if session is None or not self._lock.acquire(blocking=False):
             return False
         try:
             self.flush(session)
             if any(m.sent for m in session.live.messages):
-                self._between_turns(session, session.prepare)
-                return True
+                return self._between_turns(session, session.prepare)
         except CtxMagicError:
             pass
         finally:
@@ -84,11 +84,14 @@ class IdleWatch:
         unshown, self._unshown = self._unshown, []
         return unshown
 
-    def _between_turns(self, session: Session, act: Callable[[], object]) -> None:
+    def _between_turns(self, session: Session, act: Callable[[], object]) -> bool:
+        """Run `act`, keeping the context changes it made to show at the next turn; whether it made any."""
         seen: list[Event] = []
         session.listeners.append(seen.append)
         try:
             act()
         finally:
             session.listeners.remove(seen.append)
-        self._unshown += [e for e in seen if isinstance(e, SHOWN_LATER)]
+        changes = [e for e in seen if isinstance(e, SHOWN_LATER)]
+        self._unshown += changes
+        return bool(changes)
