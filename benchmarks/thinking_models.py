@@ -63,6 +63,8 @@ class SessionReport:
     report: Report
     said: int
     """Lines in which ctx_magic said it cleared thinking (an idle gap, an edit, a compaction)."""
+    models: frozenset[str]
+    """The models the requests named."""
 
 
 def session(model: str) -> SessionReport:
@@ -94,11 +96,12 @@ def session(model: str) -> SessionReport:
     report = measure(api, SESSION_WINDOW, outcomes, final)
     report.model = model
     said = sum(len(SAID.findall(o.shown.text)) for o in [*outcomes, final])
-    return SessionReport(report, said)
+    return SessionReport(report, said, frozenset(str(q.body.get("model")) for q in api.requests if q.body))
 
 
 def table(rows: list[tuple[SessionReport, list[Report]]]) -> str:
-    head = ("| model | session: requests · refused · dead ends · thinking dropped by the API · clearings said | "
+    head = ("| model | session: requests · refused · dead ends · thinking dropped by the API · clearings said · "
+            "failed steps | "
             "soak: requests · refused · dead ends · thinking dropped by the API · failed steps |")
     out = [head, "|---|---|---|"]
     for said, soaks in rows:
@@ -106,7 +109,7 @@ def table(rows: list[tuple[SessionReport, list[Report]]]) -> str:
         soaked = " / ".join(f"{s.requests} · {s.refused_thinking} · {s.dead_ends} · {s.thinking_dropped} · "
                             f"{len(s.failed)}" for s in soaks)
         out.append(f"| {r.model} | {r.requests} · {r.refused_thinking} · {r.dead_ends} · {r.thinking_dropped} · "
-                   f"{said.said} | {soaked} |")
+                   f"{said.said} · {len(r.failed)} | {soaked} |")
     return "\n".join(out)
 
 

@@ -35,6 +35,7 @@ def test_a_short_soak_on_another_model_with_the_check_is_never_refused(tmp_path)
 def test_the_session_on_the_default_model_is_never_refused_and_says_each_thinking_clearing():
     result = session("claude-sonnet-5-5")
     r = result.report
+    assert result.models == {"claude-sonnet-5-5"}
     assert r.requests > SESSION_TURNS and not r.failed
     assert (r.refused_thinking, r.thinking_dropped, r.dead_ends, r.tracebacks) == (0, 0, 0, 0)
     assert result.said > 0 and r.final_ok
