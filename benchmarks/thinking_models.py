@@ -71,11 +71,10 @@ def session(model: str) -> SessionReport:
     """The 30-turn session on `model`, every figure of the soak's report and the lines said."""
     clock = ManualClock()
     api = OfflineAPI(OfflineConfig(window=SESSION_WINDOW, account="new"), clock=clock)
-    folder = Path(tempfile.mkdtemp(prefix="thinking-models-"))
     setup = [*SETUP, f"%config CtxMagic.context_window = {SESSION_WINDOW}", f"%config CtxMagic.model = {model!r}"]
     outcomes: list[Outcome] = []
-    with serve_in_thread(api) as (url, _stop):
-        driver = InProcess(folder, {"ANTHROPIC_API_KEY": "sk-session", "ANTHROPIC_BASE_URL": url}, setup)
+    with serve_in_thread(api) as (url, _stop), tempfile.TemporaryDirectory(prefix="thinking-models-") as folder:
+        driver = InProcess(Path(folder), {"ANTHROPIC_API_KEY": "sk-session", "ANTHROPIC_BASE_URL": url}, setup)
         try:
             driver._controller().clock = clock
             for number, (kind, source) in enumerate(session_plan()):
