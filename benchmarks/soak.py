@@ -46,6 +46,8 @@ from ctx_magic.offline.app import OfflineAPI, OfflineConfig
 from ctx_magic.offline.counting import UNITS
 from ctx_magic.offline.faults import SURVIVABLE_FAULTS
 from ctx_magic.offline.server import serve_in_thread
+from ctx_magic.offline.thinking import PRESERVED_THINKING_MODELS
+from ctx_magic.settings import Settings
 from ctx_magic.store.session import SessionDir
 
 STEPS = 160
@@ -136,6 +138,11 @@ class Outcome:
 class Report:
     window: int
     unit: str = "calibrated"
+    model: str = ""
+    refused_thinking: int = 0
+    """Requests the prefix check refused (a thinking block sent back after a change of its prefix)."""
+    thinking_dropped: int = 0
+    """Thinking blocks the API dropped (drop_block) or let through unchecked (an old account)."""
     requests: int = 0
     count_requests: int = 0
     violations: int = 0
@@ -168,11 +175,13 @@ def stand_in(window: int, seed: int, rate: float, unit: str = "calibrated",
 
 
 def soak(window: int, *, seed: int = SEED, steps: int = STEPS, rate: float = FAULT_RATE, kernel: bool = False,
-         folder: Path | None = None, unit: str = "calibrated", faults: tuple[str, ...] | None = None) -> Report:
-    """Run the plan at one window, the stand-in counting in `unit` and drawing from `faults` (every
-    survivable one by default); the figures of the report."""
+         folder: Path | None = None, unit: str = "calibrated", faults: tuple[str, ...] | None = None,
+         model: str = "") -> Report:
+    """Run the plan at one window on `model` (the default one if empty), the stand-in counting in
+    `unit` and drawing from `faults` (every survivable one by default); the figures of the report."""
     folder = folder or Path(tempfile.mkdtemp(prefix=f"soak-{window}-"))
-    setup = [*SETUP, f"%config CtxMagic.context_window = {window}"]
+    setup = [*SETUP, f"%config CtxMagic.context_window = {window}",
+             *([f"%config CtxMagic.model = {model!r}"] if model else [])]
     with stand_in(window, seed, rate, unit, faults) as (api, env):
         driver: Driver = (RealKernel if kernel else InProcess)(folder, env, setup)
         try:
@@ -185,7 +194,7 @@ def soak(window: int, *, seed: int = SEED, steps: int = STEPS, rate: float = FAU
         finally:
             driver.close()
         report = measure(api, window, outcomes, final)
-    report.unit = unit
+    report.unit, report.model = unit, model or Settings().model
     report.prompts, report.outputs = recoverable(folder / ".ctx_magic", sid, [*outcomes, final])
     return report
 
@@ -222,6 +231,8 @@ def measure(api: OfflineAPI, window: int, outcomes: list[Outcome], final: Outcom
     for index, record in enumerate(records):
         if record.fault is not None or record.status not in (400, 413) or record.path != "/v1/messages":
             continue
+        if any(m.get("type") == "thinking_refused" for m in record.thinking_mismatches):
+            report.refused_thinking += 1
         tokens = (record.input_tokens or 0) + int((record.body or {}).get("max_tokens") or 0)
         if tokens > window:
             report.over_window += 1
@@ -229,6 +240,8 @@ def measure(api: OfflineAPI, window: int, outcomes: list[Outcome], final: Outcom
             report.over_unrecovered += owner in failed_at
         else:
             report.violations += 1
+    report.thinking_dropped = sum(1 for r in calls for m in r.thinking_mismatches
+                                  if m.get("type") in ("thinking_dropped", "thinking_mismatch_allowed"))
     report.broken = _broken_streams(outcomes, records, failed_at)
     report.final_ok = not (final.shown.errors or final.shown.traceback)
     report.dead_ends = sum(_dead_end(n, outcomes, records, report.final_ok) for n in sorted(failed_at))
@@ -269,18 +282,24 @@ def recoverable(storage: Path, sid: str, outcomes: list[Outcome]) -> tuple[tuple
 
 
 def table(reports: list[Report]) -> str:
-    head = ("| unit | window | steps (restarts) | requests (count_tokens) | faults injected | API-rule violations | "
-            "over the window (unrecovered) | failed steps | failed from broken streams | dead ends | tracebacks | "
+    head = ("| model | unit | window | steps (restarts) | requests (count_tokens) | faults injected | "
+            "API-rule violations | over the window (unrecovered) | refused by the prefix check | "
+            "thinking dropped by the API | failed steps | failed from broken streams | dead ends | tracebacks | "
             "user messages recoverable | tool outputs recoverable | final turn |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in reports:
-        rows.append(f"| {r.unit} | {r.window:,} | {r.steps} ({r.restarts}) | {r.requests} ({r.count_requests}) | "
-                     f"{r.faults} | "
-                     f"{r.violations} | {r.over_window} ({r.over_unrecovered}) | {len(r.failed)} | "
-                     f"{r.broken[0]} of {r.broken[1]} | {r.dead_ends} | "
-                     f"{r.tracebacks} | {Report.share(r.prompts)} | {Report.share(r.outputs)} | "
-                     f"{'works' if r.final_ok else 'FAILS'} |")
+        rows.append(f"| {r.model} | {r.unit} | {r.window:,} | {r.steps} ({r.restarts}) | "
+                    f"{r.requests} ({r.count_requests}) | {r.faults} | {r.violations} | "
+                    f"{r.over_window} ({r.over_unrecovered}) | {r.refused_thinking} | {r.thinking_dropped} | "
+                    f"{len(r.failed)} | {r.broken[0]} of {r.broken[1]} | {r.dead_ends} | "
+                    f"{r.tracebacks} | {Report.share(r.prompts)} | {Report.share(r.outputs)} | "
+                    f"{'works' if r.final_ok else 'FAILS'} |")
     return "\n".join(rows)
+
+
+def models_arg(text: str) -> list[str]:
+    """`--models`: model ids, comma-separated; 'preserved-thinking' stands for all such models."""
+    return list(PRESERVED_THINKING_MODELS) if text == "preserved-thinking" else [m for m in text.split(",") if m]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -293,6 +312,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="how the stand-in counts tokens: each unit is a run of the plan at each window")
     parser.add_argument("--faults", nargs="+", choices=list(SURVIVABLE_FAULTS), default=None,
                         help="the faults drawn from (default: every one a session must survive)")
+    parser.add_argument("--models", type=models_arg, default=[""],
+                        help="comma-separated model ids, or 'preserved-thinking' for every model that checks the "
+                             "prefix of the thinking sent back (default: the default model)")
     parser.add_argument("--kernel", action="store_true", help="drive real ipykernels (slow)")
     parser.add_argument("--failures", action="store_true", help="list each failed step's first error line")
     args = parser.parse_args(argv)
@@ -301,14 +323,14 @@ def main(argv: list[str] | None = None) -> None:
                             cwd=here).stdout.strip()
     faults = tuple(args.faults) if args.faults else None
     reports = [soak(w, seed=args.seed, steps=args.steps, rate=args.fault_rate, kernel=args.kernel, unit=unit,
-                    faults=faults) for unit in args.units for w in args.windows]
+                    faults=faults, model=model) for model in args.models for unit in args.units for w in args.windows]
     print(f"soak: {args.steps} steps, seed {args.seed}, faults ({', '.join(faults or ('all survivable',))}) on "
           f"{args.fault_rate:.0%} of model calls, "
           f"{'real kernels' if args.kernel else 'in-process shell'}; {datetime.date.today()}, commit {commit}\n")
     print(table(reports))
     if args.failures:
         for report in reports:
-            print(f"\nfailed steps at {report.window:,} ({report.unit}):")
+            print(f"\nfailed steps at {report.window:,} ({report.model}, {report.unit}):")
             for line in report.failed:
                 print(f"- {line}")
 

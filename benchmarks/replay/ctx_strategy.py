@@ -31,6 +31,7 @@ from typing import Any
 
 import ctx_magic.agent.loop as loop_module
 import ctx_magic.context.decide as decide_module
+import ctx_magic.context.engine as engine_module
 from benchmarks.clock import ManualClock
 from benchmarks.replay.billing import MODEL, Bench
 from benchmarks.replay.cell_render import cell_record
@@ -96,15 +97,19 @@ class CtxOptions:
     edit: bool = False
     """Append-only forced off on a model that checks the prefix of the thinking sent back: the
     client edits what it sent as on a model without the check (`ctx_magic-edit`)."""
+    keep_idle_thinking: bool = False
+    """No thinking cleared after an idle gap (the cache is cold, but what stays valid stays)."""
+    server: bool = False
+    """The 'server' strategy: the API clears old tool results and compacts where the model takes it."""
     drop_block: bool = False
     """Every call asks the API to drop the thinking blocks an edit invalidated instead of refusing
     the request (`thinking.block_binding` and its beta header)."""
 
     @classmethod
     def parse(cls, name: str) -> CtxOptions:
-        """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip` with any of the
-        switches `+cc-threshold`, `+late`, `+tools-from-start` (any subset); `ctx_magic-edit`
-        (append-only off, drop_block sent) and `ctx_magic-edit-refused` (append-only off, nothing
+        """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip` with any of the switches
+        `+cc-threshold`, `+late`, `+tools-from-start`, `+keep-idle-thinking`, `+server` (any subset);
+        `ctx_magic-edit` (append-only off, drop_block sent) and `ctx_magic-edit-refused` (append-only off, nothing
         sent: the prefix check refuses) take the same switches."""
         base = name.split("+")[0]
         if base not in EDIT_VARIANTS:
@@ -113,8 +118,8 @@ class CtxOptions:
         for flag in name.split("+")[1:]:
             field_name = {"no-notes": "notes", "no-memory": "memory", "no-clearing": "clearing",
                           "no-snip": "snip"}.get(flag)
-            switch = {"cc-threshold": "cc_threshold", "late": "late",
-                      "tools-from-start": "tools_from_start"}.get(flag)
+            switch = {"cc-threshold": "cc_threshold", "late": "late", "tools-from-start": "tools_from_start",
+                      "keep-idle-thinking": "keep_idle_thinking", "server": "server"}.get(flag)
             if field_name:
                 options = dataclasses.replace(options, **{field_name: False})
             elif switch:
@@ -181,6 +186,18 @@ def late_compaction(late: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def idle_thinking_kept(kept: bool) -> Iterator[None]:
+    """`+keep-idle-thinking`: the engine clears no thinking after an idle gap."""
+    saved = engine_module._clear_thinking
+    if kept:
+        engine_module._clear_thinking = lambda messages, state, _settings, _now: (messages, state, [])
+    try:
+        yield
+    finally:
+        engine_module._clear_thinking = saved
+
+
+@contextlib.contextmanager
 def storage_folder() -> Iterator[Path]:
     """A session folder at a fixed path (slot 0 unless another run holds it): the paths that end
     up in prompts (persisted outputs, the transcript) then count the same on every run."""
@@ -208,6 +225,8 @@ def agent_config(window: int, options: CtxOptions) -> Settings:
         config = dataclasses.replace(config, snip_max_messages=NEVER)
     if options.edit:
         config = dataclasses.replace(config, append_only="off")
+    if options.server:
+        config = dataclasses.replace(config, strategy="server")
     if options.cc_threshold:
         max_output = max(256, min(MAX_OUTPUT, window // 4))  # Session.max_output with a 64,000 cap
         effective = window - min(max_output, CC_RESERVE)
@@ -303,7 +322,8 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
     options = options or CtxOptions()
     events: Counter[str] = Counter()
     cleared: Counter[str] = Counter()
-    with storage_folder() as root, lifted_call_limit(), late_compaction(options.late):
+    with storage_folder() as root, lifted_call_limit(), late_compaction(options.late), \
+            idle_thinking_kept(options.keep_idle_thinking):
         model_class = DropBlockModel if options.drop_block else AnthropicModel
         model = model_class(offline_client(bench.meter, max_retries=0), name=MODEL,  # type: ignore[arg-type]
                             backend="offline")

@@ -26,12 +26,13 @@ from ctx_magic.agent.request_body import TurnCache, build_request, thinking_para
 from ctx_magic.agent.tools import Executor, ToolRegistry
 from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
+from ctx_magic.context.decide import context_tools_from_start
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import is_thinking
+from ctx_magic.context.thinking import is_thinking, keep_valid_thinking
 from ctx_magic.context.thresholds import ENV_AUTOCOMPACT_PCT
-from ctx_magic.context.tokens import count_text
+from ctx_magic.context.tokens import count_text, message_tokens
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
 from ctx_magic.figures import Composition
 from ctx_magic.messages import Message
@@ -179,27 +180,36 @@ class RequestFrame:
         section, the context tools coming in, the executor's tools, the prefix an append-only
         conversation is bound to, the threshold's environment override, and under the 'server'
         strategy whether thinking is in it).
-        `context_tools` asks for the setup with (or without) the context tools, offered or not."""
+        `context_tools` asks for the setup with (or without) the context tools, whether or not they
+        are offered yet; append-only, with them is the frame a compaction starts (not the one the
+        conversation is bound to)."""
+        append_only = self.window.append_only
         offered = self.context_tools if context_tools is None else context_tools
-        offered = offered or self.window.append_only  # a tool that joins later would change every block's prefix
+        # Append-only, tools join only where a prefix starts: the first request, or a compaction (the
+        # frame asked for with the context tools is the one after it).
+        bound = self.bound if append_only and context_tools is not True else None
+        if append_only and context_tools is None:
+            offered = self._offered_in_bound() if bound is not None else offered or self._tools_from_start(messages)
         thinking = self.settings.strategy == "server" and uses_thinking(self.window, messages)
-        key = (self.model, store, self.settings, self.window, self.memory_section, offered, self.bound, thinking,
+        key = (self.model, store, self.settings, self.window, self.memory_section, offered, bound, thinking,
                os.environ.get(ENV_AUTOCOMPACT_PCT), tuple(self.executor.tools()))
         known = self._setups.get(offered)
         if known is not None and all(map(operator.is_, known[0][:2], key[:2])) and known[0][2:] == key[2:]:
             return known[1]
-        setup = self._work_out(messages, store, offered)
+        setup = self._work_out(messages, store, offered, bound)
         self._setups[offered] = key, setup
         return setup
 
-    def _work_out(self, messages: Sequence[Message], store: SessionDir, offered: bool) -> CallSetup:
+    def _work_out(self, messages: Sequence[Message], store: SessionDir, offered: bool,
+                  bound: tuple[str, tuple[dict[str, Any], ...]] | None) -> CallSetup:
         """A call's setup worked out: the tools gathered and their specs serialized, what they add
-        to every request counted, the engine's settings, the server's plan."""
+        to every request counted, the engine's settings, the server's plan; `bound`: the system
+        prompt and tools an append-only conversation keeps."""
         settings, window = self.settings, self.window
         tools = self._tools(offered=offered)
         specs, system = tools.specs(), self.system_prompt()
-        if window.append_only and self.bound is not None:
-            system, specs = self.bound[0], list(self.bound[1])
+        if bound is not None:
+            system, specs = bound[0], list(bound[1])
         specs_json = json.dumps(specs)
         context = ContextSettings.create(
             window.tokens, window.reply_cap, settings, thinking_budget=window.thinking_budget,
@@ -251,6 +261,18 @@ class RequestFrame:
             self.bound = bound["system"], tuple(bound["tools"])  # what the thinking so far was written after
         if cut:
             self.offer_context_tools()
+
+    def _tools_from_start(self, messages: Sequence[Message]) -> bool:
+        """Whether a conversation starting with `messages` offers the context tools from its first request."""
+        window = self.window
+        thresholds = ContextSettings.create(window.tokens, window.reply_cap, self.settings,
+                                            thinking_budget=window.thinking_budget).thresholds
+        return context_tools_from_start(sum(message_tokens(m) for m in messages if m.sent), thresholds)
+
+    def _offered_in_bound(self) -> bool:
+        """Whether the tools the conversation is bound to hold the context tools."""
+        names = {spec.get("name") for spec in self.bound[1]} if self.bound is not None else set()
+        return all(t.name in names for t in CONTEXT_TOOLS)
 
     def build(self, messages: Sequence[Message], setup: CallSetup, *, purpose: str = "main",
               max_tokens: int | None = None, server: ServerPlan | None = None) -> ModelRequest:

@@ -302,3 +302,13 @@ def _compaction(s: Situation) -> Plan:
     if zone == "blocked":
         why += f"; past the blocking limit {th.blocking:,} with no compaction possible"
     return Plan(tokens_after=s.tokens, zone=zone, why_compact=why)
+
+
+def context_tools_from_start(tokens: int, th: Thresholds) -> bool:
+    """Whether an append-only conversation offers the context tools (compact, snip, search) from its
+    first request. Its tools can change only where a prefix starts (the first request, a compaction
+    of ctx_magic's), and the tools' definitions ride on every call until then, while before a first
+    cut they have little to act on (auto-compaction keeps the threshold). So they start with the
+    conversation only when its first request is already past the warning level, a cut being near;
+    otherwise they join at the first compaction."""
+    return tokens >= th.warning

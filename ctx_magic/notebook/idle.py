@@ -50,15 +50,15 @@ class IdleWatch:
         return self._live if self._host.session is not None else None
 
     def check(self) -> bool:
-        """At the next cell: the zero-call layers run if the idle gap passed; True if they ran."""
+        """At the next cell: the zero-call layers run if the idle gap passed; True if they changed the
+        context (the panel then loads the session's figures again; otherwise its events sufficed)."""
         live = self._watched()
         if live is None or not self._lock.acquire(blocking=False):
             return False
         try:
             self.flush()
             if any(m.sent for m in live.messages):
-                self._between_turns(self._prepare)
-                return True
+                return self._between_turns(self._prepare)
         except CtxMagicError:
             pass
         finally:
@@ -103,8 +103,11 @@ class IdleWatch:
         unshown, self._unshown = self._unshown, []
         return unshown
 
-    def _between_turns(self, act: Callable[[], object]) -> None:
+    def _between_turns(self, act: Callable[[], object]) -> bool:
+        """Run `act`, keeping the context changes it made to show at the next turn; whether it made any."""
         seen: list[Event] = []
         with listening(self._listeners, seen.append):
             act()
-        self._unshown += [e for e in seen if isinstance(e, SHOWN_LATER)]
+        changes = [e for e in seen if isinstance(e, SHOWN_LATER)]
+        self._unshown += changes
+        return bool(changes)

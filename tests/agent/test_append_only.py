@@ -1,6 +1,7 @@
 """Append-only conversations, through the loop against the stand-in over real HTTP: on a model
 that checks the prefix of every thinking block sent back, the system prompt and the tools are the
-same in every request (the context tools from the first), news is appended, and each edit of what
+same in every request until a summary starts a new prefix (the context tools join there, or at
+the first request when it starts near the threshold), news is appended, and each edit of what
 was sent (an idle clearing, a snip, the model's own clearing, a summary) leaves only thinking whose
 prefix is what it was written after."""
 
@@ -12,6 +13,7 @@ from ctx_magic.agent.catalog import MODEL_TABLE, checks_thinking_prefix, table_l
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.events import ThinkingCleared
+from ctx_magic.messages import user_text
 from ctx_magic.settings import Settings
 
 DEFAULTS = Settings()  # no thinking parameter: these models think adaptively all the same
@@ -46,22 +48,54 @@ def test_the_catalog_names_the_models_with_the_check_and_the_setting_forces_it()
     assert not Settings(append_only="off").resolve(table_limits("claude-opus-5-5")).append_only
 
 
-def test_system_and_tools_are_the_same_in_every_request_with_the_context_tools_from_the_first(tmp_path):
-    """A pin and a compaction's summary call included: nothing before a block changes under it."""
+def test_system_and_tools_are_the_same_in_every_request_without_the_context_tools_far_from_the_threshold(tmp_path):
+    """A pin, a notice and a clearing included: nothing before a block changes under it, and the
+    context tools, which could join only at the first request, stay out of a conversation that
+    started far below the warning level."""
     with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
         run_turn(r.session, code_turn(0))
         r.session.pin_board.pin("Always report temperatures in kelvin.")
         run_turn(r.session, code_turn(1))
         r.session.notice("a line for the user only")
+        old = next(i for m in r.session.live.messages for i in m.tool_result_ids)
+        assert r.session.live.clear_results([old], "model", r.session.setup())[0] == [old]  # a cut
         run_turn(r.session, "what did batch 1 show?")
         messages = [q for q in r.api.requests if q.path == "/v1/messages"]
-    assert {t["name"] for t in messages[0].body["tools"]} >= CONTEXT_TOOLS
+    assert not {t["name"] for t in messages[0].body["tools"]} & CONTEXT_TOOLS
+    assert not r.session.setup().context_tools  # the registry does not take a call to a tool not offered
     assert len({repr(_plain([q.body["system"], q.body["tools"]])) for q in messages}) == 1
     pinned = next(n for n, q in enumerate(messages) if "kelvin" in repr(q.body["messages"]))
     assert "kelvin" in repr(messages[pinned].body["messages"][-1])  # news arrives at the end
     sent_back = [b for q in messages[1:] for m in q.body["messages"] if m["role"] == "assistant"
                  for b in m["content"] if b.get("type") == "thinking"]
     assert any(b["thinking"] == "" for b in sent_back)  # notes between tool calls: empty, sent back as they came
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_the_context_tools_join_at_a_compaction_and_stay(tmp_path):
+    """A summary starts a new prefix: the tools may change there, and only there."""
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        for n in range(2):
+            run_turn(r.session, code_turn(n))
+        manual_compact(r.session, "keep the values")
+        before = len(r.api.requests)
+        for n in range(2, 4):
+            run_turn(r.session, code_turn(n))
+    offered = [[bool({t["name"] for t in q.body["tools"]} & CONTEXT_TOOLS) for q in requests
+                if q.path == "/v1/messages" and q.kind == "normal"]
+               for requests in (r.api.requests[:before], r.api.requests[before:])]
+    assert set(offered[0]) == {False} and set(offered[1]) == {True}
+    assert len({repr(q.body["tools"]) for q in r.api.requests[before:] if q.path == "/v1/messages"}) == 1
+    assert r.session.setup().context_tools
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_a_conversation_starting_past_the_warning_level_has_the_context_tools_from_its_first_request(tmp_path):
+    with rig(tmp_path, window=20_000, config=DEFAULTS) as r:
+        r.session.append(user_text("notes: " + "reading 42 at the north valve. " * 1_600, timestamp=r.clock()))
+        run_turn(r.session, "what do the notes say?")
+        first = next(q for q in r.api.requests if q.path == "/v1/messages" and q.kind == "normal")
+    assert {t["name"] for t in first.body["tools"]} >= CONTEXT_TOOLS
     assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
 
 

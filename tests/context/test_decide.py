@@ -13,6 +13,7 @@ from ctx_magic.context.decide import (
     NOTHING,
     SessionFacts,
     Situation,
+    context_tools_from_start,
     decide,
 )
 from ctx_magic.context.thresholds import compute_thresholds
@@ -178,3 +179,9 @@ def test_append_only_a_pressure_clearing_prices_the_thinking_it_drops():
     plan = decide(light)
     assert plan.clear == "pressure" and plan.tokens_after == 88_000
     assert "drops 2,000 tokens of thinking" in plan.reason
+
+
+def test_the_context_tools_start_with_a_conversation_only_when_its_first_request_is_past_the_warning_level():
+    assert not context_tools_from_start(0, TH)
+    assert not context_tools_from_start(TH.warning - 1, TH)
+    assert context_tools_from_start(TH.warning, TH)

@@ -69,6 +69,17 @@ def test_no_clearing_before_the_ttl(shell):
     assert seen == []
 
 
+def test_a_cell_reloads_the_panel_only_when_the_idle_check_changed_the_context(shell, monkeypatch):
+    work(shell, turns=3)
+    loads: list[int] = []
+    monkeypatch.setattr(controller(shell).panel, "refresh", lambda: loads.append(1))
+    cell(shell, "a = 1")  # the cache is warm: nothing to clear, the panel's figures stand
+    assert loads == []
+    shell.user_ns["_clock"].now += 5 * 60 + 1
+    cell(shell, "a = 2")  # old results cleared: the panel loads the session's figures again
+    assert loads == [1]
+
+
 def test_timer_thread_clears_in_memory_and_the_next_cell_writes_it(shell):
     work(shell)
     ctl = controller(shell)
