@@ -30,7 +30,7 @@ from ctx_magic.context.decide import context_tools_from_start
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import is_thinking, keep_valid_thinking
+from ctx_magic.context.thinking import is_thinking
 from ctx_magic.context.thresholds import ENV_AUTOCOMPACT_PCT
 from ctx_magic.context.tokens import count_text, message_tokens
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerEdited, Snipped
