@@ -241,6 +241,11 @@ class RequestFrame:
         if isinstance(event, Compacted):  # everything before it was replaced: a new prefix may start
             self.bound = None
 
+    def rebind(self, prefix: tuple[str, tuple[dict[str, Any], ...]] | None) -> None:
+        """Append-only: the conversation is bound again to `prefix` (an undone compaction's), or
+        to what the next main call sends (None)."""
+        self.bound = prefix
+
     def offer_context_tools(self) -> None:
         self.context_tools = True
 

@@ -85,7 +85,7 @@ class Session:
         self.deferred_turn: int | None = None
         """The turn the user let through uncompacted (`defer_compaction`), until the blocking limit."""
         self._veto_said_in: int | None = None
-        self.undo = UndoHistory(self.live, lambda: self.meter.totals.cost_usd)
+        self.undo = UndoHistory(self.live, self.frame, lambda: self.meter.totals.cost_usd)
         """The compactions, snips and clearings `%compact --undo` can take back."""
 
     # -- what every request carries ------------------------------------------------------------------
@@ -150,8 +150,8 @@ class Session:
             self.notice(text, "warning")
 
     def emit(self, event: Event) -> None:
+        self.undo.saw(event)  # first: a compaction's undo point keeps the prefix the frame lets go of
         self.frame.saw(event)
-        self.undo.saw(event)
         notify(self.listeners, event)
 
     def notice(self, text: str, level: str = "info", remedy: Remedy = Remedy.NONE) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ctx_magic.agent.live import LiveContext
+from ctx_magic.agent.request import RequestFrame
 from ctx_magic.context.index import measure
 from ctx_magic.context.undo import MAX_UNDO_POINTS, UndoPoint, merged, point_of, restore, undone_event
 from ctx_magic.errors import CtxMagicError
@@ -26,8 +27,9 @@ class UndoHistory:
     keeps the messages from before the change). What a summary cost is the spend between the
     'compacting' status and the compaction."""
 
-    def __init__(self, live: LiveContext, spent: Callable[[], float]) -> None:
+    def __init__(self, live: LiveContext, frame: RequestFrame, spent: Callable[[], float]) -> None:
         self._live = live
+        self._frame = frame
         self._spent = spent
         self._spent_at_start = 0.0
         self.points: list[UndoPoint] = []
@@ -36,11 +38,22 @@ class UndoHistory:
         if isinstance(event, Status) and event.state == "compacting":
             self._spent_at_start = self._spent()
         elif isinstance(event, Compacted):
-            self._push(point_of(event, self._live.messages, (), self._spent() - self._spent_at_start), merge=False)
+            point = point_of(event, self._live.messages, (), self._spent() - self._spent_at_start)
+            # Seen before the frame lets go of the prefix the conversation was bound to.
+            self._push(point and dataclasses.replace(point, prefix=self._frame.bound), merge=False)
         elif isinstance(event, (Snipped, Cleared)):
             self._push(point_of(event, self._live.previous, self._live.messages), merge=True)
         elif isinstance(event, ServerCompacted):  # the API's own summary replaced what was sent: nothing to restore
             self.points.clear()
+
+    def rebind(self, point: UndoPoint) -> Callable[[], None]:
+        """An undone compaction's conversation goes on under the system prompt and tools it was
+        bound to: the thinking it brings back was written after them. Returns what puts the
+        frame's binding back, for an undo that does not go ahead."""
+        bound = self._frame.bound
+        if point.kind == "compaction" and point.prefix is not None:
+            self._frame.rebind(point.prefix)
+        return lambda: self._frame.rebind(bound)
 
     def _push(self, point: UndoPoint | None, *, merge: bool) -> None:
         if point is None:
@@ -73,6 +86,7 @@ def undo_last(session: Session, key: str | None = None) -> UndoResult:
         raise CtxMagicError("This change can no longer be undone (it was undone, or the session was resumed since).")
     if key is not None and point.key != key:
         raise CtxMagicError(f"Only the last change can be undone, and it is {point.describe()}: undo that first.")
+    put_back = history.rebind(point)  # measured with the tools and system prompt the next request sends
     setup, live = session.setup(), session.live
     restored = restore(point, live.messages, live.state.cleared, append_only=setup.context.append_only)
     state = dataclasses.replace(live.state, cleared=restored.cleared, indexed=0, indexed_uuid=None, compactable=(),
@@ -80,6 +94,7 @@ def undo_last(session: Session, key: str | None = None) -> UndoResult:
     tokens = measure(restored.messages, state, setup.overhead_tokens).tokens
     limit = setup.context.thresholds.blocking
     if tokens >= limit:
+        put_back()
         raise CtxMagicError(f"Undoing {point.describe()} does not fit: the context would be {tokens:,} tokens, "
                             f"{tokens - limit + 1:,} over the window's limit of {limit:,}; nothing was changed.")
     event = undone_event(point, restored, live.tokens(setup.overhead_tokens), tokens)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ctx_magic.context.autocompact import without_usage
 from ctx_magic.context.thinking import drop_thinking_from, has_thinking, without_thinking
@@ -46,6 +47,9 @@ class UndoPoint:
     spent_usd: float = 0.0
     from_notes: bool = False
     """A compaction whose summary was the session's notes (no model call)."""
+    prefix: tuple[str, tuple[dict[str, Any], ...]] | None = None
+    """The system prompt and tools an append-only conversation was bound to before a compaction:
+    the thinking the undo brings back was written after them, so they are sent again."""
 
     @property
     def returning(self) -> int:
