@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow  # a Jupyter server, a browser and a kernel: minut
 
 
 def turn(n: int) -> str:
-    return f"%%agent\nTurn {n}: " + " ".join(f"word{n}x{i}" for i in range(400))
+    return f"%%agent\nTurn {n}: " + " ".join(f"word{n}x{i}" for i in range(250))  # under the size saved to a file
 
 
 CELLS = [
@@ -52,13 +52,11 @@ AHEAD_LINE = f"{PANEL} .ctx-magic-next[data-state='compacting']"
 
 
 def compaction_ahead_page(page: Page) -> None:
-    """The notebook run up to the turn whose Done line announces the compaction; the panel says it."""
+    """The notebook run up to the turn whose Done line announces the compaction, the panel as that
+    turn left it (the Done line's figures: no status read since)."""
     page.open("ahead.ipynb")
     page.run_cells(0, NOTICE)
-    ahead = settled_status(page)["compaction_ahead"]
-    said = f"The next turn compacts {ahead['tokens']:,} tokens"
-    page.wait(f"(said) => document.querySelector(\"{AHEAD_LINE}\")?.innerText.includes(said)",
-              f"the panel does not say {said!r}", arg=said)
+    page.wait(f"() => document.querySelector(\"{AHEAD_LINE}\") !== null", "the panel does not announce the compaction")
 
 
 def ahead_notebook(root: Path) -> None:
