@@ -88,7 +88,8 @@ def test_the_panel_announces_the_compaction_a_turn_before_it(tmp_path: Path) -> 
     assert quiet["compaction_ahead"] is None and "compacts" not in before
     assert not ahead["deferred"] and status["boundaries"] == []
     # The Done line is written before the session's notes catch up (a compaction in sight starts
-    # their update), so its price may be the summary call's: the tokens and a price, as shown.
+    # their update), so its price may be the summary call's: the tokens and a price, as shown (as
+    # text: with its two dollar figures the line was once typeset by MathJax as a formula).
     assert re.search(rf"· the next turn compacts: {ahead['tokens']:,} tokens now, about [\d,]+ more a turn, threshold "
                      r"7,500 \(about \$\d\.\d{4}\): %compact --not-now lets one more turn through under the "
                      r"blocking limit 14,700$", done), done
