@@ -43,6 +43,8 @@ STATUS_TEXT = {
     "idle": "",
 }
 STATUS_STYLE = "opacity:0.7;font-size:90%"
+# The status line's class: a line with two dollar figures is no TeX span for JupyterLab's MathJax.
+STATUS_CLASS = "ctx-magic-status mathjax_ignore"
 TOOL_INPUT_CHARS = 2_000
 PROGRESS_CHARS = 160  # the latest printed line shown beside the status while code runs
 # What a tool's output may show in the cell (and so in the .ipynb). Over this, the output has a
@@ -290,7 +292,7 @@ class TurnDisplay:
         show({**request, **extra})
 
     def _show_status(self, line: str) -> None:
-        data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(line)}</div>',
+        data = rich(f'<div class="{STATUS_CLASS}" style="{STATUS_STYLE}">{html.escape(line)}</div>',
                     line)
         if self.status is None:
             if line:
@@ -313,7 +315,7 @@ class TurnDisplay:
     def finish(self, summary_line: str) -> None:
         """The closing status line of the turn."""
         self._close_text()
-        data = rich(f'<div class="ctx-magic-status" style="{STATUS_STYLE}">{html.escape(summary_line)}'
+        data = rich(f'<div class="{STATUS_CLASS}" style="{STATUS_STYLE}">{html.escape(summary_line)}'
                     "</div>", summary_line)
         if self.status is None:
             show(data)
