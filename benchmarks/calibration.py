@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 from benchmarks.calibration_corpus import Exchange, Session, load_exchanges, load_sessions  # noqa: E402
 from benchmarks.calibration_models import breakdown  # noqa: E402
 from benchmarks.corpus_location import corpus_missing, corpus_path  # noqa: E402
-from ctx_magic.context import api_count, model_families  # noqa: E402
+from ctx_magic.context import api_count, block_count, model_families  # noqa: E402
 from ctx_magic.context.tokens import Correction, estimate_family  # noqa: E402
 from ctx_magic.messages import Message  # noqa: E402
 from ctx_magic.offline.cache import PromptCache, minimum_cacheable_tokens  # noqa: E402
@@ -210,7 +210,7 @@ def _block_text(block: dict[str, Any]) -> str:
 
 def delta_kind(blocks: Sequence[dict[str, Any]], family: model_families.Family) -> str:
     """The kind of the largest block added: images and thinking by type, the rest by their text."""
-    largest = max(blocks, key=lambda b: api_count.block_tokens(b, family))
+    largest = max(blocks, key=lambda b: block_count.block_tokens(b, family))
     if largest.get("type") == "image" or any(
             isinstance(b, dict) and b.get("type") == "image" for b in largest.get("content") or [] if
             isinstance(largest.get("content"), list)):

@@ -1,5 +1,5 @@
 """The live context in figures: its size against its limits, and the window part by part.
-Carried by events (events.py re-exports both) and by the status snapshot."""
+Carried by events (ctx_magic.events) and by the status snapshot."""
 
 from __future__ import annotations
 

@@ -74,6 +74,28 @@ class TurnResult:
     cost_usd: float = 0.0
     """What the turn's calls cost (main and side calls made during it), at the model's prices."""
 
+    def record_call(self) -> None:
+        """The model answered one more call."""
+        self.model_calls += 1
+
+    def record_tool_calls(self, count: int) -> None:
+        """An answer asked for `count` tool calls."""
+        self.tool_calls += count
+
+    def record_answer(self, content: Sequence[Block]) -> None:
+        """The text of the latest answer is the turn's text."""
+        self.text = "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+
+    def fail(self, error: str, remedy: Remedy) -> None:
+        self.error, self.remedy = error, remedy
+
+    def finish(self, cost_usd: float) -> None:
+        """The turn is over, having cost `cost_usd`."""
+        self.cost_usd = cost_usd
+
 
 class Turn:
     """One turn in progress: what its tools may ask of it (the ToolContext)."""
@@ -98,6 +120,11 @@ class Turn:
             return False
         self.compact_request = instructions
         return True
+
+    def take_compact_request(self) -> str | None:
+        """The compaction the model asked for, if it did (asked once: the request is cleared)."""
+        instructions, self.compact_request = self.compact_request, None
+        return instructions
 
     def search_transcript(self, **query: Any) -> str:
         return search_session(self._store, **query)
@@ -152,13 +179,13 @@ def run_turn(session: Session, prompt: str | Sequence[Block]) -> TurnResult:
         session.append(Message("user", tuple(fitted), timestamp=session.clock()))
         _loop(session, Turn(session, result))
     except KeyboardInterrupt:
-        result.interrupted = True
+        result.interrupt()
         session.notice("Interrupted: the conversation is intact.", "warning", Remedy.RUN_AGAIN)
     except CtxMagicError as error:
-        result.error, result.remedy = str(error), error.remedy
+        result.fail(str(error), error.remedy)
         session.notice(str(error), "error", error.remedy)
     finally:
-        result.cost_usd = meter.snapshot().cost_usd - spent_before
+        result.finish(meter.snapshot().cost_usd - spent_before)
         session.emit(Status("idle"))
         session.end_turn()
     session.turn_ended(result)
@@ -221,7 +248,7 @@ def _loop(session: Session, turn: Turn) -> None:
             stripped = True
             _shrink_request(session, live, setup)
             continue
-        result.model_calls += 1
+        result.record_call()
         refusals = 0
         if not says_something(reply.content):
             # Stored, an empty answer would break every later request (the API refuses empty
@@ -233,7 +260,7 @@ def _loop(session: Session, turn: Turn) -> None:
             session.notice(f"{EMPTY_REPLY} {EMPTY_REPLY_ATTEMPTS} times; nothing was stored.", "warning",
                            Remedy.RUN_AGAIN)
             return
-        result.tool_calls += len(reply.tool_uses)
+        result.record_tool_calls(len(reply.tool_uses))
         meta = {**written_by(frame.model), OVERHEAD_META: setup.overhead_tokens}
         if reply.compaction_usage:
             meta[COMPACTION_USAGE_META] = [part.to_json() for part in reply.compaction_usage]
@@ -249,17 +276,17 @@ def _loop(session: Session, turn: Turn) -> None:
         after_server = compaction.server_compacted(session, answer)
         if after_server is not None:
             result.compactions.append("server")
-        result.text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text")
+        result.record_answer(reply.content)
         if reply.tool_uses:
             turn.run_tools(reply, setup)
         for message in after_server or ():  # after the results: they must follow the answer's tool uses
             session.append(message)
         if not reply.tool_uses:
             return
-        if turn.compact_request is not None:
-            compaction.manual_compact(session, turn.compact_request or None, trigger="model")
+        instructions = turn.take_compact_request()
+        if instructions is not None:
+            compaction.manual_compact(session, instructions or None, trigger="model")
             result.compactions.append("model")
-            turn.compact_request = None
     session.notice(f"Stopped after {MAX_MODEL_CALLS_PER_TURN} model calls in one turn.", "warning")
 
 

@@ -64,6 +64,10 @@ class UndoHistory:
             return
         self.points = [*self.points, point][-MAX_UNDO_POINTS:]
 
+    def forget_last(self) -> None:
+        """The newest point was undone: it cannot be taken back twice."""
+        self.points = self.points[:-1]
+
 
 @dataclasses.dataclass(frozen=True)
 class UndoResult:
@@ -100,7 +104,7 @@ def undo_last(session: Session, key: str | None = None) -> UndoResult:
     event = undone_event(point, restored, live.tokens(setup.overhead_tokens), tokens)
     session.record(event)
     live.replace(restored.messages, state)
-    history.points = history.points[:-1]
+    history.forget_last()
     if restored.thinking is not None:
         session.record(restored.thinking)
     if tokens >= setup.context.thresholds.autocompact:

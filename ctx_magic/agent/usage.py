@@ -71,6 +71,10 @@ class UsageTotals:
         self.cache_creation_1h_input_tokens += usage.cache_creation_1h_input_tokens
         self.cost_usd += cost
 
+    def count_main_call(self) -> None:
+        """One more call of the conversation itself."""
+        self.main_calls += 1
+
     @property
     def saved_total_usd(self) -> float:
         return sum(self.saved_usd.values())
@@ -154,7 +158,7 @@ class UsageMeter:
     def main_call(self, prompt_tokens: int) -> None:
         """A call of the conversation went out with this many prompt tokens."""
         with self._lock:
-            self.totals.main_calls += 1
+            self.totals.count_main_call()
         if self._last_prompt is not None and prompt_tokens > self._last_prompt:
             self._growths.append(prompt_tokens - self._last_prompt)  # a compaction's drop says nothing
         self._last_prompt = prompt_tokens

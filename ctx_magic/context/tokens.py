@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ctx_magic.context import api_count, model_families
+from ctx_magic.context import api_count, block_count, model_families
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.messages import Block, Message, Usage
 from ctx_magic.settings import DEFAULTS
@@ -35,7 +35,7 @@ def count_text(text: str, *, use_tokenizer: bool = True, family: model_families.
 
 def block_tokens(block: Block, family: model_families.Family = DEFAULT_FAMILY) -> int:
     """One content block as the API counts it, its wrapper included."""
-    return api_count.block_tokens(block, family)
+    return block_count.block_tokens(block, family)
 
 
 def message_tokens(message: Message, family: model_families.Family = DEFAULT_FAMILY) -> int:

@@ -12,7 +12,7 @@ from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.plugins import Plugins
 from ctx_magic.agent.side_calls import SIDE_CALL_MAX_OUTPUT, SideCalls
 from ctx_magic.context.compaction_state import CompactionState
-from ctx_magic.memory.longterm import TeamShare, extract_memories
+from ctx_magic.memory.longterm import MemoryTargets, TeamShare, extract_memories
 from ctx_magic.memory.secrets import refusal_line
 from ctx_magic.memory.store import Memory
 from ctx_magic.messages import Message
@@ -91,9 +91,10 @@ class Extraction:
         team = manager.team
         review_team = manager.settings.team_review or manager.asks
         share = None if team is None else TeamShare(team, manager.member, manager.proposals if review_team else None)
-        added = extract_memories(SessionTextModel(source.side_calls, EXTRACTION_MAX_OUTPUT), snapshot, manager.project,
+        targets = MemoryTargets(manager.project, manager.own_pending if manager.asks else None, share)
+        added = extract_memories(SessionTextModel(source.side_calls, EXTRACTION_MAX_OUTPUT), snapshot, targets,
                                  now=manager.clock(), session_id=source.session_id, already_extracted=already,
-                                 refused=refused, team=share, pending=manager.own_pending if manager.asks else None)
+                                 refused=refused)
         source.plugins.remember(EXTRACTED_KEY, already + len(added))
         self.last_refused = refusal_line(refused, "extracted memory")
         return added

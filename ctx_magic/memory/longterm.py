@@ -140,17 +140,36 @@ def known_texts(memories: Iterable[Memory], now: datetime, limit: int = KNOWN_IN
     return [" ".join(m.text.split()) for m in sort_by_relevance(memories, now)[:limit]]
 
 
+@dataclass(frozen=True)
+class MemoryTargets:
+    """Where extracted memories go: the member's own store (`own`), or `pending` for their review
+    instead; with a `team`, what `belongs_to_team` says is about the shared work goes there."""
+
+    own: MemoryStore
+    pending: MemoryStore | None = None
+    team: TeamShare | None = None
+
+    def known(self) -> list[Memory]:
+        """Every memory stored or waiting in any of them: none is proposed again."""
+        return [*self.own.all(), *(self.pending.all() if self.pending is not None else []),
+                *(self.team.known() if self.team is not None else [])]
+
+    def target(self, candidate: Candidate) -> tuple[MemoryStore, str]:
+        """The store a checked candidate goes to, and the author it is signed with there."""
+        if self.team is not None and belongs_to_team(candidate):
+            return self.team.target, self.team.author
+        return (self.pending if self.pending is not None else self.own), ""
+
+
 def extract_memories(
     model: TextModel,
     messages: Sequence[Message],
-    store: MemoryStore,
+    targets: MemoryTargets,
     *,
     now: datetime,
     session_id: str,
     already_extracted: int = 0,
     refused: list[str] | None = None,
-    team: TeamShare | None = None,
-    pending: MemoryStore | None = None,
 ) -> list[Memory]:
     """Ask the model for the session's durable facts and store the new ones.
 
@@ -158,17 +177,16 @@ def extract_memories(
     memories stored now (the caller adds their number to its count). Secrets and duplicates
     of stored memories (in any scope) are dropped, each secret's kind and masked value added to
     `refused` (for one line to the user, never the text); a reply without a `<memories>` block
-    stores nothing. With a `team`, what `belongs_to_team` says is about the shared work goes to
-    its store (or its proposals, for review), signed by its author; with `pending`, the member's own
-    memories wait there for review instead of entering `store`. Model errors propagate to the
-    caller, which runs this in the background.
+    stores nothing. Each new memory goes where `targets` sends it (the member's own store, their
+    pending folder, or the team's). Model errors propagate to the caller, which runs this in the
+    background.
     """
     room = MAX_PER_SESSION - already_extracted
     if room <= 0:
         return []
-    existing = [*store.all(), *(pending.all() if pending is not None else []),
-                *(team.known() if team is not None else [])]
-    reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room, team=team is not None))
+    existing = targets.known()
+    reply = model.complete(messages, longterm_prompt(known_texts(existing, now), room,
+                                                     team=targets.team is not None))
     added: list[Memory] = []
     for candidate in parse_candidates(reply) or []:
         if len(added) >= room:
@@ -178,11 +196,10 @@ def extract_memories(
             if refused is not None:
                 refused.append(found.described)
             continue
-        if store.find_duplicate(candidate.text, [*existing, *added]) is not None:
+        if targets.own.find_duplicate(candidate.text, [*existing, *added]) is not None:
             continue
-        shared = team if team is not None and belongs_to_team(candidate) else None
-        target = shared.target if shared is not None else (pending if pending is not None else store)
+        target, author = targets.target(candidate)
         memory = target.add(candidate.text, now=now, type=candidate.type, decay=candidate.decay,
-                            source_session=session_id, author=shared.author if shared is not None else "")
+                            source_session=session_id, author=author)
         added.append(memory)
     return added

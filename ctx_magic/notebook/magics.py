@@ -1,8 +1,8 @@
 """The magics: `%%agent`, `%compact`, `%memory`, `%ctx`, and `%pin`.
 
 Options go through IPython's magic_arguments, so `%%agent?` shows real help and a bad option
-is a UsageError of one line; each magic's arguments are parsed here and nowhere else (what `%memory`
-and `%ctx` then do is in memory_command.py and ctx_command.py). Every
+is a UsageError of one line; each magic's arguments are parsed here and nowhere else (what `%compact`,
+`%memory` and `%ctx` then do is in compact_command.py, memory_command.py and ctx_command.py). Every
 other failure ends in one clear line in the cell and a session that still works.
 """
 
@@ -21,6 +21,7 @@ from IPython.utils.process import arg_split
 
 from ctx_magic.agent.status import ContextReport
 from ctx_magic.errors import CtxMagicError
+from ctx_magic.notebook.compact_command import CompactCommand
 from ctx_magic.notebook.controller import Controller
 from ctx_magic.notebook.ctx_command import CtxCommand
 from ctx_magic.notebook.display import notice, plain_or_rich
@@ -96,6 +97,7 @@ class AgentMagics(Magics):
         self.commands = controller.commands
         self.memory_command = MemoryCommand(controller)
         self.ctx_command = CtxCommand(controller)
+        self.compact_command = CompactCommand(controller.commands)
 
     @magic_arguments()
     @kwds(usage=AGENT_USAGE, formatter_class=HelpFormatter)
@@ -157,33 +159,7 @@ class AgentMagics(Magics):
         the automatic compaction by one turn (--not-now), or take back the last one (--undo)."""
         args = parse(self.compact, line)
         self.commands.refuse_inside_turn("%compact")
-        chosen = [name for name in ("up_to", "from_", "snip") if getattr(args, name) is not None]
-        if args.undo:
-            if chosen or args.instructions or args.not_now:
-                raise UsageError("--undo takes no other option or instructions.")
-            notice(self.commands.undo())
-            return
-        if args.not_now:
-            if chosen or args.instructions:
-                raise UsageError("--not-now takes no other option or instructions.")
-            notice(self.commands.defer_compaction())
-            return
-        if len(chosen) > 1:
-            raise UsageError("Use only one of --up-to, --from and --snip.")
-        for name in ("up_to", "from_", "snip"):
-            value = getattr(args, name)
-            if value is not None and value < 0:
-                raise UsageError(f"--{name.rstrip('_').replace('_', '-')} needs a number of 0 or more.")
-        instructions = " ".join(args.instructions).strip() or None
-        if args.snip is not None:
-            count, dropped = self.commands.snip(args.snip)
-            notice(f"Snipped {count} messages." if count else "Nothing to snip yet.")
-            for line in dropped:
-                notice(line)
-            return
-        direction, index = ("up_to", args.up_to) if args.up_to is not None else (
-            ("from", args.from_) if args.from_ is not None else ("full", None))
-        self.commands.compact(instructions, direction=direction, index=index)
+        self.compact_command.run(args)
 
     @magic_arguments()
     @kwds(formatter_class=HelpFormatter)

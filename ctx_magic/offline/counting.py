@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ctx_magic.context import api_count, model_families
+from ctx_magic.context import api_count, block_count, model_families
 from ctx_magic.offline.conversation import Block, Request, content_blocks, messages, system_blocks
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # the API's two prompt-cache lifetimes
@@ -156,7 +156,7 @@ def _units(request: Request, unit: Unit) -> list[tuple[str, int, str | None]]:
     for tool in request.get("tools") or []:
         units.append((f"tool:{canonical(tool)}", api_count.tool_tokens(tool, family), breakpoint_ttl(tool)))
     for block in system_blocks(request):
-        units.append((f"system:{canonical(block)}", api_count.block_tokens(block, family), breakpoint_ttl(block)))
+        units.append((f"system:{canonical(block)}", block_count.block_tokens(block, family), breakpoint_ttl(block)))
     context = message_context(request)  # folded into the first message block, so into all after it
     counts = api_count.message_counts(request, family)
     for message, row in zip(messages(request), counts):
@@ -197,7 +197,7 @@ def input_tokens(request: Request, unit: Unit = CALIBRATED) -> int:
 def output_tokens(content: list[Block], model: str | None = None, unit: Unit = CALIBRATED) -> int:
     """Tokens of generated content, counted as the API counts the same blocks sent back."""
     family = model_families.family_of(model)
-    return sum(unit.apply(api_count.block_tokens(b, family), canonical(b)) for b in content)
+    return sum(unit.apply(block_count.block_tokens(b, family), canonical(b)) for b in content)
 
 
 def truncate_text(text: str, max_tokens: int, family: model_families.Family = model_families.CLAUDE_5) -> str:
@@ -223,7 +223,7 @@ def fit_output(content: list[Block], max_tokens: int, model: str | None = None) 
     kept: list[Block] = []
     left = max_tokens
     for block in content:
-        tokens = api_count.block_tokens(block, family)
+        tokens = block_count.block_tokens(block, family)
         if tokens <= left:
             kept.append(block)
             left -= tokens

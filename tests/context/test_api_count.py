@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from ctx_magic.context import api_count
+from ctx_magic.context import api_count, block_count
 from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.model_families import CLAUDE_4, CLAUDE_5, OPUS_4_7, family_of, text_tokens
 
@@ -129,18 +129,19 @@ def test_a_pdf_counts_each_page_as_an_image_and_the_text_the_pages_show():
     """The PDF docs: every page is read as an image and as its text."""
     said = b"BT /F1 12 Tf 72 700 Td (Quarterly revenue grew by 12 percent) Tj ET"
     kerned = b"BT /F1 12 Tf 72 680 Td [(Costs fell) -250 (\\(slightly\\))] TJ ET"
-    blank = api_count.block_tokens(pdf(b"q Q", b"q Q"), CLAUDE_4)
-    assert blank == api_count.DOCUMENT_WRAPPER + 2 * api_count.PDF_PAGE
+    blank = block_count.block_tokens(pdf(b"q Q", b"q Q"), CLAUDE_4)
+    assert blank == block_count.DOCUMENT_WRAPPER + 2 * block_count.PDF_PAGE
     shown = "Quarterly revenue grew by 12 percent\nCosts fell(slightly)"
-    assert api_count.pdf_text(base64.b64decode(pdf(said + b"\n" + kerned)["source"]["data"])) == shown
-    assert api_count.block_tokens(pdf(said + b"\n" + kerned, b"q Q"), CLAUDE_4) == blank + text_tokens(shown, CLAUDE_4)
+    assert block_count.pdf_text(base64.b64decode(pdf(said + b"\n" + kerned)["source"]["data"])) == shown
+    with_text = block_count.block_tokens(pdf(said + b"\n" + kerned, b"q Q"), CLAUDE_4)
+    assert with_text == blank + text_tokens(shown, CLAUDE_4)
 
 
 def test_an_image_costs_its_pixels_over_750_after_the_documented_downscale():
-    assert api_count.block_tokens(png(200, 200), CLAUDE_4) == 54  # the vision docs' 200 x 200 example
-    assert api_count.block_tokens(png(1000, 1000), CLAUDE_4) == 1334
-    assert api_count.block_tokens(png(4000, 3000), CLAUDE_4) == CLAUDE_4.image_max_tokens  # scaled down first
-    assert api_count.block_tokens(png(4000, 3000), CLAUDE_5) > CLAUDE_4.image_max_tokens  # a larger resolution
+    assert block_count.block_tokens(png(200, 200), CLAUDE_4) == 54  # the vision docs' 200 x 200 example
+    assert block_count.block_tokens(png(1000, 1000), CLAUDE_4) == 1334
+    assert block_count.block_tokens(png(4000, 3000), CLAUDE_4) == CLAUDE_4.image_max_tokens  # scaled down first
+    assert block_count.block_tokens(png(4000, 3000), CLAUDE_5) > CLAUDE_4.image_max_tokens  # a larger resolution
 
 
 def test_earlier_turns_thinking_counts_only_for_models_that_keep_it():

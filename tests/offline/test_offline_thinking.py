@@ -9,7 +9,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from ctx_magic.context import api_count, model_families
+from ctx_magic.context import block_count, model_families
 from ctx_magic.offline import OfflineAPI
 from ctx_magic.offline.thinking import redacted_valid, signature_valid
 
@@ -58,7 +58,7 @@ def test_thinking_counts_in_the_output_tokens(client: anthropic.Anthropic) -> No
     with_thinking = _ask(client, [user("hi")])
     without = _ask(client, [user("hi")], thinking=None)
     block = with_thinking.content[0].model_dump(exclude_none=True)
-    thought = api_count.block_tokens(block, model_families.family_of(MODEL))  # what it costs sent back, too
+    thought = block_count.block_tokens(block, model_families.family_of(MODEL))  # what it costs sent back, too
     assert with_thinking.usage.output_tokens - without.usage.output_tokens == thought > 0
 
 

@@ -15,7 +15,7 @@ from corpus_rig import require_corpus
 
 from benchmarks.calibration import COUNTABLE, request_blocks, request_class
 from benchmarks.calibration_corpus import Exchange, load_exchanges
-from ctx_magic.context import api_count, model_families
+from ctx_magic.context import block_count, model_families
 from ctx_magic.offline import OfflineAPI, OfflineConfig, offline_client
 from ctx_magic.offline.counting import input_tokens
 
@@ -156,4 +156,4 @@ def test_an_image_the_recorded_api_counted_is_counted_by_its_size() -> None:
     assert with_images
     assert all(error <= 0.05 for error in _errors(with_images))
     family = model_families.family_of("claude-sonnet-4-5")
-    assert api_count.image_tokens_for(1000, 1000, family) == 1334  # the docs' 1000 x 1000 example
+    assert block_count.image_tokens_for(1000, 1000, family) == 1334  # the docs' 1000 x 1000 example

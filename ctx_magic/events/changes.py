@@ -1,51 +1,14 @@
-"""Events: every change to the context, and every step of a turn, is one of these values.
-
-The engine returns them, the transcript records them, the display and the panel render them.
-Nothing upstream computes context state on its own: it folds these.
-"""
+"""The changes to the live context: durable events, which the transcript keeps and resume replays
+to rebuild it (`event_from_json`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ctx_magic.figures import ContextFigures
-from ctx_magic.messages import Usage
-
-
-@dataclass(frozen=True)
-class Event:
-    name: ClassVar[str] = "event"
-    # Events the transcript must keep to rebuild the live context (resume).
-    durable: ClassVar[bool] = False
-
-    def to_json(self) -> dict[str, Any]:
-        data = {"event": self.name}
-        for f in dataclasses.fields(self):
-            if f.metadata.get("transient"):
-                continue
-            value = getattr(self, f.name)
-            if isinstance(value, Usage):
-                value = value.to_json()
-            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-                value = dataclasses.asdict(value)
-            elif isinstance(value, (tuple, frozenset)):
-                value = list(value)
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            data[f.name] = value
-        return data
-
-
-def transient(**kwargs: Any) -> Any:
-    """A field kept in memory for the acting code but not written to the transcript."""
-    return field(metadata={"transient": True}, repr=False, compare=False, **kwargs)
-
-
-# -- context changes (durable: replayed on resume) ----------------------------------------
+from ctx_magic.events.base import Event, transient
 
 
 @dataclass(frozen=True)
@@ -180,152 +143,6 @@ class Undone(Event):
     """What the undone change cost (a summary's call): spent all the same."""
 
 
-# -- observations (not needed to rebuild, recorded for the panel and benchmarks) ----------
-
-
-@dataclass(frozen=True)
-class ContextMeasured(Event):
-    """The engine's view of the context before a call."""
-
-    name: ClassVar[str] = "measured"
-    figures: ContextFigures
-
-
-@dataclass(frozen=True)
-class UsageUpdated(Event):
-    """One response's usage, and the session's totals after it (for the spend figures)."""
-
-    name: ClassVar[str] = "usage"
-    usage: Usage
-    estimated_prompt_tokens: int
-    correction: float
-    totals: Mapping[str, Any] = field(default_factory=dict)
-    cache_hit_ratio: float = 0.0
-    cost_usd: float = 0.0
-    """What this response cost (with the server's compaction iterations), at the model's prices."""
-
-
-@dataclass(frozen=True)
-class CacheBroke(Event):
-    """The prompt cache read fell sharply against the previous response (the prefix was lost)."""
-
-    name: ClassVar[str] = "cache_break"
-    previous_read: int
-    cache_read: int
-    cache_written: int
-    expected: bool  # explained (expiry after an idle gap, a new system prompt or tool list), not a surprise
-    reason: str
-
-    def summary(self) -> dict[str, Any]:
-        """What the status JSON and the panel show of it."""
-        return {"previous_read": self.previous_read, "cache_read": self.cache_read, "reason": self.reason,
-                "expected": self.expected}
-
-
-@dataclass(frozen=True)
-class CompactionFailedEvent(Event):
-    name: ClassVar[str] = "compaction_failed"
-    trigger: str
-    reason: str
-    consecutive_failures: int
-    breaker_open: bool
-
-
-@dataclass(frozen=True)
-class BreakerReset(Event):
-    name: ClassVar[str] = "breaker_reset"
-    reason: str
-
-
-# -- the turn as it streams (for the display; not written to the transcript) --------------
-
-
-@dataclass(frozen=True)
-class Status(Event):
-    """What the agent is doing now: thinking, running, compacting, waiting, idle."""
-
-    name: ClassVar[str] = "status"
-    state: str
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class TextDelta(Event):
-    name: ClassVar[str] = "text"
-    text: str
-
-
-@dataclass(frozen=True)
-class ThinkingDelta(Event):
-    """A piece of the model's thinking as it streams (shown collapsed in the cell)."""
-
-    name: ClassVar[str] = "thinking"
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolStarted(Event):
-    name: ClassVar[str] = "tool_started"
-    tool_use_id: str
-    tool: str
-    input: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class ToolFinished(Event):
-    name: ClassVar[str] = "tool_finished"
-    tool_use_id: str
-    tool: str
-    output: str
-    is_error: bool
-
-
-@dataclass(frozen=True)
-class ToolOutputDelta(Event):
-    """Text a running tool just printed (progress while it runs; the result comes at the end)."""
-
-    name: ClassVar[str] = "tool_output_delta"
-    text: str
-
-
-@dataclass(frozen=True)
-class ApprovalAsked(Event):
-    """The agent's code waits for the person's approval (`ask` mode): shown before the question."""
-
-    name: ClassVar[str] = "approval_asked"
-    code: str
-
-
-@dataclass(frozen=True)
-class Notice(Event):
-    """A line for the user: backend chosen, a retry, an error that ended the turn."""
-
-    name: ClassVar[str] = "notice"
-    level: str  # info | warning | error
-    text: str
-    remedy: str = ""
-    """A `Remedy` value: what to do next, worded by the frontend."""
-
-
-@dataclass(frozen=True)
-class ReplyRestarted(Event):
-    """A reply's stream broke off; what it had streamed is void and the call is made again."""
-
-    name: ClassVar[str] = "reply_restarted"
-    attempt: int  # the attempt about to start, from 2
-    attempts: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class ReplyWithdrawn(Event):
-    """A reply failed for good (its last attempt broke too): what it streamed is void, and the
-    cell must not go on showing it as if the model had said it."""
-
-    name: ClassVar[str] = "reply_withdrawn"
-    reason: str
-
-
 @dataclass(frozen=True)
 class ThinkingCleared(Event):
     """Thinking blocks left the live context: old turns after an idle gap (as in Claude Code: only the last
@@ -379,25 +196,6 @@ class ImagesStripped(Event):
     name: ClassVar[str] = "images_stripped"
     durable: ClassVar[bool] = True
     message_uuids: tuple[str, ...]
-
-
-def notify(listeners: list, event: Event) -> None:  # type: ignore[type-arg]
-    """Give an event to each listener; one that fails never breaks the sender (a turn, a panel)."""
-    for listener in list(listeners):
-        try:
-            listener(event)
-        except Exception:  # noqa: BLE001 - a broken display or panel must not break the session
-            pass
-
-
-@contextmanager
-def listening(listeners: list[Callable[[Event], None]], listener: Callable[[Event], None]) -> Iterator[None]:
-    """`listener` hears the events sent to `listeners` while the block runs (a turn's display)."""
-    listeners.append(listener)
-    try:
-        yield
-    finally:
-        listeners.remove(listener)
 
 
 DURABLE_EVENTS: dict[str, type[Event]] = {
