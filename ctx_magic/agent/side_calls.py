@@ -94,12 +94,14 @@ class SideCalls:
         """The messages as the call may send them: never an empty one, and cut to the room the
         window leaves beside the prompt and the reply (context/fit.py). When the API's own count
         of the last response says they fit, they go unchanged: the call then reads the main
-        call's cached prefix, which any cut would lose."""
+        call's cached prefix, which any cut would lose. Under the 'server' strategy that count is
+        of the context after the API's edits, which a side call does not carry: the local
+        estimate decides."""
         sendable, _ = without_empty(messages)
         window, correction = setup.window, self._live.state.correction
         measured = count_context(sendable, overhead_tokens=setup.overhead_tokens, correction=correction).tokens
         free = window.tokens * (1 - MEASURED_MARGIN_SHARE) - reply_tokens - window.thinking_budget
-        if measured + count_text(prompt) * max(1.0, correction.ratio) <= free:
+        if setup.server is None and measured + count_text(prompt) * max(1.0, correction.ratio) <= free:
             return sendable
         return fit_messages(sendable, room(setup, reply_tokens, prompt, correction.ratio))
 

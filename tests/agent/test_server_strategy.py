@@ -171,3 +171,18 @@ def test_the_servers_compaction_is_reported_in_the_apis_own_figures_system_promp
     summary_call = Usage.from_json(answer.meta["compaction_usage"][0])
     assert compacted.tokens_before == summary_call.prompt_tokens
     assert compacted.tokens_after == answer.usage.context_tokens
+
+
+def test_a_side_call_fits_the_unedited_history_the_servers_count_does_not_see(tmp_path):
+    """The API's count of the last answer is of the context after its edits; a side call (the end of
+    session's memory extraction) sends the history unedited, so it is fitted by the local estimate."""
+    with rig(tmp_path, window=100_000, config=dataclasses.replace(SERVER, keep_recent=2)) as r:
+        for n in range(10):
+            assert run_turn(r.session, big(n)).error is None
+        assert any(q.body.get("context_management") for q in main_calls(r.api))
+        unedited = sum(len(json.dumps(m.content)) for m in r.session.live.messages)
+        text = r.session.side_calls.text(r.session.live.messages, "List the durable facts of this session.",
+                                         purpose="memory", max_tokens=2_000)
+        sent = main_calls(r.api)[-1]
+    assert text and sent.status == 200
+    assert len(json.dumps(sent.body["messages"])) < unedited  # cut to the window, not sent whole
