@@ -31,8 +31,11 @@ class CtxCommand:
         self.controller = controller
 
     def status(self, session: Session, *, as_json: bool) -> ContextReport | None:
-        """`%ctx status [--json]`: the figures shown, and as a value for scripts (`ctx_magic.context()` too)."""
+        """`%ctx status [--json]`: the figures shown, and as a value for scripts (`ctx_magic.context()` too).
+        The panel is refreshed with them: what changed since the turn ended (the session's notes
+        written in the background, which price a compaction ahead) is shown alike in both."""
         status = self.controller.host.status(session)
+        self.controller.panel.refresh()
         if as_json:
             print(json.dumps(status.to_json(), indent=1))
             return None

@@ -75,7 +75,9 @@ def test_interrupt_while_the_reply_streams_keeps_the_conversation_valid(tmp_path
             kernel.execute(SETUP)
             api.inject("stall")  # the reply starts, then hangs
             shown = kernel.execute("%%agent\ntell me a long story",
-                                   when=lambda text: text.startswith("Offline stand-in"), then=kernel.interrupt)
+                                   # the first streamed output: the thinking the default model starts with
+                                   when=lambda text: text.startswith(("[thinking]", "Offline stand-in")),
+                                   then=kernel.interrupt)
             api.endpoint.stall_release.set()
             assert "Interrupted" in shown and "Traceback" not in shown
             assert "Done · 1 model call ·" in kernel.execute("%%agent\nshorter, please")
