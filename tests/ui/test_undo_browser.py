@@ -66,6 +66,9 @@ def test_the_undo_on_a_compaction_card_brings_back_the_replaced_messages(tmp_pat
         page.page.locator(f"{CARD} .ctx-magic-undo-button").first.click()
         page.wait(f"() => document.querySelector('{CARD}.ctx-magic-card-undone') !== null",
                   "the compaction's card is not shown as undone")
+        # The line saying what came back is a widget update of its own: it may arrive just after.
+        page.wait(f"() => (document.querySelector('{CARD} .ctx-magic-undo-said')?.innerText || '').length > 0",
+                  "the compaction's card does not say what the undo brought back")
         said = page.page.locator(f"{CARD} .ctx-magic-undo-said").first.inner_text()
         title = page.page.locator(f"{CARD}.ctx-magic-card-undone .jupyter-widget-Collapse-header").inner_text()
         shown = page.page.locator(f"{CARD} .ctx-magic-undo-button").first.is_visible()
