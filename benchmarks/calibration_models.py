@@ -46,10 +46,10 @@ def _halves(selected: Sequence[Exchange], pairs: Pairs, row: Row) -> list[str]:
 
 
 def _current(selected: Sequence[Exchange], months: dict[str, str], pairs: Pairs, row: Row) -> list[str]:
-    """n, share within 5 % and median error of the requests recorded since the hidden tool prompt the
-    counter follows (the ratio row's first, last and fourth figures)."""
+    """n and share within 5 % of the requests recorded since the hidden tool prompt the counter
+    follows (the ratio row's first and last figures)."""
     figures = row([pairs[id(e)] for e in selected if months[e.file] >= CURRENT_PROMPT_SINCE])
-    return [figures[0], figures[5], figures[3]] if figures[0] != "0" else ["0", "", ""]
+    return [figures[0], figures[5] if figures[0] != "0" else ""]
 
 
 def breakdown(countable: Sequence[Exchange], pairs: Pairs, row: Row, header: Sequence[str], table: Table,
@@ -63,7 +63,7 @@ def breakdown(countable: Sequence[Exchange], pairs: Pairs, row: Row, header: Seq
           [[f"{f} / {c}", *row([pairs[id(e)] for e in family[(f, c)]])] for f, c in sorted(family)])
     halves = ["fitted on: n", "within 5 %", "held out: n", "within 5 %"]
     months = recording_months(history, [e.file for e in countable]) if history is not None else {}
-    current = ["since " + CURRENT_PROMPT_SINCE + ": n", "within 5 %", "median err %"] if months else []
+    current = ["since " + CURRENT_PROMPT_SINCE + ": n", "within 5 %"] if months else []
     table("Exact requests by model (countable classes)", ["model", *header, *halves, *current],
           [[m, *row([pairs[id(e)] for e in model[m]]), *_halves(model[m], pairs, row),
             *(_current(model[m], months, pairs, row) if months else [])] for m in sorted(model)])
