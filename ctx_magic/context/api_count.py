@@ -109,13 +109,13 @@ def tool_tokens(tool: JsonObject, family: Family) -> int:
 # Opus 4 and 4.1) keep the shorter prompt the Claude 4.5 models had in 2025: auto fitted on the
 # fitted half's Sonnet 4 requests, any/tool the table's figure for Claude 4 (313). Opus 5 and
 # Fable 5: auto fitted on the fitted half's Opus 5 requests (the first of each file, one message).
-# Opus 4.8: auto fitted on the fitted half's Opus 4.8 conversations (its recorded requests with tools
-# all hold several messages: fitted once the family's tool-round markup was), any/tool the family's gap.
+# Opus 4.8: auto fitted on the fitted half's Opus 4.8 conversations (each holds a system message
+# loading a tool), 9 tokens over Opus 5's. Any/tool: auto and the family's gap.
 EARLIER_CLAUDE_4 = (317, 313)
 TOOL_PROMPTS: dict[tuple[str, int, int], tuple[int, int]] = {
     ("opus", 3, 0): (530, 281), ("sonnet", 3, 0): (159, 235), ("haiku", 3, 0): (264, 340),
     ("sonnet", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 1): EARLIER_CLAUDE_4,
-    ("opus", 5, 0): (383, 498), ("fable", 5, 0): (383, 498), ("opus", 4, 8): (487, 602),
+    ("opus", 5, 0): (383, 498), ("fable", 5, 0): (383, 498), ("opus", 4, 8): (392, 507),
 }
 
 
@@ -198,8 +198,8 @@ def _references(block: JsonObject) -> Iterable[str]:
     if block.get("type") == "tool_reference":
         yield str(block.get("tool_name", ""))
     inner = block.get("tool")
-    if isinstance(inner, Mapping) and inner.get("type") == "tool_reference":
-        yield str(inner.get("tool_name", ""))
+    if isinstance(inner, Mapping) and inner.get("type") == "tool_reference":  # a tool_addition names it `name`
+        yield str(inner.get("name", inner.get("tool_name", "")))
     content = block.get("content")
     if isinstance(content, list):
         for item in content:

@@ -130,6 +130,20 @@ def test_a_loaded_definition_costs_its_wrapper_in_the_newer_tokenizers_shorter_m
     assert wrapper == round(api_count.TOOL_REFERENCE_WRAPPER * 43 / 53) < api_count.TOOL_REFERENCE_WRAPPER
 
 
+def test_a_system_messages_tool_addition_loads_the_definition_it_names():
+    """A mid-conversation system message adding a deferred tool names it by `name` (a tool result's
+    reference says `tool_name`); either way the definition it loads is counted."""
+    deferred = {**TOOL, "name": "later", "defer_loading": True}
+    def adding(name):
+        addition = {"type": "tool_addition", "tool": {"type": "tool_reference", "name": name}}
+        return {"model": "claude-opus-4-8", "tools": [TOOL, deferred], "messages": [
+            {"role": "user", "content": "go"}, {"role": "system", "content": [addition]}]}
+    family = family_of("claude-opus-4-8")
+    extra = request_tokens(adding("later")) - request_tokens(adding("x"))
+    assert extra == api_count.tool_tokens({**deferred, "defer_loading": False}, family) + block_count.markup(
+        api_count.TOOL_REFERENCE_WRAPPER, family) + text_tokens("later", family) - text_tokens("x", family)
+
+
 def pdf(*pages: bytes) -> dict:
     """A PDF of these content streams (deflated, as PDF writers store them), one page each."""
     parts = [b"%PDF-1.4\n"]
