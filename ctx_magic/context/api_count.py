@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ctx_magic.context.block_count import JsonObject, block_tokens, json_text
+from ctx_magic.context.block_count import JsonObject, block_tokens, json_text, markup
 from ctx_magic.context.model_families import (
     CLAUDE_4,
     Family,
@@ -43,6 +43,11 @@ SAME_ROLE = 1  # a message continuing the previous one's role: the API joins the
 THINKING_PROMPT = {"enabled": 29}
 ADAPTIVE_THINKING_WITH_TOOLS = 2
 TOOL_DEFINITION = 4  # each tool's tags around its JSON
+# A definition a tool_reference loads into the conversation costs a few tokens more than the same
+# definition among `tools`: a round whose result holds a reference is 5 to 7 tokens further under than
+# a round without one, on the fitted half's Claude 4 conversations (Sonnet 4.5 and 4.6); in the Claude
+# 4 family's markup unit, so the newer tokenizer's shorter markup applies.
+TOOL_REFERENCE_WRAPPER = 6
 # Server tools: the API adds its own instructions for each kind, which the client never sees.
 # Measured on the cassettes' first requests with each kind (Claude 4 models; scaled by the
 # family's text factor for others). A request whose server tool ran (a search made, a page
@@ -104,13 +109,13 @@ def tool_tokens(tool: JsonObject, family: Family) -> int:
 # Opus 4 and 4.1) keep the shorter prompt the Claude 4.5 models had in 2025: auto fitted on the
 # fitted half's Sonnet 4 requests, any/tool the table's figure for Claude 4 (313). Opus 5 and
 # Fable 5: auto fitted on the fitted half's Opus 5 requests (the first of each file, one message).
-# Opus 4.8: auto fitted on the fitted half's Opus 4.8 conversations (its recorded requests with tools
-# all hold several messages: fitted once the family's tool-round markup was), any/tool the family's gap.
+# Opus 4.8: auto fitted on the fitted half's Opus 4.8 conversations (each holds a system message
+# loading a tool), 9 tokens over Opus 5's. Any/tool: auto and the family's gap.
 EARLIER_CLAUDE_4 = (317, 313)
 TOOL_PROMPTS: dict[tuple[str, int, int], tuple[int, int]] = {
     ("opus", 3, 0): (530, 281), ("sonnet", 3, 0): (159, 235), ("haiku", 3, 0): (264, 340),
     ("sonnet", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 0): EARLIER_CLAUDE_4, ("opus", 4, 1): EARLIER_CLAUDE_4,
-    ("opus", 5, 0): (383, 498), ("fable", 5, 0): (383, 498), ("opus", 4, 8): (487, 602),
+    ("opus", 5, 0): (383, 498), ("fable", 5, 0): (383, 498), ("opus", 4, 8): (392, 507),
 }
 
 
@@ -193,8 +198,8 @@ def _references(block: JsonObject) -> Iterable[str]:
     if block.get("type") == "tool_reference":
         yield str(block.get("tool_name", ""))
     inner = block.get("tool")
-    if isinstance(inner, Mapping) and inner.get("type") == "tool_reference":
-        yield str(inner.get("tool_name", ""))
+    if isinstance(inner, Mapping) and inner.get("type") == "tool_reference":  # a tool_addition names it `name`
+        yield str(inner.get("name", inner.get("tool_name", "")))
     content = block.get("content")
     if isinstance(content, list):
         for item in content:
@@ -208,7 +213,8 @@ def message_counts(request: Mapping[str, Any], family: Family | None = None) -> 
     a tool's definition counts again where a tool_reference loads it, deferred or not (the API
     expands every reference: a count_tokens answer with a reference to a declared tool shows it)."""
     family = family or family_of(request.get("model"))
-    deferred = {str(t.get("name")): tool_tokens({**t, "defer_loading": False}, family)
+    loading = markup(TOOL_REFERENCE_WRAPPER, family)
+    deferred = {str(t.get("name")): loading + tool_tokens({**t, "defer_loading": False}, family)
                 for t in request.get("tools") or [] if isinstance(t, Mapping) and not is_server_tool(t)}
     messages = [m for m in request.get("messages") or [] if isinstance(m, Mapping)]
     keeps = keeps_thinking(request.get("model"))

@@ -58,16 +58,15 @@ class Family:
 # Claude 4 models; requests recorded earlier show a prompt about 180 tokens shorter.
 CLAUDE_4 = Family("claude-4", "3.0", text_factor=1.10, frame=7, tool_prompt_auto=497, tool_prompt_forced=589,
                   image_long_edge=1568, image_max_tokens=1600)
-# Anthropic's token-counting docs: Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use
-# a newer tokenizer that makes about 30 % more tokens of the same text. The factor is the best of
-# 1.30 to 1.55 on the fitted half of these models' cassettes (27 % over Claude 4's); the frame is
-# one token shorter; the tool prompt (auto) lies between what the recorded requests show (Opus 5
-# and Fable 5 about 385, Sonnet 5 about 450, Opus 4.8 487; the first two and the last have rows of
-# their own in api_count), forced adds the Claude 4 models' gap in this family's unit. The vision
-# docs give these models a larger native resolution (2,576 pixels on the long edge). A tool round's
-# markup is shorter in this tokenizer: each round a request adds beyond its first message costs 9 to
-# 11 tokens less than the Claude 4 family's 53 (call, one parameter, result) on the fitted half's
-# Opus 5 and Opus 4.8 conversations: 43 of 53.
+# Anthropic's token-counting docs: Opus 4.7 and later Opus models, Sonnet 5 and the 5.x family use a
+# newer tokenizer that makes about 30 % more tokens of the same text. The factor is the best of 1.30 to
+# 1.55 on the fitted half of these models' cassettes (27 % over Claude 4's); the frame is one token
+# shorter; the tool prompt (auto) lies between what the recorded requests show (Opus 4.8, Opus 5 and
+# Fable 5 about 385-392, with rows of their own in api_count; Sonnet 5 about 450), forced adds the Claude 4
+# models' gap in this family's unit. The vision docs give these models a larger native resolution (2,576
+# pixels on the long edge). A tool round's markup is shorter in this tokenizer: each round a request
+# adds beyond its first message costs 9 to 11 tokens less than the Claude 4 family's 53 (call, one
+# parameter, result) on the fitted half's Opus 5 and Opus 4.8 conversations: 43 of 53.
 CLAUDE_5 = Family("claude-5", "4.8", text_factor=1.40, frame=6, tool_prompt_auto=440, tool_prompt_forced=555,
                   image_long_edge=2576, image_max_tokens=4784, adaptive_thinking_prompt=0, tool_markup=43 / 53)
 # Opus 4.7 alone: the newer vocabulary under a longer frame (ctok measures 11 tokens around one

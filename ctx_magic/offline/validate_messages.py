@@ -144,6 +144,29 @@ def _check_message(index: int, message: Any, is_last: bool, model: str, provider
             raise at(blocks[-1].path, "final assistant content cannot end with trailing whitespace")
 
 
+def _ends_in_server_tool_use(message: Any) -> bool:
+    blocks = content_blocks(message) if isinstance(message, Mapping) else []
+    return bool(blocks) and blocks[-1].get("type") in ("server_tool_use", "mcp_tool_use")
+
+
+def _check_system_placement(history: list[Any]) -> None:
+    """Where a mid-conversation system message may stand (Anthropic's page on them): right after a
+    user message, or after an assistant message that ends in a server tool's call, and then either
+    last or before the assistant's answer. A run of system messages stands as one."""
+    roles = [m.get("role") if isinstance(m, Mapping) else None for m in history]
+    for index, role in enumerate(roles):
+        if role != "system" or index == 0:
+            continue
+        before = roles[index - 1]
+        if before == "assistant" and not _ends_in_server_tool_use(history[index - 1]):
+            raise at(f"messages.{index}", "a system message must follow a user message (or an assistant message "
+                                          "ending in a server tool call), not an assistant's answer")
+        after = roles[index + 1] if index + 1 < len(roles) else None
+        if after == "user":
+            raise at(f"messages.{index}", "a system message must be the last message or be followed by an "
+                                          "assistant message")
+
+
 def _turns(history: list[Mapping[str, Any]]) -> list[tuple[int, str, list[Block]]]:
     """The conversation as the API reads it: consecutive messages of one role joined into one
     turn (index of its first message, role, blocks); system messages sit between turns."""
@@ -257,6 +280,7 @@ def check_messages(history: list[Any], model: str = "", provider: str = "anthrop
     which thinking blocks are checked against; `provider`: whose rules on the first message)."""
     for index, message in enumerate(history):
         _check_message(index, message, index == len(history) - 1, model, provider)
+    _check_system_placement(history)
     for located in all_blocks(history):
         _check_block(located, model)
     check_images(all_blocks(history))

@@ -97,7 +97,7 @@ def test_a_deferred_tool_counts_only_once_a_tool_reference_loads_it():
                                      {"role": "user", "content": [result]}]}
     extra = request_tokens(with_result(loaded)) - request_tokens(with_result(reference))
     assert extra == api_count.tool_tokens({**deferred, "defer_loading": False}, CLAUDE_4) + (
-        text_tokens("later", CLAUDE_4) - text_tokens("x", CLAUDE_4))
+        api_count.TOOL_REFERENCE_WRAPPER + text_tokens("later", CLAUDE_4) - text_tokens("x", CLAUDE_4))
 
 
 def test_a_tool_reference_loads_the_definition_of_a_declared_tool_too():
@@ -110,7 +110,38 @@ def test_a_tool_reference_loads_the_definition_of_a_declared_tool_too():
             {"role": "user", "content": "go"}, {"role": "assistant", "content": [call]},
             {"role": "user", "content": [result]}]}
     extra = request_tokens(referring_to("python")) - request_tokens(referring_to("x"))
-    assert extra == api_count.tool_tokens(TOOL, CLAUDE_4) + text_tokens("python", CLAUDE_4) - text_tokens("x", CLAUDE_4)
+    assert extra == api_count.tool_tokens(TOOL, CLAUDE_4) + api_count.TOOL_REFERENCE_WRAPPER + text_tokens(
+        "python", CLAUDE_4) - text_tokens("x", CLAUDE_4)
+
+
+def test_a_loaded_definition_costs_its_wrapper_in_the_newer_tokenizers_shorter_markup():
+    """Loading by reference costs a few tokens beyond the definition, scaled like a tool round's markup."""
+    call = {"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "python"}}
+    def referring_to(name, model):
+        reference = {"type": "tool_reference", "tool_name": name}
+        result = {"type": "tool_result", "tool_use_id": "t1", "content": [reference]}
+        return {"model": model, "tools": [TOOL], "messages": [
+            {"role": "user", "content": "go"}, {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [result]}]}
+    family = family_of("claude-opus-5")
+    assert family is CLAUDE_5
+    extra = request_tokens(referring_to("python", "claude-opus-5")) - request_tokens(referring_to("x", "claude-opus-5"))
+    wrapper = extra - api_count.tool_tokens(TOOL, family) - text_tokens("python", family) + text_tokens("x", family)
+    assert wrapper == round(api_count.TOOL_REFERENCE_WRAPPER * 43 / 53) < api_count.TOOL_REFERENCE_WRAPPER
+
+
+def test_a_system_messages_tool_addition_loads_the_definition_it_names():
+    """A mid-conversation system message adding a deferred tool names it by `name` (a tool result's
+    reference says `tool_name`); either way the definition it loads is counted."""
+    deferred = {**TOOL, "name": "later", "defer_loading": True}
+    def adding(name):
+        addition = {"type": "tool_addition", "tool": {"type": "tool_reference", "name": name}}
+        return {"model": "claude-opus-4-8", "tools": [TOOL, deferred], "messages": [
+            {"role": "user", "content": "go"}, {"role": "system", "content": [addition]}]}
+    family = family_of("claude-opus-4-8")
+    extra = request_tokens(adding("later")) - request_tokens(adding("x"))
+    assert extra == api_count.tool_tokens({**deferred, "defer_loading": False}, family) + block_count.markup(
+        api_count.TOOL_REFERENCE_WRAPPER, family) + text_tokens("later", family) - text_tokens("x", family)
 
 
 def pdf(*pages: bytes) -> dict:

@@ -194,19 +194,19 @@ def test_haiku_turns_thinking_off_and_sonnet_thinks_only_between_tools(http_clie
 def test_a_system_message_at_the_end_leaves_every_thinking_block_valid(
         http_client: anthropic.Anthropic, history: list[dict[str, Any]]) -> None:
     update = {"role": "system", "content": "The date is now Tuesday; the user prefers CSV."}
-    assert ask(http_client, [*history[:-1], update, history[-1]]).content
+    assert ask(http_client, [*history, update]).content
 
 
 def test_a_system_message_inserted_before_thinking_fails_it(http_client: anthropic.Anthropic,
                                                              history: list[dict[str, Any]]) -> None:
-    inserted = [*history[:2], {"role": "system", "content": "Be brief."}, *history[2:]]
+    inserted = [*history[:3], {"role": "system", "content": "Be brief."}, *history[3:]]
     with pytest.raises(anthropic.BadRequestError) as caught:
         ask(http_client, inserted)
     assert refusal(caught.value) == f"messages.4.content.0: {BOUND}"
 
 
 def test_models_before_opus_4_8_refuse_system_messages(http_client: anthropic.Anthropic) -> None:
-    history = [user("hi"), {"role": "assistant", "content": "Hello."}, {"role": "system", "content": "Be brief."},
+    history = [user("hi"), {"role": "system", "content": "Be brief."}, {"role": "assistant", "content": "Hello."},
                user("ok")]
     with pytest.raises(anthropic.BadRequestError, match="each message needs a role of 'user' or 'assistant'"):
         ask(http_client, history, model="claude-opus-4-7")

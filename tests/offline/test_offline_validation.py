@@ -172,6 +172,12 @@ BROKEN: dict[str, tuple[Callable[[Body], None], str]] = {
     "system message of an older model": (_both(_set("model", "claude-sonnet-4-6"),
                                                _set("messages.4", {"role": "system", "content": "be brief"})),
                                          "messages.4: each message needs a role of 'user' or 'assistant'"),
+    "a system message after an assistant's answer": (
+        lambda b: b["messages"].insert(4, {"role": "system", "content": "be brief"}),
+        "messages.4: a system message must follow a user message (or an assistant message ending in a server tool"),
+    "a system message before a user message": (
+        lambda b: b["messages"].insert(3, {"role": "system", "content": "be brief"}) or b["messages"].pop(4),
+        "messages.3: a system message must be the last message or be followed by an assistant message"),
     "system message holding an image": (_set("messages.4", {"role": "system", "content": [image_block(PNG,
                                                                                                        "image/png")]}),
                                         "messages.4.content: a system message holds text and tool_addition blocks"),
@@ -318,7 +324,9 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
         _set("messages.3", {"role": "assistant", "content": [dict(CALL)]}),
         _set("messages.4", {"role": "user", "content": [dict(RESULT)]})),
     "a text message after the tool results' message": lambda b: b["messages"].insert(3, user("and a note")),
-    "a system message between turns": lambda b: b["messages"].insert(4, {"role": "system", "content": "Be brief."}),
+    "a system message between turns": lambda b: b["messages"].insert(3, {"role": "system", "content": "Be brief."}),
+    "two system messages after the last user message": lambda b: b["messages"].extend(
+        [{"role": "system", "content": "Be brief."}, {"role": "system", "content": "Answer in French."}]),
     "a tool call split over two assistant messages": _split(1, {"role": "assistant", "content": "Running it."},
                                                             {"role": "assistant", "content": [dict(CALL)]}),
     "a tool_reference in a tool result": _set("messages.2.content.0.content", [{"type": "tool_reference",

@@ -104,17 +104,37 @@ def test_requests_without_custom_tools_are_counted_within_five_percent_95_times_
     assert sum(e <= 0.05 for e in errors) >= 0.95 * len(errors)
 
 
-def test_every_model_is_counted_within_two_percent_at_the_median() -> None:
-    """A constant fitted on one model's requests must not contradict another's."""
+ONE_TOKEN_UNDER_ONE_PERCENT = 100  # below this, a single token is over the 1 % bar
+
+
+def test_every_model_is_counted_within_one_percent_at_the_median() -> None:
+    """A constant fitted on one model's requests must not contradict another's: on every model, the
+    requests where one token is less than 1 % are counted within 1 % at the median."""
     if not _exact_counter():  # under CI (which installs ctok) a missing ctok fails instead
         (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)("ctok is not installed: o200k scaled is "
                                                                            "5-7 % off per text")
     by_model: dict[str, list[Exchange]] = {}
     for e in _countable():
-        by_model.setdefault(str(e.request.get("model")), []).append(e)
+        if e.real_tokens >= ONE_TOKEN_UNDER_ONE_PERCENT:
+            by_model.setdefault(str(e.request.get("model")), []).append(e)
     assert len(by_model) >= 10
-    assert {m: round(statistics.median(_errors(es)), 3) for m, es in by_model.items()
-            if statistics.median(_errors(es)) > 0.02} == {}
+    assert {m: round(statistics.median(_errors(es)), 4) for m, es in by_model.items()
+            if statistics.median(_errors(es)) > 0.01} == {}
+
+
+def test_every_model_counts_its_requests_without_custom_tools_within_five_percent_95_times_in_100() -> None:
+    """Per model, where no hidden tool-use prompt enters: the prompt the API bills changed over the
+    months the cassettes were recorded (the counter follows today's), the rest of the count did not."""
+    if not _exact_counter():  # under CI (which installs ctok) a missing ctok fails instead
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)("ctok is not installed: o200k scaled is "
+                                                                           "5-7 % off per text")
+    by_model: dict[str, list[float]] = {}
+    for e in _countable():
+        if request_class(e) != "custom tools":
+            by_model.setdefault(str(e.request.get("model")), []).extend(_errors([e]))
+    assert len(by_model) >= 10
+    assert {m: f"{sum(x <= 0.05 for x in errors)} of {len(errors)}" for m, errors in by_model.items()
+            if sum(x <= 0.05 for x in errors) < 0.95 * len(errors)} == {}
 
 
 def test_countable_requests_are_counted_within_five_percent_95_times_in_100_in_both_halves() -> None:
