@@ -27,7 +27,14 @@ from ctx_magic.context.notes import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, fold_cells, snip_middle
 from ctx_magic.context.snip_price import SnipPrice
 from ctx_magic.context.state import ContextState, result_counts
-from ctx_magic.context.thinking import KEEP_THINKING_TURNS, clear_old_thinking, is_thinking, keep_valid_thinking
+from ctx_magic.context.thinking import (
+    IMAGES_TRIGGER,
+    KEEP_THINKING_TURNS,
+    clear_old_thinking,
+    drop_thinking_from,
+    is_thinking,
+    keep_valid_thinking,
+)
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
@@ -38,6 +45,7 @@ from ctx_magic.context.tokens import (
 )
 from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped, ThinkingCleared
 from ctx_magic.figures import ContextFigures
+from ctx_magic.images import left_out_per_message
 from ctx_magic.messages import Message
 from ctx_magic.settings import CLEAR_AT_LEAST, DEFAULTS, Settings
 from ctx_magic.store.session import safe_name
@@ -217,6 +225,29 @@ def _keep_valid_thinking(before: Sequence[Message], messages: list[Message], sta
     return out, with_freed(state, out, freed), [event]
 
 
+def _images_left_out(messages: list[Message], state: ContextState, settings: ContextSettings):
+    """Append-only: past the API's count of images per request the oldest are left out of the request
+    (images.limit_images), which changes what came before the thinking after them. When the images
+    left out change (once every 20 new ones), the thinking after the first message they change
+    leaves the live context, said once; the thinking written since was written after the request as
+    sent, and stays while the same images are left out."""
+    if not settings.append_only:
+        return messages, state, []
+    now, before = left_out_per_message(messages), state.left_out_images
+    if now == before:
+        return messages, state, []
+    state = dataclasses.replace(state, left_out_images=now)
+    start = next((i for i, m in enumerate(messages) if m.sent and now.get(m.uuid, 0) != before.get(m.uuid, 0)),
+                 None)
+    out, event = drop_thinking_from(messages, start, IMAGES_TRIGGER) if start is not None else (messages, None)
+    if event is None:
+        return messages, state, []
+    changed = set(event.message_uuids)
+    freed = freed_before_anchor(messages, out, [i for i, m in enumerate(messages) if m.uuid in changed],
+                                find_anchor(out))
+    return out, with_freed(state, out, freed), [event]
+
+
 def thinking_tokens_from(messages: Sequence[Message], start: int) -> int:
     """The thinking blocks' tokens at or after message `start` (what an edit there would drop)."""
     return sum(block_tokens(b) for m in messages[start:] if m.role == "assistant" and m.sent
@@ -362,8 +393,12 @@ def prepare(
             invalidated = [*invalidated, *more]
             count = measure(msgs, state, overhead_tokens)
             seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens)
+    msgs, state, left_out = _images_left_out(msgs, state, settings)
+    if left_out:
+        count = measure(msgs, state, overhead_tokens)
+        seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
-    events: list[Event] = [*persisted, *thinned, *cleared, *snipped, *folded, *invalidated, measured]
+    events: list[Event] = [*persisted, *thinned, *cleared, *snipped, *folded, *invalidated, *left_out, measured]
     return Prepared(msgs, state, events, count, seen, plan)
 
 
