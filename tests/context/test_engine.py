@@ -95,6 +95,9 @@ def test_images_left_out_past_the_limit_drop_the_thinking_after_them_once():
     second = prepare(later, first.state, NOW, settings)
     assert not [e for e in second.events if isinstance(e, ThinkingCleared)]
     assert thinking_sent(second.messages) == ["sig0", "sig1", "sig200"]
+    resumed = ContextState.from_json(second.state.to_json())  # what state.json keeps across a restart
+    assert len(resumed.left_out_images) == 20
+    assert not [e for e in prepare(later, resumed, NOW, settings).events if isinstance(e, ThinkingCleared)]
     plain = prepare(messages, ContextState(), NOW, dataclasses.replace(settings, append_only=False))
     assert not [e for e in plain.events if isinstance(e, ThinkingCleared)]
     assert len(thinking_sent(plain.messages)) == 102  # a model without the check takes them all
