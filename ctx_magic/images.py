@@ -255,6 +255,19 @@ def count_images(messages: Sequence[Message]) -> int:
     return total
 
 
+def left_out_per_message(messages: Sequence[Message]) -> dict[str, int]:
+    """How many images `limit_images` leaves out of each message (by uuid; only those it leaves some out of)."""
+    total = count_images(messages)
+    if total <= MANY_IMAGES:  # under both limits: nothing is left out for the count (recheck aside)
+        return {}
+    limited, left_out = limit_images(messages, total=total)
+    if not left_out:
+        return {}
+    counts = {m.uuid: _image_count(m) - _image_count(kept) for m, kept in zip(messages, limited, strict=True)
+              if kept is not m}
+    return {uuid: n for uuid, n in counts.items() if n}
+
+
 def recheck(block: Block) -> Block:
     """A stored image block as it may be sent: its media type fixed from its first bytes, or a
     stand-in when it is over the API's size or no supported image at all (a block stored before

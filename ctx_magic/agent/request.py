@@ -287,8 +287,7 @@ class RequestFrame:
         request = build_request(messages, system=setup.system_prompt, tools=setup.specs,
                                 max_tokens=(max_tokens or window.reply_cap) + window.thinking_budget,
                                 cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
-                                turns=self._turns if purpose == "main" else None,  # side calls: other threads
-                                append_only=window.append_only)
+                                turns=self._turns if purpose == "main" else None)  # side calls: other threads
         return dataclasses.replace(
             request, purpose=purpose, thinking=thinking_param(window),
             context_management=server.context_management if server is not None else None,

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ctx_magic.agent.model import ModelRequest
-from ctx_magic.context.thinking import keep_valid_thinking
 from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
 from ctx_magic.settings import DEFAULTS, Window
@@ -143,8 +142,7 @@ def system_blocks(system_prompt: str, *, cache_ttl: str | None = DEFAULTS.cache_
 
 
 def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
-                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None,
-                  append_only: bool = False) -> ModelRequest:
+                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages
     (at most 100 images of them: the oldest become a line saying so), same-role runs merged,
     tool results first in each user turn, and the cache breakpoints: on the last block, and on
@@ -155,10 +153,10 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
     user who ran many cells between two turns adds more than that, and the whole cached
     conversation would be written again. A breakpoint where the previous request ended finds
     its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
-    An image left out changes what came before the thinking after it: `append_only`, that goes too.
+    An image left out changes what came before the thinking after it: in an append-only conversation
+    the engine removed that thinking when the images left out changed (engine._images_left_out).
     """
-    limited, omitted = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
-    messages = keep_valid_thinking(messages, limited)[0] if omitted and append_only else limited
+    messages, _ = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
     built = turns.turns(messages) if turns is not None else _add_turns([], messages)
     return ModelRequest(

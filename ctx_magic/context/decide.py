@@ -4,8 +4,9 @@
 free, the circuit breaker and what compaction can use, and returns a `Plan` with its reason:
 clear old results, compact (from the session's notes first, else with a summary), ask the API
 for the exact count first, or say the context is blocked. The engine carries out the
-clearing, the loop the compaction, the panel shows the reason. The tool-result budget (persist) and snip are
-fixed rules applied before it (engine.py).
+clearing and a snip, the loop the compaction, the panel shows the reason. The tool-result budget
+(persist) is a fixed rule applied before it (engine.py); a snip past the message limit is an option
+priced here like a clearing (snip_price.py).
 
 The rules, in order:
 - after an idle gap longer than the prompt-cache TTL the cache is cold: every token is written
@@ -27,6 +28,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ctx_magic.context.costs import Outlook, RelativePrices, Start, call_cost, outlook_cost, summary_start
+from ctx_magic.context.snip_price import SNIP, SnipPrice
 from ctx_magic.context.thresholds import AUTOCOMPACT_BUFFER_TOKENS, MAX_OUTPUT_TOKENS_FOR_SUMMARY, Thresholds
 
 COMPACT_FROM_NOTES = "notes"
@@ -100,6 +102,8 @@ class Situation:
     """Thinking tokens after the first result a pressure clearing would change, in an append-only
     conversation: the clearing drops them too (their prefix changed). They are not read again, but
     their reasoning is lost: priced as the output it would take to think it again."""
+    snip: SnipPrice | None = None
+    """The snip the engine could make now (past the message limit), or None."""
 
     @property
     def notes_ready(self) -> bool:
@@ -117,7 +121,7 @@ class Situation:
 
     def with_exact_count(self, tokens: int) -> Situation:
         """The same situation after the API counted the context itself (the exact count)."""
-        return dataclasses.replace(self, tokens=tokens, estimated_tokens=0, may_clear=False)
+        return dataclasses.replace(self, tokens=tokens, estimated_tokens=0, may_clear=False, snip=None)
 
     def outlook(self) -> Outlook:
         calls = self.facts.calls
@@ -159,14 +163,18 @@ class Plan:
     """The zone of `tokens_after`: 'blocked' means the call must not be sent unless compacted."""
     why_clear: str = ""
     why_compact: str = ""
+    snip: bool = False
+    """The middle is snipped first (the situation's `snip`)."""
+    why_snip: str = ""
 
     @property
     def reason(self) -> str:
-        return "; ".join(r for r in (self.why_clear, self.why_compact) if r) or NOTHING
+        return "; ".join(r for r in (self.why_clear, self.why_snip, self.why_compact) if r) or NOTHING
 
     def after(self, clearing: Plan) -> Plan:
-        """This plan, decided once `clearing`'s clearing was done, with that clearing in it."""
-        return dataclasses.replace(self, clear=clearing.clear, why_clear=clearing.why_clear)
+        """This plan, decided once `clearing`'s clearing (or snip) was done, with that one in it."""
+        return dataclasses.replace(self, clear=clearing.clear, why_clear=clearing.why_clear,
+                                   snip=self.snip or clearing.snip, why_snip=self.why_snip or clearing.why_snip)
 
 
 @dataclass(frozen=True)
@@ -193,6 +201,8 @@ def _options(s: Situation, cached: int) -> list[_Option]:
         lost = s.thinking_after_clear
         after = max(0, s.tokens - freed - lost)
         options.append(_Option("clear", Start(after, min(cached, s.clear_prefix), s.facts.prices.output * lost), after))
+    if s.snip is not None:
+        options.append(_Option(SNIP, s.snip.start(s.tokens, cached, s.facts.prices), s.snip.tokens_after(s.tokens)))
     can_compact = s.facts.auto_compaction and not s.facts.breaker_open and not s.held_back
     if can_compact and (s.tokens >= th.autocompact or s.tokens >= early_compaction_from(th)):
         summary = s.expected_summary()
@@ -255,6 +265,10 @@ def decide(s: Situation) -> Plan:
 
 def _plan(s: Situation, option: _Option, why: str) -> Plan:
     th = s.thresholds
+    if option.name == SNIP and s.snip is not None:
+        plan = Plan(snip=True, tokens_after=option.tokens_after, zone=th.zone(option.tokens_after),
+                    why_snip=s.snip.reason(s.tokens, why))
+        return _compaction(dataclasses.replace(s, tokens=option.tokens_after, snip=None)).after(plan)
     if option.name == "clear":
         freed = s.clearable_tokens
         lost = (f" and drops {s.thinking_after_clear:,} tokens of thinking after the first one"

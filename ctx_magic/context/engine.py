@@ -1,7 +1,9 @@
-"""`prepare()`: the zero-call layers in their order, budget -> snip -> microcompact, before every model call.
+"""`prepare()`: the zero-call layers in their order, budget -> the decision -> its clearing or snip, before every
+model call.
 
-Idle thinking clearing (context/thinking.py) is a fixed rule like the budget and snip: after an idle gap
-over the cache TTL only the last thinking turn stays, before the decision looks at the count.
+Idle thinking clearing (context/thinking.py) is a fixed rule like the budget: after an idle gap over the
+cache TTL only the last thinking turn stays, before the decision looks at the count. A snip past the
+message limit is measured here and made only when the decision finds that it pays (snip_price.py).
 
 Everything here is a pure function of (messages, state, clock, settings): it returns the new
 messages, the new state and the events that describe the change; writing files and the
@@ -23,8 +25,16 @@ from ctx_magic.context.index import freed_before_anchor, measure, sync_index, wi
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
 from ctx_magic.context.notes import tail_limits
 from ctx_magic.context.snip import KEEP_HEAD, fold_cells, snip_middle
+from ctx_magic.context.snip_price import SnipPrice
 from ctx_magic.context.state import ContextState, result_counts
-from ctx_magic.context.thinking import KEEP_THINKING_TURNS, clear_old_thinking, is_thinking, keep_valid_thinking
+from ctx_magic.context.thinking import (
+    IMAGES_TRIGGER,
+    KEEP_THINKING_TURNS,
+    clear_old_thinking,
+    drop_thinking_from,
+    is_thinking,
+    keep_valid_thinking,
+)
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
@@ -35,6 +45,7 @@ from ctx_magic.context.tokens import (
 )
 from ctx_magic.events import Cleared, ContextMeasured, Event, Persisted, Snipped, ThinkingCleared
 from ctx_magic.figures import ContextFigures
+from ctx_magic.images import left_out_per_message
 from ctx_magic.messages import Message
 from ctx_magic.settings import CLEAR_AT_LEAST, DEFAULTS, Settings
 from ctx_magic.store.session import safe_name
@@ -132,6 +143,32 @@ def _snip(messages: list[Message], state: ContextState, settings: ContextSetting
     return _after_cut(messages, snipped, state, settings, events)
 
 
+@dataclass(frozen=True)
+class SnipCut:
+    """A snip the engine could make now: the messages it would leave, its event and its price."""
+
+    messages: list[Message]
+    events: list[Snipped]
+    price: SnipPrice
+
+
+def snip_cut(messages: list[Message], settings: ContextSettings, now: float, overhead_tokens: int = 0
+             ) -> SnipCut | None:
+    """The automatic snip past `snip_max_messages`, measured but not made (None: no snip frees anything)."""
+    snipped, events = snip_middle(messages, settings.snip_max_messages, transcript_path=settings.transcript_path,
+                                  now=now)
+    if not events:
+        return None
+    marker = next(i for i, m in enumerate(snipped) if m.uuid == events[0].marker_uuid)
+    prefix = overhead_tokens + sum(message_tokens(m) for m in snipped[:marker] if m.sent)
+    lost = thinking_tokens_from(snipped, marker + 1) if settings.append_only else 0
+    return SnipCut(snipped, events, SnipPrice(events[0].tokens_freed, prefix, lost, events[0].count))
+
+
+def _make_snip(messages: list[Message], state: ContextState, settings: ContextSettings, cut: SnipCut):
+    return _after_cut(messages, cut.messages, state, settings, cut.events)
+
+
 def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, settings: ContextSettings,
                events: Sequence[Snipped]):
     """Index the context again after markers replaced runs of messages, and count what that freed
@@ -188,6 +225,29 @@ def _keep_valid_thinking(before: Sequence[Message], messages: list[Message], sta
     return out, with_freed(state, out, freed), [event]
 
 
+def _images_left_out(messages: list[Message], state: ContextState, settings: ContextSettings):
+    """Append-only: past the API's count of images per request the oldest are left out of the request
+    (images.limit_images), which changes what came before the thinking after them. When the images
+    left out change (once every 20 new ones), the thinking after the first message they change
+    leaves the live context, said once; the thinking written since was written after the request as
+    sent, and stays while the same images are left out."""
+    if not settings.append_only:
+        return messages, state, []
+    now, before = left_out_per_message(messages), state.left_out_images
+    if now == before:
+        return messages, state, []
+    state = dataclasses.replace(state, left_out_images=now)
+    start = next((i for i, m in enumerate(messages) if m.sent and now.get(m.uuid, 0) != before.get(m.uuid, 0)),
+                 None)
+    out, event = drop_thinking_from(messages, start, IMAGES_TRIGGER) if start is not None else (messages, None)
+    if event is None:
+        return messages, state, []
+    changed = set(event.message_uuids)
+    freed = freed_before_anchor(messages, out, [i for i, m in enumerate(messages) if m.uuid in changed],
+                                find_anchor(out))
+    return out, with_freed(state, out, freed), [event]
+
+
 def thinking_tokens_from(messages: Sequence[Message], start: int) -> int:
     """The thinking blocks' tokens at or after message `start` (what an edit there would drop)."""
     return sum(block_tokens(b) for m in messages[start:] if m.role == "assistant" and m.sent
@@ -239,7 +299,7 @@ def _tokens_before(messages: Sequence[Message], state: ContextState, ids: Sequen
 
 def situation(messages: Sequence[Message], state: ContextState, now: float, settings: ContextSettings, *,
               overhead_tokens: int = 0, facts: SessionFacts = NO_FACTS,
-              may_clear: bool = True) -> tuple[Situation, dict[str, int]]:
+              may_clear: bool = True, snip: SnipPrice | None = None) -> tuple[Situation, dict[str, int]]:
     """What the decision looks at (decide.py), measured on the live context, and the results a
     clearing would change with what each frees (sized only when a clearing can happen: after an
     idle gap, or past the warning level)."""
@@ -259,7 +319,7 @@ def situation(messages: Sequence[Message], state: ContextState, now: float, sett
         clear_prefix=_tokens_before(messages, state, list(clearable), overhead_tokens) if warm_pressure else 0,
         clear_at_least=settings.clear_threshold, overhead=overhead_tokens,
         notes_tail=tail_limits(settings.thresholds.autocompact)[0] if facts.notes_tokens else 0,
-        may_clear=may_clear, facts=facts, thinking_after_clear=thinking_after,
+        may_clear=may_clear, facts=facts, thinking_after_clear=thinking_after, snip=snip,
     )
     return seen, clearable
 
@@ -295,7 +355,7 @@ def prepare(
     facts: SessionFacts = NO_FACTS,
     may_clear: bool = True,
 ) -> Prepared:
-    """Run the tool-result budget -> snip, let `decide` choose, carry out its clearing (microcompact).
+    """Run the tool-result budget, let `decide` choose, carry out its clearing (microcompact) or snip.
 
     The loop carries out the rest of the plan (compaction). The order matters: the budget
     persists a large result before microcompact could replace it by a stub, so its full text
@@ -303,25 +363,42 @@ def prepare(
     """
     msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)
-    msgs, state, snipped = _snip(msgs, state, settings, now, settings.snip_max_messages)
     msgs, state, thinned = _clear_thinking(msgs, state, settings, now)
+    cut = snip_cut(msgs, settings, now, overhead_tokens)
     seen, sizes = situation(msgs, state, now, settings, overhead_tokens=overhead_tokens, facts=facts,
-                            may_clear=may_clear)
+                            may_clear=may_clear, snip=cut.price if cut else None)
     plan = decide(seen)
     cleared: list[Cleared] = []
+    snipped: list[Snipped] = []
     if plan.clear:
         msgs, state, cleared = _clear(msgs, state, list(sizes), plan.clear, freed=sizes)
+    if plan.snip and cut is not None:
+        msgs, state, snipped = _make_snip(msgs, state, settings, cut)
     folded: list[Snipped] = []
     if may_clear and seen.idle:  # the cache has expired: folding old cells costs nothing either
         msgs, state, folded = _fold_cells(msgs, state, settings, now)
     msgs, state, invalidated = _keep_valid_thinking(messages, msgs, state, settings)
     count = measure(msgs, state, overhead_tokens)
     seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens, may_clear=False,
-                               clearable_tokens=0 if cleared else seen.clearable_tokens)
-    if cleared or folded:  # what follows the clearing is decided on the context as it now is
-        plan = decide(seen).after(plan)
+                               clearable_tokens=0 if cleared else seen.clearable_tokens, snip=None)
+    if cleared or folded or snipped:  # what follows is decided on the context as it now is
+        # After a clearing or a fold the snip is priced again on what they left, and made in the same
+        # pass when it pays: the next call would see the same figures and make it then.
+        cut = None if snipped else snip_cut(msgs, settings, now, overhead_tokens)
+        plan = decide(dataclasses.replace(seen, snip=cut.price if cut else None)).after(plan)
+        if plan.snip and cut is not None and not snipped:
+            before = msgs
+            msgs, state, snipped = _make_snip(msgs, state, settings, cut)
+            msgs, state, more = _keep_valid_thinking(before, msgs, state, settings)
+            invalidated = [*invalidated, *more]
+            count = measure(msgs, state, overhead_tokens)
+            seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens)
+    msgs, state, left_out = _images_left_out(msgs, state, settings)
+    if left_out:
+        count = measure(msgs, state, overhead_tokens)
+        seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens)
     measured = ContextMeasured(figures(msgs, state, settings, count.tokens, plan.reason))
-    events: list[Event] = [*persisted, *snipped, *thinned, *cleared, *folded, *invalidated, measured]
+    events: list[Event] = [*persisted, *thinned, *cleared, *snipped, *folded, *invalidated, *left_out, measured]
     return Prepared(msgs, state, events, count, seen, plan)
 
 

@@ -38,6 +38,9 @@ class ContextState:
     freed_tokens: int = 0
     """Tokens removed before the anchoring response since it was billed (the anchored count's correction)."""
     correction: Correction = Correction()
+    left_out_images: Mapping[str, int] = field(default_factory=dict)
+    """message uuid -> images the last request left out of it (past the API's count): what the thinking
+    written since was written after, in an append-only conversation."""
 
     def with_persisted(self, events: Sequence[Persisted]) -> ContextState:
         """These results' decisions made and frozen: persisted, with their stand-ins and paths."""
@@ -57,6 +60,7 @@ class ContextState:
             "cleared": dict(self.cleared),
             "freed_anchor": self.freed_anchor,
             "freed_tokens": self.freed_tokens,
+            "left_out_images": dict(self.left_out_images),
             "correction": {"ratio": self.correction.ratio, "observations": self.correction.observations,
                            "recent": list(self.correction.recent)},
         }
@@ -70,6 +74,7 @@ class ContextState:
             cleared=dict(data.get("cleared") or {}),  # type: ignore[arg-type]
             freed_anchor=data.get("freed_anchor"),  # type: ignore[arg-type]
             freed_tokens=int(data.get("freed_tokens") or 0),  # type: ignore[arg-type]
+            left_out_images=dict(data.get("left_out_images") or {}),  # type: ignore[arg-type]
             # A ratio nothing was learned for is the starting one (older files stored a padding).
             correction=Correction(float(corr.get("ratio", STARTING_RATIO)), int(corr.get("observations", 0)),  # type: ignore[union-attr]
                                   tuple(float(x) for x in corr.get("recent") or ()))  # type: ignore[union-attr]

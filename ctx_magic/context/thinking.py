@@ -153,6 +153,7 @@ def side_call_view(messages: Sequence[Message], *, cache_warm: bool) -> list[Mes
 
 
 EDIT_TRIGGER = "edit"  # thinking removed because an edit before it changed its prefix
+IMAGES_TRIGGER = "images"  # thinking removed because older images began to be left out of the request before it
 
 
 def _same(a: Message, b: Message) -> bool:

@@ -43,9 +43,8 @@ class CompactCommand:
         instructions = " ".join(args.instructions).strip() or None
         if args.snip is not None:
             count, dropped = self.commands.snip(args.snip)
-            notice(f"Snipped {count} messages." if count else "Nothing to snip yet.")
-            for line in dropped:
-                notice(line)
+            # One line: the snip and the thinking it took with it (how many blocks, how many tokens).
+            notice(" ".join([f"Snipped {count} messages.", *dropped]) if count else "Nothing to snip yet.")
             return
         direction, index = ("up_to", args.up_to) if args.up_to is not None else (
             ("from", args.from_) if args.from_ is not None else ("full", None))

@@ -76,6 +76,8 @@ THINKING_CLEARED_WHY = {
     "model-switch": "that the new model cannot take",
     "edit": "that followed an edit of the conversation (the model checks what came before each one)",
     "compaction": "that the compaction left without what came before them (the model checks it)",
+    "images": "written before older images were left out of each request (at most 100 are sent; the model "
+              "checks what came before each block)",
 }
 
 
@@ -84,8 +86,8 @@ def thinking_cleared_line(event: ThinkingCleared) -> str:
         return (f"Removed {count(event.blocks, 'thinking block')} the API refused because the conversation before "
                 "them had changed since they were written; the turn goes on (the transcript keeps them)")
     why = THINKING_CLEARED_WHY.get(event.trigger, event.trigger)
-    return (f"Cleared {count(event.blocks, 'thinking block')} {why}: about {event.tokens_freed:,} tokens freed "
-            "(the transcript keeps them)")
+    return (f"Cleared {count(event.blocks, 'thinking block')} {why}: about {event.tokens_freed:,} tokens of "
+            "thinking left the context (the transcript keeps them)")
 
 
 def folded_notice(cells: int) -> dict[str, str]:

@@ -12,8 +12,8 @@ from agent_rig import THINKING_TYPES, _plain, rig, thinking_prefix_problems
 from ctx_magic.agent.catalog import MODEL_TABLE, checks_thinking_prefix, table_limits
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
-from ctx_magic.events import ThinkingCleared
-from ctx_magic.messages import user_text
+from ctx_magic.events import ContextMeasured, Snipped, ThinkingCleared
+from ctx_magic.messages import Message, text_block, user_text
 from ctx_magic.settings import Settings
 
 DEFAULTS = Settings()  # no thinking parameter: these models think adaptively all the same
@@ -214,5 +214,68 @@ def test_a_resumed_session_sends_the_prefix_its_thinking_was_written_after(tmp_p
         result = run_turn(resumed, code_turn(2))
         resumed.close()
     assert problems == [] and result.error is None and resumed.frame.bound == bound
+    assert thinking_sent_back(r.api.requests[-1:]) > 0
+    assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_the_decision_snips_later_on_a_model_with_the_check_and_its_requests_stay_valid(tmp_path):
+    """Past a 20-message limit a snip pays sooner on a model without the prefix check (only the tail
+    is written again) than on one with it (the tail's thinking leaves too, priced as output to think
+    again): each snip is the decision's, with its reason; the request after it is accepted with
+    every thinking block sent back valid, and thinking written after it is sent back."""
+    first_snip, reasons = {}, {}
+    for model, config in (("claude-sonnet-4-5", Settings(model="claude-sonnet-4-5", thinking="enabled",
+                                                         thinking_budget=1_024, snip_max_messages=20)),
+                          ("claude-sonnet-5-5", Settings(snip_max_messages=20))):
+        events: list = []
+        with rig(tmp_path / model, window=200_000, model=model, config=config) as r:
+            r.session.listeners.append(events.append)
+            for n in range(20):  # until a turn after the first snip
+                run_turn(r.session, code_turn(n))
+                if model in first_snip:
+                    break
+                if any(isinstance(e, Snipped) for e in events):
+                    first_snip[model] = n
+        reasons[model] = [e.figures.plan for e in events if isinstance(e, ContextMeasured) and "snipping" in
+                          e.figures.plan]
+        assert [e.trigger for e in events if isinstance(e, Snipped)] == ["auto"] * len(reasons[model])
+        assert accepted(r.api.requests) and thinking_sent_back(r.api.requests[-1:]) > 0
+        if model == "claude-sonnet-5-5":
+            dropped = [e for e in events if isinstance(e, ThinkingCleared)]
+            assert [e.trigger for e in dropped] == ["edit"] * len(reasons[model])
+            assert all("tokens of thinking after it (it pays back" in why for why in reasons[model])
+            assert thinking_prefix_problems(r.api.requests) == []
+    assert reasons["claude-sonnet-4-5"] and reasons["claude-sonnet-5-5"]
+    assert first_snip["claude-sonnet-4-5"] < first_snip["claude-sonnet-5-5"]
+
+
+def test_images_left_out_past_the_limit_drop_the_thinking_after_them_in_one_line(tmp_path):
+    """90 images, two turns that think after them, then 15 more: the 20 oldest are left out of every
+    request from then on, so the thinking after them leaves once, said in one line; the turn after
+    that sends its own thinking back, nothing more is dropped, and every request is accepted."""
+    import base64
+
+    from image_samples import png
+
+    from ctx_magic.notebook.notices import thinking_cleared_line
+
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(png()).decode()}}
+    events: list = []
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        r.session.listeners.append(events.append)
+        r.session.append(Message("user", (text_block("plots"), *[image] * 90), timestamp=r.clock()))
+        run_turn(r.session, code_turn(0))
+        run_turn(r.session, code_turn(1))
+        r.session.append(Message("user", (text_block("more plots"), *[image] * 15), timestamp=r.clock()))
+        run_turn(r.session, code_turn(2))
+        run_turn(r.session, code_turn(3))
+    dropped = [e for e in events if isinstance(e, ThinkingCleared)]
+    assert [e.trigger for e in dropped] == ["images"] and dropped[0].blocks >= 2
+    assert thinking_cleared_line(dropped[0]).startswith(
+        f"Cleared {dropped[0].blocks} thinking blocks written before older images were left out of each request")
+    last = r.api.requests[-1].body["messages"]
+    assert sum(1 for m in last if isinstance(m["content"], list) for b in m["content"]
+               if b.get("type") == "image") == 85  # 105 less the 20 oldest
     assert thinking_sent_back(r.api.requests[-1:]) > 0
     assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)

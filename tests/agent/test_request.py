@@ -313,25 +313,3 @@ def test_the_context_tools_join_the_requests_at_the_first_cut_of_the_context_and
     assert before and all(not names & CONTEXT_TOOL_NAMES and "python" in names for names in before)
     assert not {t["name"] for t in summary_call.body["tools"]} & CONTEXT_TOOL_NAMES
     assert after and all(CONTEXT_TOOL_NAMES <= names for names in after)
-
-
-def test_append_only_an_image_left_out_takes_the_thinking_after_it_and_no_other():
-    """Past the API's image limit the oldest image becomes a line: what came before the thinking
-    after it changed, so that thinking is not sent; the thinking before it is."""
-    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
-
-    def thought(n: int) -> dict:
-        return {"type": "thinking", "thinking": f"t{n}", "signature": f"s{n}"}
-
-    messages: list[Message] = [user_text("start"), assistant(thought(0), text("ok"))]
-    for n in range(101):  # one image over the limit: the first is left out
-        use = tool_use_block(f"p{n}", "python", {"code": "plot()"})
-        messages += [Message("assistant", (thought(n + 1), use)), Message("user", (tool_result_block(f"p{n}", [png]),))]
-    messages.append(user_text("and now?"))
-
-    def sent_thinking(append_only: bool) -> list[str]:
-        request = build_request(messages, system="s", tools=[], max_tokens=100, cache_ttl="5m", append_only=append_only)
-        return [b["thinking"] for m in request.messages for b in m["content"] if b.get("type") == "thinking"]
-
-    assert sent_thinking(False) == [f"t{n}" for n in range(102)]
-    assert sent_thinking(True) == ["t0", "t1"]  # the first image's result follows t1

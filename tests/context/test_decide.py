@@ -16,6 +16,7 @@ from ctx_magic.context.decide import (
     context_tools_from_start,
     decide,
 )
+from ctx_magic.context.snip_price import SnipPrice
 from ctx_magic.context.thresholds import compute_thresholds
 
 TH = compute_thresholds(200_000, 32_000, env={})  # warning 147,000, autocompact 167,000, blocking 177,000
@@ -179,6 +180,45 @@ def test_append_only_a_pressure_clearing_prices_the_thinking_it_drops():
     plan = decide(light)
     assert plan.clear == "pressure" and plan.tokens_after == 88_000
     assert "drops 2,000 tokens of thinking" in plan.reason
+
+
+# -- a snip past the message limit, priced -----------------------------------------------------------
+
+MIDDLE = SnipPrice(freed=30_000, prefix=5_000, messages=120)  # a snip of half a 60,000-token context
+
+
+def test_a_snip_is_made_when_it_pays_back_and_not_in_a_short_session():
+    """Past the message limit the middle may go: 30,000 tokens less on each of 30 calls to come pay
+    for writing the tail again; with 3 calls to come they do not, and the context stays as it is."""
+    plan = decide(situation(60_000, calls=30, snip=MIDDLE))
+    assert plan.snip and plan.tokens_after == 30_000 and plan.clear is None and plan.compact == ()
+    assert plan.reason.startswith("60,000 tokens: snipping 120 messages from the middle frees 30,000 (it pays back")
+    assert not decide(situation(60_000, calls=3, snip=MIDDLE)).snip
+    assert decide(situation(60_000, calls=3, snip=MIDDLE)).reason == NOTHING
+
+
+def test_a_snip_on_a_model_with_the_prefix_check_prices_the_thinking_it_drops():
+    """The same snip on a model that checks each thinking block's prefix drops the kept tail's
+    thinking: 3,000 tokens of it, thought again as output, cost more than the snip saves."""
+    assert decide(situation(60_000, calls=30, snip=MIDDLE)).snip  # a model without the check snips
+    checked = dataclasses.replace(MIDDLE, thinking=3_000)
+    plan = decide(situation(60_000, calls=30, snip=checked))
+    assert not plan.snip and plan.reason == NOTHING
+    light = decide(situation(60_000, calls=30, snip=dataclasses.replace(MIDDLE, thinking=300)))
+    assert light.snip and light.tokens_after == 29_700 and "drops 300 tokens of thinking after it" in light.reason
+
+
+def test_a_snip_costs_nothing_once_the_cache_has_expired():
+    plan = decide(situation(60_000, calls=1, snip=MIDDLE, idle_seconds=301.0))
+    assert plan.snip and plan.tokens_after == 30_000
+
+
+def test_at_the_threshold_a_summary_beats_a_snip_unless_no_compaction_can_run():
+    snip = SnipPrice(freed=80_000, prefix=10_000, messages=150)
+    plan = decide(situation(170_000, calls=30, snip=snip))
+    assert plan.compact == (COMPACT_WITH_SUMMARY,) and not plan.snip
+    stuck = decide(situation(170_000, calls=30, snip=snip, breaker_open=True))
+    assert stuck.snip and stuck.tokens_after == 90_000 and stuck.compact == ()
 
 
 def test_the_context_tools_start_with_a_conversation_only_when_its_first_request_is_past_the_warning_level():

@@ -11,9 +11,10 @@ from builders import assistant, call, results, text
 from ctx_magic.context.engine import ContextSettings, clear_now, prepare, snip_now
 from ctx_magic.context.index import sync_index
 from ctx_magic.context.state import ContextState
-from ctx_magic.context.thinking import has_thinking, thinking_turns
+from ctx_magic.context.thinking import has_thinking, is_thinking, thinking_turns
 from ctx_magic.events import Cleared, Snipped, ThinkingCleared
-from ctx_magic.messages import Message, user_text
+from ctx_magic.images import limit_images
+from ctx_magic.messages import Message, tool_use_block, user_text
 
 APPEND_ONLY = ContextSettings(append_only=True)
 NOW = 10_000.0
@@ -68,3 +69,35 @@ def test_a_snip_drops_the_thinking_it_kept_after_the_marker():
     kept, _, plain = snip_now(messages, ContextState(), NOW, dataclasses.replace(settings, append_only=False), 4)
     assert not any(isinstance(e, ThinkingCleared) for e in plain)
     assert any(has_thinking(m) for m in kept[-4:])
+
+
+def test_images_left_out_past_the_limit_drop_the_thinking_after_them_once():
+    """Past the API's 100 images a request leaves the oldest out (20 at a time): what came before the
+    thinking after them changed, so that thinking leaves the live context, said in one event, and
+    the thinking before them stays. The thinking written afterwards was written after the request
+    as sent: while the same images are left out it stays, and nothing more is said."""
+    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    settings = dataclasses.replace(APPEND_ONLY, idle_seconds=10**9)
+    messages: list[Message] = [user_text("start"), assistant(thought(0), text("ok"))]
+    for n in range(101):  # one image over the limit: the 20 oldest are left out
+        use = tool_use_block(f"p{n}", "python", {"code": "plot()"})
+        messages += [assistant(thought(n + 1), use), results((f"p{n}", [png]))]
+    messages.append(user_text("and now?"))
+
+    def thinking_sent(msgs: list[Message]) -> list[str]:  # in the messages a request is built from
+        return [b["signature"] for m in limit_images(msgs)[0] if m.sent for b in m.content if is_thinking(b)]
+
+    first = prepare(messages, ContextState(), NOW, settings)
+    dropped = [e for e in first.events if isinstance(e, ThinkingCleared)]
+    assert [(e.trigger, e.blocks) for e in dropped] == [("images", 100)]  # t2 .. t101: after the first image
+    assert thinking_sent(first.messages) == ["sig0", "sig1"]  # the first image's result follows t1
+    later = [*first.messages, assistant(thought(200), text("here")), user_text("more?")]
+    second = prepare(later, first.state, NOW, settings)
+    assert not [e for e in second.events if isinstance(e, ThinkingCleared)]
+    assert thinking_sent(second.messages) == ["sig0", "sig1", "sig200"]
+    resumed = ContextState.from_json(second.state.to_json())  # what state.json keeps across a restart
+    assert len(resumed.left_out_images) == 20
+    assert not [e for e in prepare(later, resumed, NOW, settings).events if isinstance(e, ThinkingCleared)]
+    plain = prepare(messages, ContextState(), NOW, dataclasses.replace(settings, append_only=False))
+    assert not [e for e in plain.events if isinstance(e, ThinkingCleared)]
+    assert len(thinking_sent(plain.messages)) == 102  # a model without the check takes them all

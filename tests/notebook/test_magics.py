@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -377,6 +378,9 @@ def test_compact_magic_variants(shell):
         run(shell, f"%%agent\nstep {n}\n```python\nprint({n})\n```")
     _, shown = run(shell, "%compact --snip 2")
     assert "Snipped 11 messages." in shown
+    # The default model checks thinking prefixes: the same line says what thinking the cut took with it.
+    assert re.search(r"Snipped 11 messages\. Cleared \d+ thinking blocks? that followed an edit of the conversation "
+                     r"\(.*\): about [\d,]+ tokens of thinking left the context", shown)
     assert [b["trigger"] for b in status(shell)["boundaries"]] == ["manual"] * 3
 
 
