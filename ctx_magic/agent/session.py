@@ -117,8 +117,7 @@ class Session:
     def _facts(self, setup: CallSetup, turn: int) -> SessionFacts:
         """What the decision needs to know of the session beyond its messages, for a call of `turn`."""
         notes = self.plugins.notes
-        boundaries = self.compaction.boundaries
-        last = boundaries[-1] if boundaries else None
+        last = self.compaction.last  # an undone compaction tells nothing of the next one
         return SessionFacts(
             auto_compaction=not self.side_calls.busy and not setup.server_compacts,
             breaker_open=self.compaction.breaker_open, notes_tokens=notes.tokens() if notes is not None else 0,
@@ -230,7 +229,7 @@ class Session:
         messages, state, problems = fold_transcript(loaded.records, ContextState.from_json(saved.get("engine") or {}))
         self.live.restore(messages, state)
         self.undo.resumed(points_from_transcript(loaded.records))
-        self.compaction = CompactionState.from_json(saved, compactions(loaded.records))
+        self.compaction = CompactionState.from_json(saved, *compactions(loaded.records))
         self.meter.restore(saved.get("usage") or {}, saved.get("growth"))
         self.frame.restore(saved, cut=bool(state.cleared or self.compaction.boundaries or any(
             m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages)))

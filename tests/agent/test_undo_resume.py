@@ -1,6 +1,7 @@
 """Undo after a resume, through the loop against the stand-in over real HTTP on a model with the
 prefix check on thinking: the transcript keeps each undo point, so a session resumed from it undoes
-exactly what the session before the restart would have, and the next request is accepted."""
+exactly what the session before the restart would have, and the next request is accepted. An
+undone compaction stays listed, marked undone, and is counted in no figure, before a resume or after."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.undo import undo_last
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import UndoKept
+from ctx_magic.notebook.wording import status_text
 
 APPEND_ONLY = "claude-sonnet-5-5"
 NOTHING = "^There is no compaction, snip or clearing to undo in this session"
@@ -132,3 +134,29 @@ def test_a_change_whose_point_was_not_kept_stops_the_undo_before_older_ones(tmp_
         with pytest.raises(CtxMagicError, match=NOTHING):
             undo_last(again)
         again.close()
+
+
+def test_an_undone_compaction_is_listed_as_undone_and_counted_in_no_figure(tmp_path):
+    with rig(tmp_path, window=60_000, model=APPEND_ONLY) as r:
+        for n in range(3):
+            run_turn(r.session, prompt(n))
+        first = manual_compact(r.session).event
+        for n in range(3, 5):
+            run_turn(r.session, prompt(n))
+        second = manual_compact(r.session).event
+        counted = r.session.report().compactions
+        undo_last(r.session)
+        status = r.session.status()
+        storage = copied(r.session, tmp_path / "restart")
+        r.session.close()
+        again = resumed(r.session, storage)
+        after_resume = again.status()
+        again.close()
+    for shown in (status, after_resume):
+        report = shown.report()
+        assert (counted, report.compactions, report.undone_compactions) == (2, 1, 1)
+        assert report.last_compaction is not None and report.last_compaction.boundary_uuid == first.boundary_uuid
+        assert [b["undone"] for b in shown.to_json()["boundaries"]] == [False, True]
+        assert report.to_json()["last_compaction"]["tokens_after"] == first.tokens_after != second.tokens_after
+        assert "1 compaction (1 more undone, not counted) · breaker closed" in status_text(shown)
+        assert "compactions: 1 (last: manual, " in repr(report) and "; 1 undone, not counted" in repr(report)
