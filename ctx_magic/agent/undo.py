@@ -51,7 +51,7 @@ class UndoHistory:
         elif isinstance(event, (Snipped, Cleared)):
             self._push(point_of(event, self._live.previous, self._live.messages), merge=True)
         elif isinstance(event, ServerCompacted):  # the API's own summary replaced what was sent: nothing to restore
-            self.points.clear()
+            self.points, self._unkept = [], []
 
     def rebind(self, point: UndoPoint) -> Callable[[], None]:
         """An undone compaction's conversation goes on under the system prompt and tools it was
