@@ -12,7 +12,7 @@ from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.request import RequestFrame
 from ctx_magic.context.index import measure
 from ctx_magic.context.undo import MAX_UNDO_POINTS, UndoPoint, kept_event, merged, point_of, restore, undone_event
-from ctx_magic.errors import CtxMagicError
+from ctx_magic.errors import CtxMagicError, StorageError
 from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, Snipped, Status, UndoKept, Undone
 
 if TYPE_CHECKING:
@@ -75,10 +75,14 @@ class UndoHistory:
         self._unkept = [*self._unkept, point]
 
     def keep(self) -> None:
-        """Write the points not yet kept to the transcript (turn ends, and before an undo is recorded)."""
-        unkept, self._unkept = self._unkept, []
-        for point in unkept:
-            self._keep(kept_event(point))
+        """Write the points not yet kept to the transcript (turn ends, and before an undo is recorded).
+        On a full disk they wait for the next time: an undo before a restart still works meanwhile."""
+        while self._unkept:
+            try:
+                self._keep(kept_event(self._unkept[0]))
+            except StorageError:
+                return
+            self._unkept = self._unkept[1:]
 
     def resumed(self, points: tuple[UndoPoint, ...]) -> None:
         """The points a resumed session's transcript kept (context/undo.py `points_from_transcript`)."""

@@ -5,6 +5,7 @@ undone compaction stays listed, marked undone, and is counted in no figure, befo
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 from pathlib import Path
@@ -52,6 +53,12 @@ def without_kept(storage: Path, session_id: str, keep: int = 0) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     kept = [i for i, line in enumerate(lines) if json.loads(line).get("event") == UndoKept.name]
     path.write_text("".join(line + "\n" for i, line in enumerate(lines) if i not in kept[keep:]), encoding="utf-8")
+
+
+def kept_records(path: Path) -> int:
+    """How many undo points a transcript file keeps."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return sum(1 for line in lines if json.loads(line).get("event") == UndoKept.name)
 
 
 def test_undo_after_a_resume_restores_what_the_session_before_it_would_have(tmp_path):
@@ -160,3 +167,38 @@ def test_an_undone_compaction_is_listed_as_undone_and_counted_in_no_figure(tmp_p
         assert report.to_json()["last_compaction"]["tokens_after"] == first.tokens_after != second.tokens_after
         assert "1 compaction (1 more undone, not counted) · breaker closed" in status_text(shown)
         assert "compactions: 1 (last: manual, " in repr(report) and "; 1 undone, not counted" in repr(report)
+
+
+def test_a_point_the_full_disk_kept_out_waits_and_is_kept_once_there_is_room(tmp_path):
+    with rig(tmp_path, window=60_000, model=APPEND_ONLY) as r:
+        for n in range(3):
+            run_turn(r.session, prompt(n))
+        transcript = r.session.recorder.transcript
+        disk = {"full": False}
+        real_open = transcript._open
+
+        class Handle:
+            def __init__(self, inner):  # type: ignore[no-untyped-def]
+                self.inner = inner
+
+            def __getattr__(self, name):  # type: ignore[no-untyped-def]
+                return getattr(self.inner, name)
+
+            def write(self, data):  # type: ignore[no-untyped-def]
+                if disk["full"]:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return self.inner.write(data)
+
+        transcript._open = lambda: Handle(real_open())  # type: ignore[method-assign]
+        manual_compact(r.session)
+        disk["full"] = True
+        r.session.end_turn()  # the point cannot be written: it waits, nothing is raised
+        disk["full"] = False
+        kept_then = kept_records(r.session.store.transcript_path)
+        storage = copied(r.session, tmp_path / "restart")  # the turn end after it keeps the point
+        r.session.close()
+        again = resumed(r.session, storage)
+        result = undo_last(again)
+        again.close()
+    assert kept_then == 0 and kept_records(storage / "sessions" / again.session_id / "transcript.jsonl") == 1
+    assert result.event.kind == "compaction"
