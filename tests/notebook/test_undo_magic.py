@@ -60,9 +60,12 @@ def test_the_panel_s_undo_takes_back_a_compaction_after_a_resume(shell):
     again = ctl.host.session
     said = ctl.panel.undo_clicked(boundary)  # the compaction card's Undo, on the panel refilled from the transcript
     _, status = run(shell, "%ctx status")
+    run(shell, "import ctx_magic\n_value = ctx_magic.context()")
+    value = shell.user_ns["_value"]
     card = next(e for e in ctl.panel.widget.timeline if e["key"] == f"compaction-{boundary}")
     _, shown = run(shell, turn(3))
     assert again is not session and f"Resumed session {session.session_id}" in resumed
     assert said.startswith("Undid the manual compaction: the ") and card.get("undone") is True
     assert "0 compactions (1 more undone, not counted)" in status
+    assert (value.compactions, value.undone_compactions, value.last_compaction) == (0, 1, None)
     assert "Done" in shown
