@@ -39,6 +39,7 @@ from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.resume import compactions, fold_transcript
 from ctx_magic.context.state import ContextState
+from ctx_magic.context.undo import points_from_transcript
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import Compacted, Event, Notice, ServerCompacted, ThinkingCleared, notify
 from ctx_magic.messages import Message, user_text
@@ -85,7 +86,7 @@ class Session:
         self.deferred_turn: int | None = None
         """The turn the user let through uncompacted (`defer_compaction`), until the blocking limit."""
         self._veto_said_in: int | None = None
-        self.undo = UndoHistory(self.live, self.frame, lambda: self.meter.totals.cost_usd)
+        self.undo = UndoHistory(self.live, self.frame, lambda: self.meter.totals.cost_usd, self.recorder.event)
         """The compactions, snips and clearings `%compact --undo` can take back."""
 
     # -- what every request carries ------------------------------------------------------------------
@@ -116,8 +117,7 @@ class Session:
     def _facts(self, setup: CallSetup, turn: int) -> SessionFacts:
         """What the decision needs to know of the session beyond its messages, for a call of `turn`."""
         notes = self.plugins.notes
-        boundaries = self.compaction.boundaries
-        last = boundaries[-1] if boundaries else None
+        last = self.compaction.last  # an undone compaction tells nothing of the next one
         return SessionFacts(
             auto_compaction=not self.side_calls.busy and not setup.server_compacts,
             breaker_open=self.compaction.breaker_open, notes_tokens=notes.tokens() if notes is not None else 0,
@@ -212,6 +212,7 @@ class Session:
 
     def end_turn(self) -> None:
         """Make the transcript durable and save state.json (each turn end)."""
+        self.undo.keep()
         self.recorder.end_turn(self.state_json())
 
     def state_json(self) -> dict[str, Any]:
@@ -227,7 +228,8 @@ class Session:
         loaded, saved = self.store.load_transcript(), self.store.load_state()
         messages, state, problems = fold_transcript(loaded.records, ContextState.from_json(saved.get("engine") or {}))
         self.live.restore(messages, state)
-        self.compaction = CompactionState.from_json(saved, compactions(loaded.records))
+        self.undo.resumed(points_from_transcript(loaded.records))
+        self.compaction = CompactionState.from_json(saved, *compactions(loaded.records))
         self.meter.restore(saved.get("usage") or {}, saved.get("growth"))
         self.frame.restore(saved, cut=bool(state.cleared or self.compaction.boundaries or any(
             m.kind in ("summary", "boundary") or m.meta.get("snipped_count") for m in messages)))

@@ -70,6 +70,15 @@ class StatusSnapshot:
     def breaker_open(self) -> bool:
         return self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES
 
+    @property
+    def compactions(self) -> tuple[Boundary, ...]:
+        """The compactions that stand: the undone ones are listed in `boundaries`, never counted."""
+        return tuple(b for b in self.boundaries if not b.undone)
+
+    @property
+    def undone_compactions(self) -> int:
+        return len(self.boundaries) - len(self.compactions)
+
     def to_json(self) -> dict[str, Any]:
         """The status as `%ctx status --json` prints it."""
         c = self.context
@@ -100,9 +109,9 @@ class StatusSnapshot:
         return ContextReport(
             session_id=self.session_id, model=self.model, tokens=c.tokens, window=c.window,
             thresholds=Limits(c.warning, c.threshold, c.blocking), zone=c.zone, percent_left=c.percent_left,
-            compactions=len(self.boundaries), last_compaction=self.boundaries[-1] if self.boundaries else None,
-            cache=self.cache, spent_usd=round(self.usage.cost_usd, 6) if known else None,
-            compaction_ahead=self.ahead)
+            compactions=len(self.compactions), last_compaction=self.compactions[-1] if self.compactions else None,
+            undone_compactions=self.undone_compactions, cache=self.cache,
+            spent_usd=round(self.usage.cost_usd, 6) if known else None, compaction_ahead=self.ahead)
 
 
 @dataclass(frozen=True)
@@ -130,11 +139,14 @@ class ContextReport:
     percent_left: float
     """Room left before automatic compaction, as a share of its threshold."""
     compactions: int
+    """The compactions that stand (an undone one is not counted)."""
     last_compaction: Boundary | None
     cache: CacheOutlook | None
     spent_usd: float | None
     """Dollars spent by the session so far (None: the model's prices are unknown)."""
     compaction_ahead: CompactionAhead | None = None
+    undone_compactions: int = 0
+    """Compactions the user undid (not in `compactions`)."""
     details: str = field(default="", compare=False, repr=False)
     """The lines `%ctx status` shows with the figures (its value is what the cell shows, once);
     empty in `ctx_magic.context()`'s value, which shows the figures alone."""
@@ -144,6 +156,7 @@ class ContextReport:
         return {"session_id": self.session_id, "model": self.model, "tokens": self.tokens, "window": self.window,
                 "thresholds": dataclasses.asdict(self.thresholds), "zone": self.zone,
                 "percent_left": self.percent_left, "compactions": self.compactions,
+                "undone_compactions": self.undone_compactions,
                 "last_compaction": last.figures() if last is not None else None,
                 "cache": self.cache.to_json() if self.cache is not None else None, "spent_usd": self.spent_usd,
                 "compaction_ahead": self.compaction_ahead.to_json() if self.compaction_ahead is not None else None}
@@ -154,7 +167,8 @@ class ContextReport:
         rows = [("tokens", f"{self.tokens:,} of {self.window:,} ({self.zone}, {self.percent_left:g}% left)"),
                 ("thresholds", f"warning {t.warning:,} · autocompact {t.autocompact:,} · blocking {t.blocking:,}"),
                 ("compactions", f"{self.compactions}" + (
-                    f" (last: {last.trigger}, {last.tokens_before:,} → {last.tokens_after:,} tokens)" if last else ""))]
+                    f" (last: {last.trigger}, {last.tokens_before:,} → {last.tokens_after:,} tokens)" if last else "")
+                 + (f"; {self.undone_compactions} undone, not counted" if self.undone_compactions else ""))]
         if cache is not None:
             state = f"{cache.state}, {cache.ttl} TTL ({cache.reason})"
             if cache.write_tokens:

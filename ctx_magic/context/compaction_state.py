@@ -4,7 +4,7 @@ them and the circuit breaker. A frozen value: each change returns a new one."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ class Boundary:
     summary: str = ""
     boundary_uuid: str | None = None
     summary_tokens: int = 0
+    undone: bool = False
+    """Taken back by an undo: listed, marked so, and left out of every figure."""
 
     @classmethod
     def of(cls, event: Compacted) -> Boundary:
@@ -35,7 +37,7 @@ class Boundary:
     def figures(self) -> dict[str, Any]:
         """The boundary without its summary text (for the status JSON)."""
         return {"trigger": self.trigger, "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
-                "messages_summarized": self.messages_summarized}
+                "messages_summarized": self.messages_summarized, "undone": self.undone}
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,20 @@ class CompactionState:
         return self.failures >= MAX_CONSECUTIVE_FAILURES
 
     @property
+    def standing(self) -> tuple[Boundary, ...]:
+        """The compactions that stand (not undone): the ones every count and figure reads."""
+        return tuple(b for b in self.boundaries if not b.undone)
+
+    @property
+    def last(self) -> Boundary | None:
+        """The last compaction that stands."""
+        standing = self.standing
+        return standing[-1] if standing else None
+
+    @property
     def previous_boundary(self) -> str | None:
-        return self.boundaries[-1].boundary_uuid if self.boundaries else None
+        last = self.last
+        return last.boundary_uuid if last is not None else None
 
     @property
     def turns_since_boundary(self) -> int:
@@ -66,6 +80,11 @@ class CompactionState:
         return dataclasses.replace(self, failures=0, boundaries=(*self.boundaries, Boundary.of(event)),
                                    turns_at_boundary=self.turns)
 
+    def undone(self, boundary_uuid: str) -> CompactionState:
+        """The compaction of that boundary was undone: still listed, no longer counted."""
+        return dataclasses.replace(self, boundaries=tuple(
+            dataclasses.replace(b, undone=True) if b.boundary_uuid == boundary_uuid else b for b in self.boundaries))
+
     def failed(self) -> CompactionState:
         return dataclasses.replace(self, failures=self.failures + 1)
 
@@ -73,7 +92,10 @@ class CompactionState:
         return {"failures": self.failures, "turns": self.turns, "turns_at_boundary": self.turns_at_boundary}
 
     @classmethod
-    def from_json(cls, saved: Mapping[str, Any], compactions: Iterable[Compacted] = ()) -> CompactionState:
-        """The state saved in state.json, with the boundaries found in the transcript."""
-        return cls(int(saved.get("failures", 0)), tuple(Boundary.of(e) for e in compactions),
+    def from_json(cls, saved: Mapping[str, Any], compactions: Iterable[Compacted] = (),
+                  undone: Collection[str] = ()) -> CompactionState:
+        """The state saved in state.json, with the boundaries found in the transcript (`undone`:
+        those of the compactions undone since)."""
+        return cls(int(saved.get("failures", 0)), tuple(
+            dataclasses.replace(Boundary.of(e), undone=e.boundary_uuid in undone) for e in compactions),
                    int(saved.get("turns", 0)), int(saved.get("turns_at_boundary", 0)))

@@ -120,11 +120,12 @@ def _apply_snip(
     return [*head, marker, *kept[len(head):]]
 
 
-def compactions(records: Iterable[Mapping[str, Any]]) -> list[Compacted]:
-    """The compactions a transcript records (the boundaries the status lists, at resume)."""
-    found = []
+def compactions(records: Iterable[Mapping[str, Any]]) -> tuple[list[Compacted], set[str]]:
+    """The compactions a transcript records (the boundaries the status lists, at resume), and
+    the boundaries of those undone since."""
+    found, undone = [], set()
     for record in records:
-        if record.get("type") != "event" or record.get("event") != "compacted":
+        if record.get("type") != "event" or record.get("event") not in ("compacted", Undone.name):
             continue
         try:
             event = event_from_json(record)
@@ -132,4 +133,6 @@ def compactions(records: Iterable[Mapping[str, Any]]) -> list[Compacted]:
             continue
         if isinstance(event, Compacted):
             found.append(event)
-    return found
+        elif isinstance(event, Undone) and event.kind == "compaction":
+            undone.add(event.key)
+    return found, undone

@@ -19,6 +19,7 @@ from ctx_magic.events.changes import (
     ServerEdited,
     Snipped,
     ThinkingCleared,
+    UndoKept,
     Undone,
     event_from_json,
 )
@@ -40,6 +41,6 @@ __all__ = [
     "DURABLE_EVENTS", "FOLD_TRIGGER", "ApprovalAsked", "AuditReport", "BreakerReset", "CacheBroke", "Cleared",
     "Compacted", "CompactionFailedEvent", "ContextMeasured", "Event", "ImagesStripped", "Notice", "Persisted",
     "ReplyRestarted", "ReplyWithdrawn", "ServerCompacted", "ServerEdited", "Snipped", "Status", "TextDelta",
-    "ThinkingCleared", "ThinkingDelta", "ToolFinished", "ToolOutputDelta", "ToolStarted", "Undone", "UsageUpdated",
-    "event_from_json", "listening", "notify", "transient",
+    "ThinkingCleared", "ThinkingDelta", "ToolFinished", "ToolOutputDelta", "ToolStarted", "UndoKept", "Undone",
+    "UsageUpdated", "event_from_json", "listening", "notify", "transient",
 ]

@@ -144,6 +144,31 @@ class Undone(Event):
 
 
 @dataclass(frozen=True)
+class UndoKept(Event):
+    """An undo point (context/undo.py) as the transcript keeps it, so `%compact --undo` still works
+    after a resume: the live context before the change, named by its messages as first written."""
+
+    name: ClassVar[str] = "undo_point"
+    durable: ClassVar[bool] = True  # not needed to rebuild the live context: to rebuild what an undo restores
+    kind: str  # compaction | snip | clearing
+    key: str
+    changes: tuple[str, ...]
+    """The keys of the changes it takes back (a snip and a clearing made in one step: two)."""
+    trigger: str
+    before_uuids: tuple[str, ...]
+    thinned_uuids: tuple[str, ...]
+    """The answers before the change held without their thinking blocks."""
+    unanchored_uuids: tuple[str, ...]
+    """The answers before the change held without their usage (it no longer anchored the count)."""
+    after_uuids: tuple[str, ...]
+    uncleared: tuple[str, ...] = ()
+    spent_usd: float = 0.0
+    from_notes: bool = False
+    prefix: Mapping[str, Any] | None = None
+    """The system prompt and tools an append-only conversation was bound to ({system, tools})."""
+
+
+@dataclass(frozen=True)
 class ThinkingCleared(Event):
     """Thinking blocks left the live context: old turns after an idle gap (as in Claude Code: only the last
     thinking turn is kept once the cache has expired), blocks another model made (a switch), in an
@@ -200,7 +225,7 @@ class ImagesStripped(Event):
 
 DURABLE_EVENTS: dict[str, type[Event]] = {
     cls.name: cls for cls in (Persisted, Snipped, Cleared, Compacted, ImagesStripped, ThinkingCleared, ServerEdited,
-                               ServerCompacted, Undone)
+                               ServerCompacted, Undone, UndoKept)
 }
 
 

@@ -69,7 +69,7 @@ def extraction_due(live: LiveContext, compaction: CompactionState, tokens: Calla
     context, its compactions, and its size (`tokens`, asked last: it may fail)."""
     if not any(m.role == "user" and m.sent for m in live.messages):
         return False
-    return bool(compaction.boundaries) or tokens() >= EXTRACT_FROM_TOKENS
+    return bool(compaction.standing) or tokens() >= EXTRACT_FROM_TOKENS
 
 
 class Extraction:

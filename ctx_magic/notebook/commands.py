@@ -12,7 +12,9 @@ from ctx_magic.agent.loop import TurnResult, run_turn
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.undo import undo_last
+from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError, NoSession
 from ctx_magic.events import Event, Notice, Status, ThinkingCleared, listening
@@ -134,12 +136,24 @@ class Commands:
             finally:
                 self.turn_running = False
                 self.panel.refresh()
-            display.finish(summary_line(self.host.status(session), result))
+            display.finish(summary_line(self._settled_status(session), result))
             problem = self.memory.after_turn(session)
             if problem:
                 display(Notice("warning", problem))
             self.idle.schedule()
             return result
+
+    def _settled_status(self, session: Session) -> StatusSnapshot:
+        """The status a turn's Done line shows, which the panel shows too. A compaction the next turn
+        makes stands on the session's notes written now at the turn's end (a compaction waits for
+        them as long): priced once they are in, the Done line and the panel name the same price."""
+        status = self.host.status(session)
+        notes = session.plugins.notes
+        if status.ahead is not None and notes is not None and notes.running:
+            notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
+            status = self.host.status(session)
+            self.panel.refresh()
+        return status
 
     def _record_of(self, tool_use_id: str) -> Any:
         """What the agent's code printed and showed, when that call is the one that ran last."""

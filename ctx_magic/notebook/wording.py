@@ -127,7 +127,9 @@ def status_text(status: StatusSnapshot) -> str:
         f"{status.token_counter}",
         f"{count(c.messages, 'message')} · tool results {c.live_results} live, {c.cleared_results} cleared, "
         f"{c.persisted_results} persisted",
-        f"{count(len(status.boundaries), 'compaction')} · breaker {'OPEN' if status.breaker_open else 'closed'} · "
+        f"{count(len(status.compactions), 'compaction')}"
+        + (f" ({status.undone_compactions} more undone, not counted)" if status.undone_compactions else "")
+        + f" · breaker {'OPEN' if status.breaker_open else 'closed'} · "
         f"cache hit ratio {status.usage.cache_hit_ratio:.0%}" + breaks,
         cost_line(status),
     ]

@@ -181,7 +181,8 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
         f'<button class="ctx-magic-marker" type="button" data-kind="{html.escape(str(c["kind"]))}" '
         f'data-ctx-card="{html.escape(str(c["key"]))}" style="left:clamp(0.6em, {100 * c["at"] / n:.2f}%, '
         f'calc(100% - 0.6em)); top:{row * MARKER_ROW_PX}px" '
-        f'title="{html.escape(str(c["label"]))} (click for details)">{CHANGE_GLYPHS.get(str(c["kind"]), "•")}'
+        f'title="{html.escape(str(c["label"]))}{" (undone)" if c.get("undone") else ""} (click for details)"'
+        f'>{CHANGE_GLYPHS.get(str(c["kind"]), "•")}'
         "</button>" for c, row in zip(changes, rows))
     svg = (f'<svg class="ctx-magic-plot" viewBox="0 0 {n} 100" preserveAspectRatio="none" '
            f'height="{CHART_HEIGHT}" width="100%" role="img" aria-label="Context size per model call">'

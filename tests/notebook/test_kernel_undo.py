@@ -1,7 +1,8 @@
 """A real kernel on the default model (claude-sonnet-5-5, which checks the prefix of every thinking
 block sent back) with a small window, against the stand-in over HTTP: an automatic compaction,
 then `%compact --undo`; the next request holds exactly the messages the compaction replaced (what
-the stand-in received before it, thinking and signatures included) and is accepted."""
+the stand-in received before it, thinking and signatures included) and is accepted; the same after
+the kernel dies and a new one resumes the session from its transcript."""
 
 from __future__ import annotations
 
@@ -55,3 +56,34 @@ def test_undo_of_an_automatic_compaction_sends_the_replaced_messages_next(kernel
                if isinstance(m["content"], list))
     assert sent_after.status == 200 and not sent_after.thinking_mismatches
     assert "no compaction, snip or clearing to undo" in again
+
+
+def test_after_a_kernel_restart_and_resume_the_undo_sends_what_was_sent_before_the_compaction(kernels, tmp_path):
+    api = OfflineAPI(OfflineConfig(window=200_000, account="new"))
+    setup = (SETUP + "\n%config CtxMagic.context_window = 20000"
+             f"\n%config CtxMagic.user_memory_dir = {str(tmp_path / 'memories')!r}")
+    with serve_in_thread(api) as (url, _stop):
+        env = kernel_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=url)
+        kernel = start(kernels, tmp_path, env, setup)
+        sent_before = None
+        for n in range(MAX_TURNS):
+            calls = len(main_calls(api))
+            assert "Done" in kernel.execute(part(n))
+            if kernel.execute(BOUNDARIES).strip() != "0":
+                sent_before = main_calls(api)[calls - 1]  # the last request before the compaction
+                break
+        assert sent_before is not None, f"no automatic compaction in {MAX_TURNS} turns"
+        kernel.kill()  # the kernel dies between turns
+        kernel = start(kernels, tmp_path, env, setup)
+        resumed = kernel.execute("%agent --resume")
+        undone = kernel.execute("%compact --undo")
+        status = kernel.execute("%ctx status")
+        calls = len(main_calls(api))
+        assert "Done" in kernel.execute("%%agent\nAnd now, which part had the largest row?")
+        sent_after = main_calls(api)[calls]
+    assert "Resumed session" in resumed
+    assert "Undid the automatic compaction: the " in undone and "the session's notes were its summary" in undone, undone
+    assert "0 compactions (1 more undone, not counted)" in status, status
+    before, after = _plain(sent_before.body["messages"]), _plain(sent_after.body["messages"])
+    assert after[:len(before)] == before
+    assert sent_after.status == 200 and not sent_after.thinking_mismatches

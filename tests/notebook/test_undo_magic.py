@@ -47,3 +47,25 @@ def test_undo_of_a_snip_brings_the_messages_back_and_the_transcript_records_it(s
     assert "Snipped" in snipped and "Undid your snip: the " in shown and " messages it removed are back (" in shown
     assert [m.uuid for m in session.live.messages[:len(live)]] == [m.uuid for m in live]
     assert [r["kind"] for r in records if r.get("event") == Undone.name] == ["snip"]
+
+
+def test_the_panel_s_undo_takes_back_a_compaction_after_a_resume(shell):
+    for n in range(3):
+        run(shell, turn(n))
+    run(shell, "%compact")
+    ctl = controller(shell)
+    session = ctl.host.session
+    boundary = session.compaction.boundaries[-1].boundary_uuid
+    _, resumed = run(shell, f"%agent --resume {session.session_id}")
+    again = ctl.host.session
+    said = ctl.panel.undo_clicked(boundary)  # the compaction card's Undo, on the panel refilled from the transcript
+    _, status = run(shell, "%ctx status")
+    run(shell, "import ctx_magic\n_value = ctx_magic.context()")
+    value = shell.user_ns["_value"]
+    card = next(e for e in ctl.panel.widget.timeline if e["key"] == f"compaction-{boundary}")
+    _, shown = run(shell, turn(3))
+    assert again is not session and f"Resumed session {session.session_id}" in resumed
+    assert said.startswith("Undid the manual compaction: the ") and card.get("undone") is True
+    assert "0 compactions (1 more undone, not counted)" in status
+    assert (value.compactions, value.undone_compactions, value.last_compaction) == (0, 1, None)
+    assert "Done" in shown
