@@ -68,7 +68,7 @@ class Compactor:
     def pre_compact(self, trigger: str, instructions: str | None) -> PreCompactVerdict:
         """The PreCompact hooks, given the context's figures. A veto holds back only an automatic
         compaction (auto); any other is asked for or forced, so the veto is said and overridden."""
-        verdict = self._hooks.run_pre_compact(trigger, instructions, self._session.report())
+        verdict = self._hooks.run_pre_compact(trigger, instructions, self._session.status().report())
         if verdict.veto is not None and trigger != "auto":
             self._session.notice(f"A PreCompact hook vetoed this compaction ({verdict.veto.reason}); overridden: it "
                                  f"was {'asked for' if trigger in ('manual', 'model') else 'forced by the API'}.",

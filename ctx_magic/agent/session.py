@@ -27,7 +27,7 @@ from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.replies import ReplyLearner
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.side_calls import SideCalls
-from ctx_magic.agent.status import ContextReport, StatusReader, StatusSnapshot
+from ctx_magic.agent.status import StatusReader, StatusSnapshot
 from ctx_magic.agent.tools import Executor
 from ctx_magic.agent.undo import UndoHistory
 from ctx_magic.agent.usage import UsageMeter
@@ -83,8 +83,6 @@ class Session:
         """What the user pinned: re-injected after every summary, kept across resume."""
         self.replies = ReplyLearner(self.frame, self.live, self.meter, clock, self.record, self.emit)
         """What each main-loop answer teaches the meter, the frame and the live context."""
-        self.deferred_turn: int | None = None
-        """The turn the user let through uncompacted (`defer_compaction`), until the blocking limit."""
         self._veto_said_in: int | None = None
         self.undo = UndoHistory(self.live, self.frame, lambda: self.meter.totals.cost_usd, self.recorder.event)
         """The compactions, snips and clearings `%compact --undo` can take back."""
@@ -107,11 +105,8 @@ class Session:
         """The live context prepared for a call (live.py), with what the decision needs to know of
         the session beyond its messages."""
         setup = setup or self.setup()
-        notes = self.plugins.notes
-        if notes is not None and self.live.tokens(setup.overhead_tokens) >= setup.context.thresholds.autocompact:
-            # A compaction is at hand: notes still being written (started at the warning level,
-            # which one large turn can be from the threshold) are what it would stand on.
-            notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
+        if self.live.tokens(setup.overhead_tokens) >= setup.context.thresholds.autocompact:
+            self.settle_notes()  # a compaction is at hand: it would stand on the notes being written
         return self.live.prepare(setup, self.clock(), self._facts(setup, self.compaction.turns), write=write)
 
     def _facts(self, setup: CallSetup, turn: int) -> SessionFacts:
@@ -125,12 +120,12 @@ class Session:
             summary_tokens=last.summary_tokens if last is not None else 0,
             after_compaction=last.tokens_after if last is not None else 0,
             prices=RelativePrices.of_model(self.frame.prices(), setup.settings.cache_ttl),
-            deferred=self.deferred_turn == turn)
+            deferred=self.compaction.deferred_turn == turn)
 
     def defer_compaction(self) -> None:
         """Let the next turn through without an automatic compaction while the context stays under
         the blocking limit (one turn only: the one after it compacts as usual)."""
-        self.deferred_turn = self.compaction.turns + 1
+        self.compaction = self.compaction.deferred()
 
     def tokens(self) -> int:
         """The live context's size as the next request would carry it, by the local count."""
@@ -170,9 +165,8 @@ class Session:
         self.emit(event)
 
     def take_news(self) -> None:
-        """What changed where the tools run since the last request (a background run ended,
-        failed or stalled): one attachment at the end of the conversation, each line shown in the
-        cell. Nothing when nothing changed, so the requests' cached prefix is left alone."""
+        """What changed where the tools run since the last request (a run ended, failed or stalled): one
+        attachment at the end, each line shown in the cell; nothing new leaves the cached prefix alone."""
         lines = self.frame.executor.news()
         if lines:
             self.append(news_message(lines, self.clock()))
@@ -181,8 +175,7 @@ class Session:
 
     def compacted(self, new_messages: Sequence[Message], live: Sequence[Message],
                   event: Compacted | ServerCompacted) -> None:
-        """A compaction's result, ctx_magic's or the API's: recorded first, then live; after ctx_magic's
-        own, the breaker closes."""
+        """A compaction's result, recorded first, then live; after ctx_magic's own the breaker closes."""
         for message in new_messages:
             self.recorder.message(message)
         self.record(event)
@@ -192,10 +185,20 @@ class Session:
         self.meter.freed("compacted", event.tokens_before - event.tokens_after)
 
     def switch_model(self, settings: Settings, model: Model) -> ThinkingCleared | None:
-        """Another model (or provider) for the next turns: the thinking blocks other models wrote
-        leave the live context (their signatures are bound to the model that made them)."""
+        """Another model or provider: the thinking other models wrote (bound to them) leaves the context."""
         self.frame.reconfigure(settings, model)
         return self.live.keep_thinking_of(model.name, model.provider, append_only=self.frame.window.append_only)
+
+    def settle_notes(self) -> bool:
+        """Wait as a compaction would for the session notes being written; whether any were."""
+        notes = self.plugins.notes
+        if notes is None or not notes.running:
+            return False
+        notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
+        return True
+
+    def compaction_undone(self, key: str) -> None:
+        self.compaction = self.compaction.undone(key)
 
     def compaction_failed(self) -> CompactionState:
         self.compaction = self.compaction.failed()
@@ -246,10 +249,6 @@ class Session:
         """The session as it stands before the next turn (status.py reads it)."""
         setup = self.setup()
         return self._status.read(setup, self.compaction, self._facts(setup, self.compaction.turns + 1), self.clock())
-
-    def report(self) -> ContextReport:
-        """The context's figures for scripts and hooks (`ctx_magic.context()`)."""
-        return self.status().report()
 
     def close(self) -> None:
         """Save and close the transcript; the session folder is free for another kernel."""

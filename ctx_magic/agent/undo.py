@@ -132,7 +132,7 @@ def undo_last(session: Session, key: str | None = None) -> UndoResult:
     live.replace(restored.messages, state)
     history.forget_last()
     if point.kind == "compaction":
-        session.compaction = session.compaction.undone(point.key)
+        session.compaction_undone(point.key)
     if restored.thinking is not None:
         session.record(restored.thinking)
     if tokens >= setup.context.thresholds.autocompact:

@@ -47,6 +47,8 @@ class CompactionState:
     boundaries: tuple[Boundary, ...] = ()
     turns: int = 0
     turns_at_boundary: int = 0
+    deferred_turn: int | None = None
+    """The turn the user let through uncompacted (`deferred`), until the blocking limit."""
 
     @property
     def breaker_open(self) -> bool:
@@ -84,6 +86,10 @@ class CompactionState:
         """The compaction of that boundary was undone: still listed, no longer counted."""
         return dataclasses.replace(self, boundaries=tuple(
             dataclasses.replace(b, undone=True) if b.boundary_uuid == boundary_uuid else b for b in self.boundaries))
+
+    def deferred(self) -> CompactionState:
+        """The next turn goes through without an automatic compaction (that turn only)."""
+        return dataclasses.replace(self, deferred_turn=self.turns + 1)
 
     def failed(self) -> CompactionState:
         return dataclasses.replace(self, failures=self.failures + 1)

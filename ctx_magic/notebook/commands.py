@@ -14,7 +14,6 @@ from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.status import StatusSnapshot
 from ctx_magic.agent.undo import undo_last
-from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.pins import Pin
 from ctx_magic.errors import CtxMagicError, NoSession
 from ctx_magic.events import Event, Notice, Status, ThinkingCleared, listening
@@ -148,9 +147,7 @@ class Commands:
         makes stands on the session's notes written now at the turn's end (a compaction waits for
         them as long): priced once they are in, the Done line and the panel name the same price."""
         status = self.host.status(session)
-        notes = session.plugins.notes
-        if status.ahead is not None and notes is not None and notes.running:
-            notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
+        if status.ahead is not None and session.settle_notes():
             status = self.host.status(session)
             self.panel.refresh()
         return status

@@ -36,7 +36,7 @@ def test_the_report_holds_the_status_figures_and_reads_as_text_and_html(tmp_path
     with rig(tmp_path) as r:
         run_turn(r.session, wordy(0))
         run_turn(r.session, wordy(1))
-        status, report = r.session.status(), r.session.report()
+        status, report = r.session.status(), r.session.status().report()
     c = status.context
     assert isinstance(report, ContextReport)
     assert (report.tokens, report.window, report.zone) == (c.tokens, c.window, c.zone)
@@ -56,7 +56,7 @@ def test_past_the_ttl_the_predicted_write_is_what_the_next_call_is_billed(tmp_pa
         for n in range(3):
             run_turn(r.session, wordy(n))
         r.clock.advance(301)
-        cache = r.session.report().cache
+        cache = r.session.status().report().cache
         assert cache is not None and cache.cold and cache.reason.startswith("idle 5 min")
         run_turn(r.session, "Go on.")
         usage = first_answer_after(r.session.live.messages, "Go on.").usage
@@ -70,7 +70,7 @@ def test_a_changed_system_prompt_makes_the_next_call_a_rewrite_before_the_ttl(tm
     with rig(tmp_path, model="claude-sonnet-4-6") as r:  # no prefix check: its system prompt may change
         run_turn(r.session, wordy(0))
         r.session.frame.set_memory_section("Remember: the units are metres.")
-        cache = r.session.report().cache
+        cache = r.session.status().report().cache
     assert cache is not None and cache.cold
     assert cache.reason == "the system prompt or the tools changed since the last call"
 
@@ -79,7 +79,7 @@ def test_an_append_only_conversation_keeps_its_system_prompt_and_its_cache_warm_
     with rig(tmp_path) as r:  # claude-sonnet-5-5: the memory comes as a new message, the prefix stays
         run_turn(r.session, wordy(0))
         r.session.frame.set_memory_section("Remember: the units are metres.")
-        cache = r.session.report().cache
+        cache = r.session.status().report().cache
     assert cache is not None and cache.state == "warm"
 
 
@@ -89,7 +89,7 @@ def test_a_hook_with_a_context_parameter_gets_the_figures_and_a_two_argument_hoo
         r.session.hooks.add("PreCompact", lambda trigger, instructions: f"old hook ({trigger})")
         r.session.hooks.add("PreCompact", lambda trigger, instructions, context: given.append(context))
         run_turn(r.session, wordy(0))
-        before = r.session.report()
+        before = r.session.status().report()
         manual_compact(r.session)
         prompt = r.api.requests[-1].body["messages"][-1]["content"][-1]["text"]
     assert "old hook (manual)" in prompt

@@ -151,7 +151,7 @@ def test_an_undone_compaction_is_listed_as_undone_and_counted_in_no_figure(tmp_p
         for n in range(3, 5):
             run_turn(r.session, prompt(n))
         second = manual_compact(r.session).event
-        counted = r.session.report().compactions
+        counted = r.session.status().report().compactions
         undo_last(r.session)
         status = r.session.status()
         storage = copied(r.session, tmp_path / "restart")
