@@ -3,7 +3,8 @@ memory. Each sends exactly what the main loop sends before its prompt: the
 same system prompt, tools and tool_choice (none), so the whole cached conversation is read
 from the cache. Changing tool_choice would invalidate every cached message block (Anthropic's
 prompt-caching docs), so tool use is forbidden in the prompt instead, and a tool call that
-comes back anyway is dropped, as Claude Code does.
+comes back anyway is dropped, as Claude Code does. The prompt itself, which no later request
+repeats, comes after the last cache breakpoint: billed as plain input, not written to the cache.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class SideCalls:
             sent, _ = keep_valid_thinking(self._live.messages, sent)
         warm = self._live.cache_warm(self._clock(), setup.settings.cache_ttl_seconds)
         return self._frame.build(side_call_view(sent, cache_warm=warm), setup, purpose=purpose,
-                                 max_tokens=reply_tokens)
+                                 max_tokens=reply_tokens, prompt_once=True)
 
     def _fitted(self, setup: CallSetup, messages: Sequence[Message], reply_tokens: int,
                 prompt: str) -> list[Message]:
