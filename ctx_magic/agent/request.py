@@ -280,14 +280,17 @@ class RequestFrame:
         return all(t.name in names for t in CONTEXT_TOOLS)
 
     def build(self, messages: Sequence[Message], setup: CallSetup, *, purpose: str = "main",
-              max_tokens: int | None = None, server: ServerPlan | None = None) -> ModelRequest:
+              max_tokens: int | None = None, server: ServerPlan | None = None,
+              prompt_once: bool = False) -> ModelRequest:
         """Every call, main or side, carries the session's thinking settings (a change in them
-        would invalidate the cached messages) with the thinking budget on top of its reply cap."""
+        would invalidate the cached messages) with the thinking budget on top of its reply cap.
+        `prompt_once`: the last message is a side call's prompt, never cached (build_request)."""
         window = setup.window
         request = build_request(messages, system=setup.system_prompt, tools=setup.specs,
                                 max_tokens=(max_tokens or window.reply_cap) + window.thinking_budget,
                                 cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
-                                turns=self._turns if purpose == "main" else None)  # side calls: other threads
+                                turns=self._turns if purpose == "main" else None,  # side calls: other threads
+                                prompt_once=prompt_once)
         return dataclasses.replace(
             request, purpose=purpose, thinking=thinking_param(window),
             context_management=server.context_management if server is not None else None,

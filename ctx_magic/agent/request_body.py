@@ -81,14 +81,17 @@ def _add_turns(turns: list[ApiTurn], messages: Iterable[Message]) -> list[ApiTur
     return turns
 
 
-def _with_breakpoints(turns: list[ApiTurn], cache_ttl: str | None, tail: Message | None) -> list[ApiTurn]:
-    """The turns with cache breakpoints on the last block and on `tail`'s last block; only the
-    turns they touch are copied."""
+def _with_breakpoints(turns: list[ApiTurn], cache_ttl: str | None, tail: Message | None,
+                      end: Message | None = None, *, prompt_once: bool = False) -> list[ApiTurn]:
+    """The turns with cache breakpoints on the last block (with `prompt_once`, on `end`'s last
+    block instead) and on `tail`'s last block; only the turns they touch are copied."""
     if not cache_ttl or not turns:
         return turns
     control = cache_control(cache_ttl)
     marked = list(turns)
-    targets = [turns[-1]["content"][-1]]
+    targets = [_api_blocks(end)[0][-1]] if prompt_once and end is not None and end.content else []
+    if not prompt_once:
+        targets.append(turns[-1]["content"][-1])
     if tail is not None and tail.sent and tail.content:
         targets.append(_api_blocks(tail)[0][-1])
     for target in targets:
@@ -142,7 +145,8 @@ def system_blocks(system_prompt: str, *, cache_ttl: str | None = DEFAULTS.cache_
 
 
 def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[Mapping[str, Any]], max_tokens: int,
-                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None) -> ModelRequest:
+                  cache_ttl: str, cached_tail: str | None = None, turns: TurnCache | None = None,
+                  prompt_once: bool = False) -> ModelRequest:
     """One Messages-API call: the system prompt and tools every call shares, then the messages
     (at most 100 images of them: the oldest become a line saying so), same-role runs merged,
     tool results first in each user turn, and the cache breakpoints: on the last block, and on
@@ -155,6 +159,10 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
     its entry wherever it is (two breakpoints here, one on the system prompt: 3 of the API's 4).
     An image left out changes what came before the thinking after it: in an append-only conversation
     the engine removed that thinking when the images left out changed (engine._images_left_out).
+
+    `prompt_once`: the last message is a side call's own prompt, which no later request repeats.
+    The breakpoint goes on the block before it: the conversation is still cached for the calls
+    after, and the prompt is billed as plain input instead of a cache write (1.25 or 2 times).
     """
     messages, _ = limit_images(messages, total=turns.image_count(messages) if turns is not None else None)
     tail = next((m for m in reversed(messages) if m.uuid == cached_tail), None) if cached_tail else None
@@ -162,6 +170,13 @@ def build_request(messages: Sequence[Message], *, system: str, tools: Sequence[M
     return ModelRequest(
         system=system_blocks(system, cache_ttl=cache_ttl),
         tools=list(tools),
-        messages=_with_breakpoints(built, cache_ttl, tail),
+        messages=_with_breakpoints(built, cache_ttl, tail, _before_last(messages), prompt_once=prompt_once),
         max_tokens=max_tokens,
     )
+
+
+def _before_last(messages: Sequence[Message]) -> Message | None:
+    """The last sent message before the last sent one (None when there is none)."""
+    sent = (m for m in reversed(messages) if m.sent)
+    next(sent, None)
+    return next(sent, None)

@@ -3,7 +3,8 @@ memory. Each sends exactly what the main loop sends before its prompt: the
 same system prompt, tools and tool_choice (none), so the whole cached conversation is read
 from the cache. Changing tool_choice would invalidate every cached message block (Anthropic's
 prompt-caching docs), so tool use is forbidden in the prompt instead, and a tool call that
-comes back anyway is dropped, as Claude Code does.
+comes back anyway is dropped, as Claude Code does. The prompt itself, which no later request
+repeats, comes after the last cache breakpoint: billed as plain input, not written to the cache.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from ctx_magic.messages import Block, Message, user_text
 from ctx_magic.store.session import SessionDir
 
 SIDE_CALL_MAX_OUTPUT = 8_000  # notes and memories: a few thousand tokens of text at most
+# A summary call whose conversation fits only with less reply room than its cap is asked for that
+# room, down to this, rather than cut: a cut (thinking first) changes the start of the conversation,
+# which is then written to the cache again instead of read (about 12 times the price), and loses
+# what it shortens. Claude Code's recorded compaction replies run to 4,235-5,670 tokens.
+SUMMARY_LEAST_REPLY = 6_000
 MEASURED_MARGIN_SHARE = 0.02  # of the window: what a count anchored on the API's usage may be off by
 
 
@@ -54,7 +60,7 @@ class SideCalls:
         failure (with text, the tool call is dropped and the text must hold the summary)."""
         self.busy = True
         try:
-            reply = self._ask(messages, prompt, MAX_OUTPUT_TOKENS_FOR_SUMMARY, "compact")
+            reply = self._ask(messages, prompt, MAX_OUTPUT_TOKENS_FOR_SUMMARY, "compact", least=SUMMARY_LEAST_REPLY)
         finally:
             self.busy = False
         text = _text(reply.content)
@@ -62,13 +68,16 @@ class SideCalls:
             raise CompactionFailed("The summary reply called a tool instead of writing the summary.")
         return text
 
-    def _ask(self, messages: Sequence[Message], prompt: str, max_tokens: int, purpose: str) -> ModelReply:
+    def _ask(self, messages: Sequence[Message], prompt: str, max_tokens: int, purpose: str, *,
+             least: int | None = None) -> ModelReply:
         """One whole reply (a stream that broke off is asked for again, as in the main loop), its
         usage added to the session's totals. Thinking the API refuses (its prefix check) is sent
         no more: the call is asked again without any, which its answer does not need (its last
-        message is a new prompt) and a request without thinking has nothing to check."""
+        message is a new prompt) and a request without thinking has nothing to check. With
+        `least`, the reply room may shrink to it where that keeps the messages whole."""
         setup = self._frame.setup(messages, self._store)
         reply_tokens = min(max_tokens, setup.window.reply_cap)
+        reply_tokens = self._reply_room(setup, messages, prompt, reply_tokens, min(least or reply_tokens, reply_tokens))
         request = self._request(setup, messages, prompt, reply_tokens, purpose)
         try:
             reply = stream_reply(self._frame.model, request, sleep=self._sleep)
@@ -87,7 +96,32 @@ class SideCalls:
             sent, _ = keep_valid_thinking(self._live.messages, sent)
         warm = self._live.cache_warm(self._clock(), setup.settings.cache_ttl_seconds)
         return self._frame.build(side_call_view(sent, cache_warm=warm), setup, purpose=purpose,
-                                 max_tokens=reply_tokens)
+                                 max_tokens=reply_tokens, prompt_once=True)
+
+    def _measured_spare(self, setup: CallSetup, messages: Sequence[Message], reply_tokens: int,
+                        prompt: str) -> int | None:
+        """Tokens left over when the messages go whole beside `prompt` and a reply of
+        `reply_tokens`, by the count anchored on the API's usage (negative: they do not fit);
+        None under the 'server' strategy, where that count is of the context after the API's
+        edits, which a side call does not carry."""
+        if setup.server is not None:
+            return None
+        sendable, _ = without_empty(messages)
+        window, correction = setup.window, self._live.state.correction
+        measured = count_context(sendable, overhead_tokens=setup.overhead_tokens, correction=correction).tokens
+        free = window.tokens * (1 - MEASURED_MARGIN_SHARE) - reply_tokens - window.thinking_budget
+        return int(free - measured - count_text(prompt) * max(1.0, correction.ratio))
+
+    def _reply_room(self, setup: CallSetup, messages: Sequence[Message], prompt: str, reply_tokens: int,
+                    least: int) -> int:
+        """The reply room to ask for: `reply_tokens`, or less (down to `least`) when that is what
+        lets the messages go whole, so the call reads the main call's cached conversation."""
+        if least >= reply_tokens:
+            return reply_tokens
+        spare = self._measured_spare(setup, messages, reply_tokens, prompt)
+        if spare is None or spare >= 0 or reply_tokens + spare < least:
+            return reply_tokens
+        return reply_tokens + spare
 
     def _fitted(self, setup: CallSetup, messages: Sequence[Message], reply_tokens: int,
                 prompt: str) -> list[Message]:
@@ -98,12 +132,10 @@ class SideCalls:
         of the context after the API's edits, which a side call does not carry: the local
         estimate decides."""
         sendable, _ = without_empty(messages)
-        window, correction = setup.window, self._live.state.correction
-        measured = count_context(sendable, overhead_tokens=setup.overhead_tokens, correction=correction).tokens
-        free = window.tokens * (1 - MEASURED_MARGIN_SHARE) - reply_tokens - window.thinking_budget
-        if setup.server is None and measured + count_text(prompt) * max(1.0, correction.ratio) <= free:
+        spare = self._measured_spare(setup, sendable, reply_tokens, prompt)
+        if spare is not None and spare >= 0:
             return sendable
-        return fit_messages(sendable, room(setup, reply_tokens, prompt, correction.ratio))
+        return fit_messages(sendable, room(setup, reply_tokens, prompt, self._live.state.correction.ratio))
 
 
 def room(setup: CallSetup, reply_tokens: int, prompt: str, ratio: float) -> int:

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from ctx_magic.memory.manager import MemoryManager
 
 EXTRACTED_KEY = "memories_extracted"  # per-session count, kept in state.json (at most 20 per session)
+# The last message an extraction read, kept in state.json: a session that ends (or ends again,
+# resumed) with nothing sent after it has taught nothing the call could find, and is not asked again.
+READ_THROUGH_KEY = "memories_read_through"
 # 20 memories of a sentence or two each (the extraction's cap): output is billed at five times input, so no more.
 EXTRACTION_MAX_OUTPUT = 2_000
 # Extraction at session end, for a session with something to carry over: one that compacted, or whose
@@ -64,10 +67,14 @@ class SessionSource:
                    session.state_json)
 
 
-def extraction_due(live: LiveContext, compaction: CompactionState, tokens: Callable[[], int]) -> bool:
+def extraction_due(live: LiveContext, compaction: CompactionState, tokens: Callable[[], int], *,
+                   read_through: str | None = None) -> bool:
     """Whether the end of a session calls for an extraction (see EXTRACT_FROM_TOKENS): its live
-    context, its compactions, and its size (`tokens`, asked last: it may fail)."""
-    if not any(m.role == "user" and m.sent for m in live.messages):
+    context, its compactions, and its size (`tokens`, asked last: it may fail). Never when an
+    earlier extraction read the conversation up to its last message (`read_through`): nothing
+    was said or done since, and the call would cost its whole price to find nothing new."""
+    sent = [m for m in live.messages if m.sent]
+    if not any(m.role == "user" for m in sent) or (read_through is not None and sent[-1].uuid == read_through):
         return False
     return bool(compaction.standing) or tokens() >= EXTRACT_FROM_TOKENS
 
@@ -96,6 +103,7 @@ class Extraction:
                                  now=manager.clock(), session_id=source.session_id, already_extracted=already,
                                  refused=refused)
         source.plugins.remember(EXTRACTED_KEY, already + len(added))
+        source.plugins.remember(READ_THROUGH_KEY, snapshot[-1].uuid)
         self.last_refused = refusal_line(refused, "extracted memory")
         return added
 

@@ -15,7 +15,7 @@ from ctx_magic.agent.plugins import Plugins
 from ctx_magic.agent.request import RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.errors import CtxMagicError
-from ctx_magic.memory.extraction import SessionSource, SessionTextModel, extraction_due
+from ctx_magic.memory.extraction import READ_THROUGH_KEY, SessionSource, SessionTextModel, extraction_due
 from ctx_magic.memory.manager import MemoryManager
 from ctx_magic.memory.record import Memory, added_by
 from ctx_magic.notebook.config import CtxMagic
@@ -88,7 +88,8 @@ class MemoryLink:
         A session whose size cannot be measured (its model is unknown) ends without them: the
         reason is said at the next chance, and the session still ends (an unload, a new session)."""
         try:
-            due = extraction_due(session.live, session.compaction, session.tokens)
+            due = extraction_due(session.live, session.compaction, session.tokens,
+                                 read_through=session.plugins.recalled(READ_THROUGH_KEY))
         except CtxMagicError as error:
             self.manager.background.report(f"memories were not extracted from session {session.session_id}: {error}")
             return

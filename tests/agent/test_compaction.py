@@ -317,3 +317,70 @@ def test_the_first_compaction_says_the_size_the_next_request_will_have(tmp_path)
         setup = r.session.setup()
         assert setup.context_tools
         assert event.tokens_after == r.session.live.tokens(setup.overhead_tokens)
+
+
+WORDS = ("model", "table", "column", "plot", "axis", "label", "sample", "batch", "window", "summary", "cache",
+         "result", "station", "rainfall", "hour", "notes", "memory", "chart", "series", "frame")
+
+
+def _summary_prompt_leaving(session, spare: int) -> str:  # type: ignore[no-untyped-def]
+    """A summary prompt (plain words, which the estimate counts closely) that leaves about `spare`
+    tokens beside the conversation and a full reply, by the count the side call itself uses."""
+    setup = session.setup()
+    reply = min(20_000, setup.window.reply_cap)
+
+    def prompt_of(lines: int) -> str:
+        return "Summarize the work so far.\n" + "".join(
+            f"Keep what was said about the {WORDS[i % 20]} and the {WORDS[i * 7 % 20]} {WORDS[i * 3 % 20]}.\n"
+            for i in range(lines))
+
+    def left(lines: int) -> int:
+        return session.side_calls._measured_spare(setup, session.live.messages, reply, prompt_of(lines))
+
+    low, high = 0, 2_000  # lines: the more, the less room is left
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if left(mid) > spare else (low, mid)
+    assert abs(left(high) - spare) < 50
+    return prompt_of(high)
+
+
+def _filled(r) -> None:  # type: ignore[no-untyped-def]
+    """Turns of printed output until the context is a little under the warning level (32,000 window)."""
+    n = 0
+    while r.session.tokens() < 16_000 and n < 30:
+        run_turn(r.session, code_turn(n, 300))
+        n += 1
+    assert not r.session.compaction.boundaries and r.session.tokens() < 18_720
+
+
+def test_a_summary_that_fits_with_a_little_less_reply_room_reads_the_cached_conversation_whole(tmp_path):
+    """Just past the room its reply asks for, the summary call asks for less reply rather than
+    cut the conversation: its messages start as the last main call's (thinking included) and
+    the cache serves them."""
+    from ctx_magic.agent.side_calls import SUMMARY_LEAST_REPLY
+
+    with rig(tmp_path, window=32_000, max_output=8_000) as r:
+        _filled(r)
+        cap = r.session.setup().window.reply_cap
+        prompt = _summary_prompt_leaving(r.session, -1_000)
+        before = r.session.meter.snapshot()
+        r.session.side_calls.summarize(r.session.live.messages, prompt)
+        read = r.session.meter.snapshot().cache_read_input_tokens - before.cache_read_input_tokens
+    main, summary = [q.body for q in r.api.requests if q.path.endswith("/v1/messages")][-2:]
+    unmarked = json.loads(json.dumps(main["messages"]).replace(', "cache_control": {"type": "ephemeral"}', ""))
+    assert summary["messages"][:len(unmarked) - 1] == unmarked[:-1]
+    assert any(b["type"] == "thinking" for m in summary["messages"] for b in m["content"])
+    assert cap - 1_100 <= summary["max_tokens"] <= cap - 900 and summary["max_tokens"] >= SUMMARY_LEAST_REPLY
+    assert read > 10_000
+
+
+def test_a_summary_that_would_keep_too_little_reply_room_is_cut_instead(tmp_path):
+    with rig(tmp_path, window=32_000, max_output=8_000) as r:
+        _filled(r)
+        cap = r.session.setup().window.reply_cap
+        prompt = _summary_prompt_leaving(r.session, -(cap - 4_000))  # room for a 4,000-token reply only
+        r.session.side_calls.summarize(r.session.live.messages, prompt)
+    summary = r.api.requests[-1].body
+    assert summary["max_tokens"] == cap
+    assert not any(b["type"] == "thinking" for m in summary["messages"] for b in m["content"])

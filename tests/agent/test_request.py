@@ -313,3 +313,52 @@ def test_the_context_tools_join_the_requests_at_the_first_cut_of_the_context_and
     assert before and all(not names & CONTEXT_TOOL_NAMES and "python" in names for names in before)
     assert not {t["name"] for t in summary_call.body["tools"]} & CONTEXT_TOOL_NAMES
     assert after and all(CONTEXT_TOOL_NAMES <= names for names in after)
+
+
+def test_a_side_calls_prompt_comes_after_the_last_breakpoint() -> None:
+    """A side call's prompt is sent once: the breakpoint goes on the conversation's last block
+    before it (and on the previous request's end), never on the prompt."""
+    before = conversation()
+    after = [*before, assistant(text("you are welcome")), user_text("Save the memories worth keeping.")]
+    turns = list(build_request(after, system="s", tools=[], max_tokens=1, cache_ttl="5m",  # type: ignore[arg-type]
+                               cached_tail=before[-1].uuid, prompt_once=True).messages)
+    assert cached_blocks(turns) == [(4, 0), (5, 0)]
+    assert "cache_control" not in turns[-1]["content"][-1]
+
+
+def test_a_side_call_prompt_merged_into_a_user_turn_keeps_the_breakpoint_before_it() -> None:
+    messages = [*conversation(), user_text("Summarize the conversation.")]  # two user messages: one turn
+    turns = list(build_request(messages, system="s", tools=[], max_tokens=1, cache_ttl="5m",  # type: ignore[arg-type]
+                               prompt_once=True).messages)
+    assert cached_blocks(turns) == [(4, 0)]
+    assert turns[-1]["content"][-1] == text("Summarize the conversation.")
+
+
+def test_a_side_call_with_only_its_prompt_has_no_message_breakpoint() -> None:
+    turns = list(build_request([user_text("Consolidate these notes.")], system="s", tools=[], max_tokens=1,
+                               cache_ttl="5m", prompt_once=True).messages)  # type: ignore[arg-type]
+    assert cached_blocks(turns) == []
+
+
+def test_a_side_calls_prompt_is_billed_as_input_and_the_next_call_reads_what_it_cached(tmp_path):
+    """Through the stand-in's cache: the memory prompt costs plain input (no cache write for it);
+    the reply it followed was cached by the side call and the next main call reads it."""
+    from agent_rig import prompt, rig
+
+    from ctx_magic.agent.loop import run_turn
+    from ctx_magic.context.tokens import count_text
+
+    ask = "Save the memories worth keeping. " * 40
+    with rig(tmp_path, window=200_000) as r:
+        run_turn(r.session, prompt(0))
+        before = r.session.meter.snapshot()
+        r.session.side_calls.text(r.session.live.messages, ask)
+        side = r.session.meter.snapshot()
+        run_turn(r.session, prompt(1))
+        after = r.session.meter.snapshot()
+    written = side.cache_creation_input_tokens - before.cache_creation_input_tokens
+    plain = side.input_tokens - before.input_tokens
+    assert plain >= count_text(ask) and written < count_text(ask)
+    read_next = after.cache_read_input_tokens - side.cache_read_input_tokens
+    read_side = side.cache_read_input_tokens - before.cache_read_input_tokens
+    assert read_next >= read_side + written > read_side

@@ -11,6 +11,8 @@ import pytest
 from notebook_rig import controller, offline_shell, run, status
 
 from ctx_magic.events import Compacted, Status
+from ctx_magic.memory.extraction import EXTRACT_FROM_TOKENS
+from ctx_magic.memory.prompts import LONGTERM_HEADING
 
 
 @pytest.fixture
@@ -69,6 +71,26 @@ def test_a_short_session_ends_without_an_extraction_call_and_explicit_extract_st
     run(shell, "%%agent\nAlways label the axes in millimetres.")
     _, shown = run(shell, "%memory extract")
     assert api.model_calls("memory") == 1 and "Extracted" in shown
+
+
+def extraction_calls(api) -> int:  # type: ignore[no-untyped-def]
+    """Long-term extraction requests the stand-in answered (session notes are memory calls too)."""
+    return sum(1 for r in api.requests if r.kind == "memory" and LONGTERM_HEADING in json.dumps(r.body["messages"][-1]))
+
+
+@pytest.mark.parametrize("then", ["nothing", "a turn"])
+def test_a_session_extracted_on_demand_is_asked_again_at_its_end_only_when_something_followed(shell, then):
+    ctl = controller(shell)
+    for n in range(5):
+        run(shell, batch(n))
+    assert ctl.host.session.tokens() >= EXTRACT_FROM_TOKENS  # due at its end, by size
+    api = ctl.host.backend.stand_in
+    run(shell, "%memory extract")
+    if then == "a turn":
+        run(shell, "%%agent\nAlways label the axes in millimetres.")
+    run(shell, "%agent --new")
+    ctl.memory.manager.background.wait()
+    assert extraction_calls(api) == (1 if then == "nothing" else 2)
 
 
 def test_memory_magics_add_show_forget_and_refuse_secrets(shell):
