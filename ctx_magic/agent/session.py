@@ -22,6 +22,7 @@ from typing import Any
 from ctx_magic.agent.files import FileTools
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelRequest
+from ctx_magic.agent.on_demand import OnDemand
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.replies import ReplyLearner
@@ -77,6 +78,8 @@ class Session:
         self._status = StatusReader(self.frame, self.live, self.meter, store)
         self.compaction = CompactionState()
         self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
+        self.on_demand = OnDemand(self.frame, self.meter, sleep=sleep)
+        """Summaries the API writes, where the model and provider take it."""
         self.plugins = Plugins()
         self.pin_board = PinBoard(store, self.frame, self.append, clock)
         """What the user pinned: re-injected after every summary, kept across resume."""
