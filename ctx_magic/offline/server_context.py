@@ -140,10 +140,13 @@ class Managed:
         """The request as an edit of the server left it."""
         self.request = request
 
-    def compact(self, pause: bool, seal: Seal, *, on_demand: bool = False) -> None:
-        """The conversation becomes one summary: the answer opens with it and is written after it."""
+    def compact(self, pause: bool, seal: Seal, *, on_demand: bool = False,
+                sized: Callable[[str], str] | None = None) -> None:
+        """The conversation becomes one summary: the answer opens with it and is written after it
+        (`sized`: what the summary becomes, for a policy that sizes its replies)."""
         before = self.request
         summary = server_summary(messages(before))
+        summary = sized(summary) if sized is not None else summary
         self.compaction = compaction_block(summary, seal)
         self.compacted_from = before
         self.pause = pause
@@ -292,10 +295,11 @@ def _clear_tool_uses(request: dict[str, Any], edit: Mapping[str, Any], tokens: C
     return edited, cleared
 
 
-def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int], seal: Seal | None = None
-           ) -> Managed:
+def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int], seal: Seal | None = None,
+           sized: Callable[[str], str] | None = None) -> Managed:
     """What the model sees of `request` once the server's context management ran (`seal`: what a
-    compaction block made here stands for, the conversation as sent; see prefix_check.py)."""
+    compaction block made here stands for, the conversation as sent; see prefix_check.py; `sized`:
+    what an on-demand summary becomes, for a policy that sizes its replies)."""
     seen = copy.deepcopy(dict(request))
     seen.pop("context_management", None)
     seen.pop("compaction", None)
@@ -317,7 +321,7 @@ def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int
                 managed.applied_edits.append({"type": kind, "cleared_tool_uses": cleared,
                                               "cleared_input_tokens": before - tokens(managed.request)})
     if request.get("compaction") is not None:  # on demand: the answer is the summary alone
-        managed.compact(True, seal or UNSEALED, on_demand=True)
+        managed.compact(True, seal or UNSEALED, on_demand=True, sized=sized)
     for edit in _edits(request):
         if edit["type"] == COMPACT:
             trigger = _value(edit.get("trigger"), "input_tokens", DEFAULT_COMPACT_TRIGGER, "trigger")
