@@ -128,7 +128,7 @@ class Session:
             summary_tokens=last.summary_tokens if last is not None else 0,
             after_compaction=last.tokens_after if last is not None else 0,
             prices=RelativePrices.of_model(self.frame.prices(), setup.settings.cache_ttl),
-            deferred=self.deferred_turn == turn)
+            deferred=self.deferred_turn == turn, summary_by_api=self.on_demand.available(setup))
 
     def defer_compaction(self) -> None:
         """Let the next turn through without an automatic compaction while the context stays under
