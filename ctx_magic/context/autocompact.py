@@ -234,7 +234,7 @@ def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] 
         summaries = [Message("assistant", (block,), kind="summary", timestamp=now,
                              meta={"user_messages": carried, "summary_by": "api"}),
                      user_text(summary_note_text(job.transcript_path, auto=auto, audit=audit.text),
-                               kind="attachment", timestamp=now)]
+                               kind="summary", timestamp=now)]
     pinned = [pins_message(job.pins, now)] if job.pins else []
     kept_before = [without_usage(m) for m in split.kept_before]
     kept_after = [without_usage(m) for m in split.kept_after]

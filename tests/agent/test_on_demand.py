@@ -82,6 +82,9 @@ def test_auto_compaction_asks_the_api_and_the_block_opens_every_later_request(tm
     after = made[made.index(ask) + 1]
     assert after.body["messages"][0] == {"role": "assistant", "content": [block]}  # signature and all
     assert "signature" in block
+    compacted = next(e for e in events if isinstance(e, Compacted))
+    assert compacted.summary == block["content"]  # the coverage audit read the API's summary
+    assert compacted.audit is not None and compacted.audit.user_messages_checked == turns
     assert pending in [b.get("text") for b in after.body["messages"][1]["content"]]  # the user's message, word for word
     later = [q for q in made[made.index(ask) + 1:] if q.kind == "normal"]
     assert len(later) >= 3 and all(q.body["messages"][0] == after.body["messages"][0] for q in later)
