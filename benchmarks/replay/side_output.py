@@ -160,11 +160,16 @@ def sized_notes(text: str, sizes: ReplySizes, cap: int) -> str:
 
 
 def sized_block(request: Mapping[str, Any], text: str, sizes: ReplySizes) -> str:
-    """An on-demand compaction block's summary padded to a whole summary reply: the API keeps
-    what the model wrote under ctx_magic's instructions (its analysis too), byte for byte, so the
-    context after it carries the analysis a summary of ctx_magic's own drops."""
+    """An on-demand compaction block's summary padded as a summary reply (its analysis and summary,
+    or the whole text when it has neither): the API keeps what the model wrote under ctx_magic's
+    instructions, byte for byte, so the context after it carries the analysis that a summary of
+    ctx_magic's own drops."""
     cap = max(0, int(request.get("max_tokens") or 0) - MAX_TOKENS_MARGIN)
-    return padded(text, min(sizes.summary_reply, cap)) if sizes.summary_reply else text
+    if not sizes.summary_reply:
+        return text
+    if _SUMMARY.search(text):
+        return sized_summary(text, sizes, cap)
+    return padded(text, min(sizes.summary_reply, cap))
 
 
 def sized_reply(rule: str, request: Mapping[str, Any], text: str, sizes: ReplySizes) -> str:

@@ -14,6 +14,7 @@ from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.on_demand import ON_DEMAND_BETA
 from ctx_magic.agent.session import open_session
 from ctx_magic.agent.undo import undo_last
+from ctx_magic.context.prompts import extract_summary
 from ctx_magic.events import Compacted, Notice, Status
 from ctx_magic.settings import Settings
 
@@ -83,8 +84,9 @@ def test_auto_compaction_asks_the_api_and_the_block_opens_every_later_request(tm
     assert after.body["messages"][0] == {"role": "assistant", "content": [block]}  # signature and all
     assert "signature" in block
     compacted = next(e for e in events if isinstance(e, Compacted))
-    assert compacted.summary == block["content"]  # the coverage audit read the API's summary
-    assert compacted.audit is not None and compacted.audit.user_messages_checked == turns
+    assert "<analysis>" in block["content"]  # kept as the API wrote it, byte for byte
+    assert compacted.summary == extract_summary(block["content"])  # what the coverage audit read
+    assert compacted.audit is not None and compacted.audit.user_messages_checked == turns - 1  # the pending one stays
     assert pending in [b.get("text") for b in after.body["messages"][1]["content"]]  # the user's message, word for word
     later = [q for q in made[made.index(ask) + 1:] if q.kind == "normal"]
     assert len(later) >= 3 and all(q.body["messages"][0] == after.body["messages"][0] for q in later)
