@@ -108,7 +108,11 @@ class Compactor:
         on_demand = self._session.on_demand
         if not on_demand.available(setup):
             return None
-        answer = on_demand.summarize(split.to_summarize, setup, prompt)
+        self._side_calls.busy = True  # as for a summary of ctx_magic's own: nothing is decided meanwhile
+        try:
+            answer = on_demand.summarize(split.to_summarize, setup, prompt)
+        finally:
+            self._side_calls.busy = False
         if isinstance(answer, Unavailable):
             if answer.refused:
                 self._session.notice(f"The API refused to write the summary itself ({answer.reason}); ctx_magic "
