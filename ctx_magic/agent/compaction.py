@@ -110,7 +110,7 @@ class Compactor:
             return None
         self._side_calls.busy = True  # as for a summary of ctx_magic's own: nothing is decided meanwhile
         try:
-            answer = on_demand.summarize(split.to_summarize, setup, prompt)
+            answer = on_demand.summarize(split.to_summarize, setup, prompt, self._live.state.correction)
         finally:
             self._side_calls.busy = False
         if isinstance(answer, Unavailable):

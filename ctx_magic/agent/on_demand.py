@@ -9,10 +9,10 @@ cache) with the top-level `compaction` parameter, ctx_magic's summary prompt as 
 On a model with preserved thinking the API's check accepts a summary it wrote, so no call of
 ctx_magic's own is needed and what follows keeps valid thinking.
 
-When it cannot be had (the API refused the parameter, the request was too long, the answer held
-no summary) `summarize` says why and returns None: the caller writes the summary itself, as for
-a model without it. A refusal (a 4xx other than a prompt too long or a thinking block refused)
-is remembered: the session does not ask again.
+When it cannot be had (the conversation does not fit whole, the API refused the parameter or
+the request as too long, the answer held no summary) `summarize` says why (`Unavailable`): the
+caller writes the summary itself, as for a model without it. A refusal (a 4xx other than a
+prompt too long or a thinking block refused) is remembered: the session does not ask again.
 """
 
 from __future__ import annotations
@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from ctx_magic.agent.catalog import compacts_on_demand
 from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
+from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
 from ctx_magic.agent.usage import UsageMeter
+from ctx_magic.context.tokens import Correction, count_context, count_text
 from ctx_magic.errors import ModelError, PromptTooLong, RequestTooLarge, ThinkingRefused, UnknownModel
 from ctx_magic.messages import THINKING_TYPES, Block, Message
 
 ON_DEMAND_BETA = "compact-2026-09-04"
+NO_CORRECTION = Correction()
 REFUSALS = (RequestTooLarge, UnknownModel)  # with a plain ModelError: the API said no to the request itself
 
 
@@ -67,8 +70,17 @@ class OnDemand:
         return dataclasses.replace(request, compaction={"type": "summarize", "instructions": instructions},
                                    betas=betas)
 
-    def summarize(self, messages: Sequence[Message], setup: CallSetup, instructions: str) -> Block | Unavailable:
-        """The API's compaction block for `messages`, as it returned it, or why there is none."""
+    def summarize(self, messages: Sequence[Message], setup: CallSetup, instructions: str,
+                  correction: Correction = NO_CORRECTION) -> Block | Unavailable:
+        """The API's compaction block for `messages`, as it returned it, or why there is none.
+        Sent only when they fit whole beside the reply (by the estimate under `correction`, with
+        the side calls' margin): ctx_magic's own summary can cut them, this request cannot."""
+        window = setup.window
+        measured = count_context([m for m in messages if m.sent], overhead_tokens=setup.overhead_tokens,
+                                 correction=correction).tokens
+        asked = count_text(instructions) * max(1.0, correction.ratio)
+        if measured + asked > window.tokens * (1 - MEASURED_MARGIN_SHARE) - window.max_tokens:
+            return Unavailable("the conversation does not fit whole beside the summary")
         request = self.request(messages, setup, instructions)
         if _continues_unthought(request):
             return Unavailable("with thinking enabled, a request ending with an answer that opens without thinking "
