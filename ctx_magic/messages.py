@@ -97,6 +97,12 @@ class Message:
         return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
 
     @property
+    def shown_text(self) -> str:
+        """The text a reader is shown: the text blocks, and the summary a compaction block holds."""
+        return "\n".join(str(b.get("content") or "") if b.get("type") == "compaction" else b.get("text", "")
+                         for b in self.content if b.get("type") in ("text", "compaction"))
+
+    @property
     def tool_use_ids(self) -> list[str]:
         return [b["id"] for b in self.blocks("tool_use")]
 

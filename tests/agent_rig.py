@@ -30,6 +30,9 @@ class Rig:
     url: str
 
 
+CLIENT_SUMMARY = "claude-sonnet-4-5"  # the API writes no summary on demand for it: ctx_magic writes its own
+
+
 @contextlib.contextmanager
 def rig(tmp_path: Path, *, window: int = 20_000, max_output: int = 4_096, max_retries: int = 0,
         config: Settings | None = None, executor: Executor | None = None,

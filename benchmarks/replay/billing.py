@@ -31,7 +31,7 @@ from benchmarks.clock import ManualClock
 from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
 from benchmarks.replay.identifiers import kept as identifiers_kept
 from benchmarks.replay.identifiers import uses_by_action
-from benchmarks.replay.side_output import STAND_IN, ReplySizes, sized_reply
+from benchmarks.replay.side_output import STAND_IN, ReplySizes, sized_block, sized_reply
 from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
 from ctx_magic.offline.counting import has_images, output_tokens
@@ -201,6 +201,8 @@ class ScriptedPolicy:
         cached prefix), so tools say nothing; the default rules' word-based memory detector is not
         trusted: it reads words like "save" and "session memory" in the last user message, which
         a recorded prompt next to ctx_magic's own notes pointer has."""
+        if request.get("compaction") is not None:  # on demand: the API writes the summary
+            return "compaction"
         rule = self.base.rule_for(request)
         if rule.name in PRECISE_RULES:
             return rule.kind
@@ -213,7 +215,13 @@ class ScriptedPolicy:
         kind = self.kind(request)
         if kind == "normal":
             return "main"
+        if request.get("compaction") is not None:
+            return "compaction"
         return kind if kind == "side" else self.base.rule_for(request).name
+
+    def compaction_summary(self, request: Mapping[str, Any], text: str) -> str:
+        """The stand-in's on-demand summary, padded as a model's summary reply (side_output.py)."""
+        return sized_block(request, text, self.sizes)
 
     def answer(self, request: Mapping[str, Any]) -> Answer:
         if self.kind(request) != "normal":

@@ -87,7 +87,8 @@ class RunResult:
 
 
 def request_text(request: Mapping[str, Any] | None) -> str:
-    """Every text of a request's messages (text blocks and tool results), one string."""
+    """Every text of a request's messages (text blocks, tool results and the summary a compaction
+    block holds), one string."""
     parts: list[str] = []
     for message in (request or {}).get("messages", []):
         content = message.get("content", [])
@@ -99,6 +100,8 @@ def request_text(request: Mapping[str, Any] | None) -> str:
                 parts.append(block.get("text", ""))
             elif block.get("type") == "tool_result":
                 parts.append(text_of(block.get("content", "")))
+            elif block.get("type") == "compaction":
+                parts.append(str(block.get("content") or ""))
     return "\n\x00\n".join(parts)
 
 

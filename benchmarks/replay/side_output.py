@@ -11,10 +11,10 @@ that errs against summarizing). The stand-in itself is unchanged: tests keep its
 
 Where the lengths come from (`real_sizes`):
 
-- **Summaries**: Claude Code's own compaction runs in the shared corpus
-  (`claude-api-real/spotter/**/subagents/agent-acompact-*.jsonl`: five auto or manual compactions
-  of 142,000-170,000-token conversations, Claude Code 2.1.39, Opus 4.6). Each holds the whole
-  reply (an `<analysis>` and a `<summary>`, 11,619-15,763 characters), but its recorded
+- **Summaries** (the API's on demand too, whole: its block keeps the analysis): Claude Code's own
+  compaction runs in the shared corpus (`claude-api-real/spotter/**/subagents/agent-acompact-*.jsonl`:
+  five auto or manual compactions of 142,000-170,000-token conversations, Claude Code 2.1.39, Opus
+  4.6). Each holds the whole reply (an `<analysis>` and a `<summary>`, 11,619-15,763 characters), but its recorded
   `output_tokens` (6 or 8) is the start-of-stream value written with the first content block (the
   record has no `stop_reason`: it was written before the stream ended). So the length is the
   reply's own text counted with the stand-in's counter (`count_text`), the unit every other token
@@ -157,6 +157,19 @@ def sized_notes(text: str, sizes: ReplySizes, cap: int) -> str:
         return m.group(1) + padded(m.group(3), each, filler) + m.group(4)
 
     return _CHANGE.sub(grow, text)
+
+
+def sized_block(request: Mapping[str, Any], text: str, sizes: ReplySizes) -> str:
+    """An on-demand compaction block's summary padded as a summary reply (its analysis and summary,
+    or the whole text when it has neither): the API keeps what the model wrote under ctx_magic's
+    instructions, byte for byte, so the context after it carries the analysis that a summary of
+    ctx_magic's own drops."""
+    cap = max(0, int(request.get("max_tokens") or 0) - MAX_TOKENS_MARGIN)
+    if not sizes.summary_reply:
+        return text
+    if _SUMMARY.search(text):
+        return sized_summary(text, sizes, cap)
+    return padded(text, min(sizes.summary_reply, cap))
 
 
 def sized_reply(rule: str, request: Mapping[str, Any], text: str, sizes: ReplySizes) -> str:

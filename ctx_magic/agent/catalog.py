@@ -1,7 +1,7 @@
 """What ctx_magic knows about Claude models when the Models API cannot tell it: windows, output
 limits, the thinking types each accepts, which need a beta header for their long window, which
-take the server's context edits and compaction, which check the prefix of the thinking sent back
-to them, and their ids on Bedrock and Vertex.
+take the server's context edits and compaction (at a threshold, or on demand), which check the
+prefix of the thinking sent back to them, and their ids on Bedrock and Vertex.
 
 The Models API is asked first (agent/model.py); this table is the fallback, and the only source
 on Bedrock and Vertex, whose SDK clients have no Models API. Figures from each model's overview
@@ -48,6 +48,9 @@ class ModelSpec:
     prefix_check: bool = False
     """Every thinking block sent back must come after the same `system`, `tools` and messages as
     when it was written, else it (and all thinking after it) is refused or dropped."""
+    on_demand: bool = False
+    """The API writes a summary on demand (the top-level `compaction` parameter): the on-demand
+    compaction page lists the model."""
 
     def limits(self) -> ModelLimits:
         return ModelLimits(self.window, self.max_output, "table", thinking_types=self.thinking,
@@ -57,23 +60,24 @@ class ModelSpec:
 
 _M = ONE_MILLION
 MODEL_TABLE: tuple[ModelSpec, ...] = (
-    ModelSpec("claude-fable-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-fable-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
     ModelSpec("claude-fable-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
-    ModelSpec("claude-mythos-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
+    ModelSpec("claude-mythos-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
     ModelSpec("claude-mythos-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
-    ModelSpec("claude-opus-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
-    ModelSpec("claude-sonnet-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
-    ModelSpec("claude-haiku-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
-    ModelSpec("claude-fable-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),  # thinking always on
-    ModelSpec("claude-mythos-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
-    ModelSpec("claude-mythos-preview", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
-    ModelSpec("claude-opus-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),  # 5.5: thinking always on
-    ModelSpec("claude-sonnet-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),  # a budget is a 400 since 5
+    ModelSpec("claude-opus-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
+    ModelSpec("claude-sonnet-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
+    ModelSpec("claude-haiku-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
+    ModelSpec("claude-fable-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),  # thinking always on
+    ModelSpec("claude-mythos-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
+    ModelSpec("claude-mythos-preview", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
+    ModelSpec("claude-opus-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),  # 5.5: thinking always on
+    # a thinking budget is a 400 from Sonnet 5 on
+    ModelSpec("claude-sonnet-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
     ModelSpec("claude-haiku-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
-    ModelSpec("claude-opus-4-8", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
-    ModelSpec("claude-opus-4-7", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
-    ModelSpec("claude-opus-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION),
-    ModelSpec("claude-sonnet-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION),
+    ModelSpec("claude-opus-4-8", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
+    ModelSpec("claude-opus-4-7", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
+    ModelSpec("claude-opus-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION, on_demand=True),
+    ModelSpec("claude-sonnet-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION, on_demand=True),
     ModelSpec("claude-opus-4-5", STANDARD_WINDOW, 64_000, BUDGET, bedrock_id="anthropic.claude-opus-4-5-20251101-v1:0",
               vertex_id="claude-opus-4-5@20251101"),
     ModelSpec("claude-opus-4-1", STANDARD_WINDOW, 32_000, BUDGET, bedrock_id="anthropic.claude-opus-4-1-20250805-v1:0",
@@ -106,6 +110,15 @@ def checks_thinking_prefix(model: str) -> bool:
     """Whether the model runs the prefix check on the thinking blocks sent back to it."""
     spec = model_spec(model)
     return spec is not None and spec.prefix_check
+
+
+def compacts_on_demand(model: str, provider: str) -> bool:
+    """Whether ctx_magic asks the API for a summary on demand rather than writing its own: a model
+    the on-demand compaction page lists, served first-party (where Anthropic's beta headers go
+    through as sent; Bedrock's and Vertex's requests also refuse the assistant message the
+    summary comes back as when it opens `messages`)."""
+    spec = model_spec(model)
+    return provider == "anthropic" and spec is not None and spec.on_demand
 
 
 def table_limits(model: str) -> ModelLimits:

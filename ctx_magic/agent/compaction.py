@@ -1,7 +1,8 @@
 """Compaction as the loop runs it: auto with its circuit breaker, manual (whole or partial),
 reactive after a prompt-too-long, the model's own `compact` tool, from the session's notes,
 and what follows the API's own compaction; the hooks, the files re-read after a summary and
-the cleanup.
+the cleanup. A whole summary is the API's where the backend writes one on demand
+(agent/on_demand.py), ctx_magic's own side call otherwise.
 
 Each compaction is one value (context/autocompact.Compaction) built once from the session;
 the engine summarizes and rebuilds, a `Compactor` supplies the model call, the files to re-read
@@ -16,6 +17,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 
+from ctx_magic.agent.on_demand import Unavailable
 from ctx_magic.agent.plugins import PreCompactVerdict
 from ctx_magic.agent.rehydration import Rehydrator
 from ctx_magic.agent.request import CallSetup
@@ -36,11 +38,12 @@ from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
 from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS, compact_from_notes, notes_split
 from ctx_magic.context.pins import pins_message
+from ctx_magic.context.prompts import extract_summary
 from ctx_magic.context.reactive import reactive_split
 from ctx_magic.context.tokens import Correction, count_context
 from ctx_magic.errors import CompactionFailed, ModelError, Remedy
 from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, ServerCompacted, Status
-from ctx_magic.messages import Message, Usage, user_text
+from ctx_magic.messages import Block, Message, Usage, user_text
 
 
 class Compactor:
@@ -87,10 +90,35 @@ class Compactor:
         self._session.emit(Status("compacting", trigger))
         job = self._job(setup, plan_split(self._live.messages, direction, split_at), trigger)
         messages, prompt = summary_request(job.split, instructions)
-        summary = summarize_with_retries(self._side_calls.summarize, messages, prompt)
+        block = self._on_demand(job.split, setup, prompt) if direction == "full" else None
+        if block is not None:
+            content = str(block["content"])
+            summary = extract_summary(content) or content
+        else:
+            summary = summarize_with_retries(self._side_calls.summarize, messages, prompt)
         result = rebuild(job, summary, originals=self._rehydrator.first_written(job.split.to_summarize),
-                         attachments=functools.partial(self._rehydrator.attachments, setup))
+                         attachments=functools.partial(self._rehydrator.attachments, setup), block=block)
         return self._apply(result, self.reason(trigger, instructions))
+
+    def _on_demand(self, split: Split, setup: CallSetup, prompt: str) -> Block | None:
+        """The API's own summary of the split's messages, sent as the main call sends them, with
+        ctx_magic's summary prompt as its instructions (agent/on_demand.py); None where the model or
+        provider does not take it, or the API wrote none (a refusal said in one line): ctx_magic
+        then writes the summary itself."""
+        on_demand = self._session.on_demand
+        if not on_demand.available(setup):
+            return None
+        self._side_calls.busy = True  # as for a summary of ctx_magic's own: nothing is decided meanwhile
+        try:
+            answer = on_demand.summarize(split.to_summarize, setup, prompt, self._live.state.correction)
+        finally:
+            self._side_calls.busy = False
+        if isinstance(answer, Unavailable):
+            if answer.refused:
+                self._session.notice(f"The API refused to write the summary itself ({answer.reason}); ctx_magic "
+                                     "writes it instead, for the rest of this session.", "info")
+            return None
+        return answer
 
     def reason(self, trigger: str, instructions: str | None = None) -> str:
         """Why a compaction happens, in a few words, for the boundary's card in the panel."""

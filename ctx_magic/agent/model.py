@@ -44,6 +44,9 @@ class ModelRequest:
     """Beta headers (the long window, context management, server compaction)."""
     context_management: Mapping[str, Any] | None = None
     """Server-side context edits and compaction (the 'server' strategy)."""
+    compaction: Mapping[str, Any] | None = None
+    """On-demand compaction ({'type': 'summarize', 'instructions': ...}): the answer is the API's
+    summary alone, a compaction block (agent/on_demand.py)."""
 
     def params(self, model: str) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -60,12 +63,14 @@ class ModelRequest:
             params["thinking"] = dict(self.thinking)
         if self.context_management is not None:
             params["context_management"] = dict(self.context_management)
+        if self.compaction is not None:
+            params["compaction"] = dict(self.compaction)
         return params
 
     @property
     def beta(self) -> bool:
-        """Whether the call goes to the beta endpoint (betas or context management asked)."""
-        return bool(self.betas) or self.context_management is not None
+        """Whether the call goes to the beta endpoint (betas, context management or compaction asked)."""
+        return bool(self.betas) or self.context_management is not None or self.compaction is not None
 
     def dropping_invalid_thinking(self) -> ModelRequest:
         """The same request, asking the API to drop the thinking blocks that fail its prefix check

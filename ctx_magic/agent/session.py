@@ -22,6 +22,7 @@ from typing import Any
 from ctx_magic.agent.files import FileTools
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelRequest
+from ctx_magic.agent.on_demand import OnDemand
 from ctx_magic.agent.pin_board import PinBoard
 from ctx_magic.agent.plugins import Hooks, Plugins
 from ctx_magic.agent.replies import ReplyLearner
@@ -78,6 +79,8 @@ class Session:
         self._status = StatusReader(self.frame, self.live, self.meter, store)
         self.compaction = CompactionState()
         self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
+        self.on_demand = OnDemand(self.frame, self.meter, sleep=sleep)
+        """Summaries the API writes, where the model and provider take it."""
         self.plugins = Plugins()
         self.pin_board = PinBoard(store, self.frame, self.append, clock)
         """What the user pinned: re-injected after every summary, kept across resume."""
@@ -120,7 +123,7 @@ class Session:
             summary_tokens=last.summary_tokens if last is not None else 0,
             after_compaction=last.tokens_after if last is not None else 0,
             prices=RelativePrices.of_model(self.frame.prices(), setup.settings.cache_ttl),
-            deferred=self.compaction.deferred_turn == turn)
+            deferred=self.compaction.deferred_turn == turn, summary_by_api=self.on_demand.available(setup))
 
     def defer_compaction(self) -> None:
         """Let the next turn through without an automatic compaction while the context stays under

@@ -4,7 +4,8 @@ A compaction is one `Compaction` value, built once: where the live context is sp
 the new context is built with. Summarizing and rebuilding are separate steps. The engine does
 not know the API: `summarize_with_retries` asks a `Summarize` function (the loop's side call)
 to answer the compaction prompt with tools forbidden; `rebuild` makes the new live context of
-the reply: boundary, summary, pins, kept messages, attachments.
+the reply: boundary, summary, pins, kept messages, attachments (or of the compaction block the
+API wrote instead, agent/on_demand.py).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from ctx_magic.context.prompts import (
     compact_prompt,
     extract_summary,
     summary_message_text,
+    summary_note_text,
 )
 from ctx_magic.context.reactive import without_media
 from ctx_magic.context.snip import safe_cuts, snipped_count
 from ctx_magic.context.tokens import Correction, count_context, message_tokens
 from ctx_magic.errors import CompactionFailed, ModelError, PromptTooLong, Remedy
 from ctx_magic.events import Compacted
-from ctx_magic.messages import Message, text_block, user_text
+from ctx_magic.messages import Block, Message, text_block, user_text
 
 MAX_PTL_RETRIES = 3  # Claude Code: give up on the summary after three truncations
 PTL_FALLBACK_DROP_SHARE = 0.2  # when the error gives no token gap, drop a fifth of the groups
@@ -209,20 +211,30 @@ def summary_request(split: Split, instructions: str | None = None) -> tuple[list
 
 
 def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] = (),
-            attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: ()) -> CompactionResult:
+            attachments: Callable[[Sequence[Message]], Sequence[Message]] = lambda kept: (),
+            block: Block | None = None) -> CompactionResult:
     """The new live context of a summary: boundary, summary, pins, the kept messages and what
     `attachments` re-reads for them (before the boundary for a 'from' split, after it otherwise).
     Whatever wrote the summary, the coverage audit appends what it left out (context/audit.py),
     reading also the span's `originals`: its messages as first written, before a clearing or a
-    persisting changed them, so an error line in a cleared result is still audited."""
+    persisting changed them, so an error line in a cleared result is still audited.
+    `block`: the API wrote the summary (a compaction block, `summary_text` its summary); it opens
+    the new context as the assistant message the API returned, and what ctx_magic's own summary
+    message says around the summary follows it as a user message."""
     split, now = job.split, job.now
     auto = job.trigger in AUTO_TRIGGERS if job.auto is None else job.auto
     audit = audit_summary([*split.to_summarize, *originals], summary_text, transcript_path=job.transcript_path,
                           message_budget=int(job.threshold * MESSAGES_SHARE_OF_THRESHOLD))
-    summary = user_text(
-        summary_message_text(summary_text, job.transcript_path, auto=auto, partial=split.direction, audit=audit.text),
-        kind="summary", timestamp=now, user_messages=[[m.uuid, m.text] for m in audit.carried],
-    )
+    carried = [[m.uuid, m.text] for m in audit.carried]
+    if block is None:
+        summaries = [user_text(summary_message_text(summary_text, job.transcript_path, auto=auto,
+                                                    partial=split.direction, audit=audit.text),
+                               kind="summary", timestamp=now, user_messages=carried)]
+    else:
+        summaries = [Message("assistant", (block,), kind="summary", timestamp=now,
+                             meta={"user_messages": carried, "summary_by": "api"}),
+                     user_text(summary_note_text(job.transcript_path, auto=auto, audit=audit.text),
+                               kind="summary", timestamp=now)]
     pinned = [pins_message(job.pins, now)] if job.pins else []
     kept_before = [without_usage(m) for m in split.kept_before]
     kept_after = [without_usage(m) for m in split.kept_after]
@@ -239,9 +251,9 @@ def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] 
     }
     boundary = user_text(f"[compaction boundary: {job.trigger}]", kind="boundary", timestamp=now, **boundary_meta)
     if split.direction == "from":
-        live = [*kept_before, boundary, summary, *pinned, *extra]
+        live = [*kept_before, boundary, *summaries, *pinned, *extra]
     else:
-        live = [boundary, summary, *pinned, *kept_after, *extra]
+        live = [boundary, *summaries, *pinned, *kept_after, *extra]
     tokens_after = count_context(live, overhead_tokens=job.overhead_tokens, correction=job.correction).tokens
     boundary = Message(
         boundary.role, boundary.content, kind="boundary", uuid=boundary.uuid, timestamp=now,
@@ -261,4 +273,4 @@ def rebuild(job: Compaction, summary_text: str, *, originals: Sequence[Message] 
         audit=audit.report,
         pins=tuple(p.id for p in job.pins),
     )
-    return CompactionResult(live, [boundary, summary, *pinned, *extra], event)
+    return CompactionResult(live, [boundary, *summaries, *pinned, *extra], event)

@@ -66,6 +66,10 @@ class SessionFacts:
     prices: RelativePrices = RelativePrices()
     deferred: bool = False
     """The user let this turn through uncompacted: no automatic compaction below the blocking limit."""
+    summary_by_api: bool = False
+    """A summary is the API's, on demand (agent/on_demand.py): priced alike (the conversation read
+    from the cache as the main call's prefix, the summary's output, the new context written), the
+    whole reply staying in the context, and the plan says who writes it."""
 
 
 NO_FACTS = SessionFacts()
@@ -280,6 +284,8 @@ def _plan(s: Situation, option: _Option, why: str) -> Plan:
                                                clearable_tokens=0)).after(plan)
     methods = (COMPACT_FROM_NOTES, COMPACT_WITH_SUMMARY) if option.name == COMPACT_FROM_NOTES else (
         COMPACT_WITH_SUMMARY,)
+    if option.name == COMPACT_WITH_SUMMARY and s.facts.summary_by_api:
+        why += "; the API writes the summary"
     forced = s.tokens >= th.autocompact
     check = forced and s.estimated_tokens > 0
     what = f"{s.tokens:,} tokens reach the compaction threshold {th.autocompact:,}" if forced else (
@@ -312,7 +318,8 @@ def _compaction(s: Situation) -> Plan:
         check = s.estimated_tokens > 0
         return Plan(compact=methods, check_exact=check, tokens_after=s.tokens, zone=zone,
                     why_compact=f"{s.tokens:,} tokens reach the compaction threshold {th.autocompact:,}"
-                                + (" (by estimate; the API counts first)" if check else "") + _deferral_ended(s))
+                                + (" (by estimate; the API counts first)" if check else "") + _deferral_ended(s)
+                                + ("; the API writes the summary" if s.facts.summary_by_api else ""))
     if zone == "blocked":
         why += f"; past the blocking limit {th.blocking:,} with no compaction possible"
     return Plan(tokens_after=s.tokens, zone=zone, why_compact=why)

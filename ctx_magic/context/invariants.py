@@ -1,8 +1,9 @@
 """The Messages-API invariants (the API's rules), checked on what is actually sent.
 
 Consecutive messages of the same role reach the API as one turn (the loop merges them), so
-the rules are checked per turn: the first turn is the user's; every tool_use is answered in
-the next turn; every tool_result answers a tool_use of the turn before it; nothing is empty.
+the rules are checked per turn: the first turn is the user's (or the API's compaction block);
+every tool_use is answered in the next turn; every tool_result answers a tool_use of the turn
+before it; nothing is empty.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def check_message_content(message: Message, index: int) -> None:
             raise InvariantError(index, "a tool_result block in an assistant message")
 
 
+def opens_with_compaction(message: Message) -> bool:
+    """An assistant message holding the API's compaction block: it goes first in `messages`, in
+    place of what it summarizes (the one assistant message that may open a conversation)."""
+    return message.role == "assistant" and bool(message.content) and message.content[0].get("type") == "compaction"
+
+
 def check_invariants(messages: Sequence[Message], start: int = 0, *, pending_ok: bool = False) -> None:
     """Raise InvariantError naming the first offending index; check from `start` on.
 
@@ -68,7 +75,8 @@ def check_invariants(messages: Sequence[Message], start: int = 0, *, pending_ok:
     turns = _turns(messages, begin)
     if not turns:
         return
-    if begin == 0 and messages[turns[0][0]].role != "user":
+    first = messages[turns[0][0]]
+    if begin == 0 and first.role != "user" and not opens_with_compaction(first):
         raise InvariantError(turns[0][0], "the first message sent must be the user's")
     previous_uses: set[str] = set()
     previous_role: str | None = None

@@ -115,12 +115,24 @@ def summary_message_text(summary: str, transcript_path: str, *, auto: bool, part
         if partial != "up_to"
         else "The earlier part of this conversation was summarized to save context. "
     )
-    text = (
-        f"{lead}The summary below covers it. The full transcript, every message word for word, "
-        f"is kept at: {transcript_path}. The {SEARCH_TOOL} tool searches it (text or regex, by turn or "
-        "notebook cell) with the outputs saved beside it: use it to recover anything the summary left out "
-        f"before redoing work.\n\nSummary:\n{summary}"
-    )
+    return _after_summary(f"{lead}The summary below covers it. {_transcript(transcript_path)}\n\nSummary:\n{summary}",
+                          auto=auto, audit=audit)
+
+
+def summary_note_text(transcript_path: str, *, auto: bool, audit: str = "") -> str:
+    """The user message after a summary the API wrote (a compaction block, which holds the
+    summary alone): what ctx_magic's own summary message says around its summary."""
+    return _after_summary("This session is being continued from an earlier conversation that ran out of context. "
+                          f"The summary above covers it. {_transcript(transcript_path)}", auto=auto, audit=audit)
+
+
+def _transcript(transcript_path: str) -> str:
+    return (f"The full transcript, every message word for word, is kept at: {transcript_path}. The {SEARCH_TOOL} "
+            "tool searches it (text or regex, by turn or notebook cell) with the outputs saved beside it: use it "
+            "to recover anything the summary left out before redoing work.")
+
+
+def _after_summary(text: str, *, auto: bool, audit: str) -> str:
     if audit:
         text += f"\n\n{audit}"
     if auto:

@@ -82,7 +82,7 @@ def _message_cells(message: Message, results: Mapping[str, Mapping[str, Any]]) -
             f"---\n**Compaction** ({meta.get('trigger')}): {meta.get('messages_summarized', '?')} messages, "
             f"{meta.get('tokens_before', 0):,} → {meta.get('tokens_after', 0):,} tokens")]
     if message.kind == "summary":
-        return [new_markdown_cell(f"### Summary that replaced them\n\n{_quote(message.text)}")]
+        return [new_markdown_cell(f"### Summary that replaced them\n\n{_quote(message.shown_text)}")]
     if message.kind in ("attachment", "meta"):
         added = plain_as_markdown(message.text[:5_000])  # ctx_magic's notes and the kernel's state: not Markdown
         return [new_markdown_cell(f"*Context added by ctx_magic:*\n\n{_quote(added)}")]
@@ -285,7 +285,7 @@ def _conversation_cells(message: Message, results: Mapping[str, Mapping[str, Any
             f"marked *summarized* above were replaced by the summary below ({meta.get('tokens_before', 0):,} → "
             f"{meta.get('tokens_after', 0):,} tokens).")]
     if message.kind == "summary":
-        return [new_markdown_cell(f"**The summary the agent kept:**\n\n{_quote(message.text)}")]
+        return [new_markdown_cell(f"**The summary the agent kept:**\n\n{_quote(message.shown_text)}")]
     if message.kind != "normal" or message.meta.get("synthetic"):
         return []  # what ctx_magic attached (notes, the kernel's state, pins): not the conversation
     cells = []

@@ -329,9 +329,11 @@ def _render(conversation: Conversation, sections: list[tuple[int, str]], analysi
 def compaction_answer(request: Request) -> str:
     """`<analysis>` walk, then `<summary>` with every requested section in order, shrunk (the
     walk first, then the sections but the user's messages) until it fits the reply's max_tokens."""
-    conversation = Conversation.of(request)
-    sections = requested_sections(latest_user_text(request))
-    budget = int(request.get("max_tokens") or 0)
+    return _fitted(Conversation.of(request), requested_sections(latest_user_text(request)),
+                   int(request.get("max_tokens") or 0))
+
+
+def _fitted(conversation: Conversation, sections: list[tuple[int, str]], budget: int) -> str:
     for analysis, lines in FIT_STEPS:
         text = _render(conversation, sections, analysis, lines)
         if not budget or count_text(text) <= budget:
@@ -343,12 +345,28 @@ SERVER_SECTIONS = ((1, "Primary Request and Intent"), (6, "All User Messages"), 
 """What the stand-in's server-side compaction (compact_20260112) writes: no prompt asks for sections."""
 
 
-def server_summary(history: Sequence[Mapping[str, Any]]) -> str:
-    """An extractive summary of a whole conversation, for the API's own compaction block; the
-    user messages an earlier compaction block quoted are carried forward."""
+def _with_blocks(history: Sequence[Mapping[str, Any]]) -> Conversation:
+    """The conversation, with the user messages and section lines an earlier compaction block
+    (or summary message) quoted carried forward."""
     blocks = [str(b.get("content") or "") for m in history for b in content_blocks(m) if b.get("type") == "compaction"]
     earlier = [*blocks, *(t for t in _user_texts(history) if _USER_ITEM.search(t))]
     carried = tuple(line for text in earlier for line in _carried_lines(text))
     prior = tuple(item for text in blocks for item in _USER_ITEM.findall(text))
-    conversation = Conversation(tuple(history), (*prior, *_user_items(history)), tuple(events(history)), carried)
+    return Conversation(tuple(history), (*prior, *_user_items(history)), tuple(events(history)), carried)
+
+
+def server_summary(history: Sequence[Mapping[str, Any]]) -> str:
+    """An extractive summary of a whole conversation, for the API's own compaction block."""
+    conversation = _with_blocks(history)
     return "\n\n".join(f"## {n}. {title}\n{section_body(title, conversation)}" for n, title in SERVER_SECTIONS)
+
+
+def on_demand_summary(history: Sequence[Mapping[str, Any]], instructions: str | None, max_tokens: int) -> str:
+    """The summary of an on-demand compaction. Its `instructions` replace the API's own prompt: when
+    they ask for an <analysis> and numbered <summary> sections (as ctx_magic's prompt does) the
+    answer is the one the stand-in gives that prompt in a message, fitted to `max_tokens`; other
+    instructions, or none, get the server's own summary."""
+    sections = requested_sections(instructions or "")
+    if "<analysis>" not in (instructions or "") or len(sections) < MIN_SECTIONS:
+        return server_summary(history)
+    return _fitted(_with_blocks(history), sections, max_tokens)

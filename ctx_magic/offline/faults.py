@@ -7,6 +7,7 @@ would answer it:
 
 - "ok": answers normally (aims a fault at the second or third call from now);
 - "429", "500", "529", "401", "413": that HTTP status with the API's error body;
+- "400": an invalid_request_error of no kind ctx_magic knows (a parameter a backend refuses);
 - "ptl": the 400 prompt-too-long, whatever the prompt's size;
 - "drop": the connection closes mid-stream (or, for a plain request, before any answer);
 - "reset": like "drop", but the connection is reset (a TCP RST, as a proxy or a load balancer
@@ -37,7 +38,7 @@ from ctx_magic.offline.conversation import Block
 from ctx_magic.offline.wire import error_event
 
 Fault = Literal[
-    "ok", "429", "500", "529", "401", "413", "ptl", "drop", "reset", "stall", "empty_reply", "whitespace_reply",
+    "ok", "400", "429", "500", "529", "401", "413", "ptl", "drop", "reset", "stall", "empty_reply", "whitespace_reply",
     "overloaded_midstream", "early_close", "early_close_tool", "html_body", "redacted_thinking",
 ]
 FAULTS: frozenset[str] = frozenset(get_args(Fault))
@@ -73,6 +74,7 @@ class ApiError:
 
 
 STATUS_FAULTS: dict[str, ApiError] = {
+    "400": ApiError(400, "invalid_request_error", "Invalid request (offline fault injection)."),
     "429": ApiError(429, "rate_limit_error", "Rate limited (offline fault injection).", RETRY_NOW_HEADERS),
     "500": ApiError(500, "api_error", "Internal server error (offline fault injection).", RETRY_NOW_HEADERS),
     "529": ApiError(529, "overloaded_error", "Overloaded (offline fault injection).", RETRY_NOW_HEADERS),

@@ -32,7 +32,7 @@ from ctx_magic.offline.faults import (
     reply_past_window,
     stream_body,
 )
-from ctx_magic.offline.policy import Policy
+from ctx_magic.offline.policy import Answer, Policy
 from ctx_magic.offline.prefix_check import BINDING_BETA, check_block_binding, check_prefixes
 from ctx_magic.offline.server_context import (
     BETA_OF,
@@ -125,7 +125,9 @@ class MessagesEndpoint:
                            thinking_mismatches=tuple(prefixes.mismatches()))
         unit = unit_named(config.unit)
         count = functools.partial(input_tokens, unit=unit)
-        managed = manage(prefixes.shown(request), count, prefixes.seal)  # the check read it as sent
+        sizing = getattr(policy, "compaction_summary", None)  # a benchmark's policy sizes summaries as a model's
+        sized = functools.partial(sizing, request) if sizing is not None else None
+        managed = manage(prefixes.shown(request), count, prefixes.seal, sized)  # the check read it as sent
         seen = managed.compacted_from or managed.request  # what the model reads before any compaction
         segments = request_segments(seen, unit)
         tokens = sum(s.tokens for s in segments)
@@ -167,7 +169,8 @@ class MessagesEndpoint:
         """The policy's answer (after its thinking, bound to `prefix`), cut to max_tokens, with ids
         and usage; with the server's compaction block first, and its edits, when context
         management ran."""
-        answer = policy.answer(request)
+        # An on-demand compaction is answered with the summary alone: the policy is not asked.
+        answer = Answer((), "end_turn") if managed is not None and managed.on_demand else policy.answer(request)
         thinking = (thinking_blocks(request, redacted=fault == "redacted_thinking", prefix=prefix)
                     if should_think(request) else [])
         content, cut = fit_output([*thinking, *(dict(b) for b in answer.content)], int(request["max_tokens"]),

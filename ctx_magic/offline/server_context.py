@@ -19,8 +19,9 @@ deterministic, as the context-editing and compaction docs describe them.
 - **On-demand compaction** (top-level `compaction: {"type": "summarize"}`, beta
   `compact-2026-09-04`, not with `context_management`, on the models the docs list): the answer is
   the `compaction` block alone, stop reason `compaction`, billed as one call that read the
-  conversation and wrote the summary. The summary is the stand-in's own extractive one; any
-  `instructions` are accepted and do not change it.
+  conversation and wrote the summary. `instructions` replace the server's prompt: ones that ask
+  for an <analysis> and numbered <summary> sections get them, as a message asking so would;
+  otherwise the summary is the stand-in's own extractive one.
 - A compaction block's signature seals what it stands for, the state of the conversation it
   summarized and its last role, so the prefix check lets kept turns keep valid thinking
   (prefix_check.py); only a compaction run on a model with preserved thinking is sealed so.
@@ -43,7 +44,7 @@ from typing import Any
 
 from ctx_magic.context import model_families
 from ctx_magic.context.tokens import count_text
-from ctx_magic.offline.compaction import server_summary
+from ctx_magic.offline.compaction import on_demand_summary, server_summary
 from ctx_magic.offline.conversation import Block, Request, content_blocks, messages
 from ctx_magic.offline.invalid import InvalidRequest, at
 from ctx_magic.offline.thinking import SERVER_SECRET, THINKING_BLOCK_TYPES, UNBOUND_PREFIX
@@ -140,10 +141,11 @@ class Managed:
         """The request as an edit of the server left it."""
         self.request = request
 
-    def compact(self, pause: bool, seal: Seal, *, on_demand: bool = False) -> None:
-        """The conversation becomes one summary: the answer opens with it and is written after it."""
+    def compact(self, pause: bool, seal: Seal, *, on_demand: bool = False, summary: str | None = None) -> None:
+        """The conversation becomes one summary (the server's own unless given): the answer opens
+        with it and is written after it."""
         before = self.request
-        summary = server_summary(messages(before))
+        summary = server_summary(messages(before)) if summary is None else summary
         self.compaction = compaction_block(summary, seal)
         self.compacted_from = before
         self.pause = pause
@@ -292,10 +294,11 @@ def _clear_tool_uses(request: dict[str, Any], edit: Mapping[str, Any], tokens: C
     return edited, cleared
 
 
-def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int], seal: Seal | None = None
-           ) -> Managed:
+def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int], seal: Seal | None = None,
+           sized: Callable[[str], str] | None = None) -> Managed:
     """What the model sees of `request` once the server's context management ran (`seal`: what a
-    compaction block made here stands for, the conversation as sent; see prefix_check.py)."""
+    compaction block made here stands for, the conversation as sent; see prefix_check.py; `sized`:
+    what an on-demand summary becomes, for a policy that sizes its replies)."""
     seen = copy.deepcopy(dict(request))
     seen.pop("context_management", None)
     seen.pop("compaction", None)
@@ -317,7 +320,9 @@ def manage(request: Mapping[str, Any], tokens: Callable[[Mapping[str, Any]], int
                 managed.applied_edits.append({"type": kind, "cleared_tool_uses": cleared,
                                               "cleared_input_tokens": before - tokens(managed.request)})
     if request.get("compaction") is not None:  # on demand: the answer is the summary alone
-        managed.compact(True, seal or UNSEALED, on_demand=True)
+        asked = request["compaction"].get("instructions") if isinstance(request["compaction"], Mapping) else None
+        summary = on_demand_summary(messages(managed.request), asked, int(request.get("max_tokens") or 0))
+        managed.compact(True, seal or UNSEALED, on_demand=True, summary=sized(summary) if sized else summary)
     for edit in _edits(request):
         if edit["type"] == COMPACT:
             trigger = _value(edit.get("trigger"), "input_tokens", DEFAULT_COMPACT_TRIGGER, "trigger")

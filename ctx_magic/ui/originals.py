@@ -64,6 +64,8 @@ def render_block(block: Mapping[str, Any], message: Message, calls: Mapping[str,
             who = f"Output of {_cell_label(call.get('input') or {})}{error}"
             return _entry("user", who, _pre(result_text(block), "output"))
         return _entry("tool", f"Result of {name}{error}", _pre(result_text(block), "output"))
+    if kind == "compaction":  # the API's summary
+        return _entry("summary", "Earlier summary", _pre(str(block.get("content") or "")))
     if kind in ("thinking", "redacted_thinking"):
         return _entry("agent", "Agent (thinking)", _pre(block.get("thinking", "") or "[redacted]"))
     return _entry("agent" if agent else "user", "Agent" if agent else "You", _pre(f"[{kind}]"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from agent_rig import request_messages, rig
+from agent_rig import CLIENT_SUMMARY, request_messages, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
@@ -42,7 +42,7 @@ def tool_rule(name: str, trigger: str, tool_input) -> Rule:  # type: ignore[no-u
 
 
 def test_prompt_too_long_inside_compaction_truncates_the_head_and_succeeds(tmp_path):
-    with rig(tmp_path, window=60_000) as r:
+    with rig(tmp_path, window=60_000, model=CLIENT_SUMMARY) as r:
         for n in range(6):
             run_turn(r.session, code_turn(n))
         r.api.inject("ptl", "ptl")  # the first two compaction requests are "too long"
@@ -124,7 +124,7 @@ def test_hooks_add_instructions_receive_the_summary_and_add_context(tmp_path):
         r.session.hooks.add("SessionStart", lambda source: f"session restarted after {source}")
         run_turn(r.session, code_turn(0, lines=10))
         manual_compact(r.session, "user says keep plots")
-        prompt = r.api.requests[-1].body["messages"][-1]["content"][-1]["text"]
+        prompt = r.api.requests[-1].body["compaction"]["instructions"]  # the API writes the summary
     assert "user says keep plots\nhook says keep units (manual)" in prompt
     assert len(seen) == 1 and seen[0].trigger == "manual" and seen[0].summary
     assert r.session.live.messages[-1].text == "session restarted after compact"
@@ -149,7 +149,7 @@ def test_the_model_can_compact_with_its_own_tool_once_the_context_was_cut(tmp_pa
     assert "compact" not in before and "python" in before
     assert result.error is None and result.compactions == ["model"]
     assert r.session.compaction.boundaries[-1].trigger == "model"
-    assert "keep totals" in compaction_prompt["messages"][-1]["content"][-1]["text"]
+    assert "keep totals" in compaction_prompt["compaction"]["instructions"]  # the API writes it on demand
     check_invariants(r.session.live.messages)
 
 

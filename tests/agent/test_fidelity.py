@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from agent_rig import assert_m5, prompt, request_messages, request_text, rig
+from agent_rig import CLIENT_SUMMARY, assert_m5, prompt, request_messages, request_text, rig
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.context_tools import search_session
@@ -105,7 +105,7 @@ def test_pins_are_re_injected_word_for_word_after_every_compaction_path(tmp_path
         assert trigger == {"up_to": "manual", "from": "manual"}.get(path, path)
         assert events and events[-1].pins == (pin.id,)
         live = list(r.session.live.messages)
-        summary_at = next(i for i, m in enumerate(live) if m.kind == "summary")
+        summary_at = max(i for i, m in enumerate(live) if m.kind == "summary")  # the API's block has a note after it
         assert live[summary_at + 1].meta.get("pins") == [pin.id] and PIN in live[summary_at + 1].text
         check_invariants(live)
         run_turn(r.session, "what is the convention?")
@@ -196,7 +196,7 @@ class ForgetfulSummaries:
 
 
 def test_the_audit_appends_what_a_model_summary_omitted_and_the_model_sees_it(tmp_path):
-    with rig(tmp_path, window=60_000) as r:
+    with rig(tmp_path, window=60_000, model=CLIENT_SUMMARY) as r:  # a summary the policy writes, forgetting
         r.api.policy = ForgetfulSummaries()
         run_turn(r.session, "Never overwrite data/raw.csv.\n```python\nrows = open('data/raw.csv').read()\n```")
         run_turn(r.session, code_turn(1))

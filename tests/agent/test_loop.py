@@ -11,7 +11,7 @@ import json
 import shutil
 
 import pytest
-from agent_rig import CompactionMisbehaves, assert_m5, prompt, request_text, rig
+from agent_rig import CLIENT_SUMMARY, CompactionMisbehaves, assert_m5, prompt, request_text, rig
 from image_samples import png_header
 
 from ctx_magic.agent.compaction import manual_compact
@@ -94,8 +94,8 @@ def test_second_prompt_too_long_in_a_turn_ends_in_a_clear_error_and_a_valid_sess
 
 def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(tmp_path):
     # Trigger at 20% of the effective window: far from blocking, so turns go on while failing.
-    config = Settings(autocompact_pct=20)
-    with rig(tmp_path, window=40_000, config=config) as r:
+    config = Settings(model=CLIENT_SUMMARY, autocompact_pct=20)  # a summary of ctx_magic's own fails
+    with rig(tmp_path, window=40_000, config=config, model=CLIENT_SUMMARY) as r:
         failures: list[CompactionFailedEvent] = []
 
         def next_failure_mode(event):
@@ -136,7 +136,7 @@ def test_three_failed_compactions_trip_the_breaker_and_manual_compact_resets_it(
 def test_compaction_request_reuses_system_tools_and_tool_choice_and_forbids_tools_in_words(tmp_path):
     """The summary call has the same prefix as the main call, so it is read from the cache: a tool_choice change
     would invalidate every cached message block (the stand-in bills it so)."""
-    with rig(tmp_path, window=200_000) as r:
+    with rig(tmp_path, window=200_000, model=CLIENT_SUMMARY) as r:
         run_turn(r.session, prompt(0))
         before = r.session.meter.snapshot()
         manual_compact(r.session)

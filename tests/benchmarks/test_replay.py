@@ -6,6 +6,7 @@ Fast: each test replays a few short sessions at most. Nothing here times anythin
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from benchmarks.corpus_location import corpus_missing, corpus_path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a package of the repository, not of the installed ctx_magic
 
-from benchmarks.replay.billing import Call, Meter, new_bench, price  # noqa: E402
+from benchmarks.replay.billing import API_HEADERS, MESSAGES, Call, Meter, new_bench, price  # noqa: E402
 from benchmarks.replay.cli import left_out_line, parse_args, report, run_replays  # noqa: E402
 from benchmarks.replay.corpus import (  # noqa: E402
     BASH_TOOL,
@@ -48,6 +49,7 @@ from benchmarks.replay.side_output import (  # noqa: E402
 )
 from benchmarks.replay.strategies import DEFAULT, THINKING, strategy  # noqa: E402
 from benchmarks.replay.table import grouped, overhead_table, overheads, warm_misses, window_tables  # noqa: E402
+from ctx_magic.context.prompts import compact_prompt, extract_summary  # noqa: E402
 from ctx_magic.context.tokens import count_text  # noqa: E402
 from ctx_magic.offline.counting import input_tokens, output_tokens  # noqa: E402
 from ctx_magic.offline.thinking import thinking_blocks  # noqa: E402
@@ -150,6 +152,25 @@ def test_compaction_requests_get_the_default_summary_and_main_calls_the_script()
     assert bench.meter.calls[-1].kind == "compaction" and bench.policy.served == 0  # no action consumed
     assert strategy("raw")(bench).overflow is False
     assert bench.policy.served == 3
+
+
+def test_an_on_demand_compaction_is_billed_as_a_summary_padded_inside_its_tags_and_uses_no_action() -> None:
+    sizes = ReplySizes("test", analysis=300, summary=900)
+    bench = new_bench(three_turns(gap_before_third=10.0), 200_000, sizes)
+    request = {"model": "claude-sonnet-5-5", "max_tokens": 4_000, "messages": [
+        {"role": "user", "content": "Plot the north valve readings."}, {"role": "assistant", "content": "Plotted."}],
+        "compaction": {"type": "summarize", "instructions": compact_prompt("full")}}
+    reply = bench.meter.handle("POST", MESSAGES, {**API_HEADERS, "anthropic-beta": "compact-2026-09-04"},
+                               json.dumps(request).encode())
+    body = json.loads(b"".join(reply.body))
+    block = body["content"][0]
+    summary = extract_summary(block["content"])
+    assert reply.status == 200 and body["stop_reason"] == "compaction" and [b["type"] for b in body["content"]] == [
+        "compaction"]
+    assert summary is not None and count_text(summary) >= 900 and count_text(block["content"]) >= 1_200
+    call = bench.meter.calls[-1]
+    assert call.kind == "compaction" and call.rule == "compaction" and call.output_tokens >= 1_200
+    assert bench.policy.served == 0  # the recorded actions are left for the main calls
 
 
 def test_a_main_call_that_talks_about_memory_still_gets_the_recorded_action() -> None:

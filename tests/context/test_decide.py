@@ -27,7 +27,7 @@ def situation(tokens: int, *, calls: int = 10, growth: int = 2_000, notes_tokens
               **kw: object) -> Situation:
     facts = SessionFacts(calls=calls, growth=growth, notes_tokens=notes_tokens,
                          **{k: kw.pop(k) for k in ("auto_compaction", "breaker_open", "summary_tokens",
-                                                   "after_compaction", "deferred") if k in kw})
+                                                   "after_compaction", "deferred", "summary_by_api") if k in kw})
     base = Situation(tokens=tokens, estimated_tokens=0, thresholds=th, idle_seconds=10.0, idle_limit_seconds=300.0,
                      clear_at_least=20_000, overhead=3_000, facts=facts)
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
@@ -113,6 +113,19 @@ def test_at_the_threshold_the_cheapest_way_under_it_is_taken():
     assert cleared.clear == "pressure" and cleared.compact == () and cleared.tokens_after == 110_000
     not_enough = decide(situation(190_000, clearable_tokens=20_000))
     assert not_enough.clear is None and not_enough.compact == (COMPACT_WITH_SUMMARY,)
+
+
+def test_a_summary_the_api_writes_is_priced_as_one_that_reads_the_cached_conversation_and_says_who_writes_it():
+    """On demand the API reads the conversation as the main call's cached prefix, writes the
+    summary, and the next call writes the new context: the price the summary option carries, so
+    the same choices are made, and the plan names who writes it."""
+    for tokens, kw in ((167_000, {}), (170_000, {"clearable_tokens": 60_000, "clear_prefix": 100_000,
+                                                 "summary_tokens": 20_000}), (150_000, {})):
+        ours, api = decide(situation(tokens, **kw)), decide(situation(tokens, summary_by_api=True, **kw))
+        assert (api.compact, api.clear, api.tokens_after) == (ours.compact, ours.clear, ours.tokens_after)
+        assert ("the API writes the summary" in api.reason) == bool(api.compact)
+        assert "the API writes the summary" not in ours.reason
+    assert decide(situation(167_000, summary_by_api=True)).compact == (COMPACT_WITH_SUMMARY,)
 
 
 def test_an_estimated_count_is_checked_with_the_api_before_compacting():

@@ -46,7 +46,7 @@ def test_pins_are_kept_word_for_word_listed_removed_and_re_injected_after_compac
     assert 'Report temperatures in \\"kelvin\\" -- never celsius.' in sent
     assert "THRESHOLD = 0.7  # agreed with the lab" in sent
     session = controller(shell).host.session
-    summary_at = next(i for i, m in enumerate(session.live.messages) if m.kind == "summary")
+    summary_at = max(i for i, m in enumerate(session.live.messages) if m.kind == "summary")  # the API's, then a note
     assert session.live.messages[summary_at + 1].meta["pins"] == ["p1", "p2"]
 
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
 
+from ctx_magic.context.prompts import compact_prompt, extract_summary
 from ctx_magic.offline import OfflineAPI, serve_in_thread
 from ctx_magic.offline.__main__ import parse_args
+from ctx_magic.offline.compaction import requested_sections
 from ctx_magic.offline.counting import input_tokens
 
 from .offline_support import PYTHON_TOOL, refusal, user
@@ -251,6 +254,19 @@ def test_on_demand_compaction_returns_the_block_alone_and_kept_turns_stay_valid(
     skipped = [sent_back(compacted), *history[5:]]  # the first kept message left out: the thinking after it fails
     with pytest.raises(anthropic.BadRequestError, match=r"messages\.1\.content\.0: Invalid `signature`"):
         beta(http_client, skipped, [ON_DEMAND_BETA])
+
+
+def test_on_demand_instructions_replace_the_servers_prompt(http_client: anthropic.Anthropic,
+                                                          history: list[dict[str, Any]]) -> None:
+    """Instructions asking for an analysis and numbered sections (ctx_magic's summary prompt) get
+    them; none get the server's own summary."""
+    asked = compact_prompt("full", "keep the values")
+    written = beta(http_client, history[:4], [ON_DEMAND_BETA], compaction={"type": "summarize", "instructions": asked})
+    own = beta(http_client, history[:4], [ON_DEMAND_BETA], compaction={"type": "summarize"})
+    summary = extract_summary(written.content[0].content)
+    assert written.content[0].content.startswith("<analysis>") and summary is not None
+    assert [title for _, title in requested_sections(asked)] == re.findall(r"^## \d+\. (.+)$", summary, re.MULTILINE)
+    assert "<analysis>" not in own.content[0].content and "## 6. All User Messages" in own.content[0].content
 
 
 def test_a_summary_by_a_model_without_preserved_thinking_does_not_keep_thinking_valid(
