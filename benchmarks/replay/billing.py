@@ -223,6 +223,12 @@ class ScriptedPolicy:
         """The stand-in's on-demand summary, padded as a model's summary reply (side_output.py)."""
         return sized_block(request, text, self.sizes)
 
+    def compaction_thinking(self, request: Mapping[str, Any]) -> int:
+        """The thinking before an on-demand summary whose instructions ask for no <analysis> (the model
+        walks through the conversation in its thinking): billed as a real summary's analysis."""
+        instructions = str((request.get("compaction") or {}).get("instructions") or "")
+        return 0 if "<analysis>" in instructions else self.sizes.analysis
+
     def answer(self, request: Mapping[str, Any]) -> Answer:
         if self.kind(request) != "normal":
             answer = self.base.answer(request)

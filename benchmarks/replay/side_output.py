@@ -11,7 +11,8 @@ that errs against summarizing). The stand-in itself is unchanged: tests keep its
 
 Where the lengths come from (`real_sizes`):
 
-- **Summaries** (the API's on demand too, whole: its block keeps the analysis): Claude Code's own
+- **Summaries** (the API's on demand too: its block keeps what it was asked for, and a thinking model's
+  walk through the conversation, asked of its thinking, is billed as the analysis): Claude Code's own
   compaction runs in the shared corpus (`claude-api-real/spotter/**/subagents/agent-acompact-*.jsonl`:
   five auto or manual compactions of 142,000-170,000-token conversations, Claude Code 2.1.39, Opus
   4.6). Each holds the whole reply (an `<analysis>` and a `<summary>`, 11,619-15,763 characters), but its recorded
@@ -160,10 +161,9 @@ def sized_notes(text: str, sizes: ReplySizes, cap: int) -> str:
 
 
 def sized_block(request: Mapping[str, Any], text: str, sizes: ReplySizes) -> str:
-    """An on-demand compaction block's summary padded as a summary reply (its analysis and summary,
-    or the whole text when it has neither): the API keeps what the model wrote under ctx_magic's
-    instructions, byte for byte, so the context after it carries the analysis that a summary of
-    ctx_magic's own drops."""
+    """An on-demand compaction block's summary padded as a summary reply (its analysis, when the
+    instructions asked for one, and its summary; the whole text when it has neither): the API keeps
+    what the model wrote, byte for byte, so the context after it carries all of it."""
     cap = max(0, int(request.get("max_tokens") or 0) - MAX_TOKENS_MARGIN)
     if not sizes.summary_reply:
         return text

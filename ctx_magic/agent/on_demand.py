@@ -4,10 +4,12 @@ Where the model and its provider take it (agent/catalog.compacts_on_demand), a s
 compaction sends the messages it summarizes exactly as the main call sends them (the same
 system prompt, tools, thinking and cache breakpoints, so the conversation is read from the
 cache) with the top-level `compaction` parameter, ctx_magic's summary prompt as its
-`instructions`, and the beta header. The answer is one compaction block, alone, stop reason
-`compaction`: it goes back first in `messages`, byte for byte, in place of what it summarizes.
-On a model with preserved thinking the API's check accepts a summary it wrote, so no call of
-ctx_magic's own is needed and what follows keeps valid thinking.
+`instructions` (a model that thinks walks through the conversation in its thinking: the block
+is kept whole, so it asks for no analysis in it), and the beta header. The answer is one
+compaction block, alone, stop reason `compaction`: it goes back first in `messages`, byte for
+byte, in place of what it summarizes. On a model with preserved thinking the API's check
+accepts a summary it wrote, so no call of ctx_magic's own is needed and what follows keeps
+valid thinking.
 
 When it cannot be had (the conversation does not fit whole, the API refused the parameter or
 the request as too long, the answer held no summary) `summarize` says why (`Unavailable`): the
@@ -22,11 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctx_magic.agent.catalog import compacts_on_demand
+from ctx_magic.agent.catalog import checks_thinking_prefix, compacts_on_demand
 from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
 from ctx_magic.agent.usage import UsageMeter
+from ctx_magic.context.prompts import for_thinking_model
 from ctx_magic.context.tokens import Correction, count_context, count_text
 from ctx_magic.errors import ModelError, PromptTooLong, RequestTooLarge, ThinkingRefused, UnknownModel
 from ctx_magic.messages import THINKING_TYPES, Block, Message
@@ -82,6 +85,9 @@ class OnDemand:
         if measured + asked > window.tokens * (1 - MEASURED_MARGIN_SHARE) - window.max_tokens:
             return Unavailable("the conversation does not fit whole beside the summary")
         request = self.request(messages, setup, instructions)
+        if _thinks(request, self._frame.model.name):  # its walk through the conversation is its thinking
+            request = dataclasses.replace(request, compaction={**(request.compaction or {}),
+                                                               "instructions": for_thinking_model(instructions)})
         if _continues_unthought(request):
             return Unavailable("with thinking enabled, a request ending with an answer that opens without thinking "
                                "is read as a prefill the API refuses")
@@ -99,6 +105,12 @@ class OnDemand:
         if reply.stop_reason != "compaction" or block.get("type") != "compaction" or not block.get("content"):
             return Unavailable(f"the API's answer held no summary (stop reason {reply.stop_reason})")
         return dict(block)
+
+
+def _thinks(request: ModelRequest, model: str) -> bool:
+    """Whether the model thinks before it answers: a `thinking` parameter, or a model that checks its
+    thinking's prefix (those think adaptively without one)."""
+    return request.thinking is not None or checks_thinking_prefix(model)
 
 
 def _continues_unthought(request: ModelRequest) -> bool:

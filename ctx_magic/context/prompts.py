@@ -75,6 +75,26 @@ _ANALYSIS = (
 )
 
 
+_THINK_FIRST = (
+    "Before you write, think the conversation through in order: for each part, what the user "
+    "asked, what you did, the decisions, the file names, code and outputs that matter, and every "
+    "error with its fix and any correction the user made. Check that nothing the user asked for "
+    "is missing. Your answer is kept word for word in place of the conversation: write no "
+    "analysis in it."
+)
+
+
+def for_thinking_model(prompt: str) -> str:
+    """A compaction prompt for a call that thinks before it answers and whose answer is kept whole
+    (the API's summary on demand): the walk through the conversation moves into the thinking, the
+    answer is the <summary> alone, so no scratchpad is carried in every later request."""
+    return (prompt.replace(_ANALYSIS, _THINK_FIRST)
+            .replace("Your whole answer is one <analysis> block followed by one <summary> block.",
+                     "Your whole answer is one <summary> block.")
+            .replace("Answer with an <analysis> block, then a <summary> block", "Answer with one <summary> block")
+            .replace("Then, inside <summary> tags", "Inside <summary> tags"))
+
+
 def compact_prompt(direction: str = "full", instructions: str | None = None) -> str:
     """The compaction request appended as the last user message (whole or partial)."""
     sections = UP_TO_SECTIONS if direction == "up_to" else SUMMARY_SECTIONS

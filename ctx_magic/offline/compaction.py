@@ -317,12 +317,16 @@ def _trim(body: str, lines: int | None) -> str:
     return "\n".join([*kept[:lines], f"… {len(kept) - lines} more lines left out to fit the reply"])
 
 
-def _render(conversation: Conversation, sections: list[tuple[int, str]], analysis: int, lines: int | None) -> str:
+def _render(conversation: Conversation, sections: list[tuple[int, str]], analysis: int | None,
+            lines: int | None) -> str:
+    """The summary's sections, after an <analysis> walk of `analysis` lines (None: no walk asked)."""
     parts = []
     for n, title in sections:
         body = section_body(title, conversation)
         parts.append(f"## {n}. {title}\n{body if 'user message' in title.lower() else _trim(body, lines)}")
     body = "\n\n".join(parts)
+    if analysis is None:
+        return f"<summary>\n{body}\n</summary>"
     return f"<analysis>\n{_analysis(conversation, analysis)}\n</analysis>\n\n<summary>\n{body}\n</summary>"
 
 
@@ -333,9 +337,9 @@ def compaction_answer(request: Request) -> str:
                    int(request.get("max_tokens") or 0))
 
 
-def _fitted(conversation: Conversation, sections: list[tuple[int, str]], budget: int) -> str:
+def _fitted(conversation: Conversation, sections: list[tuple[int, str]], budget: int, walk: bool = True) -> str:
     for analysis, lines in FIT_STEPS:
-        text = _render(conversation, sections, analysis, lines)
+        text = _render(conversation, sections, analysis if walk else None, lines)
         if not budget or count_text(text) <= budget:
             break
     return text
@@ -363,10 +367,10 @@ def server_summary(history: Sequence[Mapping[str, Any]]) -> str:
 
 def on_demand_summary(history: Sequence[Mapping[str, Any]], instructions: str | None, max_tokens: int) -> str:
     """The summary of an on-demand compaction. Its `instructions` replace the API's own prompt: when
-    they ask for an <analysis> and numbered <summary> sections (as ctx_magic's prompt does) the
-    answer is the one the stand-in gives that prompt in a message, fitted to `max_tokens`; other
-    instructions, or none, get the server's own summary."""
+    they ask for numbered <summary> sections (as ctx_magic's prompt does) the answer is the one the
+    stand-in gives that prompt in a message, fitted to `max_tokens`, its <analysis> walk only when
+    they ask for one; other instructions, or none, get the server's own summary."""
     sections = requested_sections(instructions or "")
-    if "<analysis>" not in (instructions or "") or len(sections) < MIN_SECTIONS:
+    if "<summary>" not in (instructions or "") or len(sections) < MIN_SECTIONS:
         return server_summary(history)
-    return _fitted(_with_blocks(history), sections, max_tokens)
+    return _fitted(_with_blocks(history), sections, max_tokens, walk="<analysis>" in (instructions or ""))

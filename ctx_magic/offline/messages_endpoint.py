@@ -195,6 +195,10 @@ class MessagesEndpoint:
                 block["id"] = f"toolu_offline_{digest}_{calls:02d}"
         stop = "max_tokens" if cut else "tool_use" if calls else answer.stop_reason.replace("tool_use", "end_turn")
         usage = {**usage, "output_tokens": output_tokens(content, request.get("model"), unit)}
+        if managed is not None and managed.on_demand and thinking:  # the thinking before the summary is billed
+            walk = getattr(policy, "compaction_thinking", None)  # a benchmark's policy sizes it as a model's walk
+            usage["output_tokens"] = walk(request) if walk is not None else output_tokens(thinking, request.get(
+                "model"), unit)
         extra: dict[str, Any] = {}
         if managed is not None:
             content, stop, usage, extra = with_management(managed, request, content, stop, usage,

@@ -337,8 +337,9 @@ def with_management(managed: Managed, request: Mapping[str, Any], content: list[
     """An answer with what the server's context management adds to it: the compaction block
     first and its iteration in the usage, `context_management.applied_edits`."""
     extra: dict[str, Any] = {}
-    if managed.on_demand and managed.compaction is not None:
-        usage = {**usage, "output_tokens": count_text(managed.compaction["content"])}
+    if managed.on_demand and managed.compaction is not None:  # billed: the thinking before it, then the summary
+        written = count_text(managed.compaction["content"])
+        usage = {**usage, "output_tokens": int(usage.get("output_tokens") or 0) + written}
         return [dict(managed.compaction)], "compaction", usage, extra
     if managed.compaction is not None:
         compaction = managed.compaction

@@ -71,7 +71,8 @@ def test_auto_compaction_asks_the_api_and_the_block_opens_every_later_request(tm
     assert [e.trigger for e in events if isinstance(e, Compacted)] == ["auto"] and len(asked) == 1
     ask = asked[0]
     assert ON_DEMAND_BETA in ask.betas and ask.body["compaction"]["type"] == "summarize"
-    assert "<summary>" in ask.body["compaction"]["instructions"]  # ctx_magic's summary prompt
+    instructions = ask.body["compaction"]["instructions"]
+    assert "<summary>" in instructions and "<analysis>" not in instructions  # the model walks it in its thinking
     assert r.api.model_calls("compaction") == 1  # no summary call of ctx_magic's own
     made = calls(r.api)
     main_before = made[made.index(ask) - 1]
@@ -84,7 +85,7 @@ def test_auto_compaction_asks_the_api_and_the_block_opens_every_later_request(tm
     assert after.body["messages"][0] == {"role": "assistant", "content": [block]}  # signature and all
     assert "signature" in block
     compacted = next(e for e in events if isinstance(e, Compacted))
-    assert "<analysis>" in block["content"]  # kept as the API wrote it, byte for byte
+    assert block["content"].startswith("<summary>")  # kept as the API wrote it, no scratchpad to carry
     assert compacted.summary == extract_summary(block["content"])  # what the coverage audit read
     assert compacted.audit is not None and compacted.audit.user_messages_checked == turns - 1  # the pending one stays
     assert pending in [b.get("text") for b in after.body["messages"][1]["content"]]  # the user's message, word for word

@@ -13,7 +13,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from ctx_magic.context.prompts import compact_prompt, extract_summary
+from ctx_magic.context.prompts import compact_prompt, extract_summary, for_thinking_model
+from ctx_magic.context.tokens import count_text
 from ctx_magic.offline import OfflineAPI, serve_in_thread
 from ctx_magic.offline.__main__ import parse_args
 from ctx_magic.offline.compaction import requested_sections
@@ -267,6 +268,18 @@ def test_on_demand_instructions_replace_the_servers_prompt(http_client: anthropi
     assert written.content[0].content.startswith("<analysis>") and summary is not None
     assert [title for _, title in requested_sections(asked)] == re.findall(r"^## \d+\. (.+)$", summary, re.MULTILINE)
     assert "<analysis>" not in own.content[0].content and "## 6. All User Messages" in own.content[0].content
+
+
+def test_instructions_asking_for_no_analysis_get_the_summary_alone_and_the_thinking_is_billed(
+        http_client: anthropic.Anthropic, history: list[dict[str, Any]]) -> None:
+    """A model that thinks is asked to walk the conversation in its thinking: the block holds the
+    sections alone, and the usage bills the thinking before it beside the summary."""
+    asked = for_thinking_model(compact_prompt("full"))
+    written = beta(http_client, history[:4], [ON_DEMAND_BETA], compaction={"type": "summarize", "instructions": asked},
+                   thinking={"type": "adaptive", "display": "summarized"})
+    block = written.content[0].content
+    assert "<analysis>" not in asked and block.startswith("<summary>") and "<analysis>" not in block
+    assert written.usage.output_tokens > count_text(block)  # the thinking it did first is output too
 
 
 def test_a_summary_by_a_model_without_preserved_thinking_does_not_keep_thinking_valid(
