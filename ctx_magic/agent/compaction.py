@@ -1,34 +1,38 @@
 """Compaction as the loop runs it: auto with its circuit breaker, manual (whole or partial),
-reactive after a prompt-too-long, the model's own `compact` tool, from the session's notes,
-and what follows the API's own compaction; the hooks, the files re-read after a summary and
-the cleanup. A whole summary is the API's where the backend writes one on demand
-(agent/on_demand.py), ctx_magic's own side call otherwise.
+reactive after a prompt-too-long, the model's own `compact` tool, from the session's notes;
+the hooks, the files re-read after a summary and the cleanup. A whole summary is the API's where
+the backend writes one on demand (agent/on_demand.py), ctx_magic's own side call otherwise; what
+follows the API's own compaction is agent/after_server.py's.
 
 Each compaction is one value (context/autocompact.Compaction) built once from the session;
 the engine summarizes and rebuilds, a `Compactor` supplies the model call, the files to re-read
 and the hooks, and hands the result to the session, which applies it. The Compactor is given
-the session's parts it works with when it is made; of the session itself it asks only its own
-verbs (the clock, events, the setup, the figures, and the compaction state it alone writes).
+the session's parts it works with (`CompactionParts`, taken from the session in one place); of
+the session itself it asks only its own verbs (the clock, events, the setup, the figures, and
+the compaction state it alone writes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ctx_magic.agent.on_demand import Unavailable
-from ctx_magic.agent.plugins import PreCompactVerdict
+from ctx_magic.agent.after_server import AfterServerCompaction
+from ctx_magic.agent.live import LiveContext
+from ctx_magic.agent.on_demand import OnDemand
+from ctx_magic.agent.pin_board import PinBoard
+from ctx_magic.agent.plugins import Hooks, Plugins, PreCompactVerdict
 from ctx_magic.agent.rehydration import Rehydrator
-from ctx_magic.agent.request import CallSetup
-from ctx_magic.agent.server_side import server_compaction
+from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.session import Session
-from ctx_magic.agent.usage import COMPACTION_USAGE_META
-from ctx_magic.context.audit import MESSAGES_SHARE_OF_THRESHOLD, audit_summary
+from ctx_magic.context.audit import audit_line
 from ctx_magic.context.autocompact import (
     Compaction,
     CompactionResult,
     Split,
+    Summarize,
     plan_split,
     rebuild,
     summarize_with_retries,
@@ -37,23 +41,46 @@ from ctx_magic.context.autocompact import (
 from ctx_magic.context.compaction_state import MAX_CONSECUTIVE_FAILURES
 from ctx_magic.context.decide import COMPACT_FROM_NOTES, Plan
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS, compact_from_notes, notes_split
-from ctx_magic.context.pins import pins_message
 from ctx_magic.context.prompts import extract_summary
 from ctx_magic.context.reactive import reactive_split
-from ctx_magic.context.tokens import Correction, count_context
 from ctx_magic.errors import CompactionFailed, ModelError, Remedy
-from ctx_magic.events import AuditReport, BreakerReset, CompactionFailedEvent, ServerCompacted, Status
-from ctx_magic.messages import Block, Message, Usage, user_text
+from ctx_magic.events import BreakerReset, CompactionFailedEvent, Status
+from ctx_magic.messages import Message, user_text
+from ctx_magic.store.session import SessionDir
+
+
+@dataclass(frozen=True)
+class CompactionParts:
+    """The parts of a session its compactions work with beside its verbs, taken from it in one
+    place (`of`), as the notebook's controller hands its parts theirs."""
+
+    live: LiveContext
+    store: SessionDir
+    frame: RequestFrame
+    summarize: Summarize
+    """ctx_magic's own summary: the side call that writes it."""
+    on_demand: OnDemand
+    """The API's own summary, where the model and provider take it."""
+    hooks: Hooks
+    pin_board: PinBoard
+    plugins: Plugins
+    """Where the session notes keeper is, when one runs."""
+    rehydrator: Rehydrator
+
+    @classmethod
+    def of(cls, session: Session) -> CompactionParts:
+        live, store, frame, side_calls = session.live, session.store, session.frame, session.side_calls
+        return cls(live, store, frame, side_calls.summarize, session.on_demand, session.hooks, session.pin_board,
+                   session.plugins, Rehydrator(session.files, store, frame.executor, live, session.clock))
 
 
 class Compactor:
     """The compactions of one session, made with the parts they touch."""
 
-    def __init__(self, session: Session) -> None:
-        self._session, self._live, self._store, self._frame = session, session.live, session.store, session.frame
-        self._side_calls, self._pin_board, self._hooks, self._plugins = (session.side_calls, session.pin_board,
-                                                                          session.hooks, session.plugins)
-        self._rehydrator = Rehydrator(session.files, session.store, self._frame.executor, session.live, session.clock)
+    def __init__(self, session: Session, parts: CompactionParts) -> None:
+        self._session, self._live, self._store, self._frame = session, parts.live, parts.store, parts.frame
+        self._summarize, self._on_demand, self._pin_board = parts.summarize, parts.on_demand, parts.pin_board
+        self._hooks, self._plugins, self._rehydrator = parts.hooks, parts.plugins, parts.rehydrator
 
     def _job(self, setup: CallSetup, split: Split, trigger: str, auto: bool | None = None) -> Compaction:
         """The compaction of `split`, with what the session builds its new context with."""
@@ -90,35 +117,16 @@ class Compactor:
         self._session.emit(Status("compacting", trigger))
         job = self._job(setup, plan_split(self._live.messages, direction, split_at), trigger)
         messages, prompt = summary_request(job.split, instructions)
-        block = self._on_demand(job.split, setup, prompt) if direction == "full" else None
+        full = direction == "full"  # the API's summary cannot cut what it summarizes: a whole one only
+        block = self._on_demand.summary(job.split, setup, prompt, self._live.state.correction) if full else None
         if block is not None:
             content = str(block["content"])
             summary = extract_summary(content) or content
         else:
-            summary = summarize_with_retries(self._side_calls.summarize, messages, prompt)
+            summary = summarize_with_retries(self._summarize, messages, prompt)
         result = rebuild(job, summary, originals=self._rehydrator.first_written(job.split.to_summarize),
                          attachments=functools.partial(self._rehydrator.attachments, setup), block=block)
         return self._apply(result, self.reason(trigger, instructions))
-
-    def _on_demand(self, split: Split, setup: CallSetup, prompt: str) -> Block | None:
-        """The API's own summary of the split's messages, sent as the main call sends them, with
-        ctx_magic's summary prompt as its instructions (agent/on_demand.py); None where the model or
-        provider does not take it, or the API wrote none (a refusal said in one line): ctx_magic
-        then writes the summary itself."""
-        on_demand = self._session.on_demand
-        if not on_demand.available(setup):
-            return None
-        self._side_calls.busy = True  # as for a summary of ctx_magic's own: nothing is decided meanwhile
-        try:
-            answer = on_demand.summarize(split.to_summarize, setup, prompt, self._live.state.correction)
-        finally:
-            self._side_calls.busy = False
-        if isinstance(answer, Unavailable):
-            if answer.refused:
-                self._session.notice(f"The API refused to write the summary itself ({answer.reason}); ctx_magic "
-                                     "writes it instead, for the rest of this session.", "info")
-            return None
-        return answer
 
     def reason(self, trigger: str, instructions: str | None = None) -> str:
         """Why a compaction happens, in a few words, for the boundary's card in the panel."""
@@ -176,37 +184,6 @@ class Compactor:
             result = self._apply(result, self.reason("auto" if auto else "manual"))
         return result
 
-    # -- after the API's own compaction ------------------------------------------------------------
-
-    def server_compacted(self, answer: Message) -> list[Message] | None:
-        """The API compacted (its compaction block opens `answer`): the session's live context
-        starts there, and what follows ctx_magic's own summaries follows the API's too: what the
-        coverage audit finds missing from it, the pins word for word, the files and the kernel's
-        state. Returned, not appended: they go after the answer's tool results, which must follow
-        it. None when `answer` holds no compaction."""
-        session, live = self._session, self._live.messages
-        first = answer.content[0] if answer.content else {}
-        at = next((i for i, m in enumerate(live) if m.uuid == answer.uuid), None)
-        if first.get("type") != "compaction" or at is None:
-            return None
-        before = [m for m in live[:at] if m.sent]
-        setup = session.setup()
-        pins = self._pin_board.pins
-        audit = audit_summary([*before, *self._rehydrator.first_written(before)], str(first.get("content") or ""),
-                              transcript_path=str(self._store.transcript_path),
-                              message_budget=int(setup.context.thresholds.autocompact * MESSAGES_SHARE_OF_THRESHOLD))
-        marker, kept, event = server_compaction(live, at, session.clock(), audit=audit.report,
-                                                pins=[p.id for p in pins],
-                                                carried=[(m.uuid, m.text) for m in audit.carried])
-        event = dataclasses.replace(event, **_server_figures(answer, kept, setup, self._live.state.correction, event))
-        session.compacted([marker], kept, event)
-        now = session.clock()
-        followup = [user_text(audit.text, kind="attachment", timestamp=now, audit=True)] if audit.text else []
-        followup += [pins_message(pins, now)] if pins else []
-        if audit.report.added:
-            session.notice(audit_line(audit.report), "info")
-        return [*followup, *self._rehydrator.attachments(setup, self._live.messages)]
-
     def auto(self, plan: Plan) -> bool:
         """Auto-compaction, carried out as the plan says (notes first when it lists them, then a
         summary); True when the context was compacted. A failed summary counts toward the breaker.
@@ -216,7 +193,9 @@ class Compactor:
         verdict = self.pre_compact("auto", None)
         if verdict.veto is not None:
             if plan.zone != "blocked":
-                session.veto_noticed(f"A PreCompact hook held back the automatic compaction: {verdict.veto.reason}")
+                if self._hooks.veto_news(session.compaction):  # said once a turn; each call asks again
+                    session.notice(f"A PreCompact hook held back the automatic compaction: {verdict.veto.reason}",
+                                   "warning")
                 return False
             session.notice(f"A PreCompact hook vetoed the automatic compaction ({verdict.veto.reason}); overridden: "
                            "the context is past the blocking limit.", "warning")
@@ -271,29 +250,6 @@ class Compactor:
             raise CompactionFailed(str(error)) from error
 
 
-def _server_figures(answer: Message, kept: Sequence[Message], setup: CallSetup, correction: Correction,
-                    event: ServerCompacted) -> dict[str, int]:
-    """The server compaction's sizes as `%ctx status` counts the context (system prompt and tools
-    included): before, what the API's compaction call read (its own count, billed with the
-    answer); after, the context the answer leaves, anchored on the answer's usage."""
-    parts = answer.meta.get(COMPACTION_USAGE_META) or []
-    before = Usage.from_json(parts[0]).prompt_tokens if parts and isinstance(parts[0], Mapping) else (
-        event.tokens_before + setup.overhead_tokens)
-    after = count_context(kept, overhead_tokens=setup.overhead_tokens, correction=correction).tokens
-    return {"tokens_before": before, "tokens_after": after}
-
-
-def audit_line(report: AuditReport) -> str:
-    """One line on what the coverage audit appended after a summary."""
-    parts = [f"{len(items)} of {checked} {what}" for items, checked, what in (
-        (report.user_messages, report.user_messages_checked, "of your messages"),
-        (report.paths, report.paths_checked, "file paths"),
-        (report.errors, report.errors_checked, "error lines"),
-        (report.names, report.names_checked, "names the code defined"),
-    ) if items]
-    return f"The summary left out {', '.join(parts)}: they were added after it ({report.tokens:,} tokens)."
-
-
 def pending_prompt_index(messages: Sequence[Message]) -> int | None:
     """Index of the user's prompt awaiting an answer, kept verbatim after an auto summary."""
     for index in range(len(messages) - 1, -1, -1):
@@ -306,28 +262,33 @@ def pending_prompt_index(messages: Sequence[Message]) -> int | None:
     return None
 
 
+def compactor(session: Session) -> Compactor:
+    """The session's compactions, given its parts."""
+    return Compactor(session, CompactionParts.of(session))
+
 
 def server_compacted(session: Session, answer: Message) -> list[Message] | None:
-    """What follows the API's own compaction, if `answer` opens with one (Compactor.server_compacted)."""
-    return Compactor(session).server_compacted(answer)
+    """What follows the API's own compaction, if `answer` opens with one (after_server.py)."""
+    parts = CompactionParts.of(session)
+    return AfterServerCompaction(session, parts.live, parts.store, parts.pin_board, parts.rehydrator).followup(answer)
 
 
 def notes_compaction(session: Session, *, auto: bool = True) -> CompactionResult | None:
     """Session-memory compaction (Compactor.from_notes)."""
-    return Compactor(session).from_notes(auto=auto)
+    return compactor(session).from_notes(auto=auto)
 
 
 def auto_compact(session: Session, plan: Plan) -> bool:
     """Auto-compaction as the plan says (Compactor.auto); True when the context was compacted."""
-    return Compactor(session).auto(plan)
+    return compactor(session).auto(plan)
 
 
 def manual_compact(session: Session, instructions: str | None = None, *, direction: str = "full",
                    index: int | None = None, trigger: str = "manual") -> CompactionResult:
     """%compact (whole or partial) or the model's compact tool (Compactor.manual)."""
-    return Compactor(session).manual(instructions, direction=direction, index=index, trigger=trigger)
+    return compactor(session).manual(instructions, direction=direction, index=index, trigger=trigger)
 
 
 def reactive_compact(session: Session) -> CompactionResult:
     """After a prompt-too-long (Compactor.reactive)."""
-    return Compactor(session).reactive()
+    return compactor(session).reactive()

@@ -29,6 +29,7 @@ from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
 from ctx_magic.agent.usage import UsageMeter
+from ctx_magic.context.autocompact import Split
 from ctx_magic.context.prompts import for_thinking_model
 from ctx_magic.context.tokens import Correction, count_context, count_text
 from ctx_magic.errors import ModelError, PromptTooLong, RequestTooLarge, ThinkingRefused, UnknownModel
@@ -50,13 +51,16 @@ class Unavailable:
 class OnDemand:
     """One session's on-demand compactions: whether to ask, and the asking."""
 
-    def __init__(self, frame: RequestFrame, meter: UsageMeter, *,
+    def __init__(self, frame: RequestFrame, meter: UsageMeter, notice: Callable[[str, str], None], *,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._frame = frame
         self._meter = meter
+        self._notice = notice
         self._sleep = sleep
         self.refusal: str | None = None
         """What the API answered when it refused on-demand compaction in this session (None: it did not)."""
+        self.busy = False
+        """The API is writing a summary: as for ctx_magic's own, no auto-compaction is decided meanwhile."""
 
     def available(self, setup: CallSetup) -> bool:
         """Whether a summary compaction asks the API for it: a model and provider that take it,
@@ -65,6 +69,25 @@ class OnDemand:
         model = self._frame.model
         return (self.refusal is None and setup.server is None
                 and compacts_on_demand(model.name, model.provider))
+
+    def summary(self, split: Split, setup: CallSetup, prompt: str, correction: Correction) -> Block | None:
+        """The API's own summary of the split's messages, sent as the main call sends them, with
+        ctx_magic's summary prompt as its instructions; None where the model or provider does not
+        take it, or the API wrote none (a refusal said in one line): ctx_magic then writes the
+        summary itself."""
+        if not self.available(setup):
+            return None
+        self.busy = True  # as for a summary of ctx_magic's own: nothing is decided meanwhile
+        try:
+            answer = self.summarize(split.to_summarize, setup, prompt, correction)
+        finally:
+            self.busy = False
+        if isinstance(answer, Unavailable):
+            if answer.refused:
+                self._notice(f"The API refused to write the summary itself ({answer.reason}); ctx_magic "
+                             "writes it instead, for the rest of this session.", "info")
+            return None
+        return answer
 
     def request(self, messages: Sequence[Message], setup: CallSetup, instructions: str) -> ModelRequest:
         """The main call's request for `messages`, asking for the summary alone."""

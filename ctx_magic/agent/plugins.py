@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ctx_magic.context.compaction_state import CompactionState
 from ctx_magic.events import Compacted
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class Hooks:
     post_compact: list[Callable[[Compacted], None]] = field(default_factory=list)
     session_start: list[Callable[[str], str | None]] = field(default_factory=list)
     """(source: 'compact' | 'resume' | 'new') -> text added to the context, or None."""
+    _veto_said_in: int | None = field(default=None, init=False, repr=False)
+    """The turn whose veto of the automatic compaction was said last."""
 
     def add(self, name: str, fn: Callable[..., Any]) -> None:
         lists = {"PreCompact": self.pre_compact, "PostCompact": self.post_compact,
@@ -72,6 +75,12 @@ class Hooks:
             elif said:
                 instructions = f"{instructions}\n{said}" if instructions else said
         return PreCompactVerdict(instructions, veto)
+
+    def veto_news(self, state: CompactionState) -> bool:
+        """Whether a veto of the automatic compaction in the turn `state` counts is still to be said:
+        once a turn, as each call of the turn asks the hooks again."""
+        news, self._veto_said_in = self._veto_said_in != state.turns, state.turns
+        return news
 
 
 class Plugins:

@@ -79,14 +79,13 @@ class Session:
         self._status = StatusReader(self.frame, self.live, self.meter, store)
         self.compaction = CompactionState()
         self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
-        self.on_demand = OnDemand(self.frame, self.meter, sleep=sleep)
+        self.on_demand = OnDemand(self.frame, self.meter, self.notice, sleep=sleep)
         """Summaries the API writes, where the model and provider take it."""
         self.plugins = Plugins()
         self.pin_board = PinBoard(store, self.frame, self.append, clock)
         """What the user pinned: re-injected after every summary, kept across resume."""
         self.replies = ReplyLearner(self.frame, self.live, self.meter, clock, self.record, self.emit)
         """What each main-loop answer teaches the meter, the frame and the live context."""
-        self._veto_said_in: int | None = None
         self.undo = UndoHistory(self.live, self.frame, lambda: self.meter.totals.cost_usd, self.recorder.event)
         """The compactions, snips and clearings `%compact --undo` can take back."""
 
@@ -117,7 +116,7 @@ class Session:
         notes = self.plugins.notes
         last = self.compaction.last  # an undone compaction tells nothing of the next one
         return SessionFacts(
-            auto_compaction=not self.side_calls.busy and not setup.server_compacts,
+            auto_compaction=not (self.side_calls.busy or self.on_demand.busy or setup.server_compacts),
             breaker_open=self.compaction.breaker_open, notes_tokens=notes.tokens() if notes is not None else 0,
             calls=self.meter.totals.main_calls, growth=self.meter.growth(),
             summary_tokens=last.summary_tokens if last is not None else 0,
@@ -140,12 +139,6 @@ class Session:
             return self.frame.model.count_tokens(self.request(setup or self.setup()))
         except CtxMagicError:
             return None
-
-    def veto_noticed(self, text: str) -> None:
-        """A hook's veto of the automatic compaction, said once a turn (each call of the turn asks again)."""
-        if self._veto_said_in != self.compaction.turns:
-            self._veto_said_in = self.compaction.turns
-            self.notice(text, "warning")
 
     def emit(self, event: Event) -> None:
         self.undo.saw(event)  # first: a compaction's undo point keeps the prefix the frame lets go of

@@ -201,3 +201,14 @@ def audit_summary(span: Sequence[Message], summary: str, *, transcript_path: str
         tokens=count_text(text) if text else 0, text=text,
     )
     return Audit(text, report, facts.user_messages)
+
+
+def audit_line(report: AuditReport) -> str:
+    """One line on what the coverage audit appended after a summary."""
+    parts = [f"{len(items)} of {checked} {what}" for items, checked, what in (
+        (report.user_messages, report.user_messages_checked, "of your messages"),
+        (report.paths, report.paths_checked, "file paths"),
+        (report.errors, report.errors_checked, "error lines"),
+        (report.names, report.names_checked, "names the code defined"),
+    ) if items]
+    return f"The summary left out {', '.join(parts)}: they were added after it ({report.tokens:,} tokens)."

@@ -3,7 +3,7 @@ model call.
 
 Idle thinking clearing (context/thinking.py) is a fixed rule like the budget: after an idle gap over the
 cache TTL only the last thinking turn stays, before the decision looks at the count. A snip past the
-message limit is measured here and made only when the decision finds that it pays (snip_price.py).
+message limit is measured (cuts.py) and made only when the decision finds that it pays (snip_price.py).
 
 Everything here is a pure function of (messages, state, clock, settings): it returns the new
 messages, the new state and the events that describe the change; writing files and the
@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctx_magic.context.budget import BudgetSettings, apply_tool_result_budget, scaled_budget
+from ctx_magic.context.cuts import fold_old_cells, make_snip, snip_cut, snip_to, thinking_tokens_from
 from ctx_magic.context.decide import NO_FACTS, Plan, SessionFacts, Situation, decide
 from ctx_magic.context.index import freed_before_anchor, measure, sync_index, with_freed
 from ctx_magic.context.microcompact import COMPACTABLE_TOOLS, clear_results, clearable, cleared_text, idle_gap
 from ctx_magic.context.notes import tail_limits
-from ctx_magic.context.snip import KEEP_HEAD, fold_cells, snip_middle
+from ctx_magic.context.snip import KEEP_HEAD
 from ctx_magic.context.snip_price import SnipPrice
 from ctx_magic.context.state import ContextState, result_counts
 from ctx_magic.context.thinking import (
@@ -32,14 +33,12 @@ from ctx_magic.context.thinking import (
     KEEP_THINKING_TURNS,
     clear_old_thinking,
     drop_thinking_from,
-    is_thinking,
     keep_valid_thinking,
 )
 from ctx_magic.context.thresholds import DEFAULT_WINDOW, Thresholds, compute_thresholds
 from ctx_magic.context.tokens import (
     ContextCount,
     block_tokens,
-    estimate_family,
     find_anchor,
     message_tokens,
 )
@@ -133,68 +132,6 @@ def _budget(messages: list[Message], state: ContextState, settings: ContextSetti
     return messages, with_freed(state, messages, freed), persisted
 
 
-def _snip(messages: list[Message], state: ContextState, settings: ContextSettings, now: float,
-          max_messages: int, trigger: str = "auto", target: int | None = None):
-    snipped, events = snip_middle(
-        messages, max_messages, transcript_path=settings.transcript_path, now=now, trigger=trigger, target=target
-    )
-    if not events:
-        return messages, state, []
-    return _after_cut(messages, snipped, state, settings, events)
-
-
-@dataclass(frozen=True)
-class SnipCut:
-    """A snip the engine could make now: the messages it would leave, its event and its price."""
-
-    messages: list[Message]
-    events: list[Snipped]
-    price: SnipPrice
-
-
-def snip_cut(messages: list[Message], settings: ContextSettings, now: float, overhead_tokens: int = 0
-             ) -> SnipCut | None:
-    """The automatic snip past `snip_max_messages`, measured but not made (None: no snip frees anything)."""
-    snipped, events = snip_middle(messages, settings.snip_max_messages, transcript_path=settings.transcript_path,
-                                  now=now)
-    if not events:
-        return None
-    marker = next(i for i, m in enumerate(snipped) if m.uuid == events[0].marker_uuid)
-    prefix = overhead_tokens + sum(message_tokens(m) for m in snipped[:marker] if m.sent)
-    lost = thinking_tokens_from(snipped, marker + 1) if settings.append_only else 0
-    return SnipCut(snipped, events, SnipPrice(events[0].tokens_freed, prefix, lost, events[0].count))
-
-
-def _make_snip(messages: list[Message], state: ContextState, settings: ContextSettings, cut: SnipCut):
-    return _after_cut(messages, cut.messages, state, settings, cut.events)
-
-
-def _after_cut(old: Sequence[Message], new: list[Message], state: ContextState, settings: ContextSettings,
-               events: Sequence[Snipped]):
-    """Index the context again after markers replaced runs of messages, and count what that freed
-    in front of the response that anchors the count afterwards (its figure still holds it). A cut
-    that took the last response leaves an earlier one anchoring: what went came after that one."""
-    removed = {u for e in events for u in e.removed_uuids}
-    markers = {e.marker_uuid for e in events}
-    anchor = max(0, find_anchor(new))  # no response left: nothing anchors, nothing was freed before one
-    before = next((i for i, m in enumerate(old) if anchor and m.uuid == new[anchor].uuid), 0)
-    family = estimate_family(old)  # freed tokens come off the API's figure: the anchored count's unit
-    freed = sum(message_tokens(m, family) for m in old[:before] if m.uuid in removed and m.sent)
-    freed -= sum(message_tokens(m, family) for m in new[:anchor] if m.uuid in markers)
-    new, state, _ = sync_index(new, dataclasses.replace(state, indexed=0), compactable_tools=settings.compactable_tools)
-    return new, with_freed(state, new, freed), list(events)
-
-
-def _fold_cells(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
-    """Runs of old notebook cells (older than the most recent results clearing keeps) fold into a
-    line each; the caller folds after an idle gap, when the rewrite costs nothing."""
-    foldable = {*state.cleared, *clearable(state.compactable, settings.keep_recent)}
-    folded, events = fold_cells(messages, foldable, state.cleared, transcript_path=settings.transcript_path, now=now)
-    if not events:
-        return messages, state, []
-    return _after_cut(messages, folded, state, settings, events)
-
-
 def _clear_thinking(messages: list[Message], state: ContextState, settings: ContextSettings, now: float):
     """Claude Code's thinking clearing: after an idle gap longer than the cache TTL, only the last
     thinking turn stays (the cache is cold, so removing the rest costs nothing)."""
@@ -246,12 +183,6 @@ def _images_left_out(messages: list[Message], state: ContextState, settings: Con
     freed = freed_before_anchor(messages, out, [i for i, m in enumerate(messages) if m.uuid in changed],
                                 find_anchor(out))
     return out, with_freed(state, out, freed), [event]
-
-
-def thinking_tokens_from(messages: Sequence[Message], start: int) -> int:
-    """The thinking blocks' tokens at or after message `start` (what an edit there would drop)."""
-    return sum(block_tokens(b) for m in messages[start:] if m.role == "assistant" and m.sent
-               for b in m.content if is_thinking(b))
 
 
 def _clear(messages: list[Message], state: ContextState, ids: Sequence[str], trigger: str,
@@ -373,10 +304,10 @@ def prepare(
     if plan.clear:
         msgs, state, cleared = _clear(msgs, state, list(sizes), plan.clear, freed=sizes)
     if plan.snip and cut is not None:
-        msgs, state, snipped = _make_snip(msgs, state, settings, cut)
+        msgs, state, snipped = make_snip(msgs, state, settings, cut)
     folded: list[Snipped] = []
     if may_clear and seen.idle:  # the cache has expired: folding old cells costs nothing either
-        msgs, state, folded = _fold_cells(msgs, state, settings, now)
+        msgs, state, folded = fold_old_cells(msgs, state, settings, now)
     msgs, state, invalidated = _keep_valid_thinking(messages, msgs, state, settings)
     count = measure(msgs, state, overhead_tokens)
     seen = dataclasses.replace(seen, tokens=count.tokens, estimated_tokens=count.estimated_tokens, may_clear=False,
@@ -388,7 +319,7 @@ def prepare(
         plan = decide(dataclasses.replace(seen, snip=cut.price if cut else None)).after(plan)
         if plan.snip and cut is not None and not snipped:
             before = msgs
-            msgs, state, snipped = _make_snip(msgs, state, settings, cut)
+            msgs, state, snipped = make_snip(msgs, state, settings, cut)
             msgs, state, more = _keep_valid_thinking(before, msgs, state, settings)
             invalidated = [*invalidated, *more]
             count = measure(msgs, state, overhead_tokens)
@@ -432,6 +363,6 @@ def snip_now(
     msgs, state, start = sync_index(messages, state, compactable_tools=settings.compactable_tools)
     msgs, state, persisted = _budget(msgs, state, settings, start)
     keep = KEEP_HEAD + 1 + keep_last
-    msgs, state, snipped = _snip(msgs, state, settings, now, keep, trigger="user", target=keep)
+    msgs, state, snipped = snip_to(msgs, state, settings, now, keep, trigger="user", target=keep)
     msgs, state, invalidated = _keep_valid_thinking(messages, msgs, state, settings)
     return msgs, state, [*persisted, *snipped, *invalidated]

@@ -87,14 +87,15 @@ class MemoryLink:
         """Memories extracted in the background (not from a short session: extraction_due).
         A session whose size cannot be measured (its model is unknown) ends without them: the
         reason is said at the next chance, and the session still ends (an unload, a new session)."""
+        source = SessionSource.of(session)  # what an extraction reads, its plug-in state among it
         try:
-            due = extraction_due(session.live, session.compaction, session.tokens,
-                                 read_through=session.plugins.recalled(READ_THROUGH_KEY))
+            due = extraction_due(source.live, session.compaction, session.tokens,
+                                 read_through=source.plugins.recalled(READ_THROUGH_KEY))
         except CtxMagicError as error:
             self.manager.background.report(f"memories were not extracted from session {session.session_id}: {error}")
             return
         if due:
-            self.manager.extraction.in_background(SessionSource.of(session))
+            self.manager.extraction.in_background(source)
 
     def notes_text(self) -> str:
         return self.notes.text() if self.notes is not None else ""
