@@ -55,13 +55,43 @@ def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
     return head[:cut] if cut >= limit // 2 else head
 
 
+def _tail(text: str, limit: int) -> str:
+    """The last `limit` characters, from a line start when one is in the first half."""
+    if len(text) <= limit:
+        return text
+    tail = text[len(text) - limit:]
+    cut = tail.find("\n")
+    return tail[cut + 1:] if 0 <= cut < limit // 2 else tail
+
+
+def _gap_line(lines: int, chars: int) -> str:
+    return f"[... {lines:,} lines ({chars:,} characters) left out here; read_file shows them ...]"
+
+
+def head_and_tail(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """At most `limit` characters: the start and the end of the text (each cut at a line end, half
+    the room each), and between them one line naming how much was left out. The end is where
+    tests, tracebacks and summaries land; replayed sessions use it as often as the start."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(_gap_line(text.count("\n"), len(text))) - 2  # the widest gap line and its two line ends
+    if room < 2:
+        return preview(text, limit)
+    head = preview(text, room // 2)
+    tail = _tail(text[len(head):], room - len(head))
+    middle = text[len(head):len(text) - len(tail)]
+    middle = middle[1:] if middle.startswith("\n") else middle  # the head's own line end is not left out
+    lines = middle.count("\n") + (0 if middle.endswith("\n") else 1)
+    return f"{head}\n{_gap_line(lines, len(middle))}\n{tail}"
+
+
 def persisted_block(path: str, original_chars: int, preview_text: str) -> str:
     return (
         "<persisted-output>\n"
         f"This tool result was too large to keep in the conversation ({original_chars:,} characters).\n"
         f"The full output is saved at: {path}\n"
         "Read any part of it with the read_file tool (path above, offset and limit in lines).\n"
-        f"Preview (first {len(preview_text):,} characters):\n"
+        f"Preview (its start and its end, {len(preview_text):,} characters):\n"
         f"{preview_text}\n"
         "</persisted-output>"
     )
@@ -85,7 +115,7 @@ def persist_result(block: Block, path_for: Callable[[str], str],
     tool_use_id = block["tool_use_id"]
     text = result_text(block)
     path = path_for(tool_use_id)
-    replacement = persisted_block(path, len(text), preview(text, preview_chars))
+    replacement = persisted_block(path, len(text), head_and_tail(text, preview_chars))
     freed = math.ceil(len(text) / 4) - math.ceil(len(replacement) / 4)
     return replace_result(block, replacement), Persisted(tool_use_id, path, len(text), freed, replacement, text)
 
@@ -116,7 +146,7 @@ def _worth_persisting(block: Block, settings: BudgetSettings) -> bool:
     text = result_text(block)
     if len(text) <= settings.preview_chars:
         return False
-    stand_in = persisted_block("tool-results/x.txt", len(text), preview(text, settings.preview_chars))
+    stand_in = persisted_block("tool-results/x.txt", len(text), head_and_tail(text, settings.preview_chars))
     return count_text(stand_in) < count_text(text)
 
 

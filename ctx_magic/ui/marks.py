@@ -22,7 +22,7 @@ COUNT_KEY = "count:"
 
 # What the agent no longer has, and what it still has, for each kind of mark.
 STILL_HAS = {
-    "persisted": "a 2,000-character preview and the path of the saved file, which it can read with read_file",
+    "persisted": "its first and last lines and the path of the saved file, which it can read with read_file",
     "cleared": "a one-line stub in place of the output; the transcript keeps the full output",
     "summarized": "the compaction's summary; the transcript keeps the cell's full output",
 }

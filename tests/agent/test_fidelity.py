@@ -15,6 +15,7 @@ from ctx_magic.agent.context_tools import search_session
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.context.audit import SEARCH_TOOL
+from ctx_magic.context.budget import PREVIEW_CHARS
 from ctx_magic.context.invariants import check_invariants
 from ctx_magic.context.pins import PinRefused
 from ctx_magic.context.span_facts import is_user_prompt
@@ -234,7 +235,7 @@ def test_the_search_tool_finds_a_compacted_message_and_a_persisted_output(tmp_pa
     with rig(tmp_path, window=60_000) as r:
         run_turn(r.session, "The sensor ids are in the ZX-41 family; remember that.")
         run_turn(r.session, "Dump it.\n```python\nprint('row\\n' * 20_000 + 'TAIL-MARKER-' + str(7 * 11))\n```")
-        assert r.session.live.state.persisted  # the dump went to disk, its tail out of the preview
+        assert r.session.live.state.persisted  # the dump went to disk
         manual_compact(r.session)
         assert not any("TAIL-MARKER-77" in m.text or "TAIL-MARKER-77" in json.dumps(m.content)
                        for m in r.session.live.messages)
@@ -255,6 +256,26 @@ def test_the_search_tool_finds_a_compacted_message_and_a_persisted_output(tmp_pa
     assert written.endswith("TAIL-MARKER-77\n") and len(written) == 4 * 20_000 + 15
     assert Path(path).read_bytes() == written.encode("utf-8")  # the saved file: the output byte for byte
     assert read_back.endswith(written)  # and read whole through the search tool
+
+
+def test_the_model_sees_the_start_and_the_end_of_a_persisted_output_and_what_was_left_out(tmp_path):
+    code = "print('HEAD-LINE'); print('\\n'.join(f'row {i}' for i in range(8_000))); print('FAILED last - KeyError: 7')"
+    with rig(tmp_path, window=60_000) as r:
+        run_turn(r.session, f"Dump it.\n```python\n{code}\n```")
+        (dumped, path), = r.session.live.state.persisted_paths.items()
+        sent = [b for record in r.api.requests if record.path == "/v1/messages"
+                for m in request_messages(record) for b in m.blocks("tool_result") if b.get("tool_use_id") == dumped]
+    full = Path(path).read_text("utf-8")
+    assert sent and all(result_text(b) == result_text(sent[0]) for b in sent)  # the same bytes every time
+    block = result_text(sent[0])
+    assert f"saved at: {path}" in block and "read_file" in block and f"({len(full):,} characters)" in block
+    shown = block.split("characters):\n", 1)[1].removesuffix("\n</persisted-output>")
+    head, gap, tail = re.fullmatch(r"(.*)\n\[\.\.\. (.*) \.\.\.\]\n(.*)", shown, re.DOTALL).groups()
+    assert len(shown) <= PREVIEW_CHARS
+    assert head.startswith("HEAD-LINE\nrow 0\n") and tail.endswith("row 7999\nFAILED last - KeyError: 7\n")
+    left_out = full[len(head) + 1:len(full) - len(tail)]
+    assert gap.startswith(f"{left_out.count(chr(10)):,} lines ({len(left_out):,} characters) left out")
+    assert "row 4000\n" in left_out and "row 4000\n" not in shown
 
 
 def read_whole(store, ref: str) -> str:  # type: ignore[no-untyped-def]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from builders import assistant, call, results, text
 
 from ctx_magic.context.budget import (
@@ -9,6 +11,7 @@ from ctx_magic.context.budget import (
     MAX_RESULT_CHARS,
     PREVIEW_CHARS,
     apply_tool_result_budget,
+    head_and_tail,
     oversized_prompt,
     persisted_prompt,
     preview,
@@ -61,6 +64,36 @@ def test_preview_is_2000_chars_cut_at_a_line_end():
 
 def test_preview_without_newlines_is_hard_cut():
     assert preview("y" * 10_000) == "y" * 2_000
+
+
+def shown_preview(block_text: str) -> str:
+    return block_text.split("characters):\n", 1)[1].removesuffix("\n</persisted-output>")
+
+
+def test_a_persisted_preview_keeps_the_start_and_the_end_and_names_what_it_left_out():
+    rows = "".join(f"collected row {i:05d}\n" for i in range(4_000))
+    output = rows + "FAILED test_rows.py::test_last - KeyError: 'id'\n"
+    msgs, _ = one_result(output)
+    out, _, _ = run(msgs)
+    shown = shown_preview(out[2].content[0]["content"])
+    head, gap, tail = re.fullmatch(r"(.*)\n\[\.\.\. (.*) \.\.\.\]\n(.*)", shown, re.DOTALL).groups()
+    assert len(shown) <= PREVIEW_CHARS and output.startswith(head) and output.endswith(tail)
+    assert head.startswith("collected row 00000") and tail.endswith("KeyError: 'id'\n")
+    left_out = output[len(head) + 1:len(output) - len(tail)]  # whole lines: the head ends where a line does
+    lines = left_out.count("\n")
+    assert gap == f"{lines:,} lines ({len(left_out):,} characters) left out here; read_file shows them"
+    assert left_out.count("\n") > 3_000 and "collected row 02000" not in shown
+    assert abs(len(head) - len(tail)) < 100  # the room is shared evenly
+
+
+def test_a_preview_never_exceeds_its_limit_in_any_window():
+    texts = ["y" * 10_000, "ab\n" * 5_000, "\n" * 9_000, "".join(f"line {i}\n" for i in range(3_000)),
+             "z" * 4_000 + "\n" + "w" * 4_000]
+    for limit in (PREVIEW_CHARS, 750, scaled_budget(4_096 / 200_000).preview_chars, 200, 60):
+        for text_ in texts:
+            shown = head_and_tail(text_, limit)
+            assert len(shown) <= limit and shown[:20] == text_[:20]
+    assert head_and_tail("short\noutput\n", 2_000) == "short\noutput\n"
 
 
 def test_message_total_over_200000_persists_largest_first():
