@@ -144,6 +144,8 @@ def context_text(messages: Sequence[Message]) -> str:
                 parts.append(str(block.get("input")))
             elif kind == "tool_result":
                 parts.append(result_text(block))
+            elif kind == "compaction":  # the API's summary on demand: the model reads its content
+                parts.append(str(block.get("content") or ""))
     return "\n".join(parts)
 
 
