@@ -12,7 +12,6 @@ headless Debian Chromium, the panel 440 px wide, with the browser tests' rig:
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import tempfile
@@ -21,10 +20,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from ui.browser_rig import REPO, JupyterLab, built_labextension, chromium_page  # noqa: E402
-from ui.test_browser import NOTEBOOK, PANEL, Page, notebook_json  # noqa: E402
-from ui.test_cold_cache_browser import NEXT_LINE, cold_cache_page, cold_notebook  # noqa: E402
-from ui.test_compaction_ahead_browser import AHEAD_LINE, NOTICE, ahead_notebook, compaction_ahead_page  # noqa: E402
-from ui.test_undo_browser import CARD, open_compaction_card, undo_notebook  # noqa: E402
+from ui.test_browser import NOTEBOOK, PANEL, Page, notebooks_in_lab  # noqa: E402
+from ui.test_cold_cache_browser import CELLS as COLD_CELLS  # noqa: E402
+from ui.test_cold_cache_browser import NEXT_LINE, cold_cache_page  # noqa: E402
+from ui.test_compaction_ahead_browser import AHEAD_LINE, NOTICE, compaction_ahead_page  # noqa: E402
+from ui.test_compaction_ahead_browser import CELLS as AHEAD_CELLS  # noqa: E402
+from ui.test_undo_browser import CARD, open_compaction_card  # noqa: E402
+from ui.test_undo_browser import CELLS as UNDO_CELLS  # noqa: E402
 
 RUN_ALL_TIMEOUT = 300_000  # ms
 PANEL_WIDTH = 440  # px: the sidebar's width in every picture
@@ -39,33 +41,27 @@ CONTEXT_CELLS = [
 
 def undo_picture() -> None:
     """docs/undo.png: the compaction's card, open, cropped to its facts and its Undo."""
-    with tempfile.TemporaryDirectory() as tmp:
-        undo_notebook(Path(tmp) / "root")
-        with JupyterLab(Path(tmp) / "root", Path(tmp) / "home", built_labextension()) as lab, \
-                chromium_page((1440, 900)) as browser:
-            page = Page(browser, lab)
-            open_compaction_card(page)
-            page.set_panel_width(PANEL_WIDTH)
-            card = browser.locator(CARD).first
-            card.scroll_into_view_if_needed()
-            top, button = card.bounding_box(), browser.locator(f"{CARD} .ctx-magic-undo-button").first.bounding_box()
-            height = button["y"] + button["height"] + 8 - top["y"]  # the card's head, down to its Undo
-            browser.screenshot(path=str(REPO / "docs" / "undo.png"),
-                               clip={"x": top["x"], "y": top["y"], "width": top["width"], "height": height})
+    with tempfile.TemporaryDirectory() as tmp, notebooks_in_lab(Path(tmp), {"undo.ipynb": UNDO_CELLS}) as page:
+        browser = page.page
+        open_compaction_card(page)
+        page.set_panel_width(PANEL_WIDTH)
+        card = browser.locator(CARD).first
+        card.scroll_into_view_if_needed()
+        top, button = card.bounding_box(), browser.locator(f"{CARD} .ctx-magic-undo-button").first.bounding_box()
+        height = button["y"] + button["height"] + 8 - top["y"]  # the card's head, down to its Undo
+        browser.screenshot(path=str(REPO / "docs" / "undo.png"),
+                           clip={"x": top["x"], "y": top["y"], "width": top["width"], "height": height})
 
 
 def cold_cache_picture() -> None:
     """docs/cold-cache.png: the panel's top, down to its next-call line, once the cache went cold."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cold_notebook(Path(tmp) / "root")
-        with JupyterLab(Path(tmp) / "root", Path(tmp) / "home", built_labextension()) as lab, \
-                chromium_page((1440, 900)) as browser:
-            page = Page(browser, lab)
-            cold_cache_page(page)
-            page.set_panel_width(PANEL_WIDTH)
-            top, line = browser.locator(PANEL).bounding_box(), browser.locator(NEXT_LINE).bounding_box()
-            browser.screenshot(path=str(REPO / "docs" / "cold-cache.png"), clip={
-                "x": top["x"], "y": top["y"], "width": top["width"], "height": line["y"] + line["height"] - top["y"]})
+    with tempfile.TemporaryDirectory() as tmp, notebooks_in_lab(Path(tmp), {"cold.ipynb": COLD_CELLS}) as page:
+        browser = page.page
+        cold_cache_page(page)
+        page.set_panel_width(PANEL_WIDTH)
+        top, line = browser.locator(PANEL).bounding_box(), browser.locator(NEXT_LINE).bounding_box()
+        browser.screenshot(path=str(REPO / "docs" / "cold-cache.png"), clip={
+            "x": top["x"], "y": top["y"], "width": top["width"], "height": line["y"] + line["height"] - top["y"]})
 
 
 def beside_the_panel(browser: object, page: Page, cell: int, bottom: str, name: str) -> None:
@@ -91,30 +87,24 @@ def beside_the_panel(browser: object, page: Page, cell: int, bottom: str, name: 
 
 def compaction_ahead_picture() -> None:
     """docs/compaction-ahead.png: the Done line's notice beside the panel's line, a turn before."""
-    with tempfile.TemporaryDirectory() as tmp:
-        ahead_notebook(Path(tmp) / "root")
-        with JupyterLab(Path(tmp) / "root", Path(tmp) / "home", built_labextension()) as lab, \
-                chromium_page(SIDE_BY_SIDE) as browser:
-            page = Page(browser, lab)
-            compaction_ahead_page(page)
-            browser.locator(AHEAD_LINE).wait_for(state="visible")
-            beside_the_panel(browser, page, NOTICE, ".ctx-magic-status", "compaction-ahead")
+    with tempfile.TemporaryDirectory() as tmp, \
+            notebooks_in_lab(Path(tmp), {"ahead.ipynb": AHEAD_CELLS}, viewport=SIDE_BY_SIDE) as page:
+        browser = page.page
+        compaction_ahead_page(page)
+        browser.locator(AHEAD_LINE).wait_for(state="visible")
+        beside_the_panel(browser, page, NOTICE, ".ctx-magic-status", "compaction-ahead")
 
 
 def context_value_picture() -> None:
     """docs/context-value.png: `ctx_magic.context()`'s table in a cell, beside the panel."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "root"
-        root.mkdir()
-        (root / "context.ipynb").write_text(json.dumps(notebook_json(CONTEXT_CELLS)))
-        with JupyterLab(root, Path(tmp) / "home", built_labextension()) as lab, \
-                chromium_page(SIDE_BY_SIDE) as browser:
-            page = Page(browser, lab)
-            page.open("context.ipynb")
-            page.run_cells(0, len(CONTEXT_CELLS) - 1)
-            last = len(CONTEXT_CELLS) - 1
-            page.cell(last).locator("table.ctx-magic-context").wait_for(state="visible")
-            beside_the_panel(browser, page, last, "table.ctx-magic-context", "context-value")
+    with tempfile.TemporaryDirectory() as tmp, \
+            notebooks_in_lab(Path(tmp), {"context.ipynb": CONTEXT_CELLS}, viewport=SIDE_BY_SIDE) as page:
+        browser = page.page
+        page.open("context.ipynb")
+        page.run_cells(0, len(CONTEXT_CELLS) - 1)
+        last = len(CONTEXT_CELLS) - 1
+        page.cell(last).locator("table.ctx-magic-context").wait_for(state="visible")
+        beside_the_panel(browser, page, last, "table.ctx-magic-context", "context-value")
 
 
 def main() -> None:

@@ -22,8 +22,10 @@ fails instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,19 @@ def notebook_json(sources: list[str]) -> dict[str, Any]:
               "execution_count": None} for n, source in enumerate(sources)]
     return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                         "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+
+
+@contextlib.contextmanager
+def notebooks_in_lab(folder: Path, notebooks: Mapping[str, list[str]], *, app: str = "lab",
+                     viewport: tuple[int, int] = (1440, 900)) -> Iterator[Page]:
+    """JupyterLab (or Notebook 7) serving `notebooks` (file name: cells) from `folder`/root, its
+    home in `folder`/home, and a Chromium page on it."""
+    root = folder / "root"
+    root.mkdir()
+    for name, cells in notebooks.items():
+        (root / name).write_text(json.dumps(notebook_json(cells)))
+    with JupyterLab(root, folder / "home", built_labextension(), app=app) as lab, chromium_page(viewport) as browser:
+        yield Page(browser, lab)
 
 
 class Page:

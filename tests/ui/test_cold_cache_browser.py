@@ -11,21 +11,17 @@ fails instead.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from ui.browser_rig import (
-    JupyterLab,
     build_is_current,
-    built_labextension,
     chromium_missing,
-    chromium_page,
     needs,
     node_missing,
 )
 from ui.test_agent_cells_browser import kernel_run
-from ui.test_browser import PANEL, Page, notebook_json
+from ui.test_browser import PANEL, Page, notebooks_in_lab
 
 from ctx_magic.prices import format_usd
 
@@ -53,16 +49,9 @@ def cold_cache_page(page: Page) -> None:
               "the status bar does not show a cold cache")
 
 
-def cold_notebook(root: Path) -> None:
-    root.mkdir()
-    (root / "cold.ipynb").write_text(json.dumps(notebook_json(CELLS)))
-
-
 def test_the_status_bar_prices_a_cold_cache_before_a_cell_runs(tmp_path: Path) -> None:
     needs(chromium_missing(), None if build_is_current() else node_missing())
-    cold_notebook(tmp_path / "root")
-    with JupyterLab(tmp_path / "root", tmp_path / "home", built_labextension()) as lab, chromium_page() as browser:
-        page = Page(browser, lab)
+    with notebooks_in_lab(tmp_path, {"cold.ipynb": CELLS}) as page:
         cold_cache_page(page)
         count = page.count(len(CELLS) - 1)
         item = page.page.locator(STATUS_BAR)

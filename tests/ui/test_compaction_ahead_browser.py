@@ -12,22 +12,18 @@ fails instead.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 from ui.browser_rig import (
-    JupyterLab,
     build_is_current,
-    built_labextension,
     chromium_missing,
-    chromium_page,
     needs,
     node_missing,
 )
 from ui.test_agent_cells_browser import kernel_run
-from ui.test_browser import PANEL, Page, notebook_json
+from ui.test_browser import PANEL, Page, notebooks_in_lab
 
 from ctx_magic.prices import format_usd
 
@@ -59,16 +55,9 @@ def compaction_ahead_page(page: Page) -> None:
     page.wait(f"() => document.querySelector(\"{AHEAD_LINE}\") !== null", "the panel does not announce the compaction")
 
 
-def ahead_notebook(root: Path) -> None:
-    root.mkdir()
-    (root / "ahead.ipynb").write_text(json.dumps(notebook_json(CELLS)))
-
-
 def test_the_panel_announces_the_compaction_a_turn_before_it(tmp_path: Path) -> None:
     needs(chromium_missing(), None if build_is_current() else node_missing())
-    ahead_notebook(tmp_path / "root")
-    with JupyterLab(tmp_path / "root", tmp_path / "home", built_labextension()) as lab, chromium_page() as browser:
-        page = Page(browser, lab)
+    with notebooks_in_lab(tmp_path, {"ahead.ipynb": CELLS}) as page:
         page.open("ahead.ipynb")
         page.run_cells(0, NOTICE - 1)
         quiet = page.kernel_status()

@@ -13,21 +13,17 @@ fails instead.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from ui.browser_rig import (
-    JupyterLab,
     build_is_current,
-    built_labextension,
     chromium_missing,
-    chromium_page,
     needs,
     node_missing,
 )
 from ui.test_agent_cells_browser import kernel_run
-from ui.test_browser import ARTIFACTS, NOTEBOOK, PANEL, SIDEBAR, UI_TIMEOUT, Page, notebook_json
+from ui.test_browser import ARTIFACTS, NOTEBOOK, PANEL, SIDEBAR, UI_TIMEOUT, Page, notebooks_in_lab
 
 pytestmark = pytest.mark.slow  # a Jupyter server, a browser and a kernel: minutes, not seconds
 
@@ -58,11 +54,8 @@ def app(request: pytest.FixtureRequest) -> str:
 
 def test_the_panels_keep_and_discard_buttons_decide_what_is_remembered(app: str, tmp_path: Path) -> None:
     needs(chromium_missing(), None if build_is_current() else node_missing())
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "review.ipynb").write_text(json.dumps(notebook_json(CELLS)))
-    with JupyterLab(root, tmp_path / "home", built_labextension(), app=app) as lab, chromium_page() as browser:
-        page = Page(browser, lab)
+    root = tmp_path / "root"  # the notebooks' folder, the kernel's working directory
+    with notebooks_in_lab(tmp_path, {"review.ipynb": CELLS}, app=app) as page:
         page.open("review.ipynb")
         page.run_cells(0, BUSY - 1)
         page.page.locator(PENDING).wait_for(state="visible", timeout=UI_TIMEOUT)

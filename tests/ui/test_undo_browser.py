@@ -10,21 +10,17 @@ fails instead.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from ui.browser_rig import (
-    JupyterLab,
     build_is_current,
-    built_labextension,
     chromium_missing,
-    chromium_page,
     needs,
     node_missing,
 )
 from ui.test_agent_cells_browser import kernel_run
-from ui.test_browser import PANEL, UI_TIMEOUT, Page, notebook_json
+from ui.test_browser import PANEL, UI_TIMEOUT, Page, notebooks_in_lab
 
 pytestmark = pytest.mark.slow  # a Jupyter server, a browser and a kernel: minutes, not seconds
 
@@ -51,16 +47,9 @@ def open_compaction_card(page: Page) -> None:
     page.page.locator(f"{CARD} .ctx-magic-undo-button").first.wait_for(state="visible", timeout=UI_TIMEOUT)
 
 
-def undo_notebook(root: Path) -> None:
-    root.mkdir()
-    (root / "undo.ipynb").write_text(json.dumps(notebook_json(CELLS)))
-
-
 def test_the_undo_on_a_compaction_card_brings_back_the_replaced_messages(tmp_path: Path) -> None:
     needs(chromium_missing(), None if build_is_current() else node_missing())
-    undo_notebook(tmp_path / "root")
-    with JupyterLab(tmp_path / "root", tmp_path / "home", built_labextension()) as lab, chromium_page() as browser:
-        page = Page(browser, lab)
+    with notebooks_in_lab(tmp_path, {"undo.ipynb": CELLS}) as page:
         open_compaction_card(page)
         assert kernel_run(page, LIVE_KINDS).split() == ["1", "0"]  # compacted: a boundary, no turn's message
         page.page.locator(f"{CARD} .ctx-magic-undo-button").first.click()
