@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
+from typing import Any
 
 from ctx_magic.messages import Message, Usage, tool_result_block, tool_use_block, user_text
 
@@ -93,3 +95,29 @@ def summarized_span() -> list[Message]:
         Message("user", (tool_result_block("t3", "notes/plan.md does not exist.", is_error=True),)),
         user_text("The column is called price, not prices."),
     ]
+
+
+class FillingDisk:
+    """The disk under a transcript, which fills when told (`full = True`): every write then raises
+    ENOSPC, after half the line reaches the file with `partial`."""
+
+    def __init__(self, transcript: Any, *, partial: bool = False) -> None:
+        self.full = False
+        opened, disk = transcript._open, self
+
+        class Handle:
+            def __init__(self, inner: Any) -> None:
+                self.inner = inner
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.inner, name)
+
+            def write(self, data: str) -> int:
+                if disk.full:
+                    if partial:
+                        self.inner.write(data[: len(data) // 2])  # a partial line reaches the file
+                        self.inner.flush()
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return self.inner.write(data)
+
+        transcript._open = lambda: Handle(opened())

@@ -6,12 +6,12 @@ times and keep working, the reactive path, the circuit breaker, faults.
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
 
 import pytest
 from agent_rig import CLIENT_SUMMARY, CompactionMisbehaves, assert_m5, prompt, request_text, rig
+from builders import FillingDisk
 from image_samples import png_header
 
 from ctx_magic.agent.compaction import manual_compact
@@ -287,26 +287,13 @@ def test_one_overload_is_retried_by_the_sdk_transparently(tmp_path):
 def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_is_room(tmp_path):
     with rig(tmp_path) as r:
         assert run_turn(r.session, prompt(0)).error is None
-        transcript = r.session.recorder.transcript
-        disk = {"full": False}
-        real_open = transcript._open
+        disk = FillingDisk(r.session.recorder.transcript, partial=True)
 
-        class Handle:
-            def __init__(self, inner):  # type: ignore[no-untyped-def]
-                self.inner = inner
+        def fill(event: object) -> None:
+            if isinstance(event, ToolStarted):
+                disk.full = True
 
-            def __getattr__(self, name):  # type: ignore[no-untyped-def]
-                return getattr(self.inner, name)
-
-            def write(self, data):  # type: ignore[no-untyped-def]
-                if disk["full"]:
-                    self.inner.write(data[: len(data) // 2])  # a partial line reaches the file
-                    self.inner.flush()
-                    raise OSError(errno.ENOSPC, "No space left on device")
-                return self.inner.write(data)
-
-        transcript._open = lambda: Handle(real_open())  # type: ignore[method-assign]
-        r.session.listeners.append(lambda e: disk.update(full=True) if isinstance(e, ToolStarted) else None)
+        r.session.listeners.append(fill)
         result = run_turn(r.session, prompt(1))  # the disk fills while the code runs
         assert result.error is not None and "disk is full" in result.error and "\n" not in result.error
         check_invariants(r.session.live.messages)
@@ -314,7 +301,7 @@ def test_disk_full_mid_turn_ends_in_one_line_and_the_session_goes_on_when_there_
         failed = run_turn(r.session, "still full?")  # the prompt itself cannot be written
         assert failed.error is not None and "disk is full" in failed.error and failed.model_calls == 0
         assert len(r.session.recorder.unwritten) == 2  # the code's results, then this prompt, in order
-        disk["full"] = False
+        disk.full = False
         assert run_turn(r.session, prompt(2)).error is None
         assert r.session.recorder.unwritten == []
         check_invariants(r.session.live.messages)

@@ -5,13 +5,13 @@ undone compaction stays listed, marked undone, and is counted in no figure, befo
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 from agent_rig import _plain, prompt, rig
+from builders import FillingDisk
 
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
@@ -173,27 +173,11 @@ def test_a_point_the_full_disk_kept_out_waits_and_is_kept_once_there_is_room(tmp
     with rig(tmp_path, window=60_000, model=APPEND_ONLY) as r:
         for n in range(3):
             run_turn(r.session, prompt(n))
-        transcript = r.session.recorder.transcript
-        disk = {"full": False}
-        real_open = transcript._open
-
-        class Handle:
-            def __init__(self, inner):  # type: ignore[no-untyped-def]
-                self.inner = inner
-
-            def __getattr__(self, name):  # type: ignore[no-untyped-def]
-                return getattr(self.inner, name)
-
-            def write(self, data):  # type: ignore[no-untyped-def]
-                if disk["full"]:
-                    raise OSError(errno.ENOSPC, "No space left on device")
-                return self.inner.write(data)
-
-        transcript._open = lambda: Handle(real_open())  # type: ignore[method-assign]
+        disk = FillingDisk(r.session.recorder.transcript)
         manual_compact(r.session)
-        disk["full"] = True
+        disk.full = True
         r.session.end_turn()  # the point cannot be written: it waits, nothing is raised
-        disk["full"] = False
+        disk.full = False
         kept_then = kept_records(r.session.store.transcript_path)
         storage = copied(r.session, tmp_path / "restart")  # the turn end after it keeps the point
         r.session.close()
