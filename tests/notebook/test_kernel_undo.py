@@ -29,21 +29,29 @@ def main_calls(api: OfflineAPI) -> list:
     return [q for q in api.requests if q.path == "/v1/messages" and q.kind == "normal"]
 
 
+def kernel_setup(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    """A 20,000-token window, memories kept under the test's folder."""
+    return (SETUP + "\n%config CtxMagic.context_window = 20000"
+            f"\n%config CtxMagic.user_memory_dir = {str(tmp_path / 'memories')!r}")
+
+
+def until_compacted(kernel, api: OfflineAPI):  # type: ignore[no-untyped-def]
+    """Turns until the first automatic compaction; the last main request before it."""
+    for n in range(MAX_TURNS):
+        calls = len(main_calls(api))
+        assert "Done" in kernel.execute(part(n))
+        if kernel.execute(BOUNDARIES).strip() != "0":
+            return main_calls(api)[calls - 1]  # the last request before the compaction
+    raise AssertionError(f"no automatic compaction in {MAX_TURNS} turns")
+
+
 def test_undo_of_an_automatic_compaction_sends_the_replaced_messages_next(kernels, tmp_path):
     api = OfflineAPI(OfflineConfig(window=200_000, account="new"))
     with serve_in_thread(api) as (url, _stop):
         env = kernel_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=url)
-        kernel = start(kernels, tmp_path, env, SETUP + "\n%config CtxMagic.context_window = 20000"
-                       f"\n%config CtxMagic.user_memory_dir = {str(tmp_path / 'memories')!r}")
+        kernel = start(kernels, tmp_path, env, kernel_setup(tmp_path))
         assert kernel.execute("%compact --undo").strip() == "There is no agent session yet: run a %%agent cell first."
-        sent_before = None
-        for n in range(MAX_TURNS):
-            calls = len(main_calls(api))
-            assert "Done" in kernel.execute(part(n))
-            if kernel.execute(BOUNDARIES).strip() != "0":
-                sent_before = main_calls(api)[calls - 1]  # the last request before the compaction
-                break
-        assert sent_before is not None, f"no automatic compaction in {MAX_TURNS} turns"
+        sent_before = until_compacted(kernel, api)
         undone = kernel.execute("%compact --undo")
         calls = len(main_calls(api))
         assert "Done" in kernel.execute("%%agent\nAnd now, which part had the largest row?")
@@ -60,19 +68,11 @@ def test_undo_of_an_automatic_compaction_sends_the_replaced_messages_next(kernel
 
 def test_after_a_kernel_restart_and_resume_the_undo_sends_what_was_sent_before_the_compaction(kernels, tmp_path):
     api = OfflineAPI(OfflineConfig(window=200_000, account="new"))
-    setup = (SETUP + "\n%config CtxMagic.context_window = 20000"
-             f"\n%config CtxMagic.user_memory_dir = {str(tmp_path / 'memories')!r}")
+    setup = kernel_setup(tmp_path)
     with serve_in_thread(api) as (url, _stop):
         env = kernel_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=url)
         kernel = start(kernels, tmp_path, env, setup)
-        sent_before = None
-        for n in range(MAX_TURNS):
-            calls = len(main_calls(api))
-            assert "Done" in kernel.execute(part(n))
-            if kernel.execute(BOUNDARIES).strip() != "0":
-                sent_before = main_calls(api)[calls - 1]  # the last request before the compaction
-                break
-        assert sent_before is not None, f"no automatic compaction in {MAX_TURNS} turns"
+        sent_before = until_compacted(kernel, api)
         kernel.kill()  # the kernel dies between turns
         kernel = start(kernels, tmp_path, env, setup)
         resumed = kernel.execute("%agent --resume")
