@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ctx_magic.agent.catalog import checks_thinking_prefix, compacts_on_demand
 from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
+from ctx_magic.agent.request_body import thinking_param
 from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.autocompact import Split
@@ -101,6 +102,8 @@ class OnDemand:
         """The API's compaction block for `messages`, as it returned it, or why there is none.
         Sent only when they fit whole beside the reply (by the estimate under `correction`, with
         the side calls' margin): ctx_magic's own summary can cut them, this request cannot."""
+        if thinking_param(setup.window) is not None or checks_thinking_prefix(self._frame.model.name):
+            instructions = for_thinking_model(instructions)  # its walk through the conversation is its thinking
         window = setup.window
         measured = count_context([m for m in messages if m.sent], overhead_tokens=setup.overhead_tokens,
                                  correction=correction).tokens
@@ -108,9 +111,6 @@ class OnDemand:
         if measured + asked > window.tokens * (1 - MEASURED_MARGIN_SHARE) - window.max_tokens:
             return Unavailable("the conversation does not fit whole beside the summary")
         request = self.request(messages, setup, instructions)
-        if _thinks(request, self._frame.model.name):  # its walk through the conversation is its thinking
-            request = dataclasses.replace(request, compaction={**(request.compaction or {}),
-                                                               "instructions": for_thinking_model(instructions)})
         if _continues_unthought(request):
             return Unavailable("with thinking enabled, a request ending with an answer that opens without thinking "
                                "is read as a prefill the API refuses")
@@ -128,12 +128,6 @@ class OnDemand:
         if reply.stop_reason != "compaction" or block.get("type") != "compaction" or not block.get("content"):
             return Unavailable(f"the API's answer held no summary (stop reason {reply.stop_reason})")
         return dict(block)
-
-
-def _thinks(request: ModelRequest, model: str) -> bool:
-    """Whether the model thinks before it answers: a `thinking` parameter, or a model that checks its
-    thinking's prefix (those think adaptively without one)."""
-    return request.thinking is not None or checks_thinking_prefix(model)
 
 
 def _continues_unthought(request: ModelRequest) -> bool:
