@@ -185,13 +185,11 @@ class Session:
         self.frame.reconfigure(settings, model)
         return self.live.keep_thinking_of(model.name, model.provider, append_only=self.frame.window.append_only)
 
-    def settle_notes(self) -> bool:
-        """Wait as a compaction would for the session notes being written; whether any were."""
+    def settle_notes(self) -> None:
+        """Wait as a compaction would for the session notes being written, if any are."""
         notes = self.plugins.notes
-        if notes is None or not notes.running:
-            return False
-        notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
-        return True
+        if notes is not None and notes.running:
+            notes.wait(WAIT_FOR_EXTRACTION_SECONDS)
 
     def compaction_undone(self, key: str) -> None:
         self.compaction = self.compaction.undone(key)

@@ -147,7 +147,8 @@ class Commands:
         makes stands on the session's notes written now at the turn's end (a compaction waits for
         them as long): priced once they are in, the Done line and the panel name the same price."""
         status = self.host.status(session)
-        if status.ahead is not None and session.settle_notes():
+        if status.ahead is not None:  # read again once settled: notes may also end between the two reads
+            session.settle_notes()
             status = self.host.status(session)
             self.panel.refresh()
         return status
