@@ -36,9 +36,9 @@ from benchmarks.replay import cli  # noqa: E402 - after the ids are made repeata
 _run_one = cli.run_one
 
 
-def _seeded_run(name: str, replay: Any, window: int, *sizes: Any) -> Any:
+def _seeded_run(name: str, replay: Any, window: int, *sizes: Any, **model: Any) -> Any:
     _ids["rng"] = random.Random(f"{name}/{replay.name}/{window}")
-    return _run_one(name, replay, window, *sizes)
+    return _run_one(name, replay, window, *sizes, **model)
 
 
 def main(argv: list[str]) -> None:

@@ -36,7 +36,7 @@ from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
 from ctx_magic.offline.counting import has_images, output_tokens
 
-MODEL = "claude-sonnet-5-5"
+MODEL = "claude-sonnet-5-5"  # the project's default model: a replay runs on it unless asked for another
 API_HEADERS = {"x-api-key": "offline", "content-type": "application/json", "anthropic-version": "2023-06-01"}
 MESSAGES = "/v1/messages"
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
@@ -172,7 +172,7 @@ def thinking_failures(request: Mapping[str, Any], mismatches: Sequence[Mapping[s
             continue
         _, i, _, j = mismatch["path"].split(".")
         block = request["messages"][int(i)]["content"][int(j)]
-        dropped.append((str(block.get("signature") or block.get("data")), output_tokens([block], MODEL)))
+        dropped.append((str(block.get("signature") or block.get("data")), output_tokens([block], request["model"])))
     return {"refused_thinking": any(m.get("type") == "thinking_refused" for m in mismatches),
             "thinking_dropped": tuple(dropped)}
 
@@ -278,7 +278,8 @@ class Meter:
             if reply.status == 200 and record.kind == "normal":
                 call = dataclasses.replace(call, extends=extends(self.final_request, record.body),
                                            images=has_images(record.body),
-                                           thinking_written=output_tokens(reply_thinking(chunks, stream), MODEL))
+                                           thinking_written=output_tokens(reply_thinking(chunks, stream),
+                                                                          record.body.get("model")))
                 self.final_request = record.body
             self.calls.append(call)
             self.clock.advance(REPLY_SECONDS + call.output_tokens / OUTPUT_TOKENS_PER_SECOND
@@ -308,6 +309,8 @@ class Bench:
 
     replay: Replay
     window: int
+    model: str
+    """The model every request of the run names (its tokenizer, thinking and limits follow)."""
     clock: ManualClock
     api: OfflineAPI
     meter: Meter
@@ -325,11 +328,11 @@ def action_uses(replay: Replay) -> list[tuple[str, ...]]:
     return _USES[key]
 
 
-def new_bench(replay: Replay, window: int, sizes: ReplySizes = STAND_IN) -> Bench:
+def new_bench(replay: Replay, window: int, sizes: ReplySizes = STAND_IN, *, model: str = MODEL) -> Bench:
     clock = ManualClock()
     policy = ScriptedPolicy(replay.actions(), sizes=sizes, uses=action_uses(replay))
     api = OfflineAPI(OfflineConfig(window=window), clock=clock, policy=policy)  # type: ignore[arg-type]
-    return Bench(replay, window, clock, api, Meter(api, clock), policy)
+    return Bench(replay, window, model, clock, api, Meter(api, clock), policy)
 
 
 def is_prompt_too_long(status: int, body: Mapping[str, Any]) -> bool:

@@ -2,7 +2,7 @@
 
     python -m benchmarks.replay [--windows 32000,200000,1000000] [--corpus PATH] [--quick]
                                 [--strategies raw,masking,...] [--ablations] [--sources swe,notebook]
-                                [--thinking]
+                                [--thinking] [--model NAME]
                                 [--replies real|stand-in] [--per-session N]
 
 One run prints every table: per window, each strategy against the reference (raw at an
@@ -45,10 +45,12 @@ from benchmarks.replay.table import (
     thinking_targets,
     window_tables,
 )
+from ctx_magic.agent.catalog import MODEL_TABLE
 
 DEFAULT_WINDOWS = (32_000, 200_000, 1_000_000)
 STANDARD_WINDOW = 200_000  # past it, a window measures something only if a session grows past it
 SENSITIVITY = "p99.99"
+KNOWN_MODELS = tuple(spec.prefix for spec in MODEL_TABLE)  # the ids ctx_magic's model catalog describes
 
 
 def commit() -> str:
@@ -76,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"the thinking sent back: {', '.join(THINKING)} (unless --strategies names others), "
                              "and per window the prefix check's table (refused requests, thinking dropped)")
     parser.add_argument("--ablations", action="store_true", help="add ctx_magic with mechanisms switched off")
+    parser.add_argument("--model", default=MODEL, choices=KNOWN_MODELS, metavar="NAME",
+                        help=f"the model every request names (default {MODEL}): its tokenizer, thinking and limits "
+                             f"shape the bill; one of {', '.join(KNOWN_MODELS)}")
     parser.add_argument("--sources", default="", help="only these sources: swe, claude-code, notebook")
     parser.add_argument("--replies", choices=("real", "stand-in"), default="real",
                         help="side-call reply lengths: a real model's (default) or the stand-in's own")
@@ -101,16 +106,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def quiet_at(window: int) -> Callable[[RunResult], bool]:
-    """Whether a session never nears ctx_magic's threshold at `window`: raw's largest request
-    stays under the warning level."""
-    warning = thresholds_at(window).warning
+def quiet_at(window: int, model: str) -> Callable[[RunResult], bool]:
+    """Whether a session never nears ctx_magic's threshold at `window` on `model`: raw's largest
+    request stays under the warning level."""
+    warning = thresholds_at(window, model).warning
     return lambda reference: reference.largest_request < warning
 
 
 def run_strategy(name: str, replays: list[Replay], window: int, results: list[RunResult],
-                 sizes: ReplySizes) -> tuple[list[RunResult], str | None]:
-    """One strategy over every session at `window` (and a note when nothing needed running)."""
+                 sizes: ReplySizes, model: str) -> tuple[list[RunResult], str | None]:
+    """One strategy over every session at `window` on `model` (and a note when nothing needed running)."""
     base, _, label = name.partition(SIZES_MARK)
     if name == FLOOR:
         raws = {r.replay: r for r in results if r.strategy == "raw" and r.window == window}
@@ -125,13 +130,13 @@ def run_strategy(name: str, replays: list[Replay], window: int, results: list[Ru
     if switches and set(switches) <= set(COMPACTION_SWITCHES):
         done = [r for r in results if r.strategy == "ctx_magic" and r.window == window]
         largest = max((r.largest_request for r in results if r.strategy == REFERENCE), default=0)
-        variant = thresholds_at(window, CtxOptions.parse(base))
+        variant = thresholds_at(window, model, CtxOptions.parse(base))
         nearest = min(variant.warning, decide.early_compaction_from(variant))
         if len(done) == len(replays) and largest < nearest:
             note = (f"{name} at {window:,}: no session comes near a compaction ({largest:,} tokens at most, under "
                     f"{nearest:,}), so the row repeats ctx_magic")
             return [dataclasses.replace(r, strategy=name) for r in done], note
-    return [run_one(name, replay, window, sizes) for replay in replays], None
+    return [run_one(name, replay, window, sizes, model=model) for replay in replays], None
 
 
 @dataclass(frozen=True)
@@ -146,30 +151,32 @@ class LeftOut:
 
 @dataclass
 class Runs:
-    """Every run of one benchmark, with what it noted and what it left out, per window."""
+    """Every run of one benchmark, on one model, with what it noted and what it left out, per window."""
 
+    model: str
     results: list[RunResult]
     notes: list[str] = field(default_factory=list)
     left_out: dict[int, list[LeftOut]] = field(default_factory=dict)
 
 
-def run_replays(replays: list[Replay], windows: list[int], strategies: list[str], sizes: ReplySizes) -> Runs:
+def run_replays(replays: list[Replay], windows: list[int], strategies: list[str], sizes: ReplySizes,
+                model: str = MODEL) -> Runs:
     """The reference first, then each strategy at each window worth running, each over the
-    sessions whose recorded replies fit that window's reply cap."""
+    sessions whose recorded replies fit that window's reply cap, every request on `model`."""
     started = time.perf_counter()
-    runs = Runs([reference_run(replay, sizes) for replay in replays])
+    runs = Runs(model, [reference_run(replay, sizes, model=model) for replay in replays])
     print(f"reference (raw, unlimited window): {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     largest = max(r.largest_request for r in runs.results)
     runs.notes += [f"window {w:,} not run: no session's largest request passes {STANDARD_WINDOW:,} tokens (the largest "
                    f"is {largest:,}), so it would repeat the {STANDARD_WINDOW:,} run digit for digit"
                    for w in windows if w > STANDARD_WINDOW and largest <= STANDARD_WINDOW]
     for window in [w for w in windows if w <= STANDARD_WINDOW or largest > STANDARD_WINDOW]:
-        fitting = [r for r in replays if replies_fit(r, window)]
-        runs.left_out[window] = [LeftOut(r.name, longest_reply(r)) for r in replays
+        fitting = [r for r in replays if replies_fit(r, window, model)]
+        runs.left_out[window] = [LeftOut(r.name, longest_reply(r, model)) for r in replays
                                  if not any(r is f for f in fitting)]
         for name in strategies:
             started = time.perf_counter()
-            done, note = run_strategy(name, fitting, window, runs.results, sizes)
+            done, note = run_strategy(name, fitting, window, runs.results, sizes, model)
             runs.results += done
             runs.notes += [note] if note else []
             print(f"window {window:,} {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
@@ -193,7 +200,7 @@ def run_all(args: argparse.Namespace) -> tuple[Runs, ReplySizes]:
         keep = {s.strip() for s in args.sources.split(",")}
         replays = [r for r in replays if r.source in keep]
     sizes = real_sizes(args.corpus) if args.replies == "real" else STAND_IN
-    return run_replays(replays, args.windows, args.strategies, sizes), sizes
+    return run_replays(replays, args.windows, args.strategies, sizes, args.model), sizes
 
 
 def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: ReplySizes, elapsed: float) -> str:
@@ -211,6 +218,7 @@ def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: 
         "# Replay cost benchmark\n",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- commit: {commit()}",
+        f"- model: {runs.model} (its tokenizer counts every request and reply)",
         f"- command: `{command.strip()}`",
         f"- sessions: {len(sessions)} ({by_source}); windows: {', '.join(f'{w:,}' for w in windows)}",
         f"- identifiers the recorded actions use (action, identifier pairs): {pairs}",
@@ -241,20 +249,22 @@ def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8, thi
         parts.append(window_tables(window, by_strategy, left_out_line(window, runs.left_out.get(window, []), sessions))
                      + "\n")
         if thinking:
-            parts.append(f"The thinking sent back to {MODEL} (prefix check on, an account that gets the 400):\n")
+            parts.append(f"The thinking sent back to {runs.model} (prefix check on, an account that gets the 400):\n")
             parts.append(thinking_table(by_strategy) + "\n")
         split = by_strategy.get(overhead_of)
         if split and per_session:
-            quiet = overheads(split, by_strategy[REFERENCE], quiet_at(window))
+            quiet_here, warning = quiet_at(window, runs.model), thresholds_at(window, runs.model).warning
+            quiet = overheads(split, by_strategy[REFERENCE], quiet_here)
             parts.append(f"Where {overhead_of}'s bill goes on the sessions that never near its threshold (raw's "
-                         f"largest request under its warning level, {thresholds_at(window).warning:,} tokens), as a "
+                         f"largest request under its warning level, {warning:,} tokens), as a "
                          f"share of raw's bill on each, the {per_session} highest:\n")
             parts.append(overhead_table(quiet, per_session, overhead_of) + "\n")
             names = [n for n in by_strategy if n == "ctx_magic" or n.startswith("ctx_magic+")]
-            parts += [f"- {overhead_summary(n, overheads(by_strategy[n], by_strategy[REFERENCE], quiet_at(window)))}"
+            parts += [f"- {overhead_summary(n, overheads(by_strategy[n], by_strategy[REFERENCE], quiet_here))}"
                       for n in names]
             parts.append("")
-    lines = target_lines(tables, quiet_at) + (thinking_targets(tables) if thinking else [])
+    lines = (target_lines(tables, lambda window: quiet_at(window, runs.model))
+             + (thinking_targets(tables) if thinking else []))
     if lines:
         parts += ["## Targets\n", "\n".join(lines)]
     return "\n".join(parts)

@@ -33,7 +33,7 @@ import ctx_magic.agent.loop as loop_module
 import ctx_magic.context.decide as decide_module
 import ctx_magic.context.engine as engine_module
 from benchmarks.clock import ManualClock
-from benchmarks.replay.billing import MODEL, Bench
+from benchmarks.replay.billing import Bench
 from benchmarks.replay.cell_render import cell_record
 from benchmarks.replay.corpus import TOOL_SECONDS, Replay
 from benchmarks.replay.harness import MAX_OUTPUT, Outcome, ReplayDesync
@@ -217,8 +217,8 @@ def storage_folder() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def agent_config(window: int, options: CtxOptions) -> Settings:
-    config = Settings(model=MODEL, context_window=window)
+def agent_config(window: int, model: str, options: CtxOptions) -> Settings:
+    config = Settings(model=model, context_window=window)
     if not options.clearing:
         config = dataclasses.replace(config, clear_at_least=NEVER, idle_minutes=NEVER)
     if not options.snip:
@@ -235,11 +235,11 @@ def agent_config(window: int, options: CtxOptions) -> Settings:
     return config
 
 
-def thresholds_at(window: int, options: CtxOptions | None = None) -> Thresholds:
-    """ctx_magic's thresholds at `window`, as a replayed session resolves them against the stand-in."""
-    config = agent_config(window, options or CtxOptions())
-    model = AnthropicModel(offline_client(OfflineAPI(OfflineConfig(window=window)), max_retries=0), name=MODEL)
-    resolved = config.resolve(model.limits())
+def thresholds_at(window: int, model: str, options: CtxOptions | None = None) -> Thresholds:
+    """ctx_magic's thresholds at `window` on `model`, as a replayed session resolves them against the stand-in."""
+    config = agent_config(window, model, options or CtxOptions())
+    api = AnthropicModel(offline_client(OfflineAPI(OfflineConfig(window=window)), max_retries=0), name=model)
+    resolved = config.resolve(api.limits())
     return compute_thresholds(resolved.tokens, resolved.reply_cap, autocompact_pct=config.autocompact_pct or None,
                               env={}, thinking_budget=resolved.thinking_budget)
 
@@ -325,12 +325,12 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
     with storage_folder() as root, lifted_call_limit(), late_compaction(options.late), \
             idle_thinking_kept(options.keep_idle_thinking):
         model_class = DropBlockModel if options.drop_block else AnthropicModel
-        model = model_class(offline_client(bench.meter, max_retries=0), name=MODEL,  # type: ignore[arg-type]
+        model = model_class(offline_client(bench.meter, max_retries=0), name=bench.model,  # type: ignore[arg-type]
                             backend="offline")
         executor = ScriptedExecutor(bench.replay, bench.clock)
-        session, _ = open_session(model, executor, root / ".ctx_magic", agent_config(bench.window, options),
-                                  session_id="replay", system_prompt=bench.replay.system, root=root,
-                                  clock=bench.clock)
+        config = agent_config(bench.window, bench.model, options)
+        session, _ = open_session(model, executor, root / ".ctx_magic", config, session_id="replay",
+                                  system_prompt=bench.replay.system, root=root, clock=bench.clock)
         session.listeners.append(lambda event: count_event(events, event))
         session.listeners.append(lambda event: count_thinking_cleared(cleared, event))
         if options.tools_from_start:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.replay.billing import MODEL, Bench, is_prompt_too_long
+from benchmarks.replay.billing import Bench, is_prompt_too_long
 from benchmarks.replay.corpus import TOOL_SECONDS, Action, Block, Cell, Replay
 from ctx_magic.agent.files import GREP_SPEC, LIST_FILES_SPEC, READ_FILE_SPEC
 from ctx_magic.offline.counting import fit_output, output_tokens
@@ -50,17 +50,17 @@ def max_output(window: int) -> int:
     return max(256, min(MAX_OUTPUT, window // 4))
 
 
-def longest_reply(replay: Replay) -> int:
-    """Output tokens of the session's longest recorded reply, as the stand-in counts it."""
-    return max((output_tokens(a.content(), MODEL) for a in replay.actions()), default=0)
+def longest_reply(replay: Replay, model: str) -> int:
+    """Output tokens of the session's longest recorded reply, as the stand-in counts it for `model`."""
+    return max((output_tokens(a.content(), model) for a in replay.actions()), default=0)
 
 
-def replies_fit(replay: Replay, window: int) -> bool:
+def replies_fit(replay: Replay, window: int, model: str) -> bool:
     """Whether every recorded reply fits the reply cap at `window` (a quarter of it, for every
-    strategy): one that does not is cut at `max_tokens` by the stand-in, as by the API, and the
-    replay would stop being the recorded session."""
+    strategy) in `model`'s tokens: one that does not is cut at `max_tokens` by the stand-in, as by
+    the API, and the replay would stop being the recorded session."""
     cap = max_output(window)
-    return not any(fit_output(a.content(), cap, MODEL)[1] for a in replay.actions())
+    return not any(fit_output(a.content(), cap, model)[1] for a in replay.actions())
 
 
 @dataclass
@@ -221,7 +221,7 @@ class Run:
         cached = self.context.cached if cached is None else cached
         previous = self.previous_end if self.context.previous_breakpoint else None
         ttl = self.context.ttl
-        body: dict[str, Any] = {"model": MODEL, "max_tokens": max_tokens or self.max_tokens,
+        body: dict[str, Any] = {"model": self.bench.model, "max_tokens": max_tokens or self.max_tokens,
                                 "messages": api_messages(messages, cached=cached, ttl=ttl, previous=previous)}
         if with_system:
             block: Block = {"type": "text", "text": self.replay.system}

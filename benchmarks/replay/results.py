@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.replay.billing import Call, ScriptedPolicy, action_uses, new_bench
+from benchmarks.replay.billing import MODEL, Call, ScriptedPolicy, action_uses, new_bench
 from benchmarks.replay.corpus import Replay
 from benchmarks.replay.harness import ReplayDesync, text_of
 from benchmarks.replay.side_output import STAND_IN, ReplySizes
@@ -120,10 +120,11 @@ def identifiers_of(policy: ScriptedPolicy, replay: Replay) -> tuple[int, int]:
     return kept, used + sum(len(u) for u in action_uses(replay)[len(policy.identifiers):])
 
 
-def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN) -> RunResult:
+def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN, *,
+            model: str = MODEL) -> RunResult:
     """Replay `replay` with strategy `name` (`base@label`: the base strategy, with side-call
-    replies sized by `sizes`) at `window`, billing every call."""
-    bench = new_bench(replay, window, sizes)
+    replies sized by `sizes`) at `window` on `model`, billing every call."""
+    bench = new_bench(replay, window, sizes, model=model)
     started = time.perf_counter()
     outcome = strategy(name.split(SIZES_MARK)[0])(bench)
     seconds = time.perf_counter() - started
@@ -138,9 +139,9 @@ def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN
                      outcome.thinking_cleared)
 
 
-def reference_run(replay: Replay, sizes: ReplySizes = STAND_IN) -> RunResult:
-    """`raw` at an unlimited window: what every bill is divided by."""
-    run = run_one("raw", replay, UNLIMITED_WINDOW, sizes)
+def reference_run(replay: Replay, sizes: ReplySizes = STAND_IN, *, model: str = MODEL) -> RunResult:
+    """`raw` at an unlimited window on `model`: what every bill is divided by."""
+    run = run_one("raw", replay, UNLIMITED_WINDOW, sizes, model=model)
     if run.overflow:
         raise ReplayDesync(f"raw overflowed {replay.name} at an unlimited window: {run.error}")
     return dataclasses.replace(run, strategy=REFERENCE)

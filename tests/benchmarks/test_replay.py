@@ -20,7 +20,8 @@ from benchmarks.corpus_location import corpus_missing, corpus_path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a package of the repository, not of the installed ctx_magic
 
-from benchmarks.replay.billing import API_HEADERS, MESSAGES, Call, Meter, new_bench, price  # noqa: E402
+import benchmarks.replay.results as results_module  # noqa: E402
+from benchmarks.replay.billing import API_HEADERS, MESSAGES, MODEL, Bench, Call, Meter, new_bench, price  # noqa: E402
 from benchmarks.replay.cli import left_out_line, parse_args, report, run_replays  # noqa: E402
 from benchmarks.replay.corpus import (  # noqa: E402
     BASH_TOOL,
@@ -234,7 +235,7 @@ def test_a_session_whose_recorded_reply_outgrows_the_reply_cap_is_left_out_for_e
                   (Turn("Look around.", (long_action, Action("Done."))),))
     short = dataclasses.replace(three_turns(gap_before_third=10.0), source="swe")
     window = 8_000
-    assert max_output(window) == 2_000 and longest_reply(long) > 2_000 > longest_reply(short)
+    assert max_output(window) == 2_000 and longest_reply(long, MODEL) > 2_000 > longest_reply(short, MODEL)
     with pytest.raises(ReplayDesync):  # replayed anyway, the cut reply loses its command
         run_one("raw", long, window)
     runs = run_replays([short, long], [window, 200_000], ["raw", "cc-default", "masking"], STAND_IN)
@@ -249,7 +250,7 @@ def test_a_session_whose_recorded_reply_outgrows_the_reply_cap_is_left_out_for_e
     line = left_out_line(window, runs.left_out[window], 2)
     assert line == (f"1 of 2 sessions left out at 8,000 for every strategy: a recorded reply longer than the reply cap "
                     f"(2,000 tokens, a quarter of the window), which the API would cut; longest reply in tokens: "
-                    f"long-reply ({longest_reply(long):,})")
+                    f"long-reply ({longest_reply(long, MODEL):,})")
     printed = window_tables(window, tables[window], line)
     assert line in printed and "| strategy | swe (1) |" in printed
     assert left_out_line(window, [], 2) == ""
@@ -528,3 +529,84 @@ def test_a_baseline_that_edits_under_thinking_is_refused_and_its_run_ends_there_
     masked = run_one("masking", replay, 200_000)
     assert masked.overflow and masked.refused_thinking == 1 and "Invalid `signature`" in (masked.error or "")
     assert masked.calls[-1].status == 400 and [c.status for c in masked.calls[:-1]] == [200] * 11
+
+
+# -- the model a replay runs on ---------------------------------------------------------------------
+
+
+def every_request(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The body of every POST the runs' meters receive from here on (main, side and count calls,
+    whether a strategy sends plain JSON or ctx_magic's loop goes through the SDK)."""
+    sent: list[dict[str, Any]] = []
+
+    def bench_that_records(*args: Any, **kwargs: Any) -> Bench:
+        bench = new_bench(*args, **kwargs)
+        handle = bench.meter.handle
+
+        def recorded(method: str, path: str, headers: Any, body: bytes) -> Any:
+            if method.upper() == "POST":
+                sent.append(json.loads(body))
+            return handle(method, path, headers, body)
+
+        bench.meter.handle = recorded  # type: ignore[method-assign]
+        return bench
+
+    monkeypatch.setattr(results_module, "new_bench", bench_that_records)
+    return sent
+
+
+def long_outputs() -> Replay:
+    """Four reads of about 21,000 characters each: s08's context passes its 50,000-character limit
+    with the last three intact, so it writes its summary."""
+    actions = tuple(Action(f"Reading part {n}.", (ToolRun("bash", {"command": f"cat part{n}.txt"},
+                                                          f"line {n}: " + "lorem ipsum dolor " * 1_200),))
+                    for n in range(4))
+    return Replay("long-outputs", "swe", LONG_SYSTEM, (BASH_TOOL,),
+                  (Turn("Read the four parts.", (*actions, Action("Done."))),))
+
+
+@needs_corpus
+@pytest.mark.parametrize("model", ["claude-sonnet-4-6", "claude-sonnet-5-5"])
+def test_every_request_names_the_model_asked_for_and_only_the_model_that_thinks_writes_thinking(
+        model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same short trajectory, its reference, raw and ctx_magic (at 10,000, with its memory
+    extraction at the end), and s08 writing its summary: every request names the model asked for.
+    Sonnet 5.5 thinks unasked, so its replies open with thinking; Sonnet 4.6 thinks only when
+    asked, and nothing asks."""
+    replay = load_swe(swe_paths(CORPUS)[0])
+    sent = every_request(monkeypatch)
+    runs = run_replays([replay], [10_000], ["raw", "ctx_magic"], STAND_IN, model)
+    s08 = run_one("s08", long_outputs(), 200_000, model=model)
+    assert runs.model == model and len(sent) > 3 * replay.steps
+    assert {body["model"] for body in sent} == {model}
+    ctx = next(r for r in runs.results if r.strategy == "ctx_magic")
+    assert ctx.side_calls()["memory"] == 1 and not ctx.overflow  # side calls name it too
+    assert s08.events["auto"] == 1 and s08.side_calls() == {"compaction": 1} and not s08.overflow
+    written = {r.strategy: sum(c.thinking_written for c in r.calls) for r in [*runs.results, s08]}
+    if model == MODEL:
+        assert all(written[name] > 0 for name in (REFERENCE, "raw", "ctx_magic", "s08"))
+    else:
+        assert set(written.values()) == {0}
+    assert f"The thinking sent back to {model} " in report(runs, per_session=0, thinking=True)
+
+
+@needs_corpus
+def test_the_older_tokenizer_counts_the_same_first_request_smaller() -> None:
+    """Sonnet 4.6's tokenizer counts the same text in fewer tokens than Sonnet 5.5's: the first
+    request (no reply, so no thinking, in it yet) is smaller, by about a fifth."""
+    replay = load_swe(swe_paths(CORPUS)[0])
+    old, new = (run_one("raw", replay, 200_000, model=m).calls[0].prompt_tokens
+                for m in ("claude-sonnet-4-6", "claude-sonnet-5-5"))
+    assert 0.7 * new < old < 0.85 * new
+
+
+def test_the_model_is_one_the_catalog_knows_and_an_unknown_id_is_one_parser_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([]).model == MODEL == "claude-sonnet-5-5"
+    assert parse_args(["--model", "claude-sonnet-4-6"]).model == "claude-sonnet-4-6"
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(["--model", "claude-sonnet-9"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("python -m benchmarks.replay: error: argument --model: invalid choice: 'claude-sonnet-9'")
+    assert "'claude-sonnet-5-5'" in error and "'claude-sonnet-4-6'" in error

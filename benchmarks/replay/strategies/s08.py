@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.replay.billing import MODEL, Bench
+from benchmarks.replay.billing import Bench
 from benchmarks.replay.harness import Context, Msg, Outcome, Run, play
 
 CONTEXT_LIMIT_CHARS = 50_000  # s08 compares len(str(messages)) with this, whatever the window
@@ -116,7 +116,8 @@ def printed_size(history: list[Msg]) -> int:
 def summarize(run: Run, history: list[Msg]) -> str:
     conversation = json.dumps([{"role": m.role, "content": m.content} for m in history], default=str)
     blocks = [{"type": "text", "text": SUMMARY_PROMPT}, {"type": "text", "text": conversation[:SUMMARY_INPUT_CHARS]}]
-    request = {"model": MODEL, "max_tokens": SUMMARY_MAX_TOKENS, "messages": [{"role": "user", "content": blocks}]}
+    request = {"model": run.bench.model, "max_tokens": SUMMARY_MAX_TOKENS,
+               "messages": [{"role": "user", "content": blocks}]}
     return run.side_call(request).strip() or "(empty summary)"
 
 
