@@ -45,7 +45,7 @@ from benchmarks.replay.table import (
     thinking_targets,
     window_tables,
 )
-from ctx_magic.agent.catalog import MODEL_TABLE
+from ctx_magic.agent.catalog import MODEL_TABLE, checks_thinking_prefix
 
 DEFAULT_WINDOWS = (32_000, 200_000, 1_000_000)
 STANDARD_WINDOW = 200_000  # past it, a window measures something only if a session grows past it
@@ -249,7 +249,9 @@ def report(runs: Runs, overhead_of: str = "ctx_magic", per_session: int = 8, thi
         parts.append(window_tables(window, by_strategy, left_out_line(window, runs.left_out.get(window, []), sessions))
                      + "\n")
         if thinking:
-            parts.append(f"The thinking sent back to {runs.model} (prefix check on, an account that gets the 400):\n")
+            check = ("prefix check on, an account that gets the 400" if checks_thinking_prefix(runs.model)
+                     else "a model without the prefix check")
+            parts.append(f"The thinking sent back to {runs.model} ({check}):\n")
             parts.append(thinking_table(by_strategy) + "\n")
         split = by_strategy.get(overhead_of)
         if split and per_session:

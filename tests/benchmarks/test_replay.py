@@ -587,7 +587,8 @@ def test_every_request_names_the_model_asked_for_and_only_the_model_that_thinks_
         assert all(written[name] > 0 for name in (REFERENCE, "raw", "ctx_magic", "s08"))
     else:
         assert set(written.values()) == {0}
-    assert f"The thinking sent back to {model} " in report(runs, per_session=0, thinking=True)
+    check = "(prefix check on, " if model == MODEL else "(a model without the prefix check)"
+    assert f"The thinking sent back to {model} {check}" in report(runs, per_session=0, thinking=True)
 
 
 @needs_corpus
