@@ -218,7 +218,8 @@ def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: 
         "# Replay cost benchmark\n",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- commit: {commit()}",
-        f"- model: {runs.model} (its tokenizer counts every request and reply)",
+        f"- model: {runs.model} (its tokenizer counts every request and reply); the sessions' largest requests, raw "
+        f"at an unlimited window, add up to {sum(r.largest_request for r in references):,} tokens in its unit",
         f"- command: `{command.strip()}`",
         f"- sessions: {len(sessions)} ({by_source}); windows: {', '.join(f'{w:,}' for w in windows)}",
         f"- identifiers the recorded actions use (action, identifier pairs): {pairs}",
