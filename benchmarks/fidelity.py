@@ -23,6 +23,9 @@ After each compaction (a PostCompact hook), over the context the model gets next
 
     python benchmarks/fidelity.py [--windows 20000,32000] [--swe N] [--notebook-turns 100] [--each]
                                   [--no-claude-code] [--corpus DIR] [--storage DIR]
+
+Two runs in the same --storage folder give the same tables, to a token or two (one cell shows an
+object's memory address); the folder's path is in the context, so another folder can move a compaction.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import re
+import secrets
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -42,9 +48,10 @@ from pathlib import Path
 from typing import Any
 
 import fidelity_corpus as corpus
-from clock import ManualClock  # a sibling module: these scripts run as files (python benchmarks/...)
+from clock import T0, ManualClock  # a sibling module: these scripts run as files (python benchmarks/...)
 
 import ctx_magic.agent.loop as loop_module
+import ctx_magic.agent.session as session_module
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.notes import NotesKeeper
@@ -62,6 +69,7 @@ from ctx_magic.offline.compaction import is_compaction_request
 from ctx_magic.offline.policy import Answer, Policy, Rule
 from ctx_magic.offline.transport import offline_client
 from ctx_magic.settings import DEFAULTS, Settings
+from ctx_magic.store.session import new_session_id
 
 CALL_SECONDS = 5.0  # one model call, streamed
 LAST_OUTPUTS = 5
@@ -377,6 +385,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
                 if n == 30:
                     controller.host.backend.stand_in.inject("ptl")  # the API says too long: reactive compaction
                 cell(f"%%agent\n{step.prompt}")
+                controller.memory.notes.wait(NOTES_WAIT_SECONDS)  # before the next cell: ids drawn in one order
                 session = controller.host.session
                 if n == 0:
                     session.hooks.post_compact.append(Measurer(session, figures))
@@ -392,6 +401,26 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
     figures.seconds = time.perf_counter() - started
     figures.turns = len(plan)
     return figures
+
+
+# -- repeatable runs ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def repeatable(seed: str) -> Iterator[None]:
+    """Ids drawn from a generator seeded with `seed`, and the session folder named at the clock's
+    start: two runs of a job in the same storage folder count the same tokens. Left alone they
+    differ by a few (message ids are random and the audit quotes them as refs; the folder's time and
+    random hex are in the paths of the outputs saved there), and so do the compactions that follow."""
+    rng = random.Random(seed)
+    saved = uuid.uuid4, secrets.token_hex, session_module.new_session_id
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    secrets.token_hex = lambda nbytes=None: rng.randbytes(32 if nbytes is None else nbytes).hex()
+    session_module.new_session_id = lambda now=None: new_session_id(T0)
+    try:
+        yield
+    finally:
+        uuid.uuid4, secrets.token_hex, session_module.new_session_id = saved
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -490,7 +519,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 where = root / f"{window}-{n}"
                 where.mkdir(parents=True, exist_ok=True)
                 print(f"running {name} at {window:,}", file=sys.stderr, flush=True)
-                done.append(job(where, window))
+                with repeatable(f"{name}/{window}"):
+                    done.append(job(where, window))
             swe = [f for f in done if f.workload.startswith("swe/")]
             rows += [f for f in done if args.each or f not in swe]
             if swe:

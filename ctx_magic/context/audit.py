@@ -69,14 +69,19 @@ def has_name(text: str, name: str) -> bool:
     return re.search(rf"(?<![\w]){re.escape(name)}(?!\w)", text) is not None
 
 
-def missing(facts: SpanFacts, summary: str) -> SpanFacts:
+def left_out(facts: SpanFacts, summary: str) -> tuple[UserMessage, ...]:
+    """The user's messages the summary does not hold word for word (whitespace aside)."""
+    return tuple(m for m in facts.user_messages if _normal(m.text) not in _normal(summary))
+
+
+def missing(facts: SpanFacts, summary: str, appended: str = "") -> SpanFacts:
     """The facts the summary does not hold. Paths, errors and names are looked for in the
-    summary and in the user's messages appended after it (each is said once)."""
-    left_out = tuple(m for m in facts.user_messages if _normal(m.text) not in _normal(summary))
-    text = "\n".join([summary, *(head(m.text) if is_long(m.text) else m.text for m in left_out)])
+    summary and in `appended`, the user's messages as the audit shows them after it (each is
+    said once): a message the budget cut to its first line, or to a count, shows no more."""
+    text = "\n".join([summary, appended])
     flat = _normal(text)
     return SpanFacts(
-        left_out,
+        left_out(facts, summary),
         tuple(p for p in facts.paths if not has_path(text, p)),
         tuple(e for e in facts.errors if _normal(e.rstrip("…")) not in flat),
         tuple(n for n in facts.names if not has_name(text, n)),
@@ -166,14 +171,12 @@ def message_section(messages: Sequence[UserMessage], transcript_path: str,
     return _render_messages(messages, whole, stubbed, dropped), cut
 
 
-def addendum(gaps: SpanFacts, transcript_path: str, message_budget: int | None = None,
-             quoted: frozenset[str] = frozenset()) -> tuple[str, set[str]]:
-    """The text appended after a summary for what it left out ('' when nothing is missing), and
-    the uuids of the user's messages it shows cut."""
+def addendum(messages: str, gaps: SpanFacts) -> str:
+    """The text appended after a summary for what it left out ('' when nothing is missing):
+    `messages`, the user's messages as `message_section` shows them, then the other facts."""
     parts: list[str] = []
-    section, cut = message_section(gaps.user_messages, transcript_path, message_budget, quoted)
-    if section:
-        parts.append("The user's messages the summary above left out, word for word and in order:\n" + section)
+    if messages:
+        parts.append("The user's messages the summary above left out, word for word and in order:\n" + messages)
     lines = [
         *_listing("files", gaps.paths, MAX_PATHS),
         *_listing("errors", gaps.errors, MAX_ERRORS, one_per_line=True),
@@ -181,17 +184,20 @@ def addendum(gaps: SpanFacts, transcript_path: str, message_budget: int | None =
     ]
     if lines:
         parts.append("Not in the summary above, but in the conversation it replaces:\n" + "\n".join(lines))
-    return "\n\n".join(parts), cut
+    return "\n\n".join(parts)
 
 
 def audit_summary(span: Sequence[Message], summary: str, *, transcript_path: str,
                   message_budget: int | None = None) -> Audit:
     """Check `summary` against the span it replaces; what to append and what was found.
-    `message_budget` caps the tokens of the user's messages appended (see `message_blocks`)."""
+    `message_budget` caps the tokens of the user's messages appended (see `message_section`);
+    the other facts are checked against what is shown of them."""
     facts = span_facts(span)
-    gaps = missing(facts, summary)
-    quoted = frozenset(m.uuid for m in gaps.user_messages if head_quoted(m, summary))
-    text, cut = addendum(gaps, transcript_path, message_budget, quoted)
+    messages = left_out(facts, summary)
+    quoted = frozenset(m.uuid for m in messages if head_quoted(m, summary))
+    section, cut = message_section(messages, transcript_path, message_budget, quoted)
+    gaps = missing(facts, summary, section)
+    text = addendum(section, gaps)
     report = AuditReport(
         user_messages=tuple(m.uuid for m in gaps.user_messages),
         cut_messages=tuple(m.uuid for m in gaps.user_messages if m.uuid in cut),

@@ -107,3 +107,16 @@ def test_past_the_message_budget_the_oldest_messages_become_first_lines_then_a_c
     assert set(audit.report.cut_messages) == {m.uuid for m in messages[:-1]}
     roomy = audit_summary(messages[:3], "nothing", transcript_path="t", message_budget=800)
     assert all(m.text in roomy.text for m in messages[:3]) and roomy.report.cut_messages == ()
+
+
+def test_a_path_only_in_a_message_the_budget_cut_to_its_first_line_is_listed():
+    # The user's messages past the budget show their first line: a file they name further down is
+    # no longer in the context, so it is listed with the files the summary left out.
+    saved = user_text("Let's take a peek at what was saved:\nprint(Path('out/report.json').read_text())")
+    later = [user_text(f"Request {n}: keep detail {n}.\n" + "please keep this detail " * 30) for n in range(10)]
+    audit = audit_summary([saved, *later], "nothing", transcript_path="t", message_budget=800)
+    assert saved.uuid in audit.report.cut_messages
+    assert "out/report.json" in audit.report.paths
+    assert "- files: out/report.json" in audit.text
+    whole = audit_summary([saved, *later], "nothing", transcript_path="t")  # no budget: the message says it
+    assert saved.text in whole.text and whole.report.paths == ()
