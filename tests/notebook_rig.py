@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,14 +16,25 @@ from traitlets.config import Config
 from ctx_magic.notebook.extension import controller_of
 
 
-def new_shell() -> InteractiveShell:
-    """The global shell (IPython's display() talks to the singleton), fresh for each test."""
+def fresh_shell() -> InteractiveShell:
+    """The global shell (IPython's display() talks to the singleton), fresh, without ctx_magic loaded."""
     InteractiveShell.clear_instance()
     config = Config()
     config.HistoryManager.enabled = False
     shell = InteractiveShell.instance(config=config)
+    # IPython registers every shell's exit handler with atexit, which holds the shell (and its test's
+    # session) until the run ends, then resets each shell with a full garbage collection of that heap:
+    # minutes after the last test. A test's shell has nothing to save at exit (no history, no temporary
+    # files), and the test closes what it needs closed.
+    atexit.unregister(shell.atexit_operations)
     # Like a kernel, format rich outputs (images, HTML), not just text/plain as a terminal does.
     shell.display_formatter.active_types = shell.display_formatter.format_types
+    return shell
+
+
+def new_shell() -> InteractiveShell:
+    """A fresh global shell with ctx_magic loaded, for each test."""
+    shell = fresh_shell()
     shell.run_line_magic("load_ext", "ctx_magic")
     shell.run_line_magic("config", "CtxMagic.permission = 'auto'")
     shell.run_line_magic("config", "CtxMagic.idle_timer = False")
