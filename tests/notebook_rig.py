@@ -22,11 +22,12 @@ def fresh_shell() -> InteractiveShell:
     config = Config()
     config.HistoryManager.enabled = False
     shell = InteractiveShell.instance(config=config)
-    # IPython registers every shell's exit handler with atexit, which holds the shell (and its test's
-    # session) until the run ends, then resets each shell with a full garbage collection of that heap:
-    # minutes after the last test. A test's shell has nothing to save at exit (no history, no temporary
-    # files), and the test closes what it needs closed.
+    # IPython registers exit handlers that hold the shell (and its test's session) until the run ends:
+    # the shell's own, which then resets it with a full garbage collection of that heap (minutes after
+    # the last test), and the one stopping %%script's background processes. A test's shell has nothing
+    # for them to do (no history, no temporary files, no background scripts): the test closes it.
     atexit.unregister(shell.atexit_operations)
+    atexit.unregister(shell.magics_manager.registry["ScriptMagics"].kill_bg_processes)
     # Like a kernel, format rich outputs (images, HTML), not just text/plain as a terminal does.
     shell.display_formatter.active_types = shell.display_formatter.format_types
     return shell
@@ -75,6 +76,7 @@ def status(shell: InteractiveShell) -> dict[str, Any]:
 
 def close_shell(shell: InteractiveShell) -> None:
     shell.run_line_magic("unload_ext", "ctx_magic")
+    shell.cleanup()  # gives back the process's __main__, which would otherwise hold this shell to the end
     InteractiveShell.clear_instance()
 
 
