@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,14 +16,26 @@ from traitlets.config import Config
 from ctx_magic.notebook.extension import controller_of
 
 
-def new_shell() -> InteractiveShell:
-    """The global shell (IPython's display() talks to the singleton), fresh for each test."""
+def fresh_shell() -> InteractiveShell:
+    """The global shell (IPython's display() talks to the singleton), fresh, without ctx_magic loaded."""
     InteractiveShell.clear_instance()
     config = Config()
     config.HistoryManager.enabled = False
     shell = InteractiveShell.instance(config=config)
+    # IPython registers exit handlers that hold the shell (and its test's session) until the run ends:
+    # the shell's own, which then resets it with a full garbage collection of that heap (minutes after
+    # the last test), and the one stopping %%script's background processes. A test's shell has nothing
+    # for them to do (no history, no temporary files, no background scripts): the test closes it.
+    atexit.unregister(shell.atexit_operations)
+    atexit.unregister(shell.magics_manager.registry["ScriptMagics"].kill_bg_processes)
     # Like a kernel, format rich outputs (images, HTML), not just text/plain as a terminal does.
     shell.display_formatter.active_types = shell.display_formatter.format_types
+    return shell
+
+
+def new_shell() -> InteractiveShell:
+    """A fresh global shell with ctx_magic loaded, for each test."""
+    shell = fresh_shell()
     shell.run_line_magic("load_ext", "ctx_magic")
     shell.run_line_magic("config", "CtxMagic.permission = 'auto'")
     shell.run_line_magic("config", "CtxMagic.idle_timer = False")
@@ -63,6 +76,7 @@ def status(shell: InteractiveShell) -> dict[str, Any]:
 
 def close_shell(shell: InteractiveShell) -> None:
     shell.run_line_magic("unload_ext", "ctx_magic")
+    shell.cleanup()  # gives back the process's __main__, which would otherwise hold this shell to the end
     InteractiveShell.clear_instance()
 
 

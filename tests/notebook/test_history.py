@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-from notebook_rig import cell, close_shell, controller, run
-from traitlets.config import Config
+from notebook_rig import cell, close_shell, controller, fresh_shell, run
 
 from ctx_magic.agent.tools import ToolCall
 from ctx_magic.messages import result_text
@@ -21,11 +20,7 @@ def bare_shell(tmp_path, monkeypatch):
     """A kernel-like shell where ctx_magic is not loaded yet (the test loads it)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    shell = InteractiveShell.instance(config=config)
-    shell.display_formatter.active_types = shell.display_formatter.format_types
+    shell = fresh_shell()
     # IPython keeps what cells printed in a dict every shell of the process shares (a kernel has
     # one shell): a test's shell starts it empty, as a new kernel does.
     for kept in (getattr(shell.history_manager, "outputs", {}), getattr(shell.history_manager, "exceptions", {})):
