@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from clock import ManualClock  # a sibling module: these scripts run as files (python benchmarks/...)
+from shells import let_go, new_shell
 
 TRAINING = """for second in range({lines}):
     pace.acquire()
@@ -57,14 +58,8 @@ class Figures:
 
 
 def _shell(folder: Path) -> Any:
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
     os.chdir(folder)
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    shell = InteractiveShell.instance(config=config)
+    shell = new_shell(rich=False)
     for line in ("load_ext ctx_magic", "config CtxMagic.permission = 'auto'", "config CtxMagic.idle_timer = False",
                  "config CtxMagic.user_memory_dir = '.user-data'"):
         name, _, rest = line.partition(" ")
@@ -90,8 +85,6 @@ def run_variant(variant: str, lines: int, every: int) -> tuple[Figures, int]:
 
 
 def _session(folder: Path, variant: str, lines: int, every: int) -> tuple[Figures, int]:
-    from IPython.core.interactiveshell import InteractiveShell
-
     from ctx_magic.notebook.extension import controller_of
 
     shell = _shell(folder)
@@ -120,7 +113,7 @@ def _session(folder: Path, variant: str, lines: int, every: int) -> tuple[Figure
     sizes = [r.input_tokens or 0 for r in stand_in.requests if r.path == "/v1/messages" and r.kind == "normal"]
     overhead = _tool_overhead(controller)
     shell.run_line_magic("unload_ext", "ctx_magic")
-    InteractiveShell.clear_instance()
+    let_go(shell)
     return Figures(variant, len(sizes), sum(sizes), sizes[-1]), overhead
 
 

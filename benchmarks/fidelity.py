@@ -49,6 +49,7 @@ from typing import Any
 
 import fidelity_corpus as corpus
 from clock import T0, ManualClock  # a sibling module: these scripts run as files (python benchmarks/...)
+from shells import let_go, new_shell
 
 import ctx_magic.agent.loop as loop_module
 import ctx_magic.agent.session as session_module
@@ -335,16 +336,9 @@ def run_replay(replay: corpus.Replay, window: int, storage: Path) -> Figures:
 
 @contextlib.contextmanager
 def notebook_shell(storage: Path, window: int) -> Iterator[Any]:
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
     from ctx_magic.notebook.extension import controller_of
 
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    shell = InteractiveShell.instance(config=config)
-    shell.display_formatter.active_types = shell.display_formatter.format_types
+    shell = new_shell()
     shell.run_line_magic("load_ext", "ctx_magic")
     for line in ("permission = 'auto'", "idle_timer = False", f"storage_dir = '{storage / '.ctx_magic'}'",
                  f"user_memory_dir = '{storage / 'user'}'", f"context_window = {window}"):
@@ -354,7 +348,7 @@ def notebook_shell(storage: Path, window: int) -> Iterator[Any]:
         yield shell
     finally:
         shell.run_line_magic("unload_ext", "ctx_magic")
-        InteractiveShell.clear_instance()
+        let_go(shell)
 
 
 def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Figures:

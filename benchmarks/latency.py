@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from shells import let_go, new_shell  # a sibling module: this script runs as a file
 
 from ctx_magic.messages import Message, Usage, text_block, tool_result_block, tool_use_block
 from ctx_magic.notebook.backend import Backend
@@ -96,16 +97,11 @@ def write_session(storage: Path, messages: list[Message]) -> None:
 def shell_with_backend(folder: Path, transport: StampedTransport) -> Any:
     """An InteractiveShell in `folder` with ctx_magic loaded, answered by `transport`'s stand-in."""
     import anthropic
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
 
     from ctx_magic.notebook.extension import controller_of
 
     os.chdir(folder)
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    shell = InteractiveShell.instance(config=config)
+    shell = new_shell(rich=False)
     for line in ("%load_ext ctx_magic", "%config CtxMagic.permission = 'auto'", "%config CtxMagic.idle_timer = False",
                  "%config CtxMagic.user_memory_dir = '.user-data'", f"%config CtxMagic.context_window = {WINDOW}",
                  "%config CtxMagic.snip_max_messages = 1000000"):
@@ -121,7 +117,6 @@ def shell_with_backend(folder: Path, transport: StampedTransport) -> Any:
 def measure(size: int, turns: int) -> list[tuple[float, float]]:
     """(wall, CPU) milliseconds from each measured cell's start to its Messages request, at `size`
     messages."""
-    from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
     here = Path.cwd()
@@ -146,7 +141,7 @@ def measure(size: int, turns: int) -> list[tuple[float, float]]:
             return times
         finally:
             shell.run_line_magic("unload_ext", "ctx_magic")
-            InteractiveShell.clear_instance()
+            let_go(shell)
             os.chdir(here)
 
 
@@ -154,7 +149,6 @@ def trace(size: int = 1_000) -> None:
     """One turn's path through ctx_magic, from the cell to the request (see the module doc)."""
     import sys
 
-    from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
     here = Path.cwd()
@@ -186,7 +180,7 @@ def trace(size: int = 1_000) -> None:
                     sys.setprofile(None)
         finally:
             shell.run_line_magic("unload_ext", "ctx_magic")
-            InteractiveShell.clear_instance()
+            let_go(shell)
             os.chdir(here)
     files = list(dict.fromkeys(calls))
     entered = sum(1 for n, f in enumerate(calls) if f == "agent/session.py" and (n == 0 or calls[n - 1] != f))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from benchmarks.shells import let_go, new_shell
 from ctx_magic.notebook.notices import NOTICE_STYLES  # what an error-level notice looks like in a cell
 
 KERNEL_TIMEOUT = 300  # seconds any one cell may take in a real kernel
@@ -60,16 +61,9 @@ class InProcess:
         self._start()
 
     def _start(self) -> None:
-        from IPython.core.interactiveshell import InteractiveShell
-        from traitlets.config import Config
-
         os.chdir(self.folder)
         os.environ.update(self.env)
-        InteractiveShell.clear_instance()
-        config = Config()
-        config.HistoryManager.enabled = False
-        self.shell = InteractiveShell.instance(config=config)
-        self.shell.display_formatter.active_types = self.shell.display_formatter.format_types
+        self.shell = new_shell()
         for line in self.setup:
             self.run(line)
 
@@ -111,14 +105,13 @@ class InProcess:
         controller.idle.cancel()
         if controller.host.session is not None:
             controller.host.session.store.release()  # what the OS does with a dead process's lock
+        let_go(self.shell)
         self._start()
 
     def close(self) -> None:
-        from IPython.core.interactiveshell import InteractiveShell
-
         self.settle()
         self.shell.run_line_magic("unload_ext", "ctx_magic")
-        InteractiveShell.clear_instance()
+        let_go(self.shell)
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
