@@ -29,6 +29,7 @@ from ctx_magic.offline.conversation import (
     message_text,
     messages,
 )
+from ctx_magic.offline.counting import truncate_text
 
 QUOTE_LIMIT = 1_500  # characters of one quoted item: keeps a summary compact, never drops one
 MAX_ANALYSIS_HEAD = 20  # a very long walk keeps its start...
@@ -373,4 +374,7 @@ def on_demand_summary(history: Sequence[Mapping[str, Any]], instructions: str | 
     sections = requested_sections(instructions or "")
     if "<summary>" not in (instructions or "") or len(sections) < MIN_SECTIONS:
         return server_summary(history)
-    return _fitted(_with_blocks(history), sections, max_tokens, walk="<analysis>" in (instructions or ""))
+    summary = _fitted(_with_blocks(history), sections, max_tokens, walk="<analysis>" in (instructions or ""))
+    # The user's messages are never shortened to fit, so they alone can outgrow the reply; the
+    # model still stops writing at max_tokens, as in every answer.
+    return truncate_text(summary, max_tokens) if max_tokens else summary

@@ -327,3 +327,16 @@ def test_the_models_api_reports_the_thinking_types_each_model_takes(http_client:
     assert types("claude-opus-5-5") == {"adaptive": True, "enabled": False, "disabled": False, "between_tools": False}
     assert types("claude-haiku-5-5")["disabled"] is True
     assert types("claude-sonnet-4-6") == {"adaptive": True, "enabled": True, "disabled": True, "between_tools": False}
+
+
+def test_an_on_demand_summary_is_no_longer_than_the_requests_max_tokens(http_client: anthropic.Anthropic) -> None:
+    """The user's messages alone outgrow the reply: the summary the API writes still stops at
+    max_tokens, as every answer does (the stand-in never cuts the user's messages to fit, so without
+    the stop a summary that carries an earlier one forward would grow compaction after compaction)."""
+    long_asks = [f"Step {n}: " + f"measure valve {n} at the north gauge and log it. " * 250 for n in range(3)]
+    asked = for_thinking_model(compact_prompt("full"))
+    written = beta(http_client, [*conversation(http_client, long_asks), user("Go on.")], [ON_DEMAND_BETA],
+                   compaction={"type": "summarize", "instructions": asked})
+    block = written.content[0].content
+    assert count_text("\n".join(long_asks)) > 2_000 >= count_text(block) > 1_900
+    assert block.startswith("<summary>")
