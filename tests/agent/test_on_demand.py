@@ -172,3 +172,24 @@ def test_undo_of_an_on_demand_compaction_brings_back_what_was_sent_before_it(tmp
     assert _plain(after.body["messages"])[:len(sent_before)] == _plain(sent_before)
     assert after.status == 200 and not after.thinking_mismatches
     assert thinking_prefix_problems(r.api.requests) == []
+
+
+def test_a_prompt_too_long_the_estimate_missed_is_compacted_by_the_api_and_the_turn_goes_on(tmp_path):
+    with rig(tmp_path, window=20_000, config=DEFAULTS) as r:
+        for n in range(3):
+            assert run_turn(r.session, code_turn(n)).error is None
+        r.api.inject("ptl")  # the server says too long although the estimate judged it fits
+        result = run_turn(r.session, code_turn(3))
+        assert run_turn(r.session, code_turn(4)).error is None
+    assert result.error is None and result.compactions == ["reactive"]
+    made = calls(r.api)
+    refused = next(q for q in made if q.status == 400)
+    asked = on_demand_calls(r.api)
+    assert len(asked) == 1 and made.index(asked[0]) == made.index(refused) + 1  # the API writes the summary at once
+    assert r.api.model_calls("compaction") == 1 and asked[0].status == 200  # and ctx_magic writes none of its own
+    retry = made[made.index(asked[0]) + 1]
+    block = retry.body["messages"][0]["content"][0]
+    assert block["type"] == "compaction" and "signature" in block
+    assert all(q.body["messages"][0]["content"][0] == block for q in made[made.index(retry):] if q.kind == "normal")
+    assert r.session.compaction.boundaries[-1].trigger == "reactive"
+    assert all(q.status == 200 and not q.thinking_mismatches for q in made if q is not refused)
