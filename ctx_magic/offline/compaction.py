@@ -373,8 +373,9 @@ def on_demand_summary(history: Sequence[Mapping[str, Any]], instructions: str | 
     they ask for one; other instructions, or none, get the server's own summary."""
     sections = requested_sections(instructions or "")
     if "<summary>" not in (instructions or "") or len(sections) < MIN_SECTIONS:
-        return server_summary(history)
-    summary = _fitted(_with_blocks(history), sections, max_tokens, walk="<analysis>" in (instructions or ""))
+        summary = server_summary(history)
+    else:
+        summary = _fitted(_with_blocks(history), sections, max_tokens, walk="<analysis>" in (instructions or ""))
     # The user's messages are never shortened to fit, so they alone can outgrow the reply; the
     # model still stops writing at max_tokens, as in every answer.
     return truncate_text(summary, max_tokens) if max_tokens else summary
