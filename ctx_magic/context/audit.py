@@ -71,17 +71,19 @@ def has_name(text: str, name: str) -> bool:
 
 def left_out(facts: SpanFacts, summary: str) -> tuple[UserMessage, ...]:
     """The user's messages the summary does not hold word for word (whitespace aside)."""
-    return tuple(m for m in facts.user_messages if _normal(m.text) not in _normal(summary))
+    flat = _normal(summary)
+    return tuple(m for m in facts.user_messages if _normal(m.text) not in flat)
 
 
-def missing(facts: SpanFacts, summary: str, appended: str = "") -> SpanFacts:
-    """The facts the summary does not hold. Paths, errors and names are looked for in the
-    summary and in `appended`, the user's messages as the audit shows them after it (each is
-    said once): a message the budget cut to its first line, or to a count, shows no more."""
+def missing(facts: SpanFacts, summary: str, messages: tuple[UserMessage, ...], appended: str) -> SpanFacts:
+    """The facts the summary does not hold: `messages`, the user's it left out (`left_out`), and
+    the paths, errors and names found neither in it nor in `appended`, those messages as the audit
+    shows them after it (each is said once): a message the budget cut to its first line, or to a
+    count, shows no more."""
     text = "\n".join([summary, appended])
     flat = _normal(text)
     return SpanFacts(
-        left_out(facts, summary),
+        messages,
         tuple(p for p in facts.paths if not has_path(text, p)),
         tuple(e for e in facts.errors if _normal(e.rstrip("…")) not in flat),
         tuple(n for n in facts.names if not has_name(text, n)),
@@ -196,7 +198,7 @@ def audit_summary(span: Sequence[Message], summary: str, *, transcript_path: str
     messages = left_out(facts, summary)
     quoted = frozenset(m.uuid for m in messages if head_quoted(m, summary))
     section, cut = message_section(messages, transcript_path, message_budget, quoted)
-    gaps = missing(facts, summary, section)
+    gaps = missing(facts, summary, messages, section)
     text = addendum(section, gaps)
     report = AuditReport(
         user_messages=tuple(m.uuid for m in gaps.user_messages),
