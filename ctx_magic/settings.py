@@ -32,6 +32,15 @@ def setting(default: Any, help: str, *, min: float | None = None, max: float | N
                                             "zero_means": zero_means})
 
 
+ALWAYS_THINKS = "always"
+"""A model's `thinking_off` when nothing turns its thinking off (it thinks on every request)."""
+MODEL_DEFAULT = "default"
+"""A window's `thinking_off` with thinking 'auto' on a model that thinks unasked: nothing is sent,
+and the model thinks as it does by default."""
+TURNED_DOWN = ("disabled", "between_tools")
+"""The `thinking` types that turn down a model's own thinking."""
+
+
 @dataclass(frozen=True)
 class ModelLimits:
     """What a model allows, as the Models API (or the built-in table) reports it."""
@@ -50,6 +59,10 @@ class ModelLimits:
     prefix_check: bool = False
     """The model checks the prefix of every thinking block sent back: the `system`, the `tools` and
     every message before it must be what they were when the block was written."""
+    thinking_off: str = ""
+    """What thinking 'off' sends to a model that thinks when a request has no `thinking`: the type
+    that turns it down ('disabled', or 'between_tools' where that is the least it takes), ALWAYS_THINKS
+    where nothing does; '' for a model that thinks only when asked."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,10 @@ class Window:
     append_only: bool = False
     """The conversation is append-only: the system prompt and tools fixed, news appended, and
     every edit of what was sent drops the thinking after it (the model's prefix check)."""
+    thinking_off: str = ""
+    """Where no thinking is asked for, what the model does unasked: with 'off' the type sent to turn
+    it down (TURNED_DOWN), with 'auto' MODEL_DEFAULT (nothing sent, it thinks), ALWAYS_THINKS
+    either way on a model nothing turns down; '' where it thinks only when asked."""
 
     @property
     def max_tokens(self) -> int:
@@ -116,9 +133,11 @@ class Settings:
                                min=0, max=MAX_RETRIES_LIMIT)
     """The anthropic SDK's own default."""
     show_tool_output: bool = setting(True, "Show the agent's tool calls and their outputs in the cell.")
-    thinking: str = setting("off", "Extended thinking: 'off', 'enabled' (thinking_budget tokens) or 'adaptive' (where "
-                                   "the model takes it).", choices=("off", "enabled", "adaptive"))
-    """Thinking costs output tokens on every call: the user turns it on."""
+    thinking: str = setting("auto", "Extended thinking: 'auto' (the model's own default: none, or adaptive on the "
+                                    "models that think unasked), 'off' (the least the model takes), 'enabled' "
+                                    "(thinking_budget tokens) or 'adaptive' (where the model takes it).",
+                            choices=("auto", "off", "enabled", "adaptive"))
+    """Thinking costs output tokens on every call: the model's own default, nothing more, until the user asks."""
     thinking_budget: int = setting(8_000, "Tokens of thinking per call, reserved on top of the reply cap (capped at a "
                                           "quarter of the window).", min=MIN_THINKING_BUDGET)
     """Room to reason through a step without reserving a large share of the window."""
@@ -184,7 +203,7 @@ class Settings:
     def thinking_mode(self, limits: ModelLimits) -> str:
         """The thinking type to send: the setting when the model takes it, else the type it
         does take (a budget where adaptive is not offered, adaptive where a budget is refused)."""
-        if self.thinking == "off" or not limits.thinking_types:
+        if self.thinking in ("off", "auto") or not limits.thinking_types:
             return "off"
         return self.thinking if self.thinking in limits.thinking_types else limits.thinking_types[0]
 
@@ -209,7 +228,13 @@ class Settings:
                 budget = max(0, min(budget, limits.max_output - cap))
             mode = mode if budget >= MIN_THINKING_BUDGET or mode == "adaptive" else "off"
         return Window(window, cap, source, mode, budget if mode != "off" else 0, betas,
-                      self.is_append_only(limits))
+                      self.is_append_only(limits), self._unasked(limits) if mode == "off" else "")
+
+    def _unasked(self, limits: ModelLimits) -> str:
+        """Window.thinking_off: what a model that thinks unasked does where no thinking is asked for."""
+        if self.thinking == "auto" and limits.thinking_off in TURNED_DOWN:
+            return MODEL_DEFAULT
+        return limits.thinking_off
 
     def is_append_only(self, limits: ModelLimits) -> bool:
         """Whether conversations are append-only: the setting, or with 'auto' the model's prefix check."""

@@ -61,7 +61,7 @@ def test_the_window_resolves_once_from_the_setting_or_the_model():
     ("autocompact_pct", float("nan"), "should be a finite number, but a value of nan was specified"),
     ("max_retries", 11, "should not be greater than 10, but a value of 11 was specified"),
     ("cache_ttl", "2h", "expected any of ['5m', '1h'] (case-insensitive), not the str '2h'"),
-    ("thinking", "sometimes", "expected any of ['off', 'enabled', 'adaptive']"),
+    ("thinking", "sometimes", "expected any of ['auto', 'off', 'enabled', 'adaptive']"),
     ("provider", "azure", "expected any of ['anthropic', 'bedrock', 'vertex']"),
     ("strategy", "both", "expected any of ['client', 'server']"),
     ("prices", "cheap please", "prices: expected name=value"),

@@ -32,9 +32,12 @@ from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
 from benchmarks.replay.identifiers import kept as identifiers_kept
 from benchmarks.replay.identifiers import uses_by_action
 from benchmarks.replay.side_output import STAND_IN, ReplySizes, sized_block, sized_reply
+from ctx_magic.agent.catalog import table_limits
+from ctx_magic.agent.request_body import thinking_param
 from ctx_magic.errors import is_prompt_too_long as ptl_status
 from ctx_magic.offline import Answer, HttpReply, OfflineAPI, OfflineConfig, Policy
 from ctx_magic.offline.counting import has_images, output_tokens
+from ctx_magic.settings import Settings
 
 MODEL = "claude-sonnet-5-5"  # the project's default model: a replay runs on it unless asked for another
 API_HEADERS = {"x-api-key": "offline", "content-type": "application/json", "anthropic-version": "2023-06-01"}
@@ -315,6 +318,18 @@ class Bench:
     api: OfflineAPI
     meter: Meter
     policy: ScriptedPolicy
+    thinking_setting: str = "auto"
+    """ctx_magic's `thinking` setting for the run; every strategy sends what it sends (`thinking`)."""
+
+    @property
+    def thinking(self) -> dict[str, Any] | None:
+        return thinking_sent(self.model, self.thinking_setting)
+
+
+def thinking_sent(model: str, setting: str) -> dict[str, Any] | None:
+    """The `thinking` parameter ctx_magic sends on `model` with its `thinking` setting: every
+    strategy of a run sends the same, so the thinking the model writes costs them alike."""
+    return thinking_param(Settings(model=model, thinking=setting).resolve(table_limits(model)))
 
 
 _USES: dict[tuple[str, str, int, int], list[tuple[str, ...]]] = {}
@@ -328,11 +343,12 @@ def action_uses(replay: Replay) -> list[tuple[str, ...]]:
     return _USES[key]
 
 
-def new_bench(replay: Replay, window: int, sizes: ReplySizes = STAND_IN, *, model: str = MODEL) -> Bench:
+def new_bench(replay: Replay, window: int, sizes: ReplySizes = STAND_IN, *, model: str = MODEL,
+              thinking: str = "auto") -> Bench:
     clock = ManualClock()
     policy = ScriptedPolicy(replay.actions(), sizes=sizes, uses=action_uses(replay))
     api = OfflineAPI(OfflineConfig(window=window), clock=clock, policy=policy)  # type: ignore[arg-type]
-    return Bench(replay, window, model, clock, api, Meter(api, clock), policy)
+    return Bench(replay, window, model, clock, api, Meter(api, clock), policy, thinking)
 
 
 def is_prompt_too_long(status: int, body: Mapping[str, Any]) -> bool:

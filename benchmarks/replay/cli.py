@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import ctx_magic.context.decide as decide
-from benchmarks.replay.billing import MODEL
+from benchmarks.replay.billing import MODEL, thinking_sent
 from benchmarks.replay.corpus import DEFAULT_CORPUS, Replay, load_corpus
 from benchmarks.replay.ctx_strategy import CtxOptions, thresholds_at
 from benchmarks.replay.harness import longest_reply, max_output, replies_fit
@@ -81,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=MODEL, choices=KNOWN_MODELS, metavar="NAME",
                         help=f"the model every request names (default {MODEL}): its tokenizer, thinking and limits "
                              f"shape the bill; one of {', '.join(KNOWN_MODELS)}")
+    parser.add_argument("--think", default="auto", choices=("auto", "off", "adaptive"),
+                        help="ctx_magic's `thinking` setting (default auto: the model's own); every strategy sends "
+                             "the `thinking` parameter ctx_magic sends with it")
     parser.add_argument("--sources", default="", help="only these sources: swe, claude-code, notebook")
     parser.add_argument("--replies", choices=("real", "stand-in"), default="real",
                         help="side-call reply lengths: a real model's (default) or the stand-in's own")
@@ -114,7 +117,7 @@ def quiet_at(window: int, model: str) -> Callable[[RunResult], bool]:
 
 
 def run_strategy(name: str, replays: list[Replay], window: int, results: list[RunResult],
-                 sizes: ReplySizes, model: str) -> tuple[list[RunResult], str | None]:
+                 sizes: ReplySizes, model: str, thinking: str = "auto") -> tuple[list[RunResult], str | None]:
     """One strategy over every session at `window` on `model` (and a note when nothing needed running)."""
     base, _, label = name.partition(SIZES_MARK)
     if name == FLOOR:
@@ -136,7 +139,7 @@ def run_strategy(name: str, replays: list[Replay], window: int, results: list[Ru
             note = (f"{name} at {window:,}: no session comes near a compaction ({largest:,} tokens at most, under "
                     f"{nearest:,}), so the row repeats ctx_magic")
             return [dataclasses.replace(r, strategy=name) for r in done], note
-    return [run_one(name, replay, window, sizes, model=model) for replay in replays], None
+    return [run_one(name, replay, window, sizes, model=model, thinking=thinking) for replay in replays], None
 
 
 @dataclass(frozen=True)
@@ -157,14 +160,17 @@ class Runs:
     results: list[RunResult]
     notes: list[str] = field(default_factory=list)
     left_out: dict[int, list[LeftOut]] = field(default_factory=dict)
+    thinking: str = "auto"
+    """ctx_magic's `thinking` setting; every strategy sends the `thinking` it sends."""
 
 
 def run_replays(replays: list[Replay], windows: list[int], strategies: list[str], sizes: ReplySizes,
-                model: str = MODEL) -> Runs:
+                model: str = MODEL, thinking: str = "auto") -> Runs:
     """The reference first, then each strategy at each window worth running, each over the
     sessions whose recorded replies fit that window's reply cap, every request on `model`."""
     started = time.perf_counter()
-    runs = Runs(model, [reference_run(replay, sizes, model=model) for replay in replays])
+    runs = Runs(model, [reference_run(replay, sizes, model=model, thinking=thinking) for replay in replays],
+                thinking=thinking)
     print(f"reference (raw, unlimited window): {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     largest = max(r.largest_request for r in runs.results)
     runs.notes += [f"window {w:,} not run: no session's largest request passes {STANDARD_WINDOW:,} tokens (the largest "
@@ -176,7 +182,7 @@ def run_replays(replays: list[Replay], windows: list[int], strategies: list[str]
                                  if not any(r is f for f in fitting)]
         for name in strategies:
             started = time.perf_counter()
-            done, note = run_strategy(name, fitting, window, runs.results, sizes, model)
+            done, note = run_strategy(name, fitting, window, runs.results, sizes, model, thinking)
             runs.results += done
             runs.notes += [note] if note else []
             print(f"window {window:,} {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
@@ -200,7 +206,7 @@ def run_all(args: argparse.Namespace) -> tuple[Runs, ReplySizes]:
         keep = {s.strip() for s in args.sources.split(",")}
         replays = [r for r in replays if r.source in keep]
     sizes = real_sizes(args.corpus) if args.replies == "real" else STAND_IN
-    return run_replays(replays, args.windows, args.strategies, sizes, args.model), sizes
+    return run_replays(replays, args.windows, args.strategies, sizes, args.model, args.think), sizes
 
 
 def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: ReplySizes, elapsed: float) -> str:
@@ -219,7 +225,9 @@ def header(args: argparse.Namespace, argv: list[str] | None, runs: Runs, sizes: 
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- commit: {commit()}",
         f"- model: {runs.model} (its tokenizer counts every request and reply); the sessions' largest requests, raw "
-        f"at an unlimited window, add up to {sum(r.largest_request for r in references):,} tokens in its unit",
+        f"at an unlimited window, add up to {sum(r.largest_request for r in references):,} tokens in its unit; "
+        f"thinking setting {runs.thinking!r}: every strategy sends `thinking` "
+        f"{thinking_sent(runs.model, runs.thinking) or 'not at all'}",
         f"- command: `{command.strip()}`",
         f"- sessions: {len(sessions)} ({by_source}); windows: {', '.join(f'{w:,}' for w in windows)}",
         f"- identifiers the recorded actions use (action, identifier pairs): {pairs}",

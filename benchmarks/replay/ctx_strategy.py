@@ -260,7 +260,7 @@ class DropBlockModel(AnthropicModel):
 
 def with_drop_block(request: ModelRequest) -> ModelRequest:
     thinking = dict(request.thinking or {"type": "adaptive"})
-    if thinking.get("type") not in ("adaptive", "enabled"):
+    if thinking.get("type") == "disabled":  # no thinking written: nothing to drop
         return request
     betas = request.betas if BINDING_BETA in request.betas else (*request.betas, BINDING_BETA)
     return dataclasses.replace(request, thinking={**thinking, "block_binding": DROP_BLOCK}, betas=betas)
@@ -328,7 +328,7 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
         model = model_class(offline_client(bench.meter, max_retries=0), name=bench.model,  # type: ignore[arg-type]
                             backend="offline")
         executor = ScriptedExecutor(bench.replay, bench.clock)
-        config = agent_config(bench.window, bench.model, options)
+        config = dataclasses.replace(agent_config(bench.window, bench.model, options), thinking=bench.thinking_setting)
         session, _ = open_session(model, executor, root / ".ctx_magic", config, session_id="replay",
                                   system_prompt=bench.replay.system, root=root, clock=bench.clock)
         session.listeners.append(lambda event: count_event(events, event))

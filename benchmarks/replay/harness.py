@@ -230,6 +230,8 @@ class Run:
             body["system"] = [block]
         if with_tools:
             body["tools"] = [dict(t) for t in (*self.replay.tools, *AGENT_TOOLS)]
+        if self.bench.thinking is not None:
+            body["thinking"] = dict(self.bench.thinking)
         return body
 
     def tokens(self) -> int:

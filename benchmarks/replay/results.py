@@ -121,10 +121,10 @@ def identifiers_of(policy: ScriptedPolicy, replay: Replay) -> tuple[int, int]:
 
 
 def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN, *,
-            model: str = MODEL) -> RunResult:
+            model: str = MODEL, thinking: str = "auto") -> RunResult:
     """Replay `replay` with strategy `name` (`base@label`: the base strategy, with side-call
     replies sized by `sizes`) at `window` on `model`, billing every call."""
-    bench = new_bench(replay, window, sizes, model=model)
+    bench = new_bench(replay, window, sizes, model=model, thinking=thinking)
     started = time.perf_counter()
     outcome = strategy(name.split(SIZES_MARK)[0])(bench)
     seconds = time.perf_counter() - started
@@ -139,9 +139,10 @@ def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN
                      outcome.thinking_cleared)
 
 
-def reference_run(replay: Replay, sizes: ReplySizes = STAND_IN, *, model: str = MODEL) -> RunResult:
+def reference_run(replay: Replay, sizes: ReplySizes = STAND_IN, *, model: str = MODEL,
+                  thinking: str = "auto") -> RunResult:
     """`raw` at an unlimited window on `model`: what every bill is divided by."""
-    run = run_one("raw", replay, UNLIMITED_WINDOW, sizes, model=model)
+    run = run_one("raw", replay, UNLIMITED_WINDOW, sizes, model=model, thinking=thinking)
     if run.overflow:
         raise ReplayDesync(f"raw overflowed {replay.name} at an unlimited window: {run.error}")
     return dataclasses.replace(run, strategy=REFERENCE)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ctx_magic.prices import canonical_model
-from ctx_magic.settings import CONTEXT_EDITS, ModelLimits
+from ctx_magic.settings import ALWAYS_THINKS, CONTEXT_EDITS, ModelLimits
 
 ONE_MILLION = 1_000_000
 STANDARD_WINDOW = 200_000
@@ -51,22 +51,31 @@ class ModelSpec:
     on_demand: bool = False
     """The API writes a summary on demand (the top-level `compaction` parameter): the on-demand
     compaction page lists the model."""
+    thinking_off: str = ""
+    """What thinking 'off' sends to a model that thinks unasked (ModelLimits.thinking_off)."""
 
     def limits(self) -> ModelLimits:
         return ModelLimits(self.window, self.max_output, "table", thinking_types=self.thinking,
                            long_window=self.long_window, long_context_beta=self.long_context_beta,
-                           context_edits=self.edits, prefix_check=self.prefix_check)
+                           context_edits=self.edits, prefix_check=self.prefix_check, thinking_off=self.thinking_off)
 
 
 _M = ONE_MILLION
 MODEL_TABLE: tuple[ModelSpec, ...] = (
-    ModelSpec("claude-fable-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
-    ModelSpec("claude-fable-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
-    ModelSpec("claude-mythos-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
-    ModelSpec("claude-mythos-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True),
-    ModelSpec("claude-opus-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
-    ModelSpec("claude-sonnet-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
-    ModelSpec("claude-haiku-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True),
+    ModelSpec("claude-fable-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True,
+              thinking_off=ALWAYS_THINKS),
+    ModelSpec("claude-fable-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True,
+              thinking_off=ALWAYS_THINKS),
+    ModelSpec("claude-mythos-5-1", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True,
+              thinking_off=ALWAYS_THINKS),
+    ModelSpec("claude-mythos-5-2", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True,
+              thinking_off=ALWAYS_THINKS),
+    ModelSpec("claude-opus-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True,
+              thinking_off=ALWAYS_THINKS),
+    ModelSpec("claude-sonnet-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True,
+              thinking_off="between_tools"),  # "disabled" is a 400 there; this is its least thinking
+    ModelSpec("claude-haiku-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True,
+              thinking_off="disabled"),  # at its default effort (medium); xhigh and max refuse it
     ModelSpec("claude-fable-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),  # thinking always on
     ModelSpec("claude-mythos-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
     ModelSpec("claude-mythos-preview", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),

@@ -76,8 +76,9 @@ class ModelRequest:
         """The same request, asking the API to drop the thinking blocks that fail its prefix check
         (and list them in `input_transformations`) instead of refusing the request. Thinking
         stays as asked: adaptive where no `thinking` was sent, as the models with the check
-        think by default."""
-        thinking = dict(self.thinking or {"type": "adaptive"})
+        think by default, and where it was 'disabled', which takes no such choice."""
+        thinking = dict(self.thinking if self.thinking and self.thinking.get("type") != "disabled"
+                        else {"type": "adaptive"})
         thinking["block_binding"] = {"prefix_mismatch_behavior": "drop_block"}
         betas = self.betas if BINDING_BETA in self.betas else (*self.betas, BINDING_BETA)
         return dataclasses.replace(self, thinking=thinking, betas=betas)
@@ -191,7 +192,7 @@ class AnthropicModel:
         thinking, edits = _capabilities(getattr(info, "capabilities", None), table)
         return ModelLimits(int(window), int(max_output), "models-api", thinking_types=thinking,
                            long_window=table.long_window, long_context_beta=table.long_context_beta,
-                           context_edits=edits, prefix_check=table.prefix_check)
+                           context_edits=edits, prefix_check=table.prefix_check, thinking_off=table.thinking_off)
 
     def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
                on_thinking: Callable[[str], None] | None = None) -> ModelReply:

@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctx_magic.agent.catalog import checks_thinking_prefix, compacts_on_demand
+from ctx_magic.agent.catalog import compacts_on_demand
 from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
-from ctx_magic.agent.request_body import thinking_param
+from ctx_magic.agent.request_body import thinks_up_front
 from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.autocompact import Split
@@ -102,7 +102,7 @@ class OnDemand:
         """The API's compaction block for `messages`, as it returned it, or why there is none.
         Sent only when they fit whole beside the reply (by the estimate under `correction`, with
         the side calls' margin): ctx_magic's own summary can cut them, this request cannot."""
-        if thinking_param(setup.window) is not None or checks_thinking_prefix(self._frame.model.name):
+        if thinks_up_front(setup.window):
             instructions = for_thinking_model(instructions)  # its walk through the conversation is its thinking
         window = setup.window
         measured = count_context([m for m in messages if m.sent], overhead_tokens=setup.overhead_tokens,

@@ -14,16 +14,25 @@ from typing import Any
 from ctx_magic.agent.model import ModelRequest
 from ctx_magic.images import count_images, limit_images
 from ctx_magic.messages import Block, Message
-from ctx_magic.settings import DEFAULTS, Window
+from ctx_magic.settings import ALWAYS_THINKS, DEFAULTS, MODEL_DEFAULT, TURNED_DOWN, Window
 
 
 def thinking_param(window: Window) -> dict[str, Any] | None:
-    """The `thinking` parameter for the window's thinking type (None: thinking is off)."""
+    """The `thinking` parameter for the window's thinking type. None where nothing is asked for,
+    but 'off' on a model that thinks unasked: the type that turns that down ('disabled', or
+    Sonnet 5.5's 'between_tools')."""
     if window.thinking == "enabled":
         return {"type": "enabled", "budget_tokens": window.thinking_budget}
     if window.thinking == "adaptive":
         return {"type": "adaptive"}
+    if window.thinking_off in TURNED_DOWN:
+        return {"type": window.thinking_off}
     return None
+
+
+def thinks_up_front(window: Window) -> bool:
+    """Whether the model thinks before it answers: thinking on, or a model that does unasked."""
+    return window.thinking != "off" or window.thinking_off in (ALWAYS_THINKS, MODEL_DEFAULT)
 
 
 def cache_control(ttl: str) -> dict[str, str]:

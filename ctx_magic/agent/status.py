@@ -42,6 +42,8 @@ class StatusSnapshot:
     transcript: str
     thinking: str = "off"
     """The thinking type sent (off, enabled, adaptive)."""
+    thinking_off: str = ""
+    """With thinking off, what turns down the model's own (Window.thinking_off)."""
     thinking_budget: int = 0
     prices: Prices = UNKNOWN_PRICES
     """The prices in force, USD per million tokens (source: table, config or unknown)."""
@@ -226,7 +228,8 @@ class StatusReader:
         return StatusSnapshot(
             session_id=self._store.session_id, model=settings.model, backend=self._frame.model.backend,
             window_source=window.source, max_output=window.reply_cap, context=context,
-            thinking=window.thinking, thinking_budget=window.thinking_budget, prices=prices,
+            thinking=window.thinking, thinking_off=window.thinking_off, thinking_budget=window.thinking_budget,
+            prices=prices,
             provider=settings.provider, strategy=settings.strategy, token_counter=api_count.counter_name(),
             boundaries=compaction.boundaries, consecutive_failures=compaction.failures,
             turns=compaction.turns, usage=self._meter.snapshot(),

@@ -189,7 +189,7 @@ class SessionHost:
             return f"the model changes to {wanted.model} at the next turn"
         if wanted.provider != now.provider:
             return f"the provider changes to {wanted.provider} at the next turn"
-        budget_changed = wanted.thinking != "off" and wanted.thinking_budget != now.thinking_budget
+        budget_changed = wanted.thinking in ("enabled", "adaptive") and wanted.thinking_budget != now.thinking_budget
         if wanted.thinking != now.thinking or budget_changed:
             return "the thinking settings change at the next turn"
         return ""

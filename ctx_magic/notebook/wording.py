@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ctx_magic.context.pins import pins_tokens
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.prices import format_saving, format_usd
+from ctx_magic.settings import ALWAYS_THINKS, MODEL_DEFAULT
 from ctx_magic.ui.cards import count
 
 if TYPE_CHECKING:
@@ -110,6 +111,16 @@ def compacted_line(status: StatusSnapshot) -> str:
     return f"Context now {status.context.tokens:,} tokens · {status.context.percent_left}% left before compaction"
 
 
+def _thinking(status: StatusSnapshot) -> str:
+    """The thinking in force: the type and budget, or off, and how far off a model that thinks unasked goes."""
+    if status.thinking != "off":
+        return f"{status.thinking} ({status.thinking_budget:,} tokens reserved)"
+    unasked = {"between_tools": "off (notes between tool calls only: the least this model takes)",
+               MODEL_DEFAULT: "adaptive (the model's own default; 'off' turns it down)",
+               ALWAYS_THINKS: "adaptive (this model always thinks; 'off' cannot turn it off)"}
+    return unasked.get(status.thinking_off, "off")
+
+
 def status_text(status: StatusSnapshot) -> str:
     """`%ctx status` in a few lines."""
     c = status.context
@@ -117,8 +128,7 @@ def status_text(status: StatusSnapshot) -> str:
     if status.cache_breaks:
         unexplained = sum(1 for b in status.cache_breaks if not b["expected"])
         breaks = f" · {count(len(status.cache_breaks), 'cache break')}, {unexplained} unexplained"
-    thinking = "off" if status.thinking == "off" else (
-        f"{status.thinking} ({status.thinking_budget:,} tokens reserved)")
+    thinking = _thinking(status)
     lines = [
         f"session {status.session_id} · {status.model} ({status.backend}) · thinking {thinking} · "
         f"context management: {status.strategy}",

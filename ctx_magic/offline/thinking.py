@@ -164,6 +164,8 @@ def check_thinking_param(request: Request, max_tokens: int | None) -> None:
         raise at("thinking.type", "Input should be 'enabled', 'adaptive', 'disabled' or 'between_tools'")
     kind = thinking["type"]
     allowed = {"type"} | ({"budget_tokens", "display", "block_binding"} if kind in ("enabled", "adaptive") else set())
+    if kind == "between_tools":  # its notes between tool calls are bound thinking blocks too
+        allowed.add("block_binding")
     extra = set(thinking) - allowed
     if extra or (kind != "enabled" and "budget_tokens" in thinking):
         raise at(f"thinking.{kind}.{sorted(extra or {'budget_tokens'})[0]}", "Extra inputs are not permitted")

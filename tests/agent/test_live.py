@@ -15,7 +15,7 @@ def test_a_clearing_asked_outside_a_call_drops_the_thinking_after_the_result_it_
     thinking (its prefix changed) and every request is accepted. The clearing used to take the
     append-only flag as a keyword defaulting to off, so a caller that left it out kept that
     thinking and the next request was refused."""
-    with rig(tmp_path, window=8_000, config=Settings(thinking="off")) as r:
+    with rig(tmp_path, window=8_000, config=Settings()) as r:
         events: list[object] = []
         r.session.listeners.append(events.append)
         run_turn(r.session, "Note 0: the first figure looks off")

@@ -231,7 +231,7 @@ PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[Healt
 
 
 @PROPERTY
-@given(steps=st.lists(STEPS, min_size=4, max_size=14), thinking=st.sampled_from(["off", "enabled"]),
+@given(steps=st.lists(STEPS, min_size=4, max_size=14), thinking=st.sampled_from(["auto", "off", "enabled"]),
        window=st.sampled_from([8_000, 20_000, 60_000]), snip_max=st.sampled_from([12, 40, 200]),
        keep_recent=st.integers(1, 6))
 def test_random_sessions_send_only_valid_requests_that_fit_and_resume_the_same(tmp_path_factory, steps, thinking,
@@ -295,7 +295,7 @@ def twins(tmp_path: Path, steps: list[tuple], config: Settings, window: int) -> 
 
 
 @PROPERTY
-@given(steps=st.lists(STEPS, min_size=4, max_size=14), thinking=st.sampled_from(["off", "enabled", "adaptive"]),
+@given(steps=st.lists(STEPS, min_size=4, max_size=14), thinking=st.sampled_from(["auto", "off", "enabled", "adaptive"]),
        window=st.sampled_from([8_000, 20_000, 60_000]), keep_recent=st.integers(1, 6))
 def test_resuming_anywhere_sends_the_requests_an_uninterrupted_session_sends(tmp_path_factory, steps, thinking,
                                                                             window, keep_recent):

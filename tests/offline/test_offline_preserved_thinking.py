@@ -64,6 +64,18 @@ def test_drop_block_drops_the_invalid_blocks_and_lists_them(api: OfflineAPI, htt
     assert api.requests[-1].thinking_mismatches == tuple(t.model_dump() for t in reply.input_transformations)
 
 
+def test_drop_block_goes_with_between_tools_too(http_client: anthropic.Anthropic,
+                                               history: list[dict[str, Any]]) -> None:
+    """Sonnet 5.5's least thinking still writes bound notes between tool calls: the same choice
+    covers them."""
+    edited = copy.deepcopy(history)
+    edited[2] = user("Plot it, in blue.")
+    between = {"type": "between_tools", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+    reply = beta(http_client, edited, [BINDING_BETA], thinking=between)
+    assert [t.path for t in reply.input_transformations] == ["messages.3.content.0", "messages.5.content.0"]
+    assert reply.content[0].type != "thinking"  # no up-front thinking after a user's message
+
+
 def test_dropped_blocks_are_not_billed_as_input(api: OfflineAPI, http_client: anthropic.Anthropic,
                                                 history: list[dict[str, Any]]) -> None:
     edited = copy.deepcopy(history)
