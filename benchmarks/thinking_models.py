@@ -67,11 +67,13 @@ class SessionReport:
     """The models the requests named."""
 
 
-def session(model: str) -> SessionReport:
-    """The 30-turn session on `model`, every figure of the soak's report and the lines said."""
+def session(model: str, thinking: str = "auto") -> SessionReport:
+    """The 30-turn session on `model` with the `thinking` setting, every figure of the soak's
+    report and the lines said."""
     clock = ManualClock()
     api = OfflineAPI(OfflineConfig(window=SESSION_WINDOW, account="new"), clock=clock)
-    setup = [*SETUP, f"%config CtxMagic.context_window = {SESSION_WINDOW}", f"%config CtxMagic.model = {model!r}"]
+    setup = [*SETUP, f"%config CtxMagic.context_window = {SESSION_WINDOW}", f"%config CtxMagic.model = {model!r}",
+             f"%config CtxMagic.thinking = {thinking!r}"]
     outcomes: list[Outcome] = []
     with serve_in_thread(api) as (url, _stop), tempfile.TemporaryDirectory(prefix="thinking-models-") as folder:
         driver = InProcess(Path(folder), {"ANTHROPIC_API_KEY": "sk-session", "ANTHROPIC_BASE_URL": url}, setup)
@@ -118,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="comma-separated model ids (default: every model with preserved thinking)")
     parser.add_argument("--soak-steps", type=int, default=160, help="the soak's steps per window (0: no soak)")
     parser.add_argument("--soak-windows", type=int, nargs="+", default=[12_000, 30_000])
+    parser.add_argument("--think", default="auto", choices=("auto", "off", "adaptive"),
+                        help="the session's `thinking` setting (default auto; the soak keeps the default)")
     args = parser.parse_args(argv)
     here = Path(__file__).resolve().parent
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -125,9 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for model in args.models:
         soaks = [soak(w, steps=args.soak_steps, model=model) for w in args.soak_windows] if args.soak_steps else []
-        rows.append((session(model), soaks))
+        rows.append((session(model, args.think), soaks))
     windows = " / ".join(f"{w:,}" for w in args.soak_windows)
-    print(f"models with preserved thinking, default settings, a new account; session {SESSION_TURNS} turns at "
+    settings = "default settings" if args.think == "auto" else f"thinking {args.think!r} in the session"
+    print(f"models with preserved thinking, {settings}, a new account; session {SESSION_TURNS} turns at "
           f"{SESSION_WINDOW:,}; soak {args.soak_steps} steps at {windows}; {datetime.date.today()}, commit {commit}\n")
     print(table(rows))
 
