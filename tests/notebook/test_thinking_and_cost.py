@@ -37,11 +37,33 @@ def test_a_turn_with_thinking_shows_it_collapsed_and_says_what_it_cost(shell):
     seen = status(shell)
     assert "thinking adaptive (2,048 tokens reserved)" in text and "from models-api" in text  # what the model takes
     assert "spent $" in text and "prices per million tokens: input $2" in text
-    assert seen["thinking"] == {"type": "adaptive", "budget_tokens": 2048}
+    assert seen["thinking"] == {"type": "adaptive", "budget_tokens": 2048, "unasked": None}
     assert seen["cost"]["session_usd"] > 0 and seen["cost"]["prices_source"] == "table"
     assert seen["window_source"] == "models-api"
     session = controller(shell).host.session
     assert session is not None and session.live.messages[1].content[0]["type"] == "thinking"
+
+
+def test_thinking_off_on_the_default_model_is_the_least_it_takes_and_the_status_says_so(shell):
+    """The default model thinks unasked: 'auto' (the default) lets it, 'off' sends what turns it
+    down, and the status says which, in text and JSON."""
+    shell.run_cell("%%agent\nHello.", store_history=True)
+    _r, text = run(shell, "%ctx status")
+    assert "thinking adaptive (the model's own default; 'off' turns it down)" in text
+    assert status(shell)["thinking"] == {"type": "off", "budget_tokens": 0, "unasked": "default"}
+    run(shell, "%config CtxMagic.thinking = 'off'")  # from the next turn on
+    with captured() as out:
+        shell.run_cell("%%agent\nCheck this.\n```python\nprint(6 * 7)\n```", store_history=True)
+    html = "\n".join(o.data.get("text/html", "") for o in out.outputs)
+    assert "Offline stand-in thinking" not in html  # no thinking before the answer; the note between calls is empty
+    _r, text = run(shell, "%ctx status")
+    assert "thinking off (notes between tool calls only: the least this model takes)" in text
+    assert status(shell)["thinking"] == {"type": "off", "budget_tokens": 0, "unasked": "between_tools"}
+    session = controller(shell).host.session
+    assert session is not None
+    answers = [m for m in session.live.messages if m.role == "assistant"]
+    assert [[b["type"] for b in m.content if b["type"] == "thinking"] for m in answers] == [
+        ["thinking"], [], ["thinking"]]  # the first turn's thinking is still sent back
 
 
 def test_thinking_updates_in_place_a_few_times_a_second_then_the_answer_follows(shell):
