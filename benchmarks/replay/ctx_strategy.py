@@ -42,6 +42,7 @@ from ctx_magic.agent.model import AnthropicModel, ModelReply, ModelRequest
 from ctx_magic.agent.notes import NotesKeeper
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import Executor, Tool, ToolCall, ToolContext, ToolOutput
+from ctx_magic.context.model_families import CLAUDE_4, family_of
 from ctx_magic.context.thresholds import Thresholds, compute_thresholds
 from ctx_magic.events import (
     FOLD_TRIGGER,
@@ -104,11 +105,15 @@ class CtxOptions:
     drop_block: bool = False
     """Every call asks the API to drop the thinking blocks an edit invalidated instead of refusing
     the request (`thinking.block_binding` and its beta header)."""
+    budget_by_density: bool = False
+    """The tool-result budget's characters scaled by how much text the model's token holds against
+    Claude 4's as well as by the window (a trial: fewer characters on the denser tokenizers)."""
 
     @classmethod
     def parse(cls, name: str) -> CtxOptions:
         """`ctx_magic` or `ctx_magic+no-notes+no-memory+no-clearing+no-snip` with any of the switches
-        `+cc-threshold`, `+late`, `+tools-from-start`, `+keep-idle-thinking`, `+server` (any subset);
+        `+cc-threshold`, `+late`, `+tools-from-start`, `+keep-idle-thinking`, `+server`, `+budget-by-density`
+        (any subset);
         `ctx_magic-edit` (append-only off, drop_block sent) and `ctx_magic-edit-refused` (append-only off, nothing
         sent: the prefix check refuses) take the same switches."""
         base = name.split("+")[0]
@@ -119,7 +124,8 @@ class CtxOptions:
             field_name = {"no-notes": "notes", "no-memory": "memory", "no-clearing": "clearing",
                           "no-snip": "snip"}.get(flag)
             switch = {"cc-threshold": "cc_threshold", "late": "late", "tools-from-start": "tools_from_start",
-                      "keep-idle-thinking": "keep_idle_thinking", "server": "server"}.get(flag)
+                      "keep-idle-thinking": "keep_idle_thinking", "server": "server",
+                      "budget-by-density": "budget_by_density"}.get(flag)
             if field_name:
                 options = dataclasses.replace(options, **{field_name: False})
             elif switch:
@@ -183,6 +189,19 @@ def late_compaction(late: bool) -> Iterator[None]:
         yield
     finally:
         decide_module.early_compaction_from = saved
+
+
+@contextlib.contextmanager
+def budget_by_density(on: bool, model: str) -> Iterator[None]:
+    """`+budget-by-density`: the tool-result budget also scaled by the tokenizer's text density."""
+    saved = engine_module.scaled_budget
+    if on:
+        density = CLAUDE_4.text_factor / family_of(model).text_factor
+        engine_module.scaled_budget = lambda scale: saved(scale * density)
+    try:
+        yield
+    finally:
+        engine_module.scaled_budget = saved
 
 
 @contextlib.contextmanager
@@ -323,7 +342,7 @@ def run_ctx_magic(bench: Bench, options: CtxOptions | None = None) -> Outcome:
     events: Counter[str] = Counter()
     cleared: Counter[str] = Counter()
     with storage_folder() as root, lifted_call_limit(), late_compaction(options.late), \
-            idle_thinking_kept(options.keep_idle_thinking):
+            idle_thinking_kept(options.keep_idle_thinking), budget_by_density(options.budget_by_density, bench.model):
         model_class = DropBlockModel if options.drop_block else AnthropicModel
         model = model_class(offline_client(bench.meter, max_retries=0), name=bench.model,  # type: ignore[arg-type]
                             backend="offline")
