@@ -76,9 +76,12 @@ MODEL_TABLE: tuple[ModelSpec, ...] = (
               thinking_off="between_tools"),  # "disabled" is a 400 there; this is its least thinking
     ModelSpec("claude-haiku-5-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, prefix_check=True, on_demand=True,
               thinking_off="disabled"),  # at its default effort (medium); xhigh and max refuse it
-    ModelSpec("claude-fable-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),  # thinking always on
-    ModelSpec("claude-mythos-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
-    ModelSpec("claude-mythos-preview", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
+    ModelSpec("claude-fable-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True,
+              thinking_off=ALWAYS_THINKS),  # "disabled" is a 400
+    ModelSpec("claude-mythos-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True,
+              thinking_off=ALWAYS_THINKS),
+    ModelSpec("claude-mythos-preview", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True,
+              thinking_off=ALWAYS_THINKS),
     ModelSpec("claude-opus-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),  # 5.5: thinking always on
     # a thinking budget is a 400 from Sonnet 5 on
     ModelSpec("claude-sonnet-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),

@@ -30,6 +30,8 @@ The models with preserved thinking (PRESERVED_THINKING_MODELS, the one list of t
   signed and must go back exactly as returned;
 - a block is also bound to its conversation: its signature carries a digest of everything before
   it (`system`, `tools`, earlier messages), which the prefix check compares (prefix_check.py).
+Fable 5, Mythos 5 and Mythos Preview (ADAPTIVE_ONLY_MODELS) also think without a `thinking`
+parameter and refuse a budget and `disabled`, with no prefix check.
 
 The secret is a constant: signatures stay valid across stand-in restarts, as the API's do
 across sessions.
@@ -67,9 +69,17 @@ PREFIX_BYTES = 32  # a SHA-256 of the block's prefix, carried in the signature o
 UNBOUND_PREFIX = bytes(PREFIX_BYTES)  # a block bound to no conversation: it fails every prefix check
 # The models that take no `thinking: {"type": "disabled"}` (thinking is always on, or, on Sonnet
 # 5.5, turned down with "between_tools"); Haiku 5.5 takes it at an effort of high or lower.
-ALWAYS_THINKING_MODELS = tuple(m for m in PRESERVED_THINKING_MODELS if m != "claude-haiku-5-5")
+# Fable 5, Mythos 5 and Mythos Preview think on every request as well (adaptive is their only
+# mode: a budget and "disabled" are refused), without the prefix check.
+ADAPTIVE_ONLY_MODELS = ("claude-fable-5", "claude-mythos-5", "claude-mythos-preview")
+ALWAYS_THINKING_MODELS = (*(m for m in PRESERVED_THINKING_MODELS if m != "claude-haiku-5-5"), *ADAPTIVE_ONLY_MODELS)
 BETWEEN_TOOLS_MODELS = ("claude-sonnet-5-5",)
 EFFORTS_WITHOUT_DISABLED = ("xhigh", "max")  # Haiku 5.5 refuses "disabled" with these
+
+
+def thinks_unasked(model: str) -> bool:
+    """Whether `model` thinks (adaptively) when a request has no `thinking` parameter."""
+    return model.startswith((*PRESERVED_THINKING_MODELS, *ADAPTIVE_ONLY_MODELS))
 
 
 def preserves_thinking(model: str) -> bool:
@@ -145,11 +155,11 @@ def signed_prefix(block: Mapping[str, Any], model: str) -> bytes:
 
 def thinking_mode(request: Request) -> str:
     """"enabled", "adaptive", "between_tools" or "disabled". No thinking parameter means adaptive
-    on a model with preserved thinking (they think by default), disabled on the others."""
+    on a model that thinks unasked (preserved thinking, Fable 5, Mythos 5), disabled on the others."""
     thinking = request.get("thinking")
     if isinstance(thinking, Mapping):
         return str(thinking.get("type"))
-    return "adaptive" if preserves_thinking(str(request.get("model", ""))) else "disabled"
+    return "adaptive" if thinks_unasked(str(request.get("model", ""))) else "disabled"
 
 
 # --- the parameter ---
@@ -179,10 +189,10 @@ def check_thinking_param(request: Request, max_tokens: int | None) -> None:
 
 
 def refused_types(model: str) -> frozenset[str]:
-    """The thinking types `model` refuses at any effort: the preserved-thinking models take no
+    """The thinking types `model` refuses at any effort: the models that think unasked take no
     budget and (but Haiku 5.5) no "disabled"; only Sonnet 5.5 takes "between_tools"."""
     refused = {"between_tools"} if not model.startswith(BETWEEN_TOOLS_MODELS) else set()
-    if preserves_thinking(model):
+    if thinks_unasked(model):
         refused.add("enabled")
     if model.startswith(ALWAYS_THINKING_MODELS):
         refused.add("disabled")

@@ -32,12 +32,14 @@ OFF = {  # model: (thinking sent, its first answer of a turn thinks, its answer 
     "claude-haiku-5-5": ({"type": "disabled"}, False, False, "thinking off ·"),
     "claude-opus-5-5": (None, True, True, "thinking adaptive (this model always thinks; 'off' cannot turn it off)"),
     "claude-sonnet-4-6": (None, False, False, "thinking off ·"),
+    "claude-fable-5": (None, True, True, "thinking adaptive (this model always thinks; 'off' cannot turn it off)"),
 }
 AUTO = {
     "claude-sonnet-5-5": (None, True, True, "thinking adaptive (the model's own default; 'off' turns it down)"),
     "claude-haiku-5-5": (None, True, True, "thinking adaptive (the model's own default; 'off' turns it down)"),
     "claude-opus-5-5": OFF["claude-opus-5-5"],
     "claude-sonnet-4-6": OFF["claude-sonnet-4-6"],
+    "claude-fable-5": OFF["claude-fable-5"],
 }
 
 

@@ -179,7 +179,9 @@ def test_thinking_between_tool_calls_comes_back_with_empty_text(http_client: ant
 @pytest.mark.parametrize(("model", "kind", "effort"), [
     ("claude-opus-5-5", "disabled", None), ("claude-fable-5-1", "disabled", None),
     ("claude-sonnet-5-5", "disabled", None), ("claude-haiku-5-5", "disabled", "max"),
-    ("claude-sonnet-5-5", "enabled", None), ("claude-opus-5-5", "between_tools", None)])
+    ("claude-sonnet-5-5", "enabled", None), ("claude-opus-5-5", "between_tools", None),
+    ("claude-fable-5", "disabled", None), ("claude-mythos-5", "enabled", None),
+    ("claude-mythos-preview", "disabled", None)])
 def test_the_thinking_types_these_models_refuse(http_client: anthropic.Anthropic, model: str, kind: str,
                                                 effort: str | None) -> None:
     thinking: dict[str, Any] = {"type": kind, **({"budget_tokens": 1_024} if kind == "enabled" else {})}
@@ -189,6 +191,12 @@ def test_the_thinking_types_these_models_refuse(http_client: anthropic.Anthropic
     assert refusal(caught.value) == (f'"thinking.type.{kind}" is not supported for this model. Use '
                                         '"thinking.type.adaptive" and "output_config.effort" to control thinking '
                                         'behavior.')
+
+
+@pytest.mark.parametrize("model", ["claude-fable-5", "claude-mythos-5", "claude-mythos-preview"])
+def test_the_adaptive_only_models_think_without_a_thinking_parameter(http_client: anthropic.Anthropic,
+                                                                    model: str) -> None:
+    assert ask(http_client, [user("hi")], model=model).content[0].type == "thinking"
 
 
 def test_haiku_turns_thinking_off_and_sonnet_thinks_only_between_tools(http_client: anthropic.Anthropic) -> None:
