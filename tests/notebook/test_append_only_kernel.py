@@ -22,6 +22,7 @@ from ctx_magic.store.session import SessionDir
 pytestmark = pytest.mark.slow  # real kernels, a browser or a whole benchmark: minutes, not seconds
 
 IDLE_SECONDS = 10 * 60  # past the 5-minute cache lifetime: the idle rules fire
+MAX_TURNS_TO_AUTO = 20
 KERNEL_CLOCK = """# ctx: skip
 from ctx_magic.notebook.extension import controller_of
 class Clock:
@@ -90,3 +91,42 @@ def test_a_session_on_a_model_with_the_prefix_check_is_never_refused(kernels, tm
         assert frame == next_frame or len(after.body["messages"]) < len(before.body["messages"])
     offered = [{t["name"] for t in q.body["tools"]} >= {"compact", "snip", "search_transcript"} for q in normal]
     assert not offered[0] and offered[-1]  # the context tools joined at a compaction, not before
+
+
+def test_thinking_off_on_the_default_model_sends_its_least_thinking_and_is_never_refused(kernels, tmp_path):
+    """`thinking = 'off'` on Sonnet 5.5: every request sends `between_tools`, the answers think only
+    between tool calls, and through an idle break, `%compact` and an automatic compaction every
+    request is accepted with its thinking sent back after the prefix it was written after."""
+    clock = ManualClock(1_800_000_000.0)
+    api = OfflineAPI(OfflineConfig(window=200_000, account="new"), clock=clock)
+    with serve_in_thread(api) as (url, _stop):
+        env = kernel_env(ANTHROPIC_API_KEY="sk-test", ANTHROPIC_BASE_URL=url)
+        kernel = start(kernels, tmp_path, env, SETUP + "\n%config CtxMagic.context_window = 20000"
+                       f"\n%config CtxMagic.user_memory_dir = {str(tmp_path / 'memories')!r}"
+                       "\n%config CtxMagic.thinking = 'off'")
+        kernel.execute(KERNEL_CLOCK)
+        shown = [kernel.execute(part(n, rows=100)) for n in range(4)]
+        kernel.execute(f"# ctx: skip\nclock.advance({IDLE_SECONDS})")
+        clock.advance(IDLE_SECONDS)
+        shown += [kernel.execute(part(n)) for n in range(4, 6)]
+        shown.append(kernel.execute("%compact"))
+        for n in range(6, 6 + MAX_TURNS_TO_AUTO):  # a bound, not a wait: until an automatic compaction
+            shown.append(kernel.execute(f"%%agent\nPart {n}: " + f"reading {n} at the north valve. " * 120
+                                        + f"\n```python\nprint({n} * 7)\n```"))  # words nothing can clear
+            if "Compacted" in shown[-1]:
+                break
+        shown.append(kernel.execute(part(99)))
+        status = kernel.execute("%ctx status")
+    calls = main_requests(api)
+    assert all("Traceback" not in s and "refused" not in s for s in shown)
+    assert "thinking off (notes between tool calls only: the least this model takes)" in status
+    assert [(q.status, q.thinking_mismatches) for q in calls if q.status != 200 or q.thinking_mismatches] == []
+    assert thinking_prefix_problems(api.requests) == []
+    normal = [q for q in calls if q.kind == "normal"]
+    assert normal and all(q.body.get("thinking") == {"type": "between_tools"} for q in normal)
+    assert sum(1 for q in normal for m in q.body["messages"] if m["role"] == "assistant"
+               for b in m["content"] if b.get("type") in THINKING_TYPES) > 0  # the notes go back
+    said = "\n".join(shown)
+    assert re.search(r"Compacted \d+ messages: .* \((auto|session-memory)\)", said[said.index("(manual)"):])
+    for why in ("after an idle gap", "that the compaction left without what came before them"):
+        assert re.search(rf"Cleared \d+ thinking blocks? {why}", said), why  # the notes between tool calls
