@@ -180,8 +180,7 @@ def test_thinking_between_tool_calls_comes_back_with_empty_text(http_client: ant
     ("claude-opus-5-5", "disabled", None), ("claude-fable-5-1", "disabled", None),
     ("claude-sonnet-5-5", "disabled", None), ("claude-haiku-5-5", "disabled", "max"),
     ("claude-sonnet-5-5", "enabled", None), ("claude-opus-5-5", "between_tools", None),
-    ("claude-fable-5", "disabled", None), ("claude-mythos-5", "enabled", None),
-    ("claude-mythos-preview", "disabled", None)])
+    ("claude-fable-5", "disabled", None), ("claude-mythos-5", "enabled", None)])
 def test_the_thinking_types_these_models_refuse(http_client: anthropic.Anthropic, model: str, kind: str,
                                                 effort: str | None) -> None:
     thinking: dict[str, Any] = {"type": kind, **({"budget_tokens": 1_024} if kind == "enabled" else {})}
@@ -193,7 +192,7 @@ def test_the_thinking_types_these_models_refuse(http_client: anthropic.Anthropic
                                         'behavior.')
 
 
-@pytest.mark.parametrize("model", ["claude-fable-5", "claude-mythos-5", "claude-mythos-preview"])
+@pytest.mark.parametrize("model", ["claude-fable-5", "claude-mythos-5"])
 def test_the_adaptive_only_models_think_without_a_thinking_parameter(http_client: anthropic.Anthropic,
                                                                     model: str) -> None:
     assert ask(http_client, [user("hi")], model=model).content[0].type == "thinking"
