@@ -69,8 +69,6 @@ NEVER = 10**9  # a clearing threshold (tokens) or idle time (minutes) that is ne
 REFERENCE_WINDOW = 200_000
 EDIT_VARIANTS: dict[str, dict[str, bool]] = {"ctx_magic": {}, "ctx_magic-edit": {"edit": True, "drop_block": True},
                                              "ctx_magic-edit-refused": {"edit": True}}
-BINDING_BETA = "thinking-binding-controls-2026-08-01"
-DROP_BLOCK = {"prefix_mismatch_behavior": "drop_block"}
 CC_RESERVE = 20_000  # min(max output, 20,000) with a current model's 64,000 output cap
 AUTOCOMPACT_BUFFER = 13_000
 MEMORY_NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -278,11 +276,9 @@ class DropBlockModel(AnthropicModel):
 
 
 def with_drop_block(request: ModelRequest) -> ModelRequest:
-    thinking = dict(request.thinking or {"type": "adaptive"})
-    if thinking.get("type") == "disabled":  # no thinking written: nothing to drop
+    if request.thinking is not None and request.thinking.get("type") == "disabled":  # no thinking: nothing to drop
         return request
-    betas = request.betas if BINDING_BETA in request.betas else (*request.betas, BINDING_BETA)
-    return dataclasses.replace(request, thinking={**thinking, "block_binding": DROP_BLOCK}, betas=betas)
+    return request.dropping_invalid_thinking()
 
 
 def count_event(events: Counter[str], event: Event) -> None:
