@@ -21,6 +21,7 @@ and reads each main request for the identifiers its action uses (identifiers.py)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -321,8 +322,9 @@ class Bench:
     thinking_setting: str = "auto"
     """ctx_magic's `thinking` setting for the run; every strategy sends what it sends (`thinking`)."""
 
-    @property
+    @functools.cached_property
     def thinking(self) -> dict[str, Any] | None:
+        """What every request of the run sends as `thinking` (worked out once: each request reads it)."""
         return thinking_sent(self.model, self.thinking_setting)
 
 
