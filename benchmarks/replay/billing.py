@@ -30,8 +30,7 @@ from typing import Any
 
 from benchmarks.clock import ManualClock
 from benchmarks.replay.corpus import CLOSING_TEXT, Action, Replay
-from benchmarks.replay.identifiers import kept as identifiers_kept
-from benchmarks.replay.identifiers import uses_by_action
+from benchmarks.replay.identifiers import Sightings, uses_by_action
 from benchmarks.replay.side_output import STAND_IN, ReplySizes, sized_block, sized_reply
 from ctx_magic.agent.catalog import table_limits
 from ctx_magic.agent.request_body import thinking_param
@@ -187,7 +186,7 @@ class ScriptedPolicy:
     answers (its extractive summaries and notes), padded to `sizes` (side_output.py).
 
     It also reads each main request for the identifiers its action uses (identifiers.py):
-    `identifiers` holds (kept, used) for every action served."""
+    `identifiers` holds (kept, used) for every action served, `sightings` where those not kept went."""
 
     def __init__(self, actions: Sequence[Action], base: Policy | None = None, *, sizes: ReplySizes = STAND_IN,
                  uses: Sequence[Sequence[str]] = ()) -> None:
@@ -197,6 +196,7 @@ class ScriptedPolicy:
         self.sizes = sizes
         self.uses = list(uses)
         self.identifiers: list[tuple[int, int]] = []
+        self.sightings = Sightings()
 
     def kind(self, request: Mapping[str, Any]) -> str:
         """compaction or memory when a precise rule knows the prompt (the summary prompt, the
@@ -242,7 +242,7 @@ class ScriptedPolicy:
             return dataclasses.replace(answer, content=content)
         action = self.actions[self.served] if self.served < len(self.actions) else Action(CLOSING_TEXT)
         uses = self.uses[self.served] if self.served < len(self.uses) else ()
-        self.identifiers.append((identifiers_kept(uses, request), len(uses)))
+        self.identifiers.append((self.sightings.kept(uses, request), len(uses)))
         self.served += 1
         content = tuple(action.content())
         return Answer(content, "tool_use" if action.calls else "end_turn")

@@ -8,12 +8,18 @@ the tool definitions hold are left out (every request carries them). "Identifier
 the share of (action, identifier) pairs whose identifier is still somewhere in the request that
 produced the action (live, or quoted in a summary, the notes or a placeholder); an action a
 strategy never got to (it overflowed first) keeps none.
+
+Where a pair not kept went (`Sightings`), read from the requests alone: no earlier request held the
+identifier (its result went out as a preview, or was cut, at first sight); an earlier one did and
+the conversation's opening has changed since (a compaction); or an earlier one did and the opening
+is the same (a result cleared, folded or persisted later, or a snip).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -128,3 +134,35 @@ def kept(uses: Sequence[str], request: Mapping[str, Any]) -> int:
         return 0
     text = request_strings(request)
     return sum(u in text for u in uses)
+
+
+NEVER_SHOWN, COMPACTED, EDITED, NOT_SERVED = "never shown", "compacted away", "edited away", "not served"
+LOSSES = (NEVER_SHOWN, COMPACTED, EDITED, NOT_SERVED)
+
+
+def opening(request: Mapping[str, Any]) -> str:
+    """What a request's first message says: a compaction replaces it, an edit to later messages does not."""
+    messages = request.get("messages") or [{}]
+    return json.dumps(messages[0].get("content"), sort_keys=True)
+
+
+class Sightings:
+    """One session's main requests as sent, for where each identifier an action used but its
+    request no longer held went (`lost`: counts by NEVER_SHOWN, COMPACTED, EDITED)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []  # (opening, everything it says) per main request
+        self.lost: Counter[str] = Counter()
+
+    def kept(self, uses: Sequence[str], request: Mapping[str, Any]) -> int:
+        """How many of `uses` the request holds; each one it does not is counted in `lost`."""
+        text, first = request_strings(request), opening(request)
+        held = 0
+        for use in uses:
+            if use in text:
+                held += 1
+                continue
+            last = next((start for start, said in reversed(self.sent) if use in said), None)
+            self.lost[NEVER_SHOWN if last is None else COMPACTED if last != first else EDITED] += 1
+        self.sent.append((first, text))
+        return held

@@ -22,6 +22,7 @@ from typing import Any
 from benchmarks.replay.billing import MODEL, Call, ScriptedPolicy, action_uses, new_bench
 from benchmarks.replay.corpus import Replay
 from benchmarks.replay.harness import ReplayDesync, text_of
+from benchmarks.replay.identifiers import NOT_SERVED
 from benchmarks.replay.side_output import STAND_IN, ReplySizes
 from benchmarks.replay.strategies import FLOOR, strategy
 
@@ -55,6 +56,8 @@ class RunResult:
     """Identifiers the recorded actions use (from earlier results) and how many their requests held."""
     thinking_cleared: Counter[str] = field(default_factory=Counter)
     """Thinking the client took out of messages it still sends (blocks, tokens)."""
+    ids_lost: Counter[str] = field(default_factory=Counter)
+    """The pairs not kept, by where they went (identifiers.LOSSES)."""
 
     @property
     def refused_thinking(self) -> int:
@@ -120,6 +123,12 @@ def identifiers_of(policy: ScriptedPolicy, replay: Replay) -> tuple[int, int]:
     return kept, used + sum(len(u) for u in action_uses(replay)[len(policy.identifiers):])
 
 
+def identifiers_lost(policy: ScriptedPolicy, replay: Replay) -> Counter[str]:
+    """The pairs not kept, by where they went: those of actions never served are NOT_SERVED."""
+    unserved = sum(len(u) for u in action_uses(replay)[len(policy.identifiers):])
+    return policy.sightings.lost + Counter({NOT_SERVED: unserved})
+
+
 def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN, *,
             model: str = MODEL, thinking: str = "auto") -> RunResult:
     """Replay `replay` with strategy `name` (`base@label`: the base strategy, with side-call
@@ -136,7 +145,7 @@ def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN
     ids_kept, ids_used = identifiers_of(bench.policy, replay)
     return RunResult(name, replay.name, replay.source, window, list(bench.meter.calls), outcome.overflow,
                      outcome.error, outcome.events, kept, users, intact, tail, seconds, largest, ids_kept, ids_used,
-                     outcome.thinking_cleared)
+                     outcome.thinking_cleared, identifiers_lost(bench.policy, replay))
 
 
 def reference_run(replay: Replay, sizes: ReplySizes = STAND_IN, *, model: str = MODEL,

@@ -19,6 +19,9 @@ Columns of the main table:
   earlier results), the share its request still held (identifiers.py);
 - user msgs kept: user messages found verbatim in the final request (live or quoted in a
   summary or notes); last 5 intact: the session's last five tool outputs whole in it.
+
+A second table says where the identifier pairs not kept went (identifiers.Sightings), a third
+splits bill and identifiers by source.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from benchmarks.replay.identifiers import LOSSES
 from benchmarks.replay.results import REFERENCE, REWRITE_KINDS, SIZES_MARK, SUMMARY_KINDS, RunResult
 
 SOURCES = ("swe", "claude-code", "notebook")
@@ -150,12 +154,27 @@ def source_table(by_strategy: dict[str, Runs]) -> str:
     return markdown(["strategy", *(f"{s} ({sessions[s]})" for s in sources)], rows)
 
 
+def losses_table(by_strategy: dict[str, Runs]) -> str:
+    """Of the (action, identifier) pairs, how many each strategy's requests held and where the others went."""
+    rows = []
+    for name, runs in by_strategy.items():
+        if name == REFERENCE:
+            continue
+        lost: Counter[str] = sum((r.ids_lost for r in runs.values()), Counter())
+        rows.append([name, f"{sum(r.ids_kept for r in runs.values()):,}", *(f"{lost[k]:,}" for k in LOSSES)])
+    return markdown(["strategy", "kept", *LOSSES], rows)
+
+
 def window_tables(window: int, by_strategy: dict[str, Runs], left_out: str = "") -> str:
     """The window's tables, after the line saying which sessions it left out (if any)."""
     reference = by_strategy[REFERENCE]
     main = markdown(HEADER, [row(name, runs, reference) for name, runs in by_strategy.items() if name != REFERENCE])
     intro = f"{left_out}.\n\n" if left_out else ""
-    return (f"## Window {window:,}\n\n{intro}{main}\n\nBilled vs raw · identifiers kept, by source:\n\n"
+    return (f"## Window {window:,}\n\n{intro}{main}\n\nThe identifiers the recorded actions use (action, identifier "
+            f"pairs): kept, or where they went (never shown: no earlier request held one, its result went out as a "
+            f"preview or cut; compacted away: an earlier request held it, a compaction since; edited away: an earlier "
+            f"request held it, the same opening since; not served: the run overflowed first):\n\n"
+            f"{losses_table(by_strategy)}\n\nBilled vs raw · identifiers kept, by source:\n\n"
             f"{source_table(by_strategy)}")
 
 

@@ -38,7 +38,16 @@ from benchmarks.replay.corpus import (  # noqa: E402
 )
 from benchmarks.replay.ctx_strategy import CtxOptions, run_ctx_magic  # noqa: E402
 from benchmarks.replay.harness import ReplayDesync, api_messages, cell_messages, longest_reply, max_output  # noqa: E402
-from benchmarks.replay.identifiers import identifiers, kept, uses_by_action  # noqa: E402
+from benchmarks.replay.identifiers import (  # noqa: E402
+    COMPACTED,
+    EDITED,
+    NEVER_SHOWN,
+    NOT_SERVED,
+    Sightings,
+    identifiers,
+    kept,
+    uses_by_action,
+)
 from benchmarks.replay.results import REFERENCE, RunResult, floor_of, reference_run, run_one  # noqa: E402
 from benchmarks.replay.side_output import (  # noqa: E402
     P9999_SUMMARY_TOKENS,
@@ -195,6 +204,7 @@ def test_raw_overflows_at_a_tiny_window_and_is_billed_up_to_it() -> None:
     assert result.overflow and "exceed context limit" in (result.error or "")
     assert result.calls[-1].status == 400 and result.calls[-1].cost == 0
     assert 0 < result.cost < run_one("raw", replay, 200_000).cost  # the calls before the overflow
+    assert result.ids_lost[NOT_SERVED] == result.ids_used - result.ids_kept > 0  # the actions never reached
 
 
 # -- ctx_magic's loop ------------------------------------------------------------------------------
@@ -459,6 +469,21 @@ def test_an_action_uses_the_paths_names_and_error_lines_earlier_results_taught()
     assert kept(uses[2], request) == 1
 
 
+def _sent(opening: str, *later: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": [{"type": "text", "text": opening}]},
+                         *({"role": "user", "content": [{"type": "text", "text": t}]} for t in later)]}
+
+
+def test_where_an_identifier_not_kept_went_is_read_from_the_requests_sent_before() -> None:
+    """Held earlier with the same opening since: edited away; held earlier under another opening:
+    compacted away; never held by a request: never shown."""
+    sightings = Sightings()
+    assert sightings.kept(["src/app.py", "load_rows"], _sent("task", "src/app.py defines load_rows")) == 2
+    assert sightings.kept(["src/app.py"], _sent("task", "[Old tool result content cleared]")) == 0
+    assert sightings.kept(["load_rows", "parse_items"], _sent("summary of the task")) == 0
+    assert sightings.lost == {EDITED: 1, COMPACTED: 1, NEVER_SHOWN: 1}
+
+
 @needs_corpus
 def test_a_compaction_can_lose_what_later_actions_use_and_the_bill_says_so() -> None:
     """At 32,000 the Claude-Code-like default summarizes a long trajectory: some identifiers its
@@ -467,6 +492,7 @@ def test_a_compaction_can_lose_what_later_actions_use_and_the_bill_says_so() -> 
     raw, cc = reference_run(replay), run_one("cc-default", replay, 32_000)
     assert raw.ids_used == cc.ids_used > 0 and raw.ids_kept == raw.ids_used
     assert cc.events["auto"] >= 1 and cc.ids_kept < cc.ids_used
+    assert sum(cc.ids_lost.values()) == cc.ids_used - cc.ids_kept and cc.ids_lost[COMPACTED] > 0
 
 
 # -- the thinking sent back to a model that checks its prefix --------------------------------------
