@@ -124,13 +124,17 @@ def checks_thinking_prefix(model: str) -> bool:
     return spec is not None and spec.prefix_check
 
 
+ON_DEMAND_PROVIDERS = ("anthropic", "vertex")
+"""The platforms the on-demand compaction page lists that ctx_magic speaks to: Anthropic's API and
+Google Cloud's Vertex AI. Not Amazon Bedrock, whose requests refuse a conversation opening with the
+assistant message the summary comes back as."""
+
+
 def compacts_on_demand(model: str, provider: str) -> bool:
     """Whether ctx_magic asks the API for a summary on demand rather than writing its own: a model
-    the on-demand compaction page lists, served first-party (where Anthropic's beta headers go
-    through as sent; Bedrock's and Vertex's requests also refuse the assistant message the
-    summary comes back as when it opens `messages`)."""
+    the on-demand compaction page lists, on a platform it lists."""
     spec = model_spec(model)
-    return provider == "anthropic" and spec is not None and spec.on_demand
+    return provider in ON_DEMAND_PROVIDERS and spec is not None and spec.on_demand
 
 
 def table_limits(model: str) -> ModelLimits:

@@ -9,7 +9,8 @@ is kept whole, so it asks for no analysis in it), and the beta header. The answe
 compaction block, alone, stop reason `compaction`: it goes back first in `messages`, byte for
 byte, in place of what it summarizes. On a model with preserved thinking the API's check
 accepts a summary it wrote, so no call of ctx_magic's own is needed and what follows keeps
-valid thinking.
+valid thinking. Every later request that carries the block carries the beta header too
+(RequestFrame.build).
 
 When it cannot be had (the conversation does not fit whole, the API refused the parameter or
 the request as too long, the answer held no summary) `summarize` says why (`Unavailable`): the
@@ -32,11 +33,11 @@ from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.autocompact import Split
 from ctx_magic.context.prompts import for_thinking_model
+from ctx_magic.context.server import ON_DEMAND_BETA
 from ctx_magic.context.tokens import Correction, count_context, count_text
 from ctx_magic.errors import ModelError, PromptTooLong, RequestTooLarge, ThinkingRefused, UnknownModel
 from ctx_magic.messages import THINKING_TYPES, Block, Message
 
-ON_DEMAND_BETA = "compact-2026-09-04"
 NO_CORRECTION = Correction()
 REFUSALS = (RequestTooLarge, UnknownModel)  # with a plain ModelError: the API said no to the request itself
 

@@ -28,7 +28,7 @@ from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
 from ctx_magic.context.decide import context_tools_from_start
 from ctx_magic.context.engine import ContextSettings
-from ctx_magic.context.server import ServerPlan, server_plan
+from ctx_magic.context.server import COMPACTION_BETA, ON_DEMAND_BETA, ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import is_thinking
 from ctx_magic.context.thresholds import ENV_AUTOCOMPACT_PCT
@@ -291,10 +291,13 @@ class RequestFrame:
                                 cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
                                 turns=self._turns if purpose == "main" else None,  # side calls: other threads
                                 prompt_once=prompt_once)
+        betas = [*window.betas, *(server.betas if server is not None else ())]
+        if COMPACTION_BETA not in betas and _carries_compaction(request.messages):
+            betas.append(ON_DEMAND_BETA)  # the API's summary sent back: the on-demand page asks for its beta
         return dataclasses.replace(
             request, purpose=purpose, thinking=thinking_param(window),
             context_management=server.context_management if server is not None else None,
-            betas=tuple(dict.fromkeys([*window.betas, *(server.betas if server is not None else ())])))
+            betas=tuple(dict.fromkeys(betas)))
 
     def sent(self, messages: Sequence[Message], setup: CallSetup) -> bool:
         """A main call went out with `messages` and `setup`'s system prompt and tools: the cache
@@ -309,3 +312,10 @@ class RequestFrame:
                 if known is setup:  # bound to what it sends already: still the setup to use
                     self._setups[offered] = (*key[:6], self.bound, *key[7:]), setup
         return changed
+
+
+def _carries_compaction(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a request sends a compaction block back (the API's summary opens its message; a side
+    call may send a note of its own before it)."""
+    return any(isinstance(content := message.get("content"), list) and content
+               and content[0].get("type") == "compaction" for message in messages)

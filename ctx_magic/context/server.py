@@ -27,6 +27,7 @@ from typing import Any
 
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"  # context editing (clear_tool_uses, clear_thinking)
 COMPACTION_BETA = "compact-2026-01-12"  # server compaction (compact_20260112)
+ON_DEMAND_BETA = "compact-2026-09-04"  # on-demand compaction (the top-level `compaction` parameter)
 MIN_SERVER_COMPACTION_TRIGGER = 50_000  # the API refuses a compaction trigger below 50,000 input tokens
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"

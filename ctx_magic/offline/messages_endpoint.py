@@ -73,7 +73,7 @@ def parse_request(body: bytes, *, max_output: int | None, betas: tuple[str, ...]
         check_context_management(request, betas)
         check_block_binding(request, betas)
         check_compaction_param(request, betas)
-        check_compaction_blocks(request)
+        check_compaction_blocks(request, betas)
     except (ValueError, InvalidRequest) as error:
         return None, ApiError(400, "invalid_request_error", str(error))
     if not known_model(request["model"]):

@@ -4,8 +4,8 @@ deterministic, as the context-editing and compaction docs describe them.
 - `context_management.edits` needs its beta header (`context-management-2025-06-27` for the
   clear edits, `compact-2026-01-12` for compaction), otherwise the request is refused.
 - **Compaction blocks sent back**: a `compaction` block must verify (its signature covers its
-  content); every message block before the last one is dropped before anything else, as the API
-  drops them.
+  content) and come with a compaction beta header; every message block before the last one is
+  dropped before anything else, as the API drops them.
 - `clear_thinking_20251015`: `keep` is "all" or `{"type": "thinking_turns", "value": N}` (1 by
   default); thinking blocks of older assistant messages are removed.
 - `clear_tool_uses_20250919`: when the prompt is over `trigger` (100,000 input tokens by
@@ -221,14 +221,18 @@ def check_compaction_param(request: Request, betas: Sequence[str]) -> None:
                  "result: compact where every tool call has its result")
 
 
-def check_compaction_blocks(request: Request) -> None:
-    """Every compaction block sent back is in an assistant message and verifies."""
+def check_compaction_blocks(request: Request, betas: Sequence[str]) -> None:
+    """Every compaction block sent back is in an assistant message, verifies, and comes with a
+    compaction beta header (the on-demand page: on every later request that carries the block)."""
     for i, message in enumerate(messages(request)):
         for j, block in enumerate(content_blocks(message)):
             if block.get("type") != "compaction":
                 continue
             if message.get("role") != "assistant":
                 raise at(f"messages.{i}.content.{j}", "`compaction` blocks are only allowed in assistant messages")
+            if ON_DEMAND_BETA not in betas and COMPACTION_BETA not in betas:
+                raise at(f"messages.{i}.content.{j}", "`compaction` blocks require the beta header "
+                         f"'anthropic-beta: {ON_DEMAND_BETA}' (or '{COMPACTION_BETA}' with its context management)")
             content = block.get("content")
             if content is None:
                 continue  # a failed compaction: a no-op, the docs say

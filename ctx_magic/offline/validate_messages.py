@@ -4,7 +4,8 @@
   message may be empty); models of the newest family (Opus 4.8, Sonnet 5 and on) also take a
   `system` message between turns, of text, as the real API did in recorded traffic; the first
   message is a user message on Bedrock and Vertex, while Anthropic's own API accepts an
-  assistant first (recorded: answered 200);
+  assistant first (recorded: answered 200); Vertex, a platform the on-demand compaction page lists,
+  also takes the assistant message that opens with the compaction block the API wrote;
 - text blocks hold text that is not empty and not whitespace only, in messages and inside
   tool results; a final assistant message (a prefill) does not end in whitespace, and the
   Claude 4.6 models and later take none at all: their conversation ends with a user message;
@@ -115,11 +116,24 @@ def _roles(model: str) -> tuple[str, ...]:
     return ("user", "assistant")
 
 
+def _may_open(message: Mapping[str, Any], provider: str) -> bool:
+    """Whether a conversation may open with this message: a user's anywhere, an assistant's on
+    Anthropic's API, and on Vertex the one that opens with a compaction block (on-demand
+    compaction's summary, which goes first in `messages`)."""
+    if message["role"] == "user":
+        return True
+    if message["role"] != "assistant":
+        return False
+    blocks = content_blocks(message)
+    return provider == "anthropic" or (provider == "vertex" and bool(blocks) and isinstance(blocks[0], Mapping)
+                                       and blocks[0].get("type") == "compaction")
+
+
 def _check_message(index: int, message: Any, is_last: bool, model: str, provider: str) -> None:
     roles = _roles(model)
     if not isinstance(message, Mapping) or message.get("role") not in roles:
         raise at(f"messages.{index}", "each message needs a role of " + " or ".join(f"'{r}'" for r in roles))
-    if index == 0 and message["role"] != "user" and (provider != "anthropic" or message["role"] == "system"):
+    if index == 0 and not _may_open(message, provider):
         raise at("messages.0.role", "the first message must use the `user` role")
     if message["role"] == "system" and not all(
             isinstance(b, Mapping) and b.get("type") in SYSTEM_MESSAGE_TYPES for b in content_blocks(message)):

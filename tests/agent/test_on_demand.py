@@ -16,6 +16,7 @@ from ctx_magic.agent.session import open_session
 from ctx_magic.agent.undo import undo_last
 from ctx_magic.context.prompts import extract_summary
 from ctx_magic.events import Compacted, Notice, Status
+from ctx_magic.messages import user_text
 from ctx_magic.settings import Settings
 
 DEFAULTS = Settings()  # claude-sonnet-5-5, every setting at its default
@@ -52,6 +53,7 @@ def test_the_catalog_decides_per_model_and_provider():
     assert compacts_on_demand("claude-sonnet-5-5", "anthropic") and compacts_on_demand("claude-sonnet-4-6", "anthropic")
     assert not compacts_on_demand("claude-sonnet-4-5", "anthropic")  # not on the on-demand page
     assert not compacts_on_demand("claude-fable-5-2", "anthropic")
+    assert compacts_on_demand("claude-sonnet-5-5", "vertex")  # Google Cloud: on the page's platforms
     assert not compacts_on_demand("claude-sonnet-5-5", "bedrock") and not compacts_on_demand("my-gateway-model",
                                                                                              "anthropic")
 
@@ -91,8 +93,23 @@ def test_auto_compaction_asks_the_api_and_the_block_opens_every_later_request(tm
     assert pending in [b.get("text") for b in after.body["messages"][1]["content"]]  # the user's message, word for word
     later = [q for q in made[made.index(ask) + 1:] if q.kind == "normal"]
     assert len(later) >= 3 and all(q.body["messages"][0] == after.body["messages"][0] for q in later)
+    assert all(ON_DEMAND_BETA in q.betas for q in made[made.index(ask) + 1:])  # every request carrying the block
     assert thinking_after_block(later[-1].body) > 0  # the thinking written after the block goes back
     assert all_accepted(r.api) and thinking_prefix_problems(r.api.requests) == []
+
+
+def test_every_request_that_sends_the_apis_summary_back_carries_its_beta(tmp_path):
+    """The on-demand page: the beta header goes on every later request that carries the block, a
+    side call's too, with a note of its own before it."""
+    with rig(tmp_path, window=60_000, config=DEFAULTS) as r:
+        assert run_turn(r.session, talk(0)).error is None
+        manual_compact(r.session)
+        sent = [m for m in r.session.live.messages if m.sent]
+        assert sent[0].content[0]["type"] == "compaction"
+        setup = r.session.setup()
+        for messages in (sent, [user_text("Earlier messages were left out."), *sent]):
+            assert ON_DEMAND_BETA in r.session.frame.build(messages, setup, purpose="notes").betas
+        assert ON_DEMAND_BETA not in r.session.frame.build(sent[1:], setup).betas
 
 
 def test_a_model_without_it_keeps_the_client_summary(tmp_path):

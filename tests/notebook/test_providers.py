@@ -18,8 +18,10 @@ from builders import ManualClock
 from notebook_rig import clocked_shell, run, status
 
 from ctx_magic.agent.catalog import provider_model_id
+from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
+from ctx_magic.agent.on_demand import ON_DEMAND_BETA
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import LocalExecutor
 from ctx_magic.errors import CtxMagicError
@@ -107,6 +109,44 @@ def test_vertex_is_the_sdks_vertex_client_with_region_and_project_from_the_setti
     stream = "/projects/my-project/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929"
     assert [q.path for q in calls[:2]] == [f"{stream}:streamRawPredict"] * 2
     assert calls[-1].path.endswith("/models/count-tokens:rawPredict") and exact and exact > 0
+
+
+def _compacted_twice_over(backend: Backend, tmp_path: Path, clock: ManualClock) -> Session:
+    """Two turns on Sonnet 5.5 (it thinks unasked), `%compact`, a third turn."""
+    session = session_on(backend, tmp_path, clock, Settings(model="claude-sonnet-5-5"))
+    for n in range(2):
+        assert run_turn(session, prompt(n)).error is None
+    assert manual_compact(session).event.trigger == "manual"
+    assert run_turn(session, prompt(2)).error is None
+    return session
+
+
+def test_on_vertex_the_api_writes_the_summary_on_demand_and_its_block_opens_the_next_request(served, tmp_path):
+    """Google Cloud is among the platforms the on-demand compaction page lists: the summary is the
+    API's compaction block, sent back first in `messages`, and every request is accepted."""
+    api, url, clock = served
+    settings = Settings(provider="vertex", region="us-east5", project="my-project", max_retries=0)
+    backend = choose_backend({"ANTHROPIC_VERTEX_BASE_URL": url}, settings, vertex_credentials=GoogleCredentials())
+    _compacted_twice_over(backend, tmp_path, clock)
+    calls = [q for q in api.requests if q.provider == "vertex" and q.path.endswith("Predict") and "count" not in q.path]
+    asked = [q for q in calls if "compaction" in q.body]
+    assert len(asked) == 1 and ON_DEMAND_BETA in asked[0].betas and asked[0].status == 200
+    assert not [q for q in calls if q.kind == "compaction" and "compaction" not in q.body]  # no summary of its own
+    after = calls[calls.index(asked[0]) + 1]
+    assert after.body["messages"][0]["role"] == "assistant"
+    assert after.body["messages"][0]["content"][0]["type"] == "compaction" and ON_DEMAND_BETA in after.betas
+    assert all(q.status == 200 and not q.thinking_mismatches for q in calls)
+
+
+def test_on_bedrock_ctx_magic_writes_the_summary_itself(served, tmp_path):
+    """Bedrock is not on that page, and its requests open with a user message: ctx_magic's own summary."""
+    api, url, clock = served
+    backend = choose_backend({**AWS, "ANTHROPIC_BEDROCK_BASE_URL": url}, Settings(provider="bedrock", max_retries=0))
+    _compacted_twice_over(backend, tmp_path, clock)
+    calls = [q for q in api.requests if q.provider == "bedrock" and "count-tokens" not in q.path]
+    assert not [q for q in calls if "compaction" in q.body]
+    assert len([q for q in calls if q.kind == "compaction"]) == 1
+    assert all(q.status == 200 and q.body["messages"][0]["role"] == "user" for q in calls)
 
 
 def test_vertex_needs_a_region_and_google_auth_and_says_so_in_one_line(monkeypatch):

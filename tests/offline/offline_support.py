@@ -46,11 +46,13 @@ def marked(text: str, ttl: str | None = "5m") -> dict[str, Any]:
     return {"type": "text", "text": text, "cache_control": control}
 
 
-def api_message(client: Any, body: dict[str, Any]) -> Any:
-    """POST a raw body to /v1/messages through the SDK (no client-side shaping of the body)."""
+def api_message(client: Any, body: dict[str, Any], betas: tuple[str, ...] = ()) -> Any:
+    """POST a raw body to /v1/messages through the SDK (no client-side shaping of the body), with
+    `betas` in the anthropic-beta header."""
     import anthropic
 
-    return client.post("/v1/messages", body=body, cast_to=anthropic.types.Message)
+    options = {"headers": {"anthropic-beta": ",".join(betas)}} if betas else {}
+    return client.post("/v1/messages", body=body, cast_to=anthropic.types.Message, options=options)
 
 
 def refusal(error: Any) -> str:

@@ -13,8 +13,10 @@ import pytest
 
 from ctx_magic.offline import OfflineAPI, offline_client
 from ctx_magic.offline.images import MAX_IMAGE_BYTES, MAX_IMAGES, image_block
+from ctx_magic.offline.invalid import InvalidRequest
 from ctx_magic.offline.server_context import sign_compaction
 from ctx_magic.offline.thinking import sign
+from ctx_magic.offline.validate_messages import check_messages
 
 from .offline_support import MODEL, PYTHON_TOOL, api_message, marked, refusal, user
 
@@ -287,9 +289,6 @@ NEAR_MISSES: dict[str, Callable[[Body], None]] = {
                           _set("messages.4", {"role": "user", "content": [marked("thanks", "5m")]})),
     "a tool result with no content": _set("messages.2.content.0", {"type": "tool_result", "tool_use_id": "toolu_a"}),
     "a prefill without trailing whitespace": _set("messages.4", {"role": "assistant", "content": "The answer is"}),
-    "a paused compaction sent back to a 4.6 model": _both(_set("model", "claude-sonnet-4-6"), _set("messages.4", {
-        "role": "assistant", "content": [{"type": "compaction", "content": "Summary.",
-                                          "signature": sign_compaction("Summary.")}]})),
     "a prefill to Sonnet 4.5": _both(_set("model", "claude-sonnet-4-5"),
                                      _set("messages.4", {"role": "assistant", "content": "The answer is"})),
     "a tool name of 64 characters": _both(_set("tools.0.name", "x" * 64), _set("messages.1.content.1.name", "x" * 64)),
@@ -341,6 +340,38 @@ def test_the_valid_neighbour_of_each_rule_passes(big: anthropic.Anthropic, case:
     body = _base()
     NEAR_MISSES[case](body)
     assert api_message(big, body).id.startswith("msg_offline_")
+
+
+def test_a_compaction_block_sent_back_comes_with_a_compaction_beta(big: anthropic.Anthropic) -> None:
+    """The on-demand page: the beta header goes on every later request that carries the block
+    (a paused server compaction sent back carries its own)."""
+    body = _base()
+    _both(_set("model", "claude-sonnet-4-6"), _set("messages.4", {
+        "role": "assistant", "content": [{"type": "compaction", "content": "Summary.",
+                                          "signature": sign_compaction("Summary.")}]}))(body)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        api_message(big, body)
+    assert refusal(caught.value).startswith("messages.4.content.0: `compaction` blocks require the beta header "
+                                            "'anthropic-beta: compact-2026-09-04'")
+    for beta in ("compact-2026-09-04", "compact-2026-01-12"):
+        assert api_message(big, body, (beta,)).id.startswith("msg_offline_")
+
+
+@pytest.mark.parametrize(("provider", "may_open"), [("anthropic", {"summary", "greeting"}), ("vertex", {"summary"}),
+                                                     ("bedrock", set())])
+def test_which_assistant_message_may_open_a_conversation_depends_on_the_platform(provider: str,
+                                                                                  may_open: set[str]) -> None:
+    """Anthropic's API takes any assistant message first; Vertex, where on-demand compaction runs, the
+    one opening with the API's compaction block; Bedrock a user message only."""
+    firsts = {"summary": {"role": "assistant", "content": [{"type": "compaction", "content": "Summary.",
+                                                            "signature": sign_compaction("Summary.")}]},
+              "greeting": {"role": "assistant", "content": "Hello."}}
+    for name, first in firsts.items():
+        if name in may_open:
+            check_messages([first, user("go on")], MODEL, provider)
+        else:
+            with pytest.raises(InvalidRequest, match="the first message must use the `user` role"):
+                check_messages([first, user("go on")], MODEL, provider)
 
 
 def test_an_image_of_five_megabytes_is_refused_by_its_base64_size(big: anthropic.Anthropic) -> None:
