@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctx_magic.agent.catalog import compacts_on_demand
 from ctx_magic.agent.context_tools import CONTEXT_TOOLS
 from ctx_magic.agent.files import FileTools, file_tools
 from ctx_magic.agent.model import Model, ModelRequest
@@ -28,6 +29,7 @@ from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
 from ctx_magic.context.decide import context_tools_from_start
 from ctx_magic.context.engine import ContextSettings
+from ctx_magic.context.prompts import extract_summary
 from ctx_magic.context.server import COMPACTION_BETA, ON_DEMAND_BETA, ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import is_thinking
@@ -293,7 +295,10 @@ class RequestFrame:
                                 prompt_once=prompt_once)
         betas = [*window.betas, *(server.betas if server is not None else ())]
         if COMPACTION_BETA not in betas and _carries_compaction(request.messages):
-            betas.append(ON_DEMAND_BETA)  # the API's summary sent back: the on-demand page asks for its beta
+            if compacts_on_demand(self.model.name, self.model.provider):
+                betas.append(ON_DEMAND_BETA)  # the API's summary sent back: the on-demand page asks for its beta
+            else:  # another model or platform since the summary: it reads the summary as text
+                request = dataclasses.replace(request, messages=summaries_as_text(request.messages))
         return dataclasses.replace(
             request, purpose=purpose, thinking=thinking_param(window),
             context_management=server.context_management if server is not None else None,
@@ -319,3 +324,33 @@ def _carries_compaction(messages: Sequence[Mapping[str, Any]]) -> bool:
     call may send a note of its own before it)."""
     return any(isinstance(content := message.get("content"), list) and content
                and content[0].get("type") == "compaction" for message in messages)
+
+
+def summaries_as_text(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The messages with each assistant message that holds only the API's compaction blocks (its
+    summary on demand) turned into the summary as text, at the head of the user message after it:
+    what a model or platform that does not take the block reads instead (Bedrock's conversation must
+    open with a user message). A breakpoint on the block stays on its text."""
+    out: list[Mapping[str, Any]] = []
+    carried: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        if message.get("role") == "assistant" and blocks and all(b.get("type") == "compaction" for b in blocks):
+            carried += [_summary_text(b) for b in blocks if b.get("content")]
+            continue
+        if carried and message.get("role") == "user":
+            head = [{"type": "text", "text": content}] if isinstance(content, str) else list(blocks)
+            message, carried = {**message, "content": [*carried, *head]}, []
+        out.append(message)
+    if carried:
+        out.append({"role": "user", "content": carried})
+    return out
+
+
+def _summary_text(block: Mapping[str, Any]) -> dict[str, Any]:
+    content = str(block.get("content"))
+    text: dict[str, Any] = {"type": "text", "text": f"Summary:\n{extract_summary(content) or content}"}
+    if "cache_control" in block:
+        text["cache_control"] = block["cache_control"]
+    return text

@@ -12,6 +12,7 @@ from ctx_magic.agent.catalog import compacts_on_demand
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.on_demand import ON_DEMAND_BETA
+from ctx_magic.agent.request import summaries_as_text
 from ctx_magic.agent.session import open_session
 from ctx_magic.agent.undo import undo_last
 from ctx_magic.context.prompts import extract_summary
@@ -110,6 +111,21 @@ def test_every_request_that_sends_the_apis_summary_back_carries_its_beta(tmp_pat
         for messages in (sent, [user_text("Earlier messages were left out."), *sent]):
             assert ON_DEMAND_BETA in r.session.frame.build(messages, setup, purpose="notes").betas
         assert ON_DEMAND_BETA not in r.session.frame.build(sent[1:], setup).betas
+
+
+def test_a_summary_block_is_read_as_text_where_it_is_not_taken():
+    """At the head of the user message after it, its breakpoint kept; a block with nothing after it
+    becomes a user message of its own; other messages are left as they are."""
+    ttl = {"type": "ephemeral"}
+    block = {"type": "compaction", "content": "<summary>The valve reads 7.</summary>", "signature": "s",
+             "cache_control": ttl}
+    after = [{"role": "assistant", "content": [block]}, {"role": "user", "content": "Go on."},
+             {"role": "assistant", "content": [{"type": "text", "text": "On it."}]}]
+    assert summaries_as_text(after) == [
+        {"role": "user", "content": [{"type": "text", "text": "Summary:\nThe valve reads 7.", "cache_control": ttl},
+                                     {"type": "text", "text": "Go on."}]}, after[2]]
+    assert summaries_as_text(after[:1]) == [{"role": "user", "content": [
+        {"type": "text", "text": "Summary:\nThe valve reads 7.", "cache_control": ttl}]}]
 
 
 def test_a_model_without_it_keeps_the_client_summary(tmp_path):

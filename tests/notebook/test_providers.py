@@ -24,6 +24,7 @@ from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.on_demand import ON_DEMAND_BETA
 from ctx_magic.agent.session import Session, open_session
 from ctx_magic.agent.tools import LocalExecutor
+from ctx_magic.context.prompts import extract_summary
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.notebook.backend import Backend, choose_backend
 from ctx_magic.offline.app import OfflineAPI, OfflineConfig
@@ -147,6 +148,30 @@ def test_on_bedrock_ctx_magic_writes_the_summary_itself(served, tmp_path):
     assert not [q for q in calls if "compaction" in q.body]
     assert len([q for q in calls if q.kind == "compaction"]) == 1
     assert all(q.status == 200 and q.body["messages"][0]["role"] == "user" for q in calls)
+
+
+def test_after_the_apis_summary_a_switch_to_bedrock_sends_the_summary_as_text(served, tmp_path):
+    """The API wrote the summary first-party; on Bedrock, which takes no compaction block and opens
+    a conversation with a user message, the summary goes as text at the head of that message."""
+    api, url, clock = served
+    first = choose_backend({"ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": url}, Settings(max_retries=0))
+    session = _compacted_twice_over(first, tmp_path, clock)
+    block = next(q for q in api.requests if q.status == 200 and "compaction" in (q.body or {}))
+    summary = extract_summary(str(api.requests[api.requests.index(block) + 1].body["messages"][0]["content"][0]
+                                  ["content"]))
+    bedrock = choose_backend({**AWS, "ANTHROPIC_BEDROCK_BASE_URL": url}, Settings(provider="bedrock", max_retries=0))
+    settings = Settings(model="claude-sonnet-5-5", provider="bedrock")
+    session.switch_model(settings, AnthropicModel(bedrock.client, name=settings.model, provider="bedrock",
+                                                  backend=bedrock.name))
+    for n in (3, 4):
+        assert run_turn(session, prompt(n)).error is None
+    calls = [q for q in api.requests if q.provider == "bedrock" and "count-tokens" not in q.path]
+    assert calls and all(q.status == 200 for q in calls)
+    for q in calls:
+        opening = q.body["messages"][0]
+        assert opening["role"] == "user" and opening["content"][0]["text"] == f"Summary:\n{summary}"
+        assert "The summary above covers it" in opening["content"][1]["text"]
+        assert not any(b.get("type") == "compaction" for m in q.body["messages"] for b in m["content"])
 
 
 def test_vertex_needs_a_region_and_google_auth_and_says_so_in_one_line(monkeypatch):
