@@ -172,6 +172,23 @@ class ThinkingRefused(ModelError):
                    "before it changed after it was written.", int(found.group(1)), int(found.group(2)))
 
 
+# "messages.0.content.0: Invalid `signature` in `compaction` block", or one naming its beta: the API
+# refused a compaction block sent back.
+_COMPACTION_BLOCK = re.compile(r"messages\.(\d+)\.content\.(\d+):[^\n]*`?compaction`? block", re.IGNORECASE)
+
+
+class SummaryBlockRefused(ModelError):
+    """The API refused the compaction block it wrote (its summary) when it was sent back: the same
+    request cannot work; the summary can go as text."""
+
+    @classmethod
+    def from_api_message(cls, message: str) -> SummaryBlockRefused | None:
+        """The refusal the API's 400 message describes, or None when it is another error."""
+        if _COMPACTION_BLOCK.search(message) is None:
+            return None
+        return cls(f"The API refused the summary it wrote, sent back: {message}")
+
+
 class ContextFull(CtxMagicError):
     """The context is past the blocking limit and could not be compacted."""
 

@@ -17,6 +17,7 @@ from ctx_magic.errors import (
     ServerError,
     StreamDropped,
     StreamOverloaded,
+    SummaryBlockRefused,
     ThinkingRefused,
     UnknownModel,
     is_prompt_too_long,
@@ -36,7 +37,8 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
             return _midstream(_api_error_type(error), message)
         if is_prompt_too_long(status, message):
             return PromptTooLong.from_api_message(message)
-        refused = ThinkingRefused.from_api_message(message) if status == 400 else None
+        refused = (ThinkingRefused.from_api_message(message) or SummaryBlockRefused.from_api_message(message)
+                   if status == 400 else None)
         if refused is not None:
             return refused
         if status == 413:

@@ -20,6 +20,7 @@ from ctx_magic.agent import compaction
 from ctx_magic.agent.context_tools import search_session
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest, stream_reply
+from ctx_magic.agent.on_demand import summaries_refused
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.session import Session
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
@@ -38,6 +39,7 @@ from ctx_magic.errors import (
     PromptTooLong,
     Remedy,
     RequestTooLarge,
+    SummaryBlockRefused,
     ThinkingRefused,
 )
 from ctx_magic.events import (
@@ -222,6 +224,9 @@ def _loop(session: Session, turn: Turn) -> None:
         try:
             reply = _call(session, frame.model, request)
             replies.learn(reply, prepared.count, setup)
+        except SummaryBlockRefused as error:
+            summaries_refused(frame, live, session.notice, error)
+            continue
         except ThinkingRefused as error:
             refusals += 1
             if refusals > THINKING_REFUSALS_PER_TURN:

@@ -12,6 +12,8 @@ accepts a summary it wrote, so no call of ctx_magic's own is needed and what fol
 valid thinking. Every later request that carries the block carries the beta header too
 (RequestFrame.build).
 
+A summary block the API later refuses goes as text from then on (`summaries_refused`).
+
 When it cannot be had (the conversation does not fit whole, the API refused the parameter or
 the request as too long, the answer held no summary) `summarize` says why (`Unavailable`): the
 caller writes the summary itself, as for a model without it. A refusal (a 4xx other than a
@@ -26,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctx_magic.agent.catalog import compacts_on_demand
+from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.request_body import thinks_up_front
@@ -35,7 +38,14 @@ from ctx_magic.context.autocompact import Split
 from ctx_magic.context.prompts import for_thinking_model
 from ctx_magic.context.server import ON_DEMAND_BETA
 from ctx_magic.context.tokens import Correction, count_context, count_text
-from ctx_magic.errors import ModelError, PromptTooLong, RequestTooLarge, ThinkingRefused, UnknownModel
+from ctx_magic.errors import (
+    ModelError,
+    PromptTooLong,
+    RequestTooLarge,
+    SummaryBlockRefused,
+    ThinkingRefused,
+    UnknownModel,
+)
 from ctx_magic.messages import THINKING_TYPES, Block, Message
 
 NO_CORRECTION = Correction()
@@ -129,6 +139,18 @@ class OnDemand:
         if reply.stop_reason != "compaction" or block.get("type") != "compaction" or not block.get("content"):
             return Unavailable(f"the API's answer held no summary (stop reason {reply.stop_reason})")
         return dict(block)
+
+
+def summaries_refused(frame: RequestFrame, live: LiveContext, notice: Callable[[str, str], None],
+                      error: SummaryBlockRefused) -> None:
+    """The API refused a summary it wrote, sent back (a signature it no longer verifies, a beta it
+    wants): it goes as text from now on, said in one line, and in an append-only conversation the
+    thinking after it leaves (its prefix changed). Raised again when it already went as text."""
+    if not frame.refuse_summary_blocks():
+        raise error
+    notice(f"{error} It goes as text from now on.", "warning")
+    if frame.window.append_only:
+        live.drop_thinking("prefix-check")
 
 
 def _continues_unthought(request: ModelRequest) -> bool:

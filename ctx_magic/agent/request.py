@@ -147,6 +147,7 @@ class RequestFrame:
         """In an append-only conversation, the system prompt and tool specs its first main call went
         out with: every later request sends them unchanged (a thinking block is checked against
         them), until a compaction of ctx_magic's replaces everything before it."""
+        self._summary_blocks = True  # False once the API refused its own summary block sent back
         self._turns = TurnCache()
         self._setups: dict[bool, tuple[tuple[Any, ...], CallSetup]] = {}
         """The last setup worked out with and without the context tools, with what it stood on."""
@@ -293,16 +294,16 @@ class RequestFrame:
                                 cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
                                 turns=self._turns if purpose == "main" else None,  # side calls: other threads
                                 prompt_once=prompt_once)
-        betas = [*window.betas, *(server.betas if server is not None else ())]
-        if COMPACTION_BETA not in betas and _carries_compaction(request.messages):
-            if compacts_on_demand(self.model.name, self.model.provider):
-                betas.append(ON_DEMAND_BETA)  # the API's summary sent back: the on-demand page asks for its beta
-            else:  # another model or platform since the summary: it reads the summary as text
-                request = dataclasses.replace(request, messages=summaries_as_text(request.messages))
-        return dataclasses.replace(
-            request, purpose=purpose, thinking=thinking_param(window),
-            context_management=server.context_management if server is not None else None,
-            betas=tuple(dict.fromkeys(betas)))
+        takes = self._summary_blocks and compacts_on_demand(self.model.name, self.model.provider)
+        request, betas = with_summaries(request, [*window.betas, *(server.betas if server is not None else ())], takes)
+        return dataclasses.replace(request, purpose=purpose, thinking=thinking_param(window), betas=betas,
+                                   context_management=server.context_management if server is not None else None)
+
+    def refuse_summary_blocks(self) -> bool:
+        """The API refused a compaction block of its own sent back: from now on its summaries go as
+        text (`with_summaries`). False when they already did."""
+        refused_before, self._summary_blocks = not self._summary_blocks, False
+        return not refused_before
 
     def sent(self, messages: Sequence[Message], setup: CallSetup) -> bool:
         """A main call went out with `messages` and `setup`'s system prompt and tools: the cache
@@ -317,6 +318,17 @@ class RequestFrame:
                 if known is setup:  # bound to what it sends already: still the setup to use
                     self._setups[offered] = (*key[:6], self.bound, *key[7:]), setup
         return changed
+
+
+def with_summaries(request: ModelRequest, betas: Sequence[str], takes: bool) -> tuple[ModelRequest, tuple[str, ...]]:
+    """The request as it sends the API's summaries (compaction blocks) back, and its betas: with the
+    on-demand beta (the page asks for it on every later request) where the model and platform take
+    the block, else with each summary as text. The server's compaction beta covers its own blocks."""
+    if COMPACTION_BETA in betas or not _carries_compaction(request.messages):
+        return request, tuple(dict.fromkeys(betas))
+    if takes:
+        return request, tuple(dict.fromkeys([*betas, ON_DEMAND_BETA]))
+    return dataclasses.replace(request, messages=summaries_as_text(request.messages)), tuple(dict.fromkeys(betas))
 
 
 def _carries_compaction(messages: Sequence[Mapping[str, Any]]) -> bool:

@@ -128,6 +128,36 @@ def test_a_summary_block_is_read_as_text_where_it_is_not_taken():
         {"type": "text", "text": "Summary:\nThe valve reads 7.", "cache_control": ttl}]}]
 
 
+def test_a_summary_the_api_no_longer_takes_goes_as_text_and_the_session_goes_on(tmp_path):
+    """The transcript's copy of the API's block was altered (a hand edit, a bad disk): the resumed
+    session's first request is refused once, one line says so, the summary goes as text from then
+    on, the thinking after it leaves, and every later request is accepted."""
+    events: list = []
+    with rig(tmp_path, window=60_000, config=DEFAULTS) as r:
+        assert run_turn(r.session, talk(0)).error is None
+        manual_compact(r.session)
+        assert run_turn(r.session, talk(1)).error is None  # thinking written after the block
+        signature = next(m for m in r.session.live.messages if m.sent).content[0]["signature"]
+        altered = signature[:10] + ("B" if signature[10] != "B" else "C") + signature[11:]
+        path = r.session.store.transcript_path
+        path.write_text(path.read_text().replace(signature, altered))
+        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
+                                         DEFAULTS, session_id=r.session.session_id, resume=True, root=tmp_path,
+                                         clock=r.clock)
+        resumed.listeners.append(events.append)
+        r.api.reset()
+        results = [run_turn(resumed, talk(n)) for n in (2, 3)]
+    assert problems == [] and [x.error for x in results] == [None, None]
+    said = [e.text for e in events if isinstance(e, Notice) and "refused the summary it wrote" in e.text]
+    assert len(said) == 1 and "Invalid `signature` in `compaction` block" in said[0]
+    made = calls(r.api)
+    assert [q.status for q in made].count(400) == 1 and made[0].status == 400
+    assert all(q.status == 200 and not q.thinking_mismatches for q in made[1:])
+    opening = made[1].body["messages"][0]
+    assert opening["role"] == "user" and opening["content"][0]["text"].startswith("Summary:\n")
+    assert not any(b.get("type") == "compaction" for q in made[1:] for m in q.body["messages"] for b in m["content"])
+
+
 def test_a_model_without_it_keeps_the_client_summary(tmp_path):
     with rig(tmp_path, window=20_000, model=CLIENT_SUMMARY) as r:
         turns = 0
