@@ -29,6 +29,7 @@ from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
 from ctx_magic.context.decide import context_tools_from_start
 from ctx_magic.context.engine import ContextSettings
+from ctx_magic.context.invariants import opens_with_compaction
 from ctx_magic.context.prompts import extract_summary
 from ctx_magic.context.server import COMPACTION_BETA, ON_DEMAND_BETA, ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
@@ -295,7 +296,8 @@ class RequestFrame:
                                 turns=self._turns if purpose == "main" else None,  # side calls: other threads
                                 prompt_once=prompt_once)
         takes = self._summary_blocks and compacts_on_demand(self.model.name, self.model.provider)
-        request, betas = with_summaries(request, [*window.betas, *(server.betas if server is not None else ())], takes)
+        request, betas = with_summaries(request, [*window.betas, *(server.betas if server is not None else ())],
+                                        carries=any(opens_with_compaction(m) for m in messages if m.sent), takes=takes)
         return dataclasses.replace(request, purpose=purpose, thinking=thinking_param(window), betas=betas,
                                    context_management=server.context_management if server is not None else None)
 
@@ -320,22 +322,17 @@ class RequestFrame:
         return changed
 
 
-def with_summaries(request: ModelRequest, betas: Sequence[str], takes: bool) -> tuple[ModelRequest, tuple[str, ...]]:
-    """The request as it sends the API's summaries (compaction blocks) back, and its betas: with the
-    on-demand beta (the page asks for it on every later request) where the model and platform take
-    the block, else with each summary as text. The server's compaction beta covers its own blocks."""
-    if COMPACTION_BETA in betas or not _carries_compaction(request.messages):
+def with_summaries(request: ModelRequest, betas: Sequence[str], *, carries: bool,
+                   takes: bool) -> tuple[ModelRequest, tuple[str, ...]]:
+    """The request as it sends the API's summaries (compaction blocks, which it `carries`) back, and
+    its betas: with the on-demand beta (the page asks for it on every later request) where the model
+    and platform take the block, else with each summary as text. The server's compaction beta covers
+    its own blocks."""
+    if COMPACTION_BETA in betas or not carries:
         return request, tuple(dict.fromkeys(betas))
     if takes:
         return request, tuple(dict.fromkeys([*betas, ON_DEMAND_BETA]))
     return dataclasses.replace(request, messages=summaries_as_text(request.messages)), tuple(dict.fromkeys(betas))
-
-
-def _carries_compaction(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether a request sends a compaction block back (the API's summary opens its message; a side
-    call may send a note of its own before it)."""
-    return any(isinstance(content := message.get("content"), list) and content
-               and content[0].get("type") == "compaction" for message in messages)
 
 
 def summaries_as_text(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
