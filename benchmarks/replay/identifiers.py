@@ -128,22 +128,14 @@ def request_strings(request: Mapping[str, Any]) -> str:
     return "\n\x00\n".join(parts)
 
 
-def kept(uses: Sequence[str], request: Mapping[str, Any]) -> int:
-    """How many of `uses` the request holds."""
-    if not uses:
-        return 0
-    text = request_strings(request)
-    return sum(u in text for u in uses)
-
-
 NEVER_SHOWN, COMPACTED, EDITED, NOT_SERVED = "never shown", "compacted away", "edited away", "not served"
 LOSSES = (NEVER_SHOWN, COMPACTED, EDITED, NOT_SERVED)
 
 
-def opening(request: Mapping[str, Any]) -> str:
-    """What a request's first message says: a compaction replaces it, an edit to later messages does not."""
+def opening(request: Mapping[str, Any]) -> Any:
+    """What a request's first message holds: a compaction replaces it, an edit to later messages does not."""
     messages = request.get("messages") or [{}]
-    return json.dumps(messages[0].get("content"), sort_keys=True)
+    return messages[0].get("content")
 
 
 class Sightings:
@@ -151,7 +143,7 @@ class Sightings:
     request no longer held went (`lost`: counts by NEVER_SHOWN, COMPACTED, EDITED)."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []  # (opening, everything it says) per main request
+        self.sent: list[tuple[Any, str]] = []  # (opening, everything it says) per main request
         self.lost: Counter[str] = Counter()
 
     def kept(self, uses: Sequence[str], request: Mapping[str, Any]) -> int:

@@ -116,17 +116,21 @@ def fidelity(replay: Replay, request: Mapping[str, Any] | None) -> tuple[int, in
     return sum(t in sent for t in users), len(users), sum(t in sent for t in tail), len(tail)
 
 
+def _unserved(policy: ScriptedPolicy, replay: Replay) -> int:
+    """The pairs of the recorded actions a run never got to (an overflow came first)."""
+    return sum(len(u) for u in action_uses(replay)[len(policy.identifiers):])
+
+
 def identifiers_of(policy: ScriptedPolicy, replay: Replay) -> tuple[int, int]:
     """(kept, used) over every recorded action: those never served (an overflow) keep none."""
     kept = sum(k for k, _ in policy.identifiers[:replay.steps])
     used = sum(u for _, u in policy.identifiers[:replay.steps])
-    return kept, used + sum(len(u) for u in action_uses(replay)[len(policy.identifiers):])
+    return kept, used + _unserved(policy, replay)
 
 
 def identifiers_lost(policy: ScriptedPolicy, replay: Replay) -> Counter[str]:
     """The pairs not kept, by where they went: those of actions never served are NOT_SERVED."""
-    unserved = sum(len(u) for u in action_uses(replay)[len(policy.identifiers):])
-    return policy.sightings.lost + Counter({NOT_SERVED: unserved})
+    return policy.sightings.lost + Counter({NOT_SERVED: _unserved(policy, replay)})
 
 
 def run_one(name: str, replay: Replay, window: int, sizes: ReplySizes = STAND_IN, *,

@@ -45,7 +45,6 @@ from benchmarks.replay.identifiers import (  # noqa: E402
     NOT_SERVED,
     Sightings,
     identifiers,
-    kept,
     uses_by_action,
 )
 from benchmarks.replay.results import REFERENCE, RunResult, floor_of, reference_run, run_one  # noqa: E402
@@ -466,7 +465,7 @@ def test_an_action_uses_the_paths_names_and_error_lines_earlier_results_taught()
     request = {"system": [{"type": "text", "text": "x"}],
                "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                           "content": "src/app/models.py"}]}]}
-    assert kept(uses[2], request) == 1
+    assert Sightings().kept(uses[2], request) == 1
 
 
 def _sent(opening: str, *later: str) -> dict[str, Any]:
