@@ -186,7 +186,7 @@ class SummaryBlockRefused(ModelError):
         """The refusal the API's 400 message describes, or None when it is another error."""
         if _COMPACTION_BLOCK.search(message) is None:
             return None
-        return cls(f"The API refused the summary it wrote, sent back: {message}")
+        return cls(f"The API refused the summary it wrote, sent back ({message.strip().rstrip('.')}).")
 
 
 class ContextFull(CtxMagicError):

@@ -63,6 +63,8 @@ class ModelLimits:
     """What thinking 'off' sends to a model that thinks when a request has no `thinking`: the type
     that turns it down ('disabled', or 'between_tools' where that is the least it takes), ALWAYS_THINKS
     where nothing does; '' for a model that thinks only when asked."""
+    budget_deprecated: bool = False
+    """The model takes a thinking budget ('enabled') only as deprecated: 'adaptive' is recommended."""
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,14 @@ class ModelSpec:
     compaction page lists the model."""
     thinking_off: str = ""
     """What thinking 'off' sends to a model that thinks unasked (ModelLimits.thinking_off)."""
+    budget_deprecated: bool = False
+    """A thinking budget is deprecated on the model (ModelLimits.budget_deprecated)."""
 
     def limits(self) -> ModelLimits:
         return ModelLimits(self.window, self.max_output, "table", thinking_types=self.thinking,
                            long_window=self.long_window, long_context_beta=self.long_context_beta,
-                           context_edits=self.edits, prefix_check=self.prefix_check, thinking_off=self.thinking_off)
+                           context_edits=self.edits, prefix_check=self.prefix_check, thinking_off=self.thinking_off,
+                           budget_deprecated=self.budget_deprecated)
 
 
 _M = ONE_MILLION
@@ -88,8 +91,9 @@ MODEL_TABLE: tuple[ModelSpec, ...] = (
     ModelSpec("claude-haiku-5", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION),
     ModelSpec("claude-opus-4-8", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
     ModelSpec("claude-opus-4-7", _M, 128_000, ADAPTIVE, EDITS_AND_COMPACTION, on_demand=True),
-    ModelSpec("claude-opus-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION, on_demand=True),
-    ModelSpec("claude-sonnet-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION, on_demand=True),
+    # a thinking budget is deprecated on the 4.6 models, adaptive thinking recommended
+    ModelSpec("claude-opus-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION, on_demand=True, budget_deprecated=True),
+    ModelSpec("claude-sonnet-4-6", _M, 128_000, BOTH, EDITS_AND_COMPACTION, on_demand=True, budget_deprecated=True),
     ModelSpec("claude-opus-4-5", STANDARD_WINDOW, 64_000, BUDGET, bedrock_id="anthropic.claude-opus-4-5-20251101-v1:0",
               vertex_id="claude-opus-4-5@20251101"),
     ModelSpec("claude-opus-4-1", STANDARD_WINDOW, 32_000, BUDGET, bedrock_id="anthropic.claude-opus-4-1-20250805-v1:0",

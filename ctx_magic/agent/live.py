@@ -88,9 +88,10 @@ class LiveContext:
         self.adopt(messages, state, events)
         return [i for e in events if isinstance(e, Cleared) for i in e.replacements], unknown
 
-    def drop_thinking(self, trigger: str) -> ThinkingCleared | None:
-        """Every thinking block leaves the live context (a compaction gave everything a new prefix)."""
-        messages, event = drop_thinking_from(self.messages, 0, trigger)
+    def drop_thinking(self, trigger: str, start: int = 0) -> ThinkingCleared | None:
+        """Every thinking block from `start` on leaves the live context (by default all: a compaction
+        gave everything a new prefix)."""
+        messages, event = drop_thinking_from(self.messages, start, trigger)
         if event is not None:
             self.adopt(messages, self.state, [event])
         return event

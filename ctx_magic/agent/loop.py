@@ -20,16 +20,16 @@ from ctx_magic.agent import compaction
 from ctx_magic.agent.context_tools import search_session
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest, stream_reply
-from ctx_magic.agent.on_demand import summaries_refused
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.session import Session
+from ctx_magic.agent.summaries_back import summaries_refused
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
 from ctx_magic.agent.usage import COMPACTION_USAGE_META
 from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_prompt, prompt_limit_tokens
 from ctx_magic.context.engine import Prepared
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.context.reactive import persist_oversized, strip_images
-from ctx_magic.context.thinking import drop_refused_thinking, keep_valid_thinking
+from ctx_magic.context.thinking import PREFIX_META, drop_refused_thinking, keep_valid_thinking
 from ctx_magic.context.tokens import OVERHEAD_META
 from ctx_magic.errors import (
     CompactionFailed,
@@ -225,7 +225,7 @@ def _loop(session: Session, turn: Turn) -> None:
             reply = _call(session, frame.model, request)
             replies.learn(reply, prepared.count, setup)
         except SummaryBlockRefused as error:
-            summaries_refused(frame, live, session.notice, error)
+            summaries_refused(frame.summaries, session.notice, error)
             continue
         except ThinkingRefused as error:
             refusals += 1
@@ -266,7 +266,7 @@ def _loop(session: Session, turn: Turn) -> None:
                            Remedy.RUN_AGAIN)
             return
         result.record_tool_calls(len(reply.tool_uses))
-        meta = {**written_by(frame.model), OVERHEAD_META: setup.overhead_tokens}
+        meta = {**written_by(frame.model), OVERHEAD_META: setup.overhead_tokens, PREFIX_META: setup.signature}
         if reply.compaction_usage:
             meta[COMPACTION_USAGE_META] = [part.to_json() for part in reply.compaction_usage]
         answer = Message("assistant", reply.content, timestamp=session.clock(), api_id=reply.api_id,

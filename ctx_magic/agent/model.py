@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,6 +18,17 @@ from ctx_magic.agent.catalog import provider_model_id, table_limits
 from ctx_magic.errors import ModelError, StreamDropped, UnknownModel
 from ctx_magic.messages import Block, Usage, usable_content
 from ctx_magic.settings import CONTEXT_EDITS, DEFAULTS, ModelLimits
+
+
+def quiet_sdk_advice() -> None:
+    """The SDK warns, pointing at ctx_magic's own call, where a model takes a thinking budget only
+    as deprecated: ctx_magic says it itself, once, in one line (RequestFrame.take_advice). Done on
+    import; idempotent."""
+    warnings.filterwarnings("ignore", message=r"Using Claude with \S+ and 'thinking\.type=enabled' is deprecated",
+                            category=UserWarning, module=r"ctx_magic\.")
+
+
+quiet_sdk_advice()
 
 STREAM_ATTEMPTS = 3  # a reply that broke off mid-stream is asked for again, twice at most
 STREAM_BACKOFF_SECONDS = 0.5  # the SDK's first retry wait, doubled at each retry after an overload
@@ -192,7 +204,8 @@ class AnthropicModel:
         thinking, edits = _capabilities(getattr(info, "capabilities", None), table)
         return ModelLimits(int(window), int(max_output), "models-api", thinking_types=thinking,
                            long_window=table.long_window, long_context_beta=table.long_context_beta,
-                           context_edits=edits, prefix_check=table.prefix_check, thinking_off=table.thinking_off)
+                           context_edits=edits, prefix_check=table.prefix_check, thinking_off=table.thinking_off,
+                           budget_deprecated=table.budget_deprecated)
 
     def stream(self, request: ModelRequest, on_text: Callable[[str], None] | None = None, *,
                on_thinking: Callable[[str], None] | None = None) -> ModelReply:

@@ -12,7 +12,7 @@ accepts a summary it wrote, so no call of ctx_magic's own is needed and what fol
 valid thinking. Every later request that carries the block carries the beta header too
 (RequestFrame.build).
 
-A summary block the API later refuses goes as text from then on (`summaries_refused`).
+A summary block the API later refuses goes as text from then on (summaries_back.summaries_refused).
 
 When it cannot be had (the conversation does not fit whole, the API refused the parameter or
 the request as too long, the answer held no summary) `summarize` says why (`Unavailable`): the
@@ -28,11 +28,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctx_magic.agent.catalog import compacts_on_demand
-from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.request_body import thinks_up_front
 from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
+from ctx_magic.agent.summaries_back import summaries_refused
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.autocompact import Split
 from ctx_magic.context.prompts import for_thinking_model
@@ -129,6 +129,9 @@ class OnDemand:
             reply = stream_reply(self._frame.model, request, sleep=self._sleep)
         except (PromptTooLong, ThinkingRefused) as error:  # the client's summary has its own way through both
             return Unavailable(str(error))
+        except SummaryBlockRefused as error:  # an earlier summary of the API's: it goes as text, ctx_magic's own next
+            summaries_refused(self._frame.summaries, self._notice, error)
+            return Unavailable(str(error))
         except ModelError as error:
             if type(error) is ModelError or isinstance(error, REFUSALS):
                 self.refusal = str(error)
@@ -139,18 +142,6 @@ class OnDemand:
         if reply.stop_reason != "compaction" or block.get("type") != "compaction" or not block.get("content"):
             return Unavailable(f"the API's answer held no summary (stop reason {reply.stop_reason})")
         return dict(block)
-
-
-def summaries_refused(frame: RequestFrame, live: LiveContext, notice: Callable[[str, str], None],
-                      error: SummaryBlockRefused) -> None:
-    """The API refused a summary it wrote, sent back (a signature it no longer verifies, a beta it
-    wants): it goes as text from now on, said in one line, and in an append-only conversation the
-    thinking after it leaves (its prefix changed). Raised again when it already went as text."""
-    if not frame.refuse_summary_blocks():
-        raise error
-    notice(f"{error} It goes as text from now on.", "warning")
-    if frame.window.append_only:
-        live.drop_thinking("prefix-check")
 
 
 def _continues_unthought(request: ModelRequest) -> bool:

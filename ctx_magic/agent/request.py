@@ -24,14 +24,14 @@ from ctx_magic.agent.context_tools import CONTEXT_TOOLS
 from ctx_magic.agent.files import FileTools, file_tools
 from ctx_magic.agent.model import Model, ModelRequest
 from ctx_magic.agent.request_body import TurnCache, build_request, thinking_param
+from ctx_magic.agent.summaries_back import SummaryBlocks, with_summaries
 from ctx_magic.agent.tools import Executor, ToolRegistry
 from ctx_magic.context.api_count import request_tokens
 from ctx_magic.context.composition import compose
 from ctx_magic.context.decide import context_tools_from_start
 from ctx_magic.context.engine import ContextSettings
 from ctx_magic.context.invariants import opens_with_compaction
-from ctx_magic.context.prompts import extract_summary
-from ctx_magic.context.server import COMPACTION_BETA, ON_DEMAND_BETA, ServerPlan, server_plan
+from ctx_magic.context.server import ServerPlan, server_plan
 from ctx_magic.context.state import ContextState
 from ctx_magic.context.thinking import is_thinking
 from ctx_magic.context.thresholds import ENV_AUTOCOMPACT_PCT
@@ -40,7 +40,7 @@ from ctx_magic.events import Cleared, Compacted, Event, ServerCompacted, ServerE
 from ctx_magic.figures import Composition
 from ctx_magic.messages import Message
 from ctx_magic.prices import Prices, model_prices
-from ctx_magic.settings import Settings, Window
+from ctx_magic.settings import ModelLimits, Settings, Window
 from ctx_magic.store.session import SessionDir
 
 
@@ -136,19 +136,17 @@ class RequestFrame:
         self.cached_tail: str | None = None
         """The last message the previous main call sent: the cache holds the prefix ending there."""
         self.context_tools = False
-        """Whether requests offer the context tools (compact, snip, search_transcript). Not until
-        something was first taken out of the live context: before that they have nothing to act
-        on or find, and their definitions in every request cost a session that never nears its
-        threshold up to 5 % of its bill (the replay benchmark, at 200,000). Once offered they
-        stay, so the cached prefix keeps them."""
+        """Whether requests offer the context tools (compact, snip, search_transcript): once something
+        left the live context (before, they cost a session that never nears its threshold up to 5 %
+        of its bill: the replay, at 200,000), and from then on, so the cached prefix keeps them."""
         self.sent_signature: str | None = None
         """The system prompt and tools of the last main call (`CallSetup.signature`); kept across
         a resume, so the first call after it knows whether they changed since."""
         self.bound: tuple[str, tuple[dict[str, Any], ...]] | None = None
-        """In an append-only conversation, the system prompt and tool specs its first main call went
-        out with: every later request sends them unchanged (a thinking block is checked against
-        them), until a compaction of ctx_magic's replaces everything before it."""
-        self._summary_blocks = True  # False once the API refused its own summary block sent back
+        """Append-only, the system prompt and tools of the first main call: every later request sends
+        them (thinking is checked against them) until a compaction of ctx_magic's replaces all before."""
+        self.summaries = SummaryBlocks()
+        self._advice = ""  # a word on the settings in force, said at the next main call
         self._turns = TurnCache()
         self._setups: dict[bool, tuple[tuple[Any, ...], CallSetup]] = {}
         """The last setup worked out with and without the context tools, with what it stood on."""
@@ -171,8 +169,15 @@ class RequestFrame:
     def window(self) -> Window:
         """The window and reply cap in force, resolved once from the settings and the model."""
         if self._window is None:
-            self._window = self.settings.resolve(self.model.limits())
+            limits = self.model.limits()
+            self._window = self.settings.resolve(limits)
+            self._advice = budget_advice(self._window, limits, self.model.name)
         return self._window
+
+    def take_advice(self) -> str:
+        """What the settings in force deserve a word on (once per change of them), else ''."""
+        advice, self._advice = self._advice, ""
+        return advice
 
     def system_prompt(self) -> str:
         return self._base_prompt + (f"\n\n{self.memory_section}" if self.memory_section else "")
@@ -257,7 +262,7 @@ class RequestFrame:
         """What state.json keeps of the frame: the memory section, the cache's tail and signature,
         and the prefix an append-only conversation is bound to."""
         return {"system_extra": self.memory_section, "cached_tail": self.cached_tail,
-                "sent_signature": self.sent_signature,
+                "sent_signature": self.sent_signature, "summary_blocks_refused": not self.summaries.taken,
                 "bound_frame": {"system": self.bound[0], "tools": list(self.bound[1])} if self.bound else None}
 
     def restore(self, saved: Mapping[str, Any], *, cut: bool) -> None:
@@ -265,6 +270,7 @@ class RequestFrame:
         before (a change of tools since is seen as one), and the context tools once the context was `cut`."""
         self.set_memory_section(str(saved.get("system_extra") or ""))
         self.cached_tail, self.sent_signature = saved.get("cached_tail"), saved.get("sent_signature")
+        self.summaries = SummaryBlocks(taken=saved.get("summary_blocks_refused") is not True)
         bound = saved.get("bound_frame")
         if isinstance(bound, dict) and isinstance(bound.get("system"), str) and isinstance(bound.get("tools"), list):
             self.bound = bound["system"], tuple(bound["tools"])  # what the thinking so far was written after
@@ -295,17 +301,11 @@ class RequestFrame:
                                 cache_ttl=setup.settings.cache_ttl, cached_tail=self.cached_tail,
                                 turns=self._turns if purpose == "main" else None,  # side calls: other threads
                                 prompt_once=prompt_once)
-        takes = self._summary_blocks and compacts_on_demand(self.model.name, self.model.provider)
+        takes = self.summaries.taken and compacts_on_demand(self.model.name, self.model.provider)
         request, betas = with_summaries(request, [*window.betas, *(server.betas if server is not None else ())],
                                         carries=any(opens_with_compaction(m) for m in messages if m.sent), takes=takes)
         return dataclasses.replace(request, purpose=purpose, thinking=thinking_param(window), betas=betas,
                                    context_management=server.context_management if server is not None else None)
-
-    def refuse_summary_blocks(self) -> bool:
-        """The API refused a compaction block of its own sent back: from now on its summaries go as
-        text (`with_summaries`). False when they already did."""
-        refused_before, self._summary_blocks = not self._summary_blocks, False
-        return not refused_before
 
     def sent(self, messages: Sequence[Message], setup: CallSetup) -> bool:
         """A main call went out with `messages` and `setup`'s system prompt and tools: the cache
@@ -322,44 +322,9 @@ class RequestFrame:
         return changed
 
 
-def with_summaries(request: ModelRequest, betas: Sequence[str], *, carries: bool,
-                   takes: bool) -> tuple[ModelRequest, tuple[str, ...]]:
-    """The request as it sends the API's summaries (compaction blocks, which it `carries`) back, and
-    its betas: with the on-demand beta (the page asks for it on every later request) where the model
-    and platform take the block, else with each summary as text. The server's compaction beta covers
-    its own blocks."""
-    if COMPACTION_BETA in betas or not carries:
-        return request, tuple(dict.fromkeys(betas))
-    if takes:
-        return request, tuple(dict.fromkeys([*betas, ON_DEMAND_BETA]))
-    return dataclasses.replace(request, messages=summaries_as_text(request.messages)), tuple(dict.fromkeys(betas))
-
-
-def summaries_as_text(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The messages with each assistant message that holds only the API's compaction blocks (its
-    summary on demand) turned into the summary as text, at the head of the user message after it:
-    what a model or platform that does not take the block reads instead (Bedrock's conversation must
-    open with a user message). A breakpoint on the block stays on its text."""
-    out: list[Mapping[str, Any]] = []
-    carried: list[dict[str, Any]] = []
-    for message in messages:
-        content = message.get("content")
-        blocks = content if isinstance(content, list) else []
-        if message.get("role") == "assistant" and blocks and all(b.get("type") == "compaction" for b in blocks):
-            carried += [_summary_text(b) for b in blocks if b.get("content")]
-            continue
-        if carried and message.get("role") == "user":
-            head = [{"type": "text", "text": content}] if isinstance(content, str) else list(blocks)
-            message, carried = {**message, "content": [*carried, *head]}, []
-        out.append(message)
-    if carried:
-        out.append({"role": "user", "content": carried})
-    return out
-
-
-def _summary_text(block: Mapping[str, Any]) -> dict[str, Any]:
-    content = str(block.get("content"))
-    text: dict[str, Any] = {"type": "text", "text": f"Summary:\n{extract_summary(content) or content}"}
-    if "cache_control" in block:
-        text["cache_control"] = block["cache_control"]
-    return text
+def budget_advice(window: Window, limits: ModelLimits, model: str) -> str:
+    """The line a thinking budget deserves where the model takes it only as deprecated, else ''."""
+    if window.thinking != "enabled" or not limits.budget_deprecated:
+        return ""
+    return f"A thinking budget (CtxMagic.thinking = 'enabled') is deprecated on {model}: Anthropic recommends " \
+           "'adaptive' for it."

@@ -40,6 +40,7 @@ from ctx_magic.context.invariants import close_dangling_tool_uses
 from ctx_magic.context.notes import WAIT_FOR_EXTRACTION_SECONDS
 from ctx_magic.context.resume import compactions, fold_transcript
 from ctx_magic.context.state import ContextState
+from ctx_magic.context.thinking import first_written_after_another_prefix
 from ctx_magic.context.undo import points_from_transcript
 from ctx_magic.errors import CtxMagicError, Remedy
 from ctx_magic.events import Compacted, Event, Notice, ServerCompacted, ThinkingCleared, notify
@@ -78,7 +79,7 @@ class Session:
         """The conversation the next request carries, and the engine's work on it."""
         self._status = StatusReader(self.frame, self.live, self.meter, store)
         self.compaction = CompactionState()
-        self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
+        self.side_calls = SideCalls(self.frame, self.live, self.meter, store, self.notice, clock=clock, sleep=sleep)
         self.on_demand = OnDemand(self.frame, self.meter, self.notice, sleep=sleep)
         """Summaries the API writes, where the model and provider take it."""
         self.plugins = Plugins()
@@ -98,7 +99,11 @@ class Session:
 
     def request(self, setup: CallSetup) -> ModelRequest:
         """The main call's request: the live context, with the server's edits under the 'server'
-        strategy."""
+        strategy, without thinking the model would find invalid (`drop_void_thinking`); a word on the
+        settings in force is said first."""
+        drop_void_thinking(self.frame, self.live, setup)
+        if advice := self.frame.take_advice():
+            self.notice(advice)
         messages = self.live.messages
         return self.frame.build(messages, setup, server=setup.server_plan(messages))
 
@@ -264,3 +269,15 @@ def open_session(model: Model, executor: Executor, storage: Path, settings: Sett
     session.store.claim()
     problems = session.resume() if resume else []
     return session, problems
+
+
+def drop_void_thinking(frame: RequestFrame, live: LiveContext, setup: CallSetup) -> None:
+    """Thinking the model would find invalid leaves the live context before a main call: after a
+    summary block the API refused since the last one (append-only), or, on a model that checks the
+    prefix, from the first answer written after another system prompt or other tools than `setup`'s."""
+    if frame.summaries.take_voided() and setup.window.append_only:
+        live.drop_thinking("prefix-check")
+    elif setup.window.append_only or frame.model.limits().prefix_check:
+        start = first_written_after_another_prefix(live.messages, setup.signature)
+        if start is not None:
+            live.drop_thinking("tools", start)

@@ -38,6 +38,7 @@ from ctx_magic.messages import Block, Message, text_block
 THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 KEEP_THINKING_TURNS = 1  # Claude Code: after an idle gap, only the last thinking turn is kept
 THINKING_OMITTED = "[earlier reasoning omitted]"  # stands in for an answer that was only thinking
+PREFIX_META = "prefix"  # an answer's meta: the system prompt and tools it was written after (CallSetup.signature)
 
 
 def is_thinking(block: Block) -> bool:
@@ -46,6 +47,14 @@ def is_thinking(block: Block) -> bool:
 
 def has_thinking(message: Message) -> bool:
     return message.role == "assistant" and any(is_thinking(b) for b in message.content)
+
+
+def first_written_after_another_prefix(messages: Sequence[Message], signature: str) -> int | None:
+    """Where the first answer with thinking written after another system prompt or other tools than
+    `signature` is (a model that checks the prefix refuses its thinking, and all after it); None
+    when there is none (an answer stored before the mark was kept counts as written after these)."""
+    return next((i for i, m in enumerate(messages)
+                 if m.sent and has_thinking(m) and m.meta.get(PREFIX_META, signature) != signature), None)
 
 
 def without_thinking(message: Message) -> Message:

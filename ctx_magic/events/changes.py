@@ -177,7 +177,7 @@ class ThinkingCleared(Event):
 
     name: ClassVar[str] = "thinking_cleared"
     durable: ClassVar[bool] = True
-    trigger: str  # idle | model-switch | edit | images | compaction | prefix-check
+    trigger: str  # idle | model-switch | edit | images | compaction | prefix-check | tools
     message_uuids: tuple[str, ...]
     blocks: int
     tokens_freed: int

@@ -75,6 +75,7 @@ THINKING_CLEARED_WHY = {
     "idle": "after an idle gap",
     "model-switch": "that the new model cannot take",
     "edit": "that followed an edit of the conversation (the model checks what came before each one)",
+    "tools": "written before the tools or the system prompt changed (the model checks what came before each one)",
     "compaction": "that the compaction left without what came before them (the model checks it)",
     "images": "written before older images were left out of each request (at most 100 are sent; the model "
               "checks what came before each block)",

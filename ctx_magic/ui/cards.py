@@ -28,7 +28,8 @@ CLEARED_WHY = {"idle": "after an idle gap (the prompt cache had expired, so clea
                "server": "by the API's own context editing, in this request (the server strategy)",
                "thinking-idle": "after an idle gap: only the last thinking turn is kept once the cache has expired",
                "thinking-model-switch": "the new model cannot take another model's thinking blocks",
-               "thinking-prefix-check": "the API refused them: the conversation before them had changed"}
+               "thinking-prefix-check": "the API refused them: the conversation before them had changed",
+               "thinking-tools": "written before the tools or the system prompt changed, which the model checks"}
 
 
 def count(n: int, one: str, many: str | None = None) -> str:

@@ -279,3 +279,31 @@ def test_images_left_out_past_the_limit_drop_the_thinking_after_them_in_one_line
                if b.get("type") == "image") == 85  # 105 less the 20 oldest
     assert thinking_sent_back(r.api.requests[-1:]) > 0
     assert thinking_prefix_problems(r.api.requests) == [] and accepted(r.api.requests)
+
+
+def test_forced_off_and_back_a_change_of_tools_drops_the_thinking_before_the_request(tmp_path):
+    """A snip in an append-only conversation, then `CtxMagic.append_only = 'off'`: the cut brings the
+    context tools in, which voids every thinking block written before; they leave before the
+    request, said in one line, and it is accepted. Forced back on, the conversation goes back to the
+    tools it was bound to: the same again."""
+    import dataclasses
+
+    events: list = []
+    with rig(tmp_path, window=200_000, config=DEFAULTS) as r:
+        r.session.listeners.append(events.append)
+        for n in range(6):
+            run_turn(r.session, code_turn(n))
+        assert r.session.live.snip(4, r.clock(), r.session.setup()) > 0  # what %compact --snip does
+        run_turn(r.session, code_turn(6))
+        r.session.frame.reconfigure(dataclasses.replace(DEFAULTS, append_only="off"))
+        run_turn(r.session, code_turn(7))
+        with_tools = r.api.requests[-1].body
+        r.session.frame.reconfigure(DEFAULTS)
+        run_turn(r.session, code_turn(8))
+        without = r.api.requests[-1].body
+    assert {t["name"] for t in with_tools["tools"]} & CONTEXT_TOOLS == CONTEXT_TOOLS
+    assert not {t["name"] for t in without["tools"]} & CONTEXT_TOOLS
+    dropped = [e for e in events if isinstance(e, ThinkingCleared) and e.trigger == "tools"]
+    assert len(dropped) == 2 and all(e.blocks > 0 for e in dropped)
+    assert thinking_sent_back(r.api.requests[-1:]) > 0  # written after the change: valid, sent back
+    assert accepted(r.api.requests)

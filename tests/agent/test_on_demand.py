@@ -12,8 +12,8 @@ from ctx_magic.agent.catalog import compacts_on_demand
 from ctx_magic.agent.compaction import manual_compact
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.on_demand import ON_DEMAND_BETA
-from ctx_magic.agent.request import summaries_as_text
 from ctx_magic.agent.session import open_session
+from ctx_magic.agent.summaries_back import summaries_as_text
 from ctx_magic.agent.undo import undo_last
 from ctx_magic.context.prompts import extract_summary
 from ctx_magic.events import Compacted, Notice, Status
@@ -128,34 +128,83 @@ def test_a_summary_block_is_read_as_text_where_it_is_not_taken():
         {"type": "text", "text": "Summary:\nThe valve reads 7.", "cache_control": ttl}]}]
 
 
+def _alter_the_summary_block(r, tmp_path):  # type: ignore[no-untyped-def]
+    """A session whose conversation opens with the API's summary, thinking written after it; the
+    transcript's copy of the block altered (a hand edit, a bad disk)."""
+    assert run_turn(r.session, talk(0)).error is None
+    manual_compact(r.session)
+    assert run_turn(r.session, talk(1)).error is None  # thinking written after the block
+    signature = next(m for m in r.session.live.messages if m.sent).content[0]["signature"]
+    altered = signature[:10] + ("B" if signature[10] != "B" else "C") + signature[11:]
+    path = r.session.store.transcript_path
+    path.write_text(path.read_text().replace(signature, altered))
+
+
+def _resumed(r, tmp_path, events: list):  # type: ignore[no-untyped-def]
+    resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
+                                     DEFAULTS, session_id=r.session.session_id, resume=True, root=tmp_path,
+                                     clock=r.clock)
+    assert problems == []
+    resumed.listeners.append(events.append)
+    return resumed
+
+
+def _refusals_said(events: list) -> list[str]:
+    return [e.text for e in events if isinstance(e, Notice) and "refused the summary it wrote" in e.text]
+
+
 def test_a_summary_the_api_no_longer_takes_goes_as_text_and_the_session_goes_on(tmp_path):
-    """The transcript's copy of the API's block was altered (a hand edit, a bad disk): the resumed
-    session's first request is refused once, one line says so, the summary goes as text from then
-    on, the thinking after it leaves, and every later request is accepted."""
+    """The resumed session's first request is refused once, one line says so, the summary goes as
+    text from then on, the thinking after it leaves, and every later request is accepted."""
     events: list = []
     with rig(tmp_path, window=60_000, config=DEFAULTS) as r:
-        assert run_turn(r.session, talk(0)).error is None
-        manual_compact(r.session)
-        assert run_turn(r.session, talk(1)).error is None  # thinking written after the block
-        signature = next(m for m in r.session.live.messages if m.sent).content[0]["signature"]
-        altered = signature[:10] + ("B" if signature[10] != "B" else "C") + signature[11:]
-        path = r.session.store.transcript_path
-        path.write_text(path.read_text().replace(signature, altered))
-        resumed, problems = open_session(r.session.frame.model, r.session.frame.executor, tmp_path / ".ctx_magic",
-                                         DEFAULTS, session_id=r.session.session_id, resume=True, root=tmp_path,
-                                         clock=r.clock)
-        resumed.listeners.append(events.append)
+        _alter_the_summary_block(r, tmp_path)
+        resumed = _resumed(r, tmp_path, events)
         r.api.reset()
         results = [run_turn(resumed, talk(n)) for n in (2, 3)]
-    assert problems == [] and [x.error for x in results] == [None, None]
-    said = [e.text for e in events if isinstance(e, Notice) and "refused the summary it wrote" in e.text]
-    assert len(said) == 1 and "Invalid `signature` in `compaction` block" in said[0]
+    assert [x.error for x in results] == [None, None]
+    said = _refusals_said(events)
+    assert len(said) == 1 and "Invalid `signature` in `compaction` block). It goes as text from now on." in said[0]
     made = calls(r.api)
     assert [q.status for q in made].count(400) == 1 and made[0].status == 400
     assert all(q.status == 200 and not q.thinking_mismatches for q in made[1:])
     opening = made[1].body["messages"][0]
     assert opening["role"] == "user" and opening["content"][0]["text"].startswith("Summary:\n")
     assert not any(b.get("type") == "compaction" for q in made[1:] for m in q.body["messages"] for b in m["content"])
+
+
+def test_compact_works_first_on_a_summary_the_api_no_longer_takes(tmp_path):
+    """`%compact` before any turn of the resumed session: the API's refusal of its old block leaves
+    the summary to ctx_magic, which sends the old one as text; the compaction is done, said once,
+    and the turn after it is accepted."""
+    events: list = []
+    with rig(tmp_path, window=60_000, config=DEFAULTS) as r:
+        _alter_the_summary_block(r, tmp_path)
+        resumed = _resumed(r, tmp_path, events)
+        r.api.reset()
+        manual_compact(resumed)
+        result = run_turn(resumed, talk(2))
+    assert result.error is None and len(resumed.compaction.boundaries) == 2  # the first, before the resume
+    assert len(_refusals_said(events)) == 1
+    made = calls(r.api)
+    assert [(q.kind, q.status) for q in made] == [("other", 400), ("compaction", 200), ("normal", 200), ("normal", 200)]
+    assert not any(q.thinking_mismatches for q in made)
+    sent = [b for m in made[1].body["messages"] for b in m["content"]]  # the side call's note, the old summary
+    assert any(b.get("text", "").startswith("Summary:\n") for b in sent[:3])
+    assert not any(b.get("type") == "compaction" for b in sent)
+
+
+def test_the_refusal_is_remembered_across_a_resume(tmp_path):
+    """Resumed again after the refusal, the session sends the summary as text at once: no second 400."""
+    events: list = []
+    with rig(tmp_path, window=60_000, config=DEFAULTS) as r:
+        _alter_the_summary_block(r, tmp_path)
+        r.api.reset()
+        assert run_turn(_resumed(r, tmp_path, events), talk(2)).error is None
+        assert run_turn(_resumed(r, tmp_path, events), talk(3)).error is None
+    made = calls(r.api)
+    assert [q.status for q in made].count(400) == 1 and made[0].status == 400 and len(_refusals_said(events)) == 1
+    assert all(q.status == 200 and not q.thinking_mismatches for q in made[1:])
 
 
 def test_a_model_without_it_keeps_the_client_summary(tmp_path):

@@ -499,22 +499,32 @@ def test_a_compaction_can_lose_what_later_actions_use_and_the_bill_says_so() -> 
 
 @needs_corpus
 def test_on_a_model_with_the_prefix_check_only_the_editing_run_that_asks_no_drop_block_is_refused() -> None:
-    """The notebook replay on claude-sonnet-5-5 (replies carry thinking, a new account: a thinking
+    """A notebook replay on claude-sonnet-5-5 (replies carry thinking, a new account: a thinking
     block whose prefix changed earns a 400). Append-only ctx_magic takes out the thinking its own
-    idle clearing invalidates and is never refused; editing with drop_block, the API drops the
-    blocks instead, once (the client sends no more a block the API reported dropped); editing without it, the
-    first request after the idle clearing is refused, and the client takes the refused thinking out and
-    asks again: one refusal, no dead end."""
-    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    edits invalidate and is never refused; editing with drop_block, the API drops the blocks
+    instead (the client sends no more a block the API reported dropped); editing without it, the
+    first request after such an edit is refused, and the client takes the refused thinking out and
+    asks again: a refusal each time, no dead end."""
+    replay = next(r for r in load_corpus(CORPUS) if r.source == "notebook" and r.name == "tools_pandas")
     append_only, edit, refused = (run_one(name, replay, 32_000)
                                   for name in ("ctx_magic", "ctx_magic-edit", "ctx_magic-edit-refused"))
     assert (append_only.refused_thinking, append_only.thinking_dropped()) == (0, (0, 0))
-    assert append_only.thinking_cleared["blocks"] == 4 and not append_only.overflow
-    assert edit.refused_thinking == 0 and edit.thinking_dropped() == (2, 76) and not edit.overflow
+    assert append_only.thinking_cleared["blocks"] == 22 and not append_only.overflow
+    assert edit.refused_thinking == 0 and edit.thinking_dropped() == (6, 271) and not edit.overflow
     assert any(c.thinking_dropped for c in edit.calls[1:]) and edit.ids_kept == edit.ids_used
-    assert refused.refused_thinking == 1 and not refused.overflow and refused.error is None
+    assert refused.refused_thinking == 3 and not refused.overflow and refused.error is None
     raw = run_one("raw", replay, 32_000)  # append-only by construction
     assert (raw.refused_thinking, raw.thinking_dropped(), sum(raw.thinking_cleared.values())) == (0, (0, 0), 0)
+
+
+def test_editing_the_first_cut_brings_the_context_tools_and_the_client_drops_the_thinking_itself() -> None:
+    """Editing on a model with the check, the first cut brings the context tools in: every thinking
+    block written before is void, and the client takes it out before the request (one line), so
+    the API neither drops nor refuses any."""
+    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    edit, refused = (run_one(name, replay, 32_000) for name in ("ctx_magic-edit", "ctx_magic-edit-refused"))
+    for run in (edit, refused):
+        assert (run.refused_thinking, run.thinking_dropped()) == (0, (0, 0)) and run.thinking_cleared["blocks"] == 4
 
 
 def test_thinking_picks_its_strategies_and_leaves_the_default_run_as_it_was() -> None:
@@ -529,19 +539,20 @@ def test_thinking_picks_its_strategies_and_leaves_the_default_run_as_it_was() ->
 
 @needs_corpus
 def test_the_thinking_table_reads_the_refused_requests_and_the_thinking_dropped() -> None:
-    replay = next(r for r in load_corpus(CORPUS, quick=True) if r.source == "notebook")
+    replay = next(r for r in load_corpus(CORPUS) if r.source == "notebook" and r.name == "tools_pandas")
     runs = run_replays([replay], [32_000], ["raw", "ctx_magic-edit", "ctx_magic-edit-refused"], STAND_IN)
     printed = report(runs, per_session=0, thinking=True)
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in printed.splitlines()
             if line.startswith("| ") and "blocks)" in line}
     assert rows["raw"][3] == "0" and rows["raw"][5:7] == ["0 tokens (0 blocks)", "0 tokens (0 blocks)"]
-    assert rows["ctx_magic-edit"][3] == "0" and rows["ctx_magic-edit"][6] == "76 tokens (2 blocks)"
-    main = [c.thinking_written for r in runs.results if r.strategy == "raw" for c in r.calls if c.kind == "normal"]
+    assert rows["ctx_magic-edit"][3] == "0" and rows["ctx_magic-edit"][6] == "271 tokens (6 blocks)"
+    main = [c.thinking_written for r in runs.results if r.strategy == "raw" for c in r.calls
+            if c.kind == "normal" and c.status == 200]
     assert rows["raw"][4] == f"{sum(main):,} tokens"
     # Every main reply thinks: with text on a new prompt, an empty block between tool calls.
     assert min(main) == output_tokens([{"type": "thinking", "thinking": "", "signature": ""}], "claude-sonnet-5-5")
-    assert main[0] > min(main) and len(main) == replay.steps
-    assert rows["ctx_magic-edit-refused"][2:4] == ["0 of 1", "1"]  # refused once, recovered
+    assert main[0] > min(main) and rows["raw"][2] == "1 of 1"  # raw overflows: each of its calls is counted
+    assert rows["ctx_magic-edit-refused"][2:4] == ["0 of 1", "3"]  # refused three times, recovered each time
     assert "refused requests" not in report(runs, per_session=0)  # the default report is unchanged
 
 

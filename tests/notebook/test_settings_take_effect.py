@@ -3,7 +3,11 @@ from the next cell: for a setting of the engine, of the memory and of the notebo
 
 from __future__ import annotations
 
+import warnings
+
 from notebook_rig import cell, controller, offline_shell, run, status
+
+from ctx_magic.agent.model import quiet_sdk_advice
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 SHOW_PNG = f"from IPython.display import Image, display\nimport base64\ndisplay(Image(data=base64.b64decode('{PNG}')))"
@@ -52,3 +56,20 @@ def test_the_notebooks_image_cap_applies_to_the_next_cell(tmp_path, monkeypatch)
         first, second = results[0], results[-1]
         assert isinstance(first, list) and first[1]["type"] == "image" and first[1]["source"]["data"] == PNG
         assert isinstance(second, str) and "over the size cap" in second
+
+
+def test_a_deprecated_thinking_budget_is_said_once_in_ctx_magics_words(tmp_path, monkeypatch):
+    """A thinking budget is deprecated on Opus 4.6: ctx_magic honours the setting and says so in one
+    line, once; the SDK's own warning, which points at ctx_magic's call, is not shown."""
+    with warnings.catch_warnings(record=True) as caught, offline_shell(tmp_path, monkeypatch) as shell:
+        warnings.simplefilter("always")  # any warning that gets through is caught
+        quiet_sdk_advice()  # as importing ctx_magic does in a kernel (pytest resets the filters it found)
+        shell.run_line_magic("config", "CtxMagic.model = 'claude-opus-4-6'")
+        shell.run_line_magic("config", "CtxMagic.thinking = 'enabled'")
+        _, first = run(shell, "%%agent\nhello")
+        _, second = run(shell, "%%agent\nand again")
+        seen = status(shell)
+    advice = "A thinking budget (CtxMagic.thinking = 'enabled') is deprecated on claude-opus-4-6: Anthropic " \
+             "recommends 'adaptive' for it."
+    assert first.count(advice) == 1 and advice not in second and seen["turns"] == 2
+    assert [str(w.message) for w in caught if "thinking.type=enabled" in str(w.message)] == []
