@@ -26,11 +26,11 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.corpus_location import corpus_path  # noqa: E402
+from benchmarks.replay.corpus import claude_code_paths, swe_paths  # noqa: E402
 from ctx_magic.context.tokens import STARTING_RATIO, Correction, count_context, count_text, message_tokens  # noqa: E402
 from ctx_magic.messages import Kind, Message, Usage, text_block  # noqa: E402
 
 DEFAULT_CORPUS = corpus_path()
-CC_SESSION = "claude-code-session-share/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
 MIN_DELTA = Correction.MIN_SAMPLE_TOKENS  # deltas below this are framing noise (as observe() says)
 
 
@@ -237,6 +237,8 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 
 def request_row(points: Sequence[Point]) -> list[str]:
+    if not points:  # a corpus without this kind of conversation
+        return ["0", *["-"] * (len(REQUEST_HEADER) - 1)]
     errors = [p.predicted - p.actual for p in points]
     ape = [abs(pct(e, p.actual)) for e, p in zip(errors, points)]
     signed = [pct(e, p.actual) for e, p in zip(errors, points)]
@@ -247,6 +249,8 @@ def request_row(points: Sequence[Point]) -> list[str]:
 
 def delta_row(points: Sequence[Point], least: int = MIN_DELTA) -> list[str]:
     big = [p for p in points if p.delta_actual >= least]
+    if not big:
+        return ["0", *["-"] * (len(DELTA_HEADER) - 1)]
     errors = [p.delta_predicted - p.delta_actual for p in big]
     ape = [abs(pct(e, p.delta_actual)) for e, p in zip(errors, big)]
     signed = [pct(e, p.delta_actual) for e, p in zip(errors, big)]
@@ -287,9 +291,9 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--sweep", action="store_true", help="also compare candidate learners")
     args = parser.parse_args()
-    cc = [args.corpus / f"{CC_SESSION}.jsonl", args.corpus / CC_SESSION / "subagents" / "agent-a9cad17.jsonl"]
-    swe_dir = args.corpus / "mini-swe-agent-gemini3"
-    swe = sorted(swe_dir.glob("*.traj.json")) + sorted((swe_dir / "trajs").glob("*.traj.json"))
+    cc, swe = claude_code_paths(args.corpus), swe_paths(args.corpus)  # sessions and their subagents; trajectories
+    if not cc and not swe:
+        sys.exit(f"No Claude Code sessions or mini-swe-agent trajectories under {args.corpus}.")
     corpora = {
         "claude-code": [load_claude_code(p) for p in cc],
         "mini-swe-gemini3": [load_mini_swe(p) for p in swe],
@@ -310,10 +314,11 @@ def main() -> None:
     firsts = [replay(c, Correction(1.0, 1), learn=False)[1] for c in corpora["mini-swe-gemini3"]]
     first_ratio = [p.actual / p.predicted for p in firsts]
     print("\nlearned ratio at session end, median: " + ", ".join(
-        f"{n} {statistics.median(r):.3f}" for n, r in ends.items()))
-    print(f"mini-swe first request (no anchor, system prompt as overhead): actual / unpadded estimate "
-          f"median {statistics.median(first_ratio):.3f} (p10 {quantile(first_ratio, 0.1):.3f}, "
-          f"p90 {quantile(first_ratio, 0.9):.3f}, n={len(first_ratio)})")
+        f"{n} {statistics.median(r):.3f}" for n, r in ends.items() if r))
+    if first_ratio:
+        print(f"mini-swe first request (no anchor, system prompt as overhead): actual / unpadded estimate "
+              f"median {statistics.median(first_ratio):.3f} (p10 {quantile(first_ratio, 0.1):.3f}, "
+              f"p90 {quantile(first_ratio, 0.9):.3f}, n={len(first_ratio)})")
 
     alt = {
         "claude-code, isMeta not sent": [load_claude_code(p, send_meta=False) for p in cc],

@@ -356,7 +356,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
 
     from ctx_magic.notebook.extension import controller_of
 
-    figures = Figures("notebook/tools_pandas", window)
+    figures = Figures(f"notebook/{corpus.notebook_path(corpus_dir).stem}", window)
     plan = list(corpus.notebook_turns(corpus_dir))[:turns]
     started = time.perf_counter()
     cwd = Path.cwd()
@@ -497,14 +497,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     windows = [int(w) for w in args.windows.split(",")]
     root = Path(tempfile.mkdtemp(prefix="fidelity-")) if args.storage is None else args.storage
     jobs: list[tuple[str, Callable[[Path, int], Figures]]] = []
-    if args.notebook_turns:
+    if args.notebook_turns and list((args.corpus / corpus.NOTEBOOKS).glob("*.ipynb")):
         jobs.append(("notebook", lambda where, w: run_notebook(w, where, args.notebook_turns, args.corpus)))
     if not args.no_claude_code:
-        replay = corpus.claude_code(args.corpus / corpus.CC_SESSION)
-        jobs.append((replay.name, lambda where, w, r=replay: run_replay(r, w, where)))
+        for path in corpus.claude_code_sessions(args.corpus):
+            replay = corpus.claude_code(path)
+            jobs.append((replay.name, lambda where, w, r=replay: run_replay(r, w, where)))
     for path in corpus.swe_paths(args.corpus, args.swe) if args.swe else []:
         replay = corpus.mini_swe(path)
         jobs.append((replay.name, lambda where, w, r=replay: run_replay(r, w, where)))
+    if not jobs:
+        sys.exit(f"Nothing to replay under {args.corpus} (a notebook, Claude Code sessions, mini-swe-agent "
+                 "trajectories).")
     rows: list[Figures] = []
     try:
         for window in windows:

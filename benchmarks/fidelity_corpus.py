@@ -33,8 +33,9 @@ from ctx_magic.messages import result_text  # noqa: E402
 
 DEFAULT_CORPUS = corpus_path()  # CTX_MAGIC_CORPUS, else ../shared/corpus
 SWE_DIR = "mini-swe-agent-gemini3/trajs"
-CC_SESSION = "claude-code-session-share/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"
-NOTEBOOK = "handson-ml3/tools_pandas.ipynb"
+CC_SESSIONS = "claude-code-session-share"  # each session's main transcript, <id>.jsonl (subagents aside)
+NOTEBOOKS = "handson-ml3"
+NOTEBOOK = "tools_pandas.ipynb"  # the notebook replayed, where the corpus has it (else its first)
 CLOSING = "Done."  # the reply that ends a turn whose last recorded action called a tool
 _BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 _RETURNCODE = re.compile(r"<returncode>(-?\d+)</returncode>")
@@ -127,7 +128,21 @@ def claude_code(path: Path) -> Replay:
             action = Action("\n".join(t for t in (previous.text, action.text) if t), previous.calls + calls)
         turns[-1].actions.append(action)
         last_response = message.api_id
-    return Replay("claude-code/session", _closed(turns))
+    return Replay(f"claude-code/{path.stem[:8]}", _closed(turns))
+
+
+def claude_code_sessions(corpus: Path) -> list[Path]:
+    """The main transcript of each Claude Code session in the corpus (its subagents aside)."""
+    return sorted((corpus / CC_SESSIONS).glob("*.jsonl"))
+
+
+def notebook_path(corpus: Path) -> Path:
+    """The notebook the fidelity run replays: NOTEBOOK where the corpus has it, else its first."""
+    folder = corpus / NOTEBOOKS
+    found = sorted(folder.glob("*.ipynb"))
+    if not found:
+        raise FileNotFoundError(f"no notebook (*.ipynb) under {folder}")
+    return folder / NOTEBOOK if (folder / NOTEBOOK).is_file() else found[0]
 
 
 def swe_paths(corpus: Path, count: int) -> list[Path]:
@@ -152,7 +167,7 @@ class NotebookTurn:
 
 def notebook_cells(corpus: Path) -> list[tuple[str, str]]:
     """(markdown before it, code) for each code cell of the notebook, in order."""
-    notebook = json.loads((corpus / NOTEBOOK).read_text(encoding="utf-8"))
+    notebook = json.loads(notebook_path(corpus).read_text(encoding="utf-8"))
     markdown, out = "", []
     for cell in notebook["cells"]:
         source = "".join(cell["source"])

@@ -205,7 +205,14 @@ def run_all(args: argparse.Namespace) -> tuple[Runs, ReplySizes]:
     if args.sources:
         keep = {s.strip() for s in args.sources.split(",")}
         replays = [r for r in replays if r.source in keep]
-    sizes = real_sizes(args.corpus) if args.replies == "real" else STAND_IN
+    if not replays:
+        sys.exit(f"No session to replay under {args.corpus} (mini-swe-agent trajectories, Claude Code sessions, "
+                 "notebooks).")
+    try:
+        sizes = real_sizes(args.corpus) if args.replies == "real" else STAND_IN
+    except FileNotFoundError as error:
+        sys.exit(f"{error}: the side calls' replies cannot be sized like a model's (--replies stand-in bills "
+                 "them at the stand-in's lengths).")
     return run_replays(replays, args.windows, args.strategies, sizes, args.model, args.think), sizes
 
 

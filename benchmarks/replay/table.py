@@ -281,6 +281,8 @@ def target_lines(tables: Grouped, quiet_at: Callable[[int], Callable[[RunResult]
             cc = by_strategy[default]
             for source in ("swe", "notebook", "claude-code"):
                 keys = [k for k, r in runs.items() if r.source == source]
+                if not keys:  # a corpus without this source
+                    continue
                 ours, theirs, base = _bill(runs, keys), _bill(cc, keys), _bill(reference, keys)
                 ids_ours, ids_theirs = (ids_share(runs[k] for k in keys), ids_share(cc[k] for k in keys))
                 kept_ok = sum(runs[k].ids_kept for k in keys) * sum(cc[k].ids_used for k in keys) >= \

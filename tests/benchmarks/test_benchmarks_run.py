@@ -80,3 +80,36 @@ def test_digest_writes_every_model_call_of_a_replay_the_same_twice(tmp_path: Pat
     assert {json.loads(line)["strategy"] for line in lines} == {"raw", "ctx_magic", "raw, unlimited window"}
     assert all(json.loads(line)["calls"] for line in lines)
     assert first.read_text() == second.read_text()  # repeatable to the token
+
+
+def said(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(("script", "message"), [
+    (("-m", "benchmarks.replay", "--quick"), "No session to replay under"),
+    (("benchmarks/estimation.py",), "No Claude Code sessions or mini-swe-agent trajectories under"),
+    (("benchmarks/fidelity.py",), "Nothing to replay under"),
+])
+def test_a_corpus_without_what_a_benchmark_reads_is_said_in_one_line(tmp_path: Path, script, message) -> None:
+    done = said(*script, "--corpus", str(tmp_path))
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.startswith(message)
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(corpus_missing("mini-swe-agent-gemini3") is not None and os.environ.get("CI") != "true",
+                    reason=corpus_missing("mini-swe-agent-gemini3") or "")  # absent under CI it runs, and fails
+def test_a_corpus_of_trajectories_alone_replays_and_estimates(tmp_path: Path) -> None:
+    """Another corpus than this one: trajectories only, no Claude Code session, notebook or recorded
+    compaction. The replay says what it lacks in one line (and runs with stand-in replies); the
+    estimate reports what it has."""
+    (tmp_path / "mini-swe-agent-gemini3").symlink_to(CORPUS / "mini-swe-agent-gemini3")
+    done = said("-m", "benchmarks.replay", "--quick", "--windows", "32000", "--strategies", "ctx_magic",
+                "--corpus", str(tmp_path))
+    assert done.returncode == 1 and "no Claude Code compaction runs under" in done.stderr
+    assert "--replies stand-in" in done.stderr and "Traceback" not in done.stderr
+    out = run("-m", "benchmarks.replay", "--quick", "--windows", "32000", "--strategies", "ctx_magic",
+              "--replies", "stand-in", "--corpus", str(tmp_path))
+    assert "sessions: 3 (3 swe, 0 claude-code, 0 notebook)" in out and "| ctx_magic | " in out
+    out = run("benchmarks/estimation.py", "--corpus", str(tmp_path))
+    assert "conversations: claude-code 0, mini-swe-gemini3 63" in out and "| claude-code | " in out
