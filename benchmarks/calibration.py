@@ -364,6 +364,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{sum(len(s.responses) for s in sessions):,} Claude Code responses in {len(sessions)} logs; "
           f"text counted with {model_families.counter_name()}")
     for name in args.only or list(SECTIONS):
+        lacking = {"exact": not exchanges and "recorded calls", "deltas": not sessions and "Claude Code logs",
+                   "cache": not (exchanges or sessions) and "recorded traffic"}.get(name)
+        if lacking:  # another corpus, without this part
+            print(f"\n(no {lacking} under {corpus}: the {name} tables are left out)")
+            continue
         SECTIONS[name](exchanges, sessions, args.history)
     return 0
 

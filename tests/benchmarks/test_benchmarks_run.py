@@ -113,3 +113,11 @@ def test_a_corpus_of_trajectories_alone_replays_and_estimates(tmp_path: Path) ->
     assert "sessions: 3 (3 swe, 0 claude-code, 0 notebook)" in out and "| ctx_magic | " in out
     out = run("benchmarks/estimation.py", "--corpus", str(tmp_path))
     assert "conversations: claude-code 0, mini-swe-gemini3 63" in out and "| claude-code | " in out
+
+
+def test_calibration_leaves_out_the_tables_a_corpus_has_no_traffic_for(tmp_path: Path) -> None:
+    (tmp_path / "claude-api-real").mkdir()
+    out = run("benchmarks/calibration.py", "--corpus", str(tmp_path))
+    assert [line for line in out.splitlines() if "left out" in line] == [
+        f"(no {what} under {tmp_path}: the {name} tables are left out)"
+        for what, name in (("recorded calls", "exact"), ("Claude Code logs", "deltas"), ("recorded traffic", "cache"))]
