@@ -7,7 +7,12 @@ never copied into the repository; a benchmark given no `--corpus` reads it from 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 ENVIRONMENT_VARIABLE = "CTX_MAGIC_CORPUS"
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -26,3 +31,13 @@ def corpus_missing(*parts: str) -> str | None:
     if where.exists():
         return None
     return f"the shared corpus is not at {where} (set {ENVIRONMENT_VARIABLE} or place it at ../shared/corpus)"
+
+
+def readable(load: Callable[[Path], T], path: Path) -> T | None:
+    """What `load` reads of `path`, or None when the file is not of its kind (another corpus's, cut
+    short or of another shape): said in one line on stderr, so the rest of the corpus still runs."""
+    try:
+        return load(path)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
+        print(f"left out {path}: not a file this benchmark reads ({type(error).__name__}: {error})", file=sys.stderr)
+        return None

@@ -25,7 +25,7 @@ from typing import Protocol
 if __package__ in (None, ""):  # run as a script: the repository root on the path, like `-m`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.corpus_location import corpus_path  # noqa: E402
+from benchmarks.corpus_location import corpus_path, readable  # noqa: E402
 from benchmarks.replay.corpus import claude_code_paths, swe_paths  # noqa: E402
 from ctx_magic.context.tokens import STARTING_RATIO, Correction, count_context, count_text, message_tokens  # noqa: E402
 from ctx_magic.messages import Kind, Message, Usage, text_block  # noqa: E402
@@ -291,7 +291,9 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--sweep", action="store_true", help="also compare candidate learners")
     args = parser.parse_args()
-    cc, swe = claude_code_paths(args.corpus), swe_paths(args.corpus)  # sessions and their subagents; trajectories
+    # Claude Code sessions and their subagents, and trajectories: those of their kind (others said and left out)
+    cc = [p for p in claude_code_paths(args.corpus) if readable(load_claude_code, p) is not None]
+    swe = [p for p in swe_paths(args.corpus) if readable(load_mini_swe, p) is not None]
     if not cc and not swe:
         sys.exit(f"No Claude Code sessions or mini-swe-agent trajectories under {args.corpus}.")
     corpora = {

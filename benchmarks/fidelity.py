@@ -53,6 +53,7 @@ from shells import let_go, new_shell
 
 import ctx_magic.agent.loop as loop_module
 import ctx_magic.agent.session as session_module
+from benchmarks.corpus_location import readable  # the repository root is on the path (fidelity_corpus)
 from ctx_magic.agent.loop import run_turn
 from ctx_magic.agent.model import AnthropicModel
 from ctx_magic.agent.notes import NotesKeeper
@@ -497,14 +498,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     windows = [int(w) for w in args.windows.split(",")]
     root = Path(tempfile.mkdtemp(prefix="fidelity-")) if args.storage is None else args.storage
     jobs: list[tuple[str, Callable[[Path, int], Figures]]] = []
-    if args.notebook_turns and list((args.corpus / corpus.NOTEBOOKS).glob("*.ipynb")):
+    if args.notebook_turns and list((args.corpus / corpus.NOTEBOOKS).glob("*.ipynb")) and readable(
+            lambda _: corpus.notebook_cells(args.corpus), corpus.notebook_path(args.corpus)) is not None:
         jobs.append(("notebook", lambda where, w: run_notebook(w, where, args.notebook_turns, args.corpus)))
-    if not args.no_claude_code:
-        for path in corpus.claude_code_sessions(args.corpus):
-            replay = corpus.claude_code(path)
-            jobs.append((replay.name, lambda where, w, r=replay: run_replay(r, w, where)))
-    for path in corpus.swe_paths(args.corpus, args.swe) if args.swe else []:
-        replay = corpus.mini_swe(path)
+    replays = [readable(corpus.claude_code, p) for p in ([] if args.no_claude_code
+                                                         else corpus.claude_code_sessions(args.corpus))]
+    replays += [readable(corpus.mini_swe, p) for p in (corpus.swe_paths(args.corpus, args.swe) if args.swe
+                                                       else [])]
+    for replay in filter(None, replays):  # files of another kind were said and left out
         jobs.append((replay.name, lambda where, w, r=replay: run_replay(r, w, where)))
     if not jobs:
         sys.exit(f"Nothing to replay under {args.corpus} (a notebook, Claude Code sessions, mini-swe-agent "

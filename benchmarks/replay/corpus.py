@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.corpus_location import corpus_path
+from benchmarks.corpus_location import corpus_path, readable
 from benchmarks.replay.cell_render import render_cell
 
 Block = dict[str, Any]
@@ -402,9 +402,11 @@ def load_corpus(corpus: Path = DEFAULT_CORPUS, *, quick: bool = False) -> list[R
     claude = claude_code_paths(corpus)
     if quick:
         swe, notebooks, claude = swe[::QUICK_SWE_STRIDE], notebooks[-1:], claude[:1]
-    replays = [load_swe(p) for p in swe]
-    replays += [load_claude_code(p) for p in claude]
+    replays = [r for p in swe if (r := readable(load_swe, p)) is not None]
+    replays += [r for p in claude if (r := readable(load_claude_code, p)) is not None]
     for path in notebooks:
-        replay = load_notebook(path)
-        replays.append(dataclasses.replace(replay, turns=replay.turns[:QUICK_NOTEBOOK_TURNS]) if quick else replay)
+        replay = readable(load_notebook, path)
+        if replay is not None:
+            replays.append(dataclasses.replace(replay, turns=replay.turns[:QUICK_NOTEBOOK_TURNS]) if quick else replay)
     return replays
+

@@ -121,3 +121,20 @@ def test_calibration_leaves_out_the_tables_a_corpus_has_no_traffic_for(tmp_path:
     assert [line for line in out.splitlines() if "left out" in line] == [
         f"(no {what} under {tmp_path}: the {name} tables are left out)"
         for what, name in (("recorded calls", "exact"), ("Claude Code logs", "deltas"), ("recorded traffic", "cache"))]
+
+
+@pytest.mark.skipif(corpus_missing("mini-swe-agent-gemini3") is not None and os.environ.get("CI") != "true",
+                    reason=corpus_missing("mini-swe-agent-gemini3") or "")  # absent under CI it runs, and fails
+def test_a_file_of_another_kind_is_left_out_in_one_line_and_the_rest_replays(tmp_path: Path) -> None:
+    swe = tmp_path / "mini-swe-agent-gemini3"
+    swe.mkdir()
+    real = sorted((CORPUS / "mini-swe-agent-gemini3").glob("*.traj.json"))[0]
+    (swe / real.name).write_bytes(real.read_bytes())
+    (swe / "other.traj.json").write_text('{"not": "a trajectory"}')
+    done = said("-m", "benchmarks.replay", "--windows", "32000", "--strategies", "ctx_magic", "--replies", "stand-in",
+                "--corpus", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    said_out = [line for line in done.stderr.splitlines() if line.startswith("left out")]
+    assert said_out == [f"left out {swe / 'other.traj.json'}: not a file this benchmark reads (KeyError: 'messages')"]
+    assert "Traceback" not in done.stderr
+    assert "sessions: 1 (1 swe, 0 claude-code, 0 notebook)" in done.stdout
