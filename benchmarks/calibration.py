@@ -267,6 +267,9 @@ def learned(deltas_by_session: Sequence[Sequence[Delta]]) -> dict[int, tuple[int
 def delta_tables(sessions: Sequence[Session]) -> None:
     per_session = [claude_code_deltas([s]) for s in sessions]
     deltas = [d for ds in per_session for d in ds]
+    if not deltas:
+        print("\n(no two consecutive Claude Code responses with usage: the deltas tables are left out)")
+        return
     engine = learned(per_session)
     groups: dict[str, list[Delta]] = defaultdict(list)
     for d in deltas:

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from benchmarks.corpus_location import readable
+
 REAL_DIR = "claude-api-real"
 CASSETTES = "pydantic-ai"
 CLAUDE_CODE = ("spotter", "claude-code-viewer", "sniffly")
@@ -108,23 +110,32 @@ def cassette_paths(corpus: Path) -> list[Path]:
 
 def load_exchanges(corpus: Path) -> list[Exchange]:
     """Every recorded call to api.anthropic.com's Messages API or count_tokens, in file order."""
-    root = corpus / REAL_DIR / CASSETTES
     exchanges: list[Exchange] = []
     for path in cassette_paths(corpus):
+        exchanges += readable(lambda p: _cassette(p, corpus / REAL_DIR / CASSETTES), path) or []
+    return exchanges
+
+
+def _cassette(path: Path, root: Path) -> list[Exchange]:
+    """The calls to the Messages API or count_tokens one cassette recorded."""
+    try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        for index, interaction in enumerate(data.get("interactions") or []):
-            request, response = interaction["request"], interaction["response"]
-            uri = str(request.get("uri", ""))
-            if "api.anthropic.com" not in uri:
-                continue
-            path_part = uri.split("api.anthropic.com", 1)[1].split("?", 1)[0]
-            endpoint = {MESSAGES_PATH: "messages", COUNT_PATH: "count_tokens"}.get(path_part)
-            body = _body(request)
-            if endpoint is None or not isinstance(body, Mapping):
-                continue
-            status = int(response["status"]["code"])
-            usage = _usage(endpoint, _body(response)) if status == 200 else {}
-            exchanges.append(Exchange(str(path.relative_to(root)), index, endpoint, status, body, usage))
+    except yaml.YAMLError as error:
+        raise ValueError(f"not YAML: {error}") from error
+    exchanges: list[Exchange] = []
+    for index, interaction in enumerate(data.get("interactions") or []):
+        request, response = interaction["request"], interaction["response"]
+        uri = str(request.get("uri", ""))
+        if "api.anthropic.com" not in uri:
+            continue
+        path_part = uri.split("api.anthropic.com", 1)[1].split("?", 1)[0]
+        endpoint = {MESSAGES_PATH: "messages", COUNT_PATH: "count_tokens"}.get(path_part)
+        body = _body(request)
+        if endpoint is None or not isinstance(body, Mapping):
+            continue
+        status = int(response["status"]["code"])
+        usage = _usage(endpoint, _body(response)) if status == 200 else {}
+        exchanges.append(Exchange(str(path.relative_to(root)), index, endpoint, status, body, usage))
     return exchanges
 
 
@@ -209,4 +220,4 @@ def load_session(path: Path, corpus: Path) -> Session:
 
 
 def load_sessions(corpus: Path) -> list[Session]:
-    return [load_session(p, corpus) for p in session_paths(corpus)]
+    return [s for p in session_paths(corpus) if (s := readable(lambda q: load_session(q, corpus), p)) is not None]

@@ -39,5 +39,6 @@ def readable(load: Callable[[Path], T], path: Path) -> T | None:
     try:
         return load(path)
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
-        print(f"left out {path}: not a file this benchmark reads ({type(error).__name__}: {error})", file=sys.stderr)
+        why = " ".join(str(error).split())  # one line, whatever the parser's message
+        print(f"left out {path}: not a file this benchmark reads ({type(error).__name__}: {why})", file=sys.stderr)
         return None

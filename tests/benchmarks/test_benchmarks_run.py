@@ -138,3 +138,17 @@ def test_a_file_of_another_kind_is_left_out_in_one_line_and_the_rest_replays(tmp
     assert said_out == [f"left out {swe / 'other.traj.json'}: not a file this benchmark reads (KeyError: 'messages')"]
     assert "Traceback" not in done.stderr
     assert "sessions: 1 (1 swe, 0 claude-code, 0 notebook)" in done.stdout
+
+
+def test_calibration_leaves_out_recordings_of_another_kind_in_one_line_each(tmp_path: Path) -> None:
+    cassettes = tmp_path / "claude-api-real" / "pydantic-ai" / "tests" / "cassettes"
+    cassettes.mkdir(parents=True)
+    (cassettes / "cut.yaml").write_text("interactions: [ {request: \n")
+    (cassettes / "list.yaml").write_text("- a list, not a cassette\n")
+    (tmp_path / "claude-api-real" / "spotter").mkdir()
+    (tmp_path / "claude-api-real" / "spotter" / "log.jsonl").write_text("not a Claude Code log\n")
+    done = said("benchmarks/calibration.py", "--corpus", str(tmp_path))
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert [line.split(":")[0] for line in done.stderr.splitlines()] == [
+        f"left out {cassettes / 'cut.yaml'}", f"left out {cassettes / 'list.yaml'}"]
+    assert "(no two consecutive Claude Code responses with usage: the deltas tables are left out)" in done.stdout
