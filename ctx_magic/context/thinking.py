@@ -54,7 +54,7 @@ def first_written_after_another_prefix(messages: Sequence[Message], signature: s
     `signature` is (a model that checks the prefix refuses its thinking, and all after it); None
     when there is none (an answer stored before the mark was kept counts as written after these)."""
     return next((i for i, m in enumerate(messages)
-                 if m.sent and has_thinking(m) and m.meta.get(PREFIX_META, signature) != signature), None)
+                 if m.meta.get(PREFIX_META, signature) != signature and m.sent and has_thinking(m)), None)
 
 
 def without_thinking(message: Message) -> Message:
