@@ -22,7 +22,6 @@ from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import Model, ModelReply, ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.session import Session
-from ctx_magic.agent.summaries_back import summaries_refused
 from ctx_magic.agent.tools import ToolCall, ToolOutput, ToolRegistry
 from ctx_magic.agent.usage import COMPACTION_USAGE_META
 from ctx_magic.context.budget import PREVIEW_CHARS, oversized_prompt, persisted_prompt, prompt_limit_tokens
@@ -225,7 +224,7 @@ def _loop(session: Session, turn: Turn) -> None:
             reply = _call(session, frame.model, request)
             replies.learn(reply, prepared.count, setup)
         except SummaryBlockRefused as error:
-            summaries_refused(frame.summaries, session.notice, error)
+            frame.summaries.refuse(error)
             continue
         except ThinkingRefused as error:
             refusals += 1

@@ -12,7 +12,7 @@ accepts a summary it wrote, so no call of ctx_magic's own is needed and what fol
 valid thinking. Every later request that carries the block carries the beta header too
 (RequestFrame.build).
 
-A summary block the API later refuses goes as text from then on (summaries_back.summaries_refused).
+A summary block the API later refuses goes as text from then on (summaries_back.SummaryBlocks).
 
 When it cannot be had (the conversation does not fit whole, the API refused the parameter or
 the request as too long, the answer held no summary) `summarize` says why (`Unavailable`): the
@@ -32,7 +32,6 @@ from ctx_magic.agent.model import ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
 from ctx_magic.agent.request_body import thinks_up_front
 from ctx_magic.agent.side_calls import MEASURED_MARGIN_SHARE
-from ctx_magic.agent.summaries_back import summaries_refused
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.autocompact import Split
 from ctx_magic.context.prompts import for_thinking_model
@@ -130,7 +129,7 @@ class OnDemand:
         except (PromptTooLong, ThinkingRefused) as error:  # the client's summary has its own way through both
             return Unavailable(str(error))
         except SummaryBlockRefused as error:  # an earlier summary of the API's: it goes as text, ctx_magic's own next
-            summaries_refused(self._frame.summaries, self._notice, error)
+            self._frame.summaries.refuse(error)
             return Unavailable(str(error))
         except ModelError as error:
             if type(error) is ModelError or isinstance(error, REFUSALS):

@@ -79,7 +79,7 @@ class Session:
         """The conversation the next request carries, and the engine's work on it."""
         self._status = StatusReader(self.frame, self.live, self.meter, store)
         self.compaction = CompactionState()
-        self.side_calls = SideCalls(self.frame, self.live, self.meter, store, self.notice, clock=clock, sleep=sleep)
+        self.side_calls = SideCalls(self.frame, self.live, self.meter, store, clock=clock, sleep=sleep)
         self.on_demand = OnDemand(self.frame, self.meter, self.notice, sleep=sleep)
         """Summaries the API writes, where the model and provider take it."""
         self.plugins = Plugins()
@@ -99,11 +99,13 @@ class Session:
 
     def request(self, setup: CallSetup) -> ModelRequest:
         """The main call's request: the live context, with the server's edits under the 'server'
-        strategy, without thinking the model would find invalid (`drop_void_thinking`); a word on the
-        settings in force is said first."""
-        drop_void_thinking(self.frame, self.live, setup)
+        strategy, without thinking the model would find invalid (`drop_void_thinking`). A summary of
+        the API's it refused sent back since, and a word on the settings in force, are said first."""
+        if line := self.frame.summaries.take_line():
+            self.notice(line, "warning")
         if advice := self.frame.take_advice():
             self.notice(advice)
+        drop_void_thinking(self.frame, self.live, setup)
         messages = self.live.messages
         return self.frame.build(messages, setup, server=setup.server_plan(messages))
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.model import ModelReply, ModelRequest, stream_reply
 from ctx_magic.agent.request import CallSetup, RequestFrame
-from ctx_magic.agent.summaries_back import summaries_refused
 from ctx_magic.agent.usage import UsageMeter
 from ctx_magic.context.fit import FIT_MARGIN_SHARE, fit_messages
 from ctx_magic.context.invariants import without_empty
@@ -39,11 +38,9 @@ class SideCalls:
     """One session's side calls: the request the main call makes, another prompt at its end;
     usage goes to the session's totals."""
 
-    def __init__(self, frame: RequestFrame, live: LiveContext, meter: UsageMeter, store: SessionDir,
-                 notice: Callable[[str, str], None], *, clock: Callable[[], float],
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, frame: RequestFrame, live: LiveContext, meter: UsageMeter, store: SessionDir, *,
+                 clock: Callable[[], float], sleep: Callable[[float], None] = time.sleep) -> None:
         self._frame = frame
-        self._notice = notice
         self._live = live
         self._meter = meter
         self._store = store
@@ -77,7 +74,7 @@ class SideCalls:
         usage added to the session's totals. Thinking the API refuses (its prefix check) is sent
         no more: the call is asked again without any, which its answer does not need (its last
         message is a new prompt) and a request without thinking has nothing to check; so too when the
-        API refused a summary of its own (it goes as text from then on, said in one line). With
+        API refused a summary of its own (it goes as text from then on). With
         `least`, the reply room may shrink to it where that keeps the messages whole."""
         setup = self._frame.setup(messages, self._store)
         reply_tokens = min(max_tokens, setup.window.reply_cap)
@@ -87,7 +84,7 @@ class SideCalls:
             reply = stream_reply(self._frame.model, request, sleep=self._sleep)
         except (ThinkingRefused, SummaryBlockRefused) as error:
             if isinstance(error, SummaryBlockRefused):
-                summaries_refused(self._frame.summaries, self._notice, error)
+                self._frame.summaries.refuse(error)
             request = self._request(setup, [without_thinking(m) for m in messages], prompt, reply_tokens, purpose)
             reply = stream_reply(self._frame.model, request, sleep=self._sleep)
         self._meter.add(reply.usage)

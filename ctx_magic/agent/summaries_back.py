@@ -6,7 +6,7 @@ API refused one sent back (from then on, said in one line)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,30 +19,27 @@ from ctx_magic.errors import SummaryBlockRefused
 @dataclass
 class SummaryBlocks:
     """Whether the API's summaries (its compaction blocks) go back as blocks: until it refuses one
-    sent back; from then on as text (`with_summaries`), which voids the thinking after them."""
+    sent back (a signature it no longer verifies, a beta it wants); from then on as text
+    (`with_summaries`), which voids the thinking after them. The next main call takes out that
+    thinking and says the refusal in one line (a side call may run in a thread)."""
 
     taken: bool = True
     voided: bool = False
-    """A refusal voided the thinking after the blocks; the next main call takes it out."""
+    line: str = ""
 
-    def refuse(self) -> bool:
-        """From now on as text; False when they already went so."""
-        first, self.taken = self.taken, False
-        self.voided = self.voided or first
-        return first
+    def refuse(self, error: SummaryBlockRefused) -> None:
+        """From now on as text; raised again when they already went so."""
+        if not self.taken:
+            raise error
+        self.taken, self.voided, self.line = False, True, f"{error} It goes as text from now on."
 
     def take_voided(self) -> bool:
         voided, self.voided = self.voided, False
         return voided
 
-
-def summaries_refused(blocks: SummaryBlocks, notice: Callable[[str, str], None], error: SummaryBlockRefused) -> None:
-    """The API refused a summary it wrote, sent back (a signature it no longer verifies, a beta it
-    wants): it goes as text from now on, said in one line; the next main call leaves the thinking
-    after it out (`take_voided`). Raised again when it already went as text."""
-    if not blocks.refuse():
-        raise error
-    notice(f"{error} It goes as text from now on.", "warning")
+    def take_line(self) -> str:
+        line, self.line = self.line, ""
+        return line
 
 
 def with_summaries(request: ModelRequest, betas: Sequence[str], *, carries: bool,
