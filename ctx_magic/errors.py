@@ -143,7 +143,12 @@ class StreamOverloaded(StreamDropped):
 
 
 class UnknownModel(ModelError):
-    pass
+    """The API answered 404 for the model: it does not offer that id (to this key, on this platform)."""
+
+    @classmethod
+    def named(cls, model: str, message: str) -> UnknownModel:
+        return cls(f"Unknown model {model!r}: the API does not offer it ({message.strip().rstrip('.')}). Set "
+                   "CtxMagic.model to a model it offers.")
 
 
 # "messages.1.content.0: Invalid `signature` in `thinking` block. The block is bound to a different

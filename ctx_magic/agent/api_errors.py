@@ -51,7 +51,7 @@ def map_error(error: BaseException, model: str = "") -> ModelError:
         if status == 403:
             return AuthenticationFailed(f"The API refused access (403): {message}")
         if status == 404 and model:
-            return UnknownModel(f"Unknown model {model!r}: the API does not offer it ({message}).")
+            return UnknownModel.named(model, message)
         sentence = message.rstrip(". ")  # the API's own message often ends with a full stop already
         if status == 429:
             return RateLimited(f"Rate limited by the API (429) after retries: {sentence}. Wait a moment and rerun.")

@@ -194,7 +194,7 @@ class AnthropicModel:
         try:
             info = models.retrieve(self.wire_name)
         except anthropic.NotFoundError as error:
-            raise UnknownModel(f"Unknown model {self.name!r}: {api_message(error)}") from error
+            raise UnknownModel.named(self.name, api_message(error)) from error
         except anthropic.AuthenticationError as error:
             raise map_error(error, self.name) from error
         except Exception:  # noqa: BLE001 - any other failure: fall back to the table

@@ -686,6 +686,7 @@ def test_a_model_set_by_config_that_the_api_does_not_know_is_said_once_and_the_s
     run(shell, "%%agent\nhello")
     run(shell, "%config CtxMagic.model = 'claude-nope-9'")
     _, shown = run(shell, "%%agent\nhello")
-    assert shown.count("Unknown model 'claude-nope-9'") == 1
+    assert shown.count("Unknown model 'claude-nope-9': the API does not offer it (") == 1
+    assert shown.count("Set CtxMagic.model to a model it offers.") == 1
     _, shown = run(shell, "%ctx status")
     assert "claude-sonnet-5-5" in shown and "Unknown model" not in shown
