@@ -99,21 +99,22 @@ class Session:
 
     def request(self, setup: CallSetup) -> ModelRequest:
         """The main call's request: the live context, with the server's edits under the 'server'
-        strategy, without thinking the model would find invalid (`drop_void_thinking`). A summary of
-        the API's it refused sent back since, and a word on the settings in force, are said first."""
-        if line := self.frame.summaries.take_line():
-            self.notice(line, "warning")
-        if advice := self.frame.take_advice():
-            self.notice(advice)
-        drop_void_thinking(self.frame, self.live, setup)
+        strategy."""
         messages = self.live.messages
         return self.frame.build(messages, setup, server=setup.server_plan(messages))
 
     def prepare(self, setup: CallSetup | None = None, *,
                 write: bool = True) -> tuple[Prepared, list[Message | Event]]:
         """The live context prepared for a call (live.py), with what the decision needs to know of
-        the session beyond its messages."""
+        the session beyond its messages. Written, it first says a refused summary and a word on the
+        settings, and leaves out thinking the model would refuse (`drop_void_thinking`): counted as sent."""
         setup = setup or self.setup()
+        if write:
+            if line := self.frame.summaries.take_line():
+                self.notice(line, "warning")
+            if advice := self.frame.take_advice():
+                self.notice(advice)
+            drop_void_thinking(self.frame, self.live, setup)
         if self.live.tokens(setup.overhead_tokens) >= setup.context.thresholds.autocompact:
             self.settle_notes()  # a compaction is at hand: it would stand on the notes being written
         return self.live.prepare(setup, self.clock(), self._facts(setup, self.compaction.turns), write=write)
