@@ -292,14 +292,12 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="also compare candidate learners")
     args = parser.parse_args()
     # Claude Code sessions and their subagents, and trajectories: those of their kind (others said and left out)
-    cc = [p for p in claude_code_paths(args.corpus) if readable(load_claude_code, p) is not None]
-    swe = [p for p in swe_paths(args.corpus) if readable(load_mini_swe, p) is not None]
-    if not cc and not swe:
+    read_cc = {p: c for p in claude_code_paths(args.corpus) if (c := readable(load_claude_code, p)) is not None}
+    read_swe = {p: c for p in swe_paths(args.corpus) if (c := readable(load_mini_swe, p)) is not None}
+    if not read_cc and not read_swe:
         sys.exit(f"No Claude Code sessions or mini-swe-agent trajectories under {args.corpus}.")
-    corpora = {
-        "claude-code": [load_claude_code(p) for p in cc],
-        "mini-swe-gemini3": [load_mini_swe(p) for p in swe],
-    }
+    cc, swe = list(read_cc), list(read_swe)
+    corpora = {"claude-code": list(read_cc.values()), "mini-swe-gemini3": list(read_swe.values())}
     print(f"conversations: claude-code {len(cc)}, mini-swe-gemini3 {len(swe)}")
     results = evaluate(corpora, VARIANTS)
     names = [*corpora, "overall"]

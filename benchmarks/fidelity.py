@@ -357,7 +357,7 @@ def run_notebook(window: int, storage: Path, turns: int, corpus_dir: Path) -> Fi
 
     from ctx_magic.notebook.extension import controller_of
 
-    figures = Figures(f"notebook/{corpus.notebook_path(corpus_dir).stem}", window)
+    figures = Figures(f"notebook/{corpus.notebook_path(corpus_dir).stem}", window)  # made where there is one
     plan = list(corpus.notebook_turns(corpus_dir))[:turns]
     started = time.perf_counter()
     cwd = Path.cwd()
@@ -498,8 +498,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     windows = [int(w) for w in args.windows.split(",")]
     root = Path(tempfile.mkdtemp(prefix="fidelity-")) if args.storage is None else args.storage
     jobs: list[tuple[str, Callable[[Path, int], Figures]]] = []
-    if args.notebook_turns and list((args.corpus / corpus.NOTEBOOKS).glob("*.ipynb")) and readable(
-            lambda _: corpus.notebook_cells(args.corpus), corpus.notebook_path(args.corpus)) is not None:
+    notebook = corpus.notebook_path(args.corpus)
+    if args.notebook_turns and notebook is not None and readable(lambda _: corpus.notebook_cells(args.corpus),
+                                                                 notebook) is not None:
         jobs.append(("notebook", lambda where, w: run_notebook(w, where, args.notebook_turns, args.corpus)))
     replays = [readable(corpus.claude_code, p) for p in ([] if args.no_claude_code
                                                          else corpus.claude_code_sessions(args.corpus))]

@@ -136,13 +136,11 @@ def claude_code_sessions(corpus: Path) -> list[Path]:
     return sorted((corpus / CC_SESSIONS).glob("*.jsonl"))
 
 
-def notebook_path(corpus: Path) -> Path:
-    """The notebook the fidelity run replays: NOTEBOOK where the corpus has it, else its first."""
+def notebook_path(corpus: Path) -> Path | None:
+    """The notebook the fidelity run replays: NOTEBOOK where the corpus has it, else its first (None
+    when it has none)."""
     folder = corpus / NOTEBOOKS
-    found = sorted(folder.glob("*.ipynb"))
-    if not found:
-        raise FileNotFoundError(f"no notebook (*.ipynb) under {folder}")
-    return folder / NOTEBOOK if (folder / NOTEBOOK).is_file() else found[0]
+    return folder / NOTEBOOK if (folder / NOTEBOOK).is_file() else next(iter(sorted(folder.glob("*.ipynb"))), None)
 
 
 def swe_paths(corpus: Path, count: int) -> list[Path]:
@@ -167,7 +165,10 @@ class NotebookTurn:
 
 def notebook_cells(corpus: Path) -> list[tuple[str, str]]:
     """(markdown before it, code) for each code cell of the notebook, in order."""
-    notebook = json.loads(notebook_path(corpus).read_text(encoding="utf-8"))
+    path = notebook_path(corpus)
+    if path is None:
+        raise FileNotFoundError(f"no notebook (*.ipynb) under {corpus / NOTEBOOKS}")
+    notebook = json.loads(path.read_text(encoding="utf-8"))
     markdown, out = "", []
     for cell in notebook["cells"]:
         source = "".join(cell["source"])
