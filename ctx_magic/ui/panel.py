@@ -187,13 +187,18 @@ class ContextPanel(widgets.VBox):
             with self.hold_sync():
                 for name, value in self._pending.items():
                     setattr(self, name, value)
-            self._pending = {}
-            self._render()
+            changed, self._pending = set(self._pending), {}
+            self._render(changed)
         self._last_flush = self.clock()
 
     # -- rendering -----------------------------------------------------------------------------
 
-    def _render(self) -> None:
+    def _render(self, changed: set[str] | None = None) -> None:
+        """Every part of the panel; with `changed`, the chart, the cards and the persisted outputs
+        (each as long as the session) only when a trait they read is among those."""
+        def touched(*names: str) -> bool:
+            return changed is None or not changed.isdisjoint(names)
+
         state = STATE_WORDS.get(self.status, "idle")
         self.header.value = (
             '<div class="ctx-magic-header"><div class="ctx-magic-title">Agent context</div>'
@@ -204,11 +209,15 @@ class ContextPanel(widgets.VBox):
         self.headline.value = headline_html(figures)
         self.next_line.value = next_call_html(self.next_call)
         self.bar.value = composition_html(self.composition, self.tokens, self.window)
-        self.chart.value = chart_html(self.calls, self.timeline, {"warning": self.warning, "threshold": self.threshold,
-                                                                  "blocking": self.blocking})
+        if touched("calls", "timeline", "warning", "threshold", "blocking"):
+            self.chart.value = chart_html(self.calls, self.timeline, {"warning": self.warning,
+                                                                      "threshold": self.threshold,
+                                                                      "blocking": self.blocking})
         self.counts.value = counts_html(figures)
-        self.cards.render(self.timeline)
-        self.persisted_html.value = persisted_html(self.persisted)
+        if touched("timeline"):
+            self.cards.render(self.timeline)
+        if touched("persisted"):
+            self.persisted_html.value = persisted_html(self.persisted)
         self._render_notes()
         self.memory_html.value = memories_html(self.memories)
         self.pending.show(self.pending_memories)
