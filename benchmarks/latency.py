@@ -6,7 +6,12 @@ ctx_magic loaded, the offline stand-in answering through an in-process transport
 measured `%%agent` cell is timed from the moment the cell is handed to IPython to the moment
 the transport is handed the Messages request (its first byte is about to be sent): the
 magic, the settings, the cells absorbed, the zero-call layers, the decision, the request
-built and encoded by the SDK. What the model does after that is not counted.
+built and encoded by the SDK. What the model does after that is not counted. A PreCompact hook
+holds back the automatic compaction (at 10,000 messages the context is past a standard window,
+where an early compaction is weighed and soon pays): every measured turn carries the whole
+history and decides again, as the turn before it did. Then, between turns, one-line cells of the
+user's: what ctx_magic adds to a cell that is not the agent's (its hooks, the idle check), against
+the same shell with ctx_magic unloaded.
 
 Two turns warm the session up (the first after a resume indexes the whole history); the
 figures are the medians of the measured turns: the wall time, and the kernel thread's own CPU
@@ -114,9 +119,32 @@ def shell_with_backend(folder: Path, transport: StampedTransport) -> Any:
     return shell
 
 
-def measure(size: int, turns: int) -> list[tuple[float, float]]:
+def hold_compaction_back(shell: Any) -> None:
+    """A PreCompact hook vetoing every automatic compaction of the resumed session."""
+    from ctx_magic.agent.plugins import Veto
+    from ctx_magic.notebook.extension import controller_of
+
+    session = controller_of(shell).host.session
+    session.hooks.add("PreCompact", lambda trigger, instructions: Veto("the benchmark measures this size"))
+
+
+def user_cells(shell: Any, count: int) -> list[float]:
+    """Milliseconds each of `count` one-line cells of the user's takes to run, start to end."""
+    from IPython.utils.capture import capture_output
+
+    times = []
+    for n in range(count):
+        with capture_output(display=True):
+            start = time.perf_counter()
+            shell.run_cell(f"value_{n} = {n}", store_history=True)
+            times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def measure(size: int, turns: int) -> tuple[list[tuple[float, float]], list[float], list[float]]:
     """(wall, CPU) milliseconds from each measured cell's start to its Messages request, at `size`
-    messages."""
+    messages; then the milliseconds of `turns` cells of the user's between turns, with ctx_magic
+    loaded and after it is unloaded."""
     from IPython.utils.capture import capture_output
 
     here = Path.cwd()
@@ -127,6 +155,7 @@ def measure(size: int, turns: int) -> list[tuple[float, float]]:
         try:
             with capture_output(display=True):
                 shell.run_cell(f"%agent --resume {SESSION_ID}", store_history=True)
+            hold_compaction_back(shell)
             times = []
             for turn in range(WARM_UP_TURNS + turns):
                 before = len(transport.sent)
@@ -138,9 +167,12 @@ def measure(size: int, turns: int) -> list[tuple[float, float]]:
                 if turn >= WARM_UP_TURNS:
                     wall, thread = transport.sent[before]
                     times.append(((wall - start) * 1000, (thread - cpu) * 1000))
-            return times
-        finally:
+            loaded = user_cells(shell, turns)
             shell.run_line_magic("unload_ext", "ctx_magic")
+            return times, loaded, user_cells(shell, turns)
+        finally:
+            if "ctx_magic" in shell.extension_manager.loaded:
+                shell.run_line_magic("unload_ext", "ctx_magic")
             let_go(shell)
             os.chdir(here)
 
@@ -201,13 +233,14 @@ def main() -> None:
     if options.trace:
         trace()
         return
-    print("| messages | median ms | min ms | max ms | median CPU ms | turns |\n| --- | --- | --- | --- | --- | --- |")
+    print("| messages | median ms | min ms | max ms | median CPU ms | turns | a cell of the user's: median ms, "
+          "ctx_magic loaded · unloaded |\n| --- | --- | --- | --- | --- | --- | --- |")
     for size in (int(s) for s in options.sizes.split(",")):
-        times = measure(size, options.turns)
+        times, loaded, unloaded = measure(size, options.turns)
         wall = [w for w, _ in times]
         cpu = statistics.median(c for _, c in times)
         print(f"| {size:,} | {statistics.median(wall):.1f} | {min(wall):.1f} | {max(wall):.1f} | {cpu:.1f} | "
-              f"{len(times)} |", flush=True)
+              f"{len(times)} | {statistics.median(loaded):.1f} · {statistics.median(unloaded):.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ class Controller:
         self._store = store
         self._follow(listeners)
         self.cells.attach(store, live, session.pin_board, session.append, session.notice)  # survive a restart
-        self.idle.attach(live, frame, listeners, session.prepare)
+        self.idle.attach(live, frame, listeners, session.prepare, session.clock)
         self.commands.attach(SessionParts(live, session.pin_board, store, frame))
         self.memory.attach(session)
         self.panel.attach(session, store, live, frame)

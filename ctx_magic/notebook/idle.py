@@ -11,6 +11,7 @@ from typing import Any
 
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.request import RequestFrame
+from ctx_magic.context.microcompact import idle_gap
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, ThinkingCleared, listening
 from ctx_magic.messages import Message
@@ -36,14 +37,16 @@ class IdleWatch:
         self._frame: RequestFrame | None = None
         self._listeners: list[Callable[[Event], None]] = []
         self._prepare: Callable[..., Any] = lambda **_: None
+        self._clock: Callable[[], float] = lambda: 0.0
 
     def attach(self, live: LiveContext, frame: RequestFrame, listeners: list[Callable[[Event], None]],
-               prepare: Callable[..., Any]) -> None:
+               prepare: Callable[..., Any], clock: Callable[[], float]) -> None:
         """A session opened: its live context, its request frame (the idle settings in force), its
-        listeners and its `prepare` (which runs the zero-call layers) are the ones watched."""
+        listeners, its `prepare` (which runs the zero-call layers) and its clock are the ones watched."""
         self.cancel()
         self.deferred = []  # what the last session's timer cleared is that session's
         self._live, self._frame, self._listeners, self._prepare = live, frame, listeners, prepare
+        self._clock = clock
 
     def _watched(self) -> LiveContext | None:
         """The live context watched, while a session is current."""
@@ -51,19 +54,26 @@ class IdleWatch:
 
     def check(self) -> bool:
         """At the next cell: the zero-call layers run if the idle gap passed; True if they changed the
-        context (the panel then loads the session's figures again; otherwise its events sufficed)."""
+        context (the panel then loads the session's figures again; otherwise its events sufficed).
+        Before the gap, whatever they would do the next call's own preparation does: a cell of the
+        user's costs no pass over the conversation."""
         live = self._watched()
         if live is None or not self._lock.acquire(blocking=False):
             return False
         try:
             self.flush()
-            if any(m.sent for m in live.messages):
+            if self._gap_passed(live):
                 return self._between_turns(self._prepare)
         except CtxMagicError:
             pass
         finally:
             self._lock.release()
         return False
+
+    def _gap_passed(self, live: LiveContext) -> bool:
+        """Whether the model last answered longer ago than the idle limit in force."""
+        gap = idle_gap(live.messages, self._clock())
+        return gap is not None and self._frame is not None and gap > self._frame.settings.idle_seconds
 
     def schedule(self) -> None:
         settings = self._frame.settings if self._frame is not None else None

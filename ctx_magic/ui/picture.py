@@ -133,15 +133,34 @@ def marker_rows(positions: Sequence[float]) -> list[int]:
     return rows
 
 
-def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str, Any]],
+MAX_BARS = 240  # past this many calls a bar stands for several: a sidebar is a few hundred pixels wide
+
+
+def _bars(calls: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[str, Mapping[str, Any]]], int]:
+    """One (label, call) per bar and how many calls a bar stands for: every call while they fit,
+    past MAX_BARS each run of `per_bar` calls drawn as its largest request, their prices summed."""
+    per_bar = max(1, -(-len(calls) // MAX_BARS))
+    if per_bar == 1:
+        return [(f"call {i + 1}", c) for i, c in enumerate(calls)], 1
+    bars = []
+    for start in range(0, len(calls), per_bar):
+        run = calls[start:start + per_bar]
+        peak = max(run, key=lambda c: c.get("prompt", 0))
+        usd = sum(c.get("usd", 0.0) for c in run)
+        bars.append((f"calls {start + 1}-{start + len(run)}, the largest", {**peak, "usd": usd}))
+    return bars, per_bar
+
+
+def chart_html(calls: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[str, Any]],
                lines: Mapping[str, int]) -> str:
     """Context size per model call (bars: cache read, cache write, uncached input; a call's price
     on hover, their sum under the chart), the warning / compaction / blocking lines, and one
-    marker per context change that opens its card."""
+    marker per context change that opens its card. A long session's calls share bars (`_bars`)."""
     if not calls and not changes:
         return ('<div class="ctx-magic-chart ctx-magic-empty">The context size of every model call will show '
                 "here.</div>")
-    n = max(len(calls), 1)
+    shown, per_bar = _bars(calls)
+    n = max(len(shown), 1)
     top = max([c.get("prompt", 0) for c in calls] or [1]) * 1.1 or 1
     drawn, named = {}, {}
     for name, value in lines.items():
@@ -154,12 +173,12 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
             named[name] = value
     spent = sum(c.get("usd", 0.0) for c in calls)
     bars = []
-    for i, c in enumerate(calls):
+    for i, (label, c) in enumerate(shown):
         prompt, read, write = c.get("prompt", 0), c.get("read", 0), c.get("write", 0)
         uncached = max(0, prompt - read - write)
         y = 0.0
         usd = f", {format_usd(c['usd'])}" if c.get("usd") else ""
-        title = html.escape(f"call {i + 1}: {prompt:,} tokens sent — {read:,} read from the cache, "
+        title = html.escape(f"{label}: {prompt:,} tokens sent — {read:,} read from the cache, "
                             f"{write:,} written to it, {uncached:,} uncached; {c.get('output', 0):,} generated{usd}")
         parts = []
         for part, size in (("read", read), ("write", write), ("uncached", uncached)):
@@ -170,6 +189,7 @@ def chart_html(calls: Sequence[Mapping[str, int]], changes: Sequence[Mapping[str
                          f'y="{100 - y - h:.3f}" height="{h:.3f}"/>')
             y += h
         bars.append(f'<g class="ctx-magic-call"><title>{title}</title>{"".join(parts)}</g>')
+    changes = [{**c, "at": round(c["at"] / per_bar, 3)} for c in changes] if per_bar > 1 else changes
     rules = "".join(
         f'<line class="ctx-magic-line" data-line="{name}" x1="0" x2="{n}" y1="{100 - v / top * 100:.3f}" '
         f'y2="{100 - v / top * 100:.3f}" vector-effect="non-scaling-stroke"/>' for name, v in drawn.items())

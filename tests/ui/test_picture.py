@@ -94,3 +94,15 @@ def test_the_next_call_line_prices_a_cold_cache_and_names_a_compaction_ahead():
     warm = next_call_html({"cache": {"state": "warm", "seconds_left": 90, "ttl": "5m"}, "ahead": None})
     assert "warm for 1.5 min more (5m lifetime)" in warm and 'data-state="warm"' in warm
     assert next_call_html({}) == ""
+
+
+def test_a_long_session_draws_runs_of_calls_as_one_bar_each_priced_whole():
+    calls = [{"prompt": 1_000 + i, "read": 900, "write": 50, "output": 10, "usd": 0.001} for i in range(1_000)]
+    calls[700]["prompt"] = 30_000  # call 701: the largest of its bar
+    changes = [{"kind": "compaction", "key": "compaction-b1", "at": 500, "label": "auto compaction"}]
+    chart = chart_html(calls, changes, LINES)
+    assert chart.count('class="ctx-magic-call"') == 200  # 1,000 calls, 5 a bar: at most 240 bars
+    assert 'viewBox="0 0 200 100"' in chart
+    assert "calls 701-705, the largest: 30,000 tokens sent" in chart and "$0.0050</title>" in chart
+    assert 'x1="100.0"' in chart and "left:clamp(0.6em, 50.00%" in chart  # the marker where call 500 falls
+    assert "1,000 model calls, $1.00</span>" in chart
