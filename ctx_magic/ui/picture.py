@@ -136,18 +136,22 @@ def marker_rows(positions: Sequence[float]) -> list[int]:
 MAX_BARS = 240  # past this many calls a bar stands for several: a sidebar is a few hundred pixels wide
 
 
-def _bars(calls: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[str, Mapping[str, Any]]], int]:
-    """One (label, call) per bar and how many calls a bar stands for: every call while they fit,
-    past MAX_BARS each run of `per_bar` calls drawn as its largest request, their prices summed."""
+def _price(usd: float, what: str = "") -> str:
+    return f", {what}{format_usd(usd)}" if usd else ""
+
+
+def _bars(calls: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[str, Mapping[str, Any], str]], int]:
+    """One (label, call, price) per bar and how many calls a bar stands for: every call while they
+    fit, past MAX_BARS each run of `per_bar` calls drawn as its largest request, priced together."""
     per_bar = max(1, -(-len(calls) // MAX_BARS))
     if per_bar == 1:
-        return [(f"call {i + 1}", c) for i, c in enumerate(calls)], 1
+        return [(f"call {i + 1}", c, _price(c.get("usd", 0.0))) for i, c in enumerate(calls)], 1
     bars = []
     for start in range(0, len(calls), per_bar):
         run = calls[start:start + per_bar]
         peak = max(run, key=lambda c: c.get("prompt", 0))
-        usd = sum(c.get("usd", 0.0) for c in run)
-        bars.append((f"calls {start + 1}-{start + len(run)}, the largest", {**peak, "usd": usd}))
+        price = _price(sum(c.get("usd", 0.0) for c in run), f"the {len(run)} calls cost ")
+        bars.append((f"calls {start + 1}-{start + len(run)}, the largest", peak, price))
     return bars, per_bar
 
 
@@ -173,11 +177,10 @@ def chart_html(calls: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[str
             named[name] = value
     spent = sum(c.get("usd", 0.0) for c in calls)
     bars = []
-    for i, (label, c) in enumerate(shown):
+    for i, (label, c, usd) in enumerate(shown):
         prompt, read, write = c.get("prompt", 0), c.get("read", 0), c.get("write", 0)
         uncached = max(0, prompt - read - write)
         y = 0.0
-        usd = f", {format_usd(c['usd'])}" if c.get("usd") else ""
         title = html.escape(f"{label}: {prompt:,} tokens sent — {read:,} read from the cache, "
                             f"{write:,} written to it, {uncached:,} uncached; {c.get('output', 0):,} generated{usd}")
         parts = []
