@@ -282,7 +282,7 @@ class RequestFrame:
         window = self.window
         thresholds = ContextSettings.create(window.tokens, window.reply_cap, self.settings,
                                             thinking_budget=window.thinking_budget).thresholds
-        return context_tools_from_start(sum(message_tokens(m) for m in messages if m.sent), thresholds)
+        return context_tools_from_start((message_tokens(m) for m in messages if m.sent), thresholds)
 
     def _offered_in_bound(self) -> bool:
         """Whether the tools the conversation is bound to hold the context tools."""

@@ -25,6 +25,8 @@ The rules, in order:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ctx_magic.context.costs import Outlook, RelativePrices, Start, call_cost, outlook_cost, summary_start
@@ -325,11 +327,12 @@ def _compaction(s: Situation) -> Plan:
     return Plan(tokens_after=s.tokens, zone=zone, why_compact=why)
 
 
-def context_tools_from_start(tokens: int, th: Thresholds) -> bool:
+def context_tools_from_start(message_tokens: Iterable[int], th: Thresholds) -> bool:
     """Whether an append-only conversation offers the context tools (compact, snip, search) from its
     first request. Its tools can change only where a prefix starts (the first request, a compaction
     of ctx_magic's), and the tools' definitions ride on every call until then, while before a first
     cut they have little to act on (auto-compaction keeps the threshold). So they start with the
     conversation only when its first request is already past the warning level, a cut being near;
-    otherwise they join at the first compaction."""
-    return tokens >= th.warning
+    otherwise they join at the first compaction. `message_tokens`: each message's, read only until
+    their sum reaches the warning level (a long transcript resumed is not counted whole)."""
+    return any(total >= th.warning for total in itertools.accumulate(message_tokens))

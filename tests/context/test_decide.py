@@ -5,6 +5,7 @@ reason given for each choice."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 from ctx_magic.context.costs import Outlook, RelativePrices, Start, call_cost, outlook_cost
 from ctx_magic.context.decide import (
@@ -235,6 +236,12 @@ def test_at_the_threshold_a_summary_beats_a_snip_unless_no_compaction_can_run():
 
 
 def test_the_context_tools_start_with_a_conversation_only_when_its_first_request_is_past_the_warning_level():
-    assert not context_tools_from_start(0, TH)
-    assert not context_tools_from_start(TH.warning - 1, TH)
-    assert context_tools_from_start(TH.warning, TH)
+    assert not context_tools_from_start([], TH)
+    assert not context_tools_from_start([TH.warning - 1], TH)
+    assert context_tools_from_start([TH.warning - 10, 10], TH)
+
+    def counted() -> Iterator[int]:  # a long transcript: read only until the sum reaches the warning level
+        yield TH.warning
+        raise AssertionError("counted past the warning level")
+
+    assert context_tools_from_start(counted(), TH)

@@ -103,6 +103,7 @@ def test_a_long_session_draws_runs_of_calls_as_one_bar_each_priced_whole():
     chart = chart_html(calls, changes, LINES)
     assert chart.count('class="ctx-magic-call"') == 200  # 1,000 calls, 5 a bar: at most 240 bars
     assert 'viewBox="0 0 200 100"' in chart
-    assert "calls 701-705, the largest: 30,000 tokens sent" in chart and "10 generated, the 5 calls cost $0.0050</title>" in chart
+    assert "calls 701-705, the largest: 30,000 tokens sent" in chart
+    assert "10 generated, the 5 calls cost $0.0050</title>" in chart
     assert 'x1="100.0"' in chart and "left:clamp(0.6em, 50.00%" in chart  # the marker where call 500 falls
     assert "1,000 model calls, $1.00</span>" in chart
