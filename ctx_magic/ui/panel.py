@@ -2,9 +2,9 @@
 session's `StatusSnapshot`.
 
 Its synced traits hold the figures (tokens, thresholds, zone, the composition of the next
-request, every model call's size and cache use, the changes to the context with their
-summaries, the outputs saved to disk, memory, cell marks), set from what `ui/fold.py` says each
-event changes; its children render them as plain HTML and standard widgets, so every frontend
+request, the changes to the context with their summaries, the outputs saved to disk, memory,
+cell marks; every model call's size and cache use stays in the kernel), set from what
+`ui/fold.py` says each event changes; its children render them as plain HTML and standard widgets, so every frontend
 shows the same panel. Updates are throttled while the agent streams (a few a second at most)
 and flushed at each turn end. The JupyterLab extension reads the same traits for the status bar
 and the cell badges, and opens a change's card when its chart marker or a cell's badge is
@@ -74,9 +74,10 @@ class ContextPanel(widgets.VBox):
     """Dollars: the session's spend, the savings by kind of change, the prices used (StatusSnapshot.cost_json)."""
     composition = Dict().tag(sync=True)
     """What the next request carries, part by part, in tokens (events.Composition)."""
-    calls = List().tag(sync=True)
+    calls = List()
     """Every model call of the session, oldest first: tokens sent, read from and written to the
-    prompt cache, generated."""
+    prompt cache, generated. Kept in the kernel, not synced: the chart is drawn from it here, and a
+    long session's list (5,000 calls: 400 KB of JSON) would go to the browser at every flush."""
     timeline = List().tag(sync=True)
     """Changes to the context, oldest first: compactions, clearings, snips. Each has a `key` (its
     card) and `at`, the number of model calls made before it."""
