@@ -4,11 +4,11 @@ session's `StatusSnapshot`.
 Its synced traits hold the figures (tokens, thresholds, zone, the composition of the next
 request, the changes to the context with their summaries, the outputs saved to disk, memory,
 cell marks; every model call's size and cache use stays in the kernel), set from what
-`ui/fold.py` says each event changes; its children render them as plain HTML and standard widgets, so every frontend
-shows the same panel. Updates are throttled while the agent streams (a few a second at most)
-and flushed at each turn end. The JupyterLab extension reads the same traits for the status bar
-and the cell badges, and opens a change's card when its chart marker or a cell's badge is
-clicked.
+`ui/fold.py` says each event changes; its children render them as plain HTML and standard
+widgets, so every frontend shows the same panel. Updates are throttled while the agent streams
+(a few a second at most) and flushed at each turn end. The JupyterLab extension reads the same
+traits for the status bar and the cell badges, and opens a change's card when its chart marker
+or a cell's badge is clicked.
 """
 
 from __future__ import annotations
