@@ -11,7 +11,7 @@ from typing import Any
 
 from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.request import RequestFrame
-from ctx_magic.context.microcompact import idle_gap
+from ctx_magic.context.microcompact import last_assistant_time
 from ctx_magic.errors import CtxMagicError
 from ctx_magic.events import Cleared, Event, Notice, Persisted, Snipped, ThinkingCleared, listening
 from ctx_magic.messages import Message
@@ -38,6 +38,9 @@ class IdleWatch:
         self._listeners: list[Callable[[Event], None]] = []
         self._prepare: Callable[..., Any] = lambda **_: None
         self._clock: Callable[[], float] = lambda: 0.0
+        self._passed_after: float | None = None
+        """When the answer was given after which the zero-call layers last ran between turns: until
+        the next answer, another pass would find nothing more to do."""
 
     def attach(self, live: LiveContext, frame: RequestFrame, listeners: list[Callable[[Event], None]],
                prepare: Callable[..., Any], clock: Callable[[], float]) -> None:
@@ -46,7 +49,7 @@ class IdleWatch:
         self.cancel()
         self.deferred = []  # what the last session's timer cleared is that session's
         self._live, self._frame, self._listeners, self._prepare = live, frame, listeners, prepare
-        self._clock = clock
+        self._clock, self._passed_after = clock, None
 
     def _watched(self) -> LiveContext | None:
         """The live context watched, while a session is current."""
@@ -56,14 +59,14 @@ class IdleWatch:
         """At the next cell: the zero-call layers run if the idle gap passed; True if they changed the
         context (the panel then loads the session's figures again; otherwise its events sufficed).
         Before the gap, whatever they would do the next call's own preparation does: a cell of the
-        user's costs no pass over the conversation."""
+        user's costs no pass over the conversation; after it, one pass until the model answers again."""
         live = self._watched()
         if live is None or not self._lock.acquire(blocking=False):
             return False
         try:
             self.flush()
             if self._gap_passed(live):
-                return self._between_turns(self._prepare)
+                return self._between_turns(live, self._prepare)
         except CtxMagicError:
             pass
         finally:
@@ -71,9 +74,12 @@ class IdleWatch:
         return False
 
     def _gap_passed(self, live: LiveContext) -> bool:
-        """Whether the model last answered longer ago than the idle limit in force."""
-        gap = idle_gap(live.messages, self._clock())
-        return gap is not None and self._frame is not None and gap > self._frame.settings.idle_seconds
+        """Whether the model last answered longer ago than the idle limit in force, and the layers
+        have not run since."""
+        answered = last_assistant_time(live.messages)
+        if answered is None or answered == self._passed_after or self._frame is None:
+            return False
+        return self._clock() - answered > self._frame.settings.idle_seconds
 
     def schedule(self) -> None:
         settings = self._frame.settings if self._frame is not None else None
@@ -95,7 +101,7 @@ class IdleWatch:
             return
         try:
             if any(m.sent for m in live.messages):
-                self._between_turns(lambda: self.deferred.extend(prepare(write=False)[1]))
+                self._between_turns(live, lambda: self.deferred.extend(prepare(write=False)[1]))
                 self._on_cold()
         except Exception:  # noqa: BLE001 - a timer must never raise into the kernel
             pass
@@ -113,11 +119,12 @@ class IdleWatch:
         unshown, self._unshown = self._unshown, []
         return unshown
 
-    def _between_turns(self, act: Callable[[], object]) -> bool:
+    def _between_turns(self, live: LiveContext, act: Callable[[], object]) -> bool:
         """Run `act`, keeping the context changes it made to show at the next turn; whether it made any."""
         seen: list[Event] = []
         with listening(self._listeners, seen.append):
             act()
+        self._passed_after = last_assistant_time(live.messages)
         changes = [e for e in seen if isinstance(e, SHOWN_LATER)]
         self._unshown += changes
         return bool(changes)

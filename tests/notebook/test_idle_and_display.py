@@ -8,6 +8,7 @@ import pytest
 from builders import ManualClock
 from notebook_rig import captured, cell, clocked_shell, controller, run, texts
 
+from ctx_magic.agent.live import LiveContext
 from ctx_magic.agent.tools import ToolCall
 from ctx_magic.context.invariants import INTERRUPTED_RESULT
 from ctx_magic.events import (
@@ -67,6 +68,26 @@ def test_no_clearing_before_the_ttl(shell):
     shell.user_ns["_clock"].now += 4 * 60
     cell(shell, "a = 1")
     assert seen == []
+
+
+def test_the_users_cells_go_over_the_conversation_once_a_gap_and_not_before_it(shell, monkeypatch):
+    work(shell, turns=3)
+    passes: list[int] = []
+    prepare = LiveContext.prepare
+    monkeypatch.setattr(LiveContext, "prepare", lambda live, *a, **k: passes.append(1) or prepare(live, *a, **k))
+    for n in range(3):
+        cell(shell, f"a = {n}")  # the cache is warm: the next call's own preparation does what is due
+    assert passes == []
+    shell.user_ns["_clock"].now += 5 * 60 + 1
+    for n in range(3):
+        cell(shell, f"b = {n}")  # the gap has passed: one pass clears, the cells after it find it done
+    assert passes == [1]
+    run(shell, "%%agent\nhello")
+    after_turn = len(passes)
+    shell.user_ns["_clock"].now += 5 * 60 + 1
+    cell(shell, "c = 1")  # a new answer, a new gap: one pass again
+    cell(shell, "c = 2")
+    assert len(passes) == after_turn + 1
 
 
 def test_a_cell_reloads_the_panel_only_when_the_idle_check_changed_the_context(shell, monkeypatch):
