@@ -11,7 +11,8 @@ holds back the automatic compaction (at 10,000 messages the context is past a st
 where an early compaction is weighed and soon pays): every measured turn carries the whole
 history and decides again, as the turn before it did. Then, between turns, one-line cells of the
 user's: what ctx_magic adds to a cell that is not the agent's (its hooks, the idle check), against
-the same shell with ctx_magic unloaded.
+the same shell with ctx_magic unloaded. Last, a new session's first turn, in fresh processes: what
+loading the extension leaves for it to do (the token counter's vocabularies are loaded meanwhile).
 
 Two turns warm the session up (the first after a resume indexes the whole history); the
 figures are the medians of the measured turns: the wall time, and the kernel thread's own CPU
@@ -224,14 +225,53 @@ def trace(size: int = 1_000) -> None:
     print(f"\nthe call's setup worked out {setups} times, the context prepared {prepares} times")
 
 
+TYPING_SECONDS = 3.0  # between %load_ext and the first %%agent cell: the person writes the message
+
+
+def first_turn() -> float:
+    """Milliseconds from a new session's first `%%agent` cell to its request, in this process (run
+    it in a fresh one: what a process loaded once, it keeps), the cell run TYPING_SECONDS after the
+    extension is loaded."""
+    from IPython.utils.capture import capture_output
+
+    here = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="ctx-latency-") as folder:
+        transport = StampedTransport(OfflineAPI(OfflineConfig(window=200_000)))
+        shell = shell_with_backend(Path(folder), transport)
+        try:
+            time.sleep(TYPING_SECONDS)
+            with capture_output(display=True):
+                start = time.perf_counter()
+                shell.run_cell("%%agent\nWhat is in this folder?", store_history=True)
+            return (transport.sent[0][0] - start) * 1000
+        finally:
+            shell.run_line_magic("unload_ext", "ctx_magic")
+            let_go(shell)
+            os.chdir(here)
+
+
+def first_turns(runs: int) -> list[float]:
+    """`first_turn` in `runs` fresh processes."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve()
+    return [float(subprocess.run([sys.executable, str(script), "--first-turn-here"], check=True, text=True,
+                                 capture_output=True).stdout.split()[-1]) for _ in range(runs)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000", help="messages in the resumed session, comma-separated")
     parser.add_argument("--turns", type=int, default=7, help="measured turns per size (after the warm-up)")
     parser.add_argument("--trace", action="store_true", help="follow one turn's path instead of timing")
+    parser.add_argument("--first-turn-here", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.trace:
         trace()
+        return
+    if options.first_turn_here:
+        print(f"{first_turn():.1f}")
         return
     print("| messages | median ms | min ms | max ms | median CPU ms | turns | a cell of the user's: median ms, "
           "ctx_magic loaded · unloaded |\n| --- | --- | --- | --- | --- | --- | --- |")
@@ -241,6 +281,9 @@ def main() -> None:
         cpu = statistics.median(c for _, c in times)
         print(f"| {size:,} | {statistics.median(wall):.1f} | {min(wall):.1f} | {max(wall):.1f} | {cpu:.1f} | "
               f"{len(times)} | {statistics.median(loaded):.1f} · {statistics.median(unloaded):.1f} |", flush=True)
+    firsts = first_turns(3)
+    print(f"\nA new session's first turn, {TYPING_SECONDS:.0f} s after %load_ext, to its request (3 fresh processes): "
+          f"median {statistics.median(firsts):.1f} ms ({', '.join(f'{t:.1f}' for t in firsts)})")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from importlib import metadata
 from typing import Any
 
@@ -30,18 +31,47 @@ EXACT_COUNT_CHARS = 100_000
 SAMPLE_WINDOWS = 4
 SAMPLE_WINDOW_CHARS = 20_000
 MEMO_SIZE = 16_384  # texts remembered: a growing conversation re-sends the same blocks each turn
+PROBE_FAMILY = "3.0"  # the vocabulary that tells whether ctok loads at all
+
+_LOADING = threading.Lock()  # a warm-up thread may be loading what the kernel's thread asks for
+_loaded: dict[str, Any] = {}  # "module" (None: not available), and each family whose vocabulary is in
 
 
-@functools.cache
 def _ctok() -> Any | None:
-    """The ctok module, or None where it is not installed or does not load."""
+    """The ctok module, or None where it is not installed or does not load; loaded once."""
+    if "module" not in _loaded:
+        with _LOADING:
+            if "module" not in _loaded:
+                _loaded["module"] = _load()
+    return _loaded["module"]
+
+
+def _load() -> Any | None:
     try:
         import ctok
 
-        ctok.token_count("a", "3.0")  # loads a vocabulary: a broken install fails here, once
+        ctok.token_count("a", PROBE_FAMILY)  # loads a vocabulary: a broken install fails here, once
+        _loaded[PROBE_FAMILY] = True
         return ctok
     except Exception:  # noqa: BLE001 - any failure means "not available": the o200k fallback counts
         return None
+
+
+def _with_family(family: str) -> Any:
+    """ctok with `family`'s vocabulary loaded (about a quarter of a second the first time)."""
+    module = _ctok()
+    if family not in _loaded:
+        with _LOADING:
+            if family not in _loaded:
+                module.token_count("a", family)
+                _loaded[family] = True
+    return module
+
+
+def warm(family: str) -> None:
+    """Load ctok and `family`'s vocabulary now (from a thread: the first count then finds them)."""
+    if _ctok() is not None:
+        _with_family(family)
 
 
 def available() -> bool:
@@ -61,7 +91,7 @@ def version() -> str:
 @functools.cache
 def _frame(family: str) -> int:
     """The frame around one user message in this tokenizer family (7 tokens for Claude 3 to 4.6)."""
-    return sum(token == FRAME_TOKEN for token in _ctok().tokenize("a", family))
+    return sum(token == FRAME_TOKEN for token in _with_family(family).tokenize("a", family))
 
 
 @functools.lru_cache(maxsize=MEMO_SIZE)
@@ -75,4 +105,4 @@ def text_tokens(text: str, family: str) -> int:
         windows = [text[round(i * step): round(i * step) + SAMPLE_WINDOW_CHARS] for i in range(SAMPLE_WINDOWS)]
         sampled = sum(text_tokens(w, family) for w in windows)
         return math.ceil(sampled * len(text) / (SAMPLE_WINDOWS * SAMPLE_WINDOW_CHARS))
-    return max(1, _ctok().token_count(text, family) - _frame(family))
+    return max(1, _with_family(family).token_count(text, family) - _frame(family))

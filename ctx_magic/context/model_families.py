@@ -16,6 +16,7 @@ import functools
 import math
 import os
 import re
+import threading
 from dataclasses import dataclass
 
 from ctx_magic.context import claude_tokenizer
@@ -133,6 +134,18 @@ def exact_counter() -> bool:
     """Whether text is counted with Claude's own tokenizer (ctok) rather than o200k scaled: the one
     place that chooses, for the stand-in and the client's estimate alike."""
     return os.environ.get(COUNTER_VARIABLE) != "o200k" and claude_tokenizer.available()
+
+
+def warm_up(model: str) -> threading.Thread:
+    """Load the counter `model` uses in a daemon thread: ctok's vocabularies take about half a
+    second, which the first turn would otherwise wait for while the person types the first cell."""
+    def load() -> None:
+        if exact_counter():
+            claude_tokenizer.warm(family_of(model).tokenizer)
+
+    thread = threading.Thread(target=load, name="ctx_magic-counter-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def counter_name() -> str:

@@ -6,6 +6,7 @@ import atexit
 from typing import Any
 
 from ctx_magic.agent.status import ContextReport
+from ctx_magic.context.model_families import warm_up
 from ctx_magic.errors import NoSession
 from ctx_magic.notebook.agent_cells import marker_before_cell_magic
 from ctx_magic.notebook.controller import Controller
@@ -38,6 +39,7 @@ def load(shell: Any) -> Controller:
             cleanup.append(transformer)
     setattr(shell, _CONTROLLER_ATTR, controller)
     atexit.register(controller.close)  # a clean kernel exit ends the session (memories extracted)
+    warm_up(controller.settings.current.model)
     return controller
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import threading
+import time
 
 import pytest
 
@@ -64,3 +67,46 @@ def test_very_long_text_is_counted_from_samples_within_a_few_percent(ctok):
     exact = sum(claude_tokenizer.text_tokens(line, "3.0") for line in lines)
     assert len(text) > claude_tokenizer.EXACT_COUNT_CHARS
     assert abs(claude_tokenizer.text_tokens(text, "3.0") / exact - 1) < 0.05
+
+
+class SlowCtok:
+    """A stand-in for the ctok module whose vocabularies take a while to load, noting each load."""
+
+    def __init__(self) -> None:
+        self.loads: list[str] = []
+        self.ready: set[str] = set()
+        self.lock = threading.Lock()
+
+    def _vocabulary(self, family: str) -> None:
+        with self.lock:
+            if family in self.ready:
+                return
+        time.sleep(0.05)  # long enough for another thread to ask meanwhile
+        with self.lock:
+            self.loads.append(family)
+            self.ready.add(family)
+
+    def token_count(self, text: str, family: str) -> int:
+        self._vocabulary(family)
+        return len(text.split()) + 7
+
+    def tokenize(self, text: str, family: str) -> list[str]:
+        self._vocabulary(family)
+        return [text, *[claude_tokenizer.FRAME_TOKEN] * 7]
+
+
+def test_a_warm_up_thread_and_the_first_count_load_each_vocabulary_once(monkeypatch):
+    fake = SlowCtok()
+    monkeypatch.setitem(sys.modules, "ctok", fake)
+    monkeypatch.setattr(claude_tokenizer, "_loaded", {})
+    claude_tokenizer._frame.cache_clear()
+    claude_tokenizer.text_tokens.cache_clear()
+    try:
+        warming = threading.Thread(target=claude_tokenizer.warm, args=("4.8",))
+        warming.start()
+        assert claude_tokenizer.text_tokens("three words here", "4.8") == 3  # asked while it loads
+        warming.join()
+        assert sorted(fake.loads) == ["3.0", "4.8"]  # the probe's vocabulary and the family's, once each
+    finally:
+        claude_tokenizer._frame.cache_clear()
+        claude_tokenizer.text_tokens.cache_clear()
