@@ -69,9 +69,13 @@ def _with_family(family: str) -> Any:
 
 
 def warm(family: str) -> None:
-    """Load ctok and `family`'s vocabulary now (from a thread: the first count then finds them)."""
-    if _ctok() is not None:
-        _with_family(family)
+    """Load ctok and `family`'s vocabulary now (from a thread: the first count then finds them).
+    Whatever fails here fails again, and is reported, where the count is asked for."""
+    try:
+        if _ctok() is not None:
+            _with_family(family)
+    except Exception:  # noqa: BLE001 - a thread's error would print into whatever cell runs
+        pass
 
 
 def available() -> bool:
