@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -37,13 +38,18 @@ _LOADING = threading.Lock()  # a warm-up thread may be loading what the kernel's
 _loaded: dict[str, Any] = {}  # "module" (None: not available), and each family whose vocabulary is in
 
 
+def _once(key: str, load: Callable[[], Any]) -> Any:
+    """`load()`'s value, worked out once whichever thread asks first (a failure is not kept)."""
+    if key not in _loaded:
+        with _LOADING:
+            if key not in _loaded:
+                _loaded[key] = load()
+    return _loaded[key]
+
+
 def _ctok() -> Any | None:
     """The ctok module, or None where it is not installed or does not load; loaded once."""
-    if "module" not in _loaded:
-        with _LOADING:
-            if "module" not in _loaded:
-                _loaded["module"] = _load()
-    return _loaded["module"]
+    return _once("module", _load)
 
 
 def _load() -> Any | None:
@@ -60,11 +66,7 @@ def _load() -> Any | None:
 def _with_family(family: str) -> Any:
     """ctok with `family`'s vocabulary loaded (about a quarter of a second the first time)."""
     module = _ctok()
-    if family not in _loaded:
-        with _LOADING:
-            if family not in _loaded:
-                module.token_count("a", family)
-                _loaded[family] = True
+    _once(family, lambda: module.token_count("a", family))
     return module
 
 
